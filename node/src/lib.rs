@@ -1,0 +1,21 @@
+//! The gpux node library.
+//!
+//! Today it owns the node's identity on disk: the data directory and the key file
+//! (`<data-dir>/node.key`, mode 0600, refused when group or others can read it). The swarm,
+//! store, executor and local API join it in later steps; the `gpux` binary stays a thin
+//! argument parser over this library.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), gpux_node::KeyFileError> {
+//! let dir = std::path::Path::new("/tmp/gpux-example");
+//! let (keypair, created) = gpux_node::init_key(dir)?;
+//! println!("{} ({})", keypair.peer_id(), if created { "new" } else { "existing" });
+//! # Ok(())
+//! # }
+//! ```
+
+mod data_dir;
+mod key_file;
+
+pub use data_dir::{DataDirError, default_data_dir};
+pub use key_file::{KEY_FILE_NAME, KeyFileError, create_key, init_key, key_path, load_key};

@@ -1,0 +1,433 @@
+//! Lease negotiation on `/gpux/lease/1`: `LeaseRequest`, `LeaseAccept`, `LeaseReject`,
+//! `LeaseEnd` and `PreemptionNotice`.
+
+use std::fmt;
+
+use crate::codec::{BoundedString, BoundedVec, Ext};
+use crate::envelope::Message;
+use crate::key::PublicKey;
+use crate::messages::{
+    InvalidMessage, MAX_OFFER_GPUS, MessageKind, ensure_after, ensure_nonempty, ensure_nonzero,
+    ensure_unique,
+};
+use crate::money::{MIN_BILLED_SECONDS, MicroCredits, cost};
+use crate::types::{ContentId, EscrowId, GpuUuid, ImageDigest, Timestamp};
+
+/// The most arguments a lease's command may have.
+pub const MAX_LEASE_ARGS: usize = 64;
+/// The most environment variables a lease may set.
+pub const MAX_LEASE_ENV: usize = 64;
+
+/// What kind of capacity a bid or lease is for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseKind {
+    /// Runs until its duration ends or the renter stops it; never preempted.
+    OnDemand,
+    /// Interruptible: may be preempted, after a notice, by a higher spot bid or an on-demand
+    /// lease. Priced at or above the host's spot floor.
+    Spot,
+    /// A future window `[start, end)`; overlapping windows on one GPU never both match.
+    Reserved {
+        /// Window start.
+        start: Timestamp,
+        /// Window end.
+        end: Timestamp,
+    },
+}
+
+impl LeaseKind {
+    /// A reserved window must be ordered and last exactly `duration_s`.
+    pub(crate) fn check(&self, duration_s: u32) -> Result<(), InvalidMessage> {
+        if let LeaseKind::Reserved { start, end } = *self {
+            ensure_after("kind.start", start, "kind.end", end)?;
+            if end.ms_since(start) != u64::from(duration_s) * 1000 {
+                return Err(InvalidMessage::Inconsistent {
+                    field: "duration_s",
+                    reason: "a reserved window must last exactly duration_s",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for LeaseKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OnDemand => f.write_str("on-demand"),
+            Self::Spot => f.write_str("spot"),
+            Self::Reserved { start, end } => write!(f, "reserved[{start}..{end})"),
+        }
+    }
+}
+
+/// Resource limits the host enforces on the container.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct ResourceLimits {
+    /// Memory limit in bytes.
+    pub memory_bytes: u64,
+    /// CPU limit in thousandths of a core.
+    pub cpu_millis: u32,
+    /// Most processes.
+    pub pids: u32,
+    /// Size of the writable tmpfs scratch, bytes.
+    pub scratch_bytes: u64,
+}
+
+/// One environment variable for the workload.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct EnvVar {
+    /// Name: `[A-Za-z_][A-Za-z0-9_]*`, never `NVIDIA_*` (the host sets those).
+    pub name: BoundedString<128>,
+    /// Value.
+    pub value: BoundedString<4096>,
+}
+
+/// The renter's exact terms for a lease. Its envelope id is the lease id.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseRequest {
+    /// When the request was made.
+    pub created_at: Timestamp,
+    /// The host must answer before this.
+    pub expires_at: Timestamp,
+    /// The offer matched.
+    pub offer: ContentId,
+    /// The host (signer of the offer).
+    pub host: PublicKey,
+    /// The GPUs wanted, from the offer.
+    pub gpus: BoundedVec<GpuUuid, MAX_OFFER_GPUS>,
+    /// Agreed price per GPU-hour.
+    pub price_per_gpu_hour: MicroCredits,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// On-demand, spot or reserved.
+    pub kind: LeaseKind,
+    /// The image to run, by digest (one the offer lists).
+    pub image: ImageDigest,
+    /// Command and arguments; empty runs the image's default.
+    pub command: BoundedVec<BoundedString<1024>, MAX_LEASE_ARGS>,
+    /// Environment for the workload.
+    pub env: BoundedVec<EnvVar, MAX_LEASE_ENV>,
+    /// Resource limits.
+    pub limits: ResourceLimits,
+    /// Whether the container may use the network.
+    pub network: bool,
+    /// The escrow that pays for the lease.
+    pub escrow: EscrowId,
+    /// How much the escrow holds: at least one minute of the lease.
+    pub escrow_amount: MicroCredits,
+    /// The standing bid this request answers, if any.
+    pub bid: Option<ContentId>,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+impl Message for LeaseRequest {
+    const KIND: MessageKind = MessageKind::LeaseRequest;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_after("created_at", self.created_at, "expires_at", self.expires_at)?;
+        ensure_nonempty("gpus", &self.gpus)?;
+        ensure_unique("gpus", self.gpus.iter().copied())?;
+        ensure_nonzero("price_per_gpu_hour", self.price_per_gpu_hour.0)?;
+        ensure_nonzero("duration_s", self.duration_s.into())?;
+        self.kind.check(self.duration_s)?;
+        ensure_nonzero("limits.memory_bytes", self.limits.memory_bytes)?;
+        ensure_nonzero("limits.cpu_millis", self.limits.cpu_millis.into())?;
+        ensure_nonzero("limits.pids", self.limits.pids.into())?;
+        ensure_unique("env", self.env.iter().map(|v| v.name.as_str()))?;
+        for var in self.env.iter() {
+            if !is_env_name(&var.name) {
+                return Err(InvalidMessage::Malformed {
+                    field: "env.name",
+                    reason: "expected [A-Za-z_][A-Za-z0-9_]*",
+                });
+            }
+            if var.name.to_ascii_uppercase().starts_with("NVIDIA_") {
+                return Err(InvalidMessage::Malformed {
+                    field: "env.name",
+                    reason: "NVIDIA_* variables are set by the host, not the renter",
+                });
+            }
+        }
+        let gpu_seconds = (self.gpus.len() as u64) * MIN_BILLED_SECONDS;
+        let minimum = cost(gpu_seconds, self.price_per_gpu_hour)?;
+        if self.escrow_amount < minimum {
+            return Err(InvalidMessage::BelowMinimum {
+                field: "escrow_amount",
+                value: self.escrow_amount.0,
+                min: minimum.0,
+            });
+        }
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    fn expires_at(&self) -> Option<Timestamp> {
+        Some(self.expires_at)
+    }
+}
+
+/// The host accepts: it signs the blake3 hash of the exact `LeaseRequest` envelope. Both
+/// signatures over one set of terms make the lease.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseAccept {
+    /// Id of the `LeaseRequest` accepted (the lease id).
+    pub request: ContentId,
+    /// When.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for LeaseAccept {
+    const KIND: MessageKind = MessageKind::LeaseAccept;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// Why a host refused a lease request.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// One of the GPUs is leased or reserved for an overlapping window.
+    GpusUnavailable,
+    /// The host does not know the offer, or it was replaced.
+    OfferUnknown,
+    /// The offer has expired.
+    OfferExpired,
+    /// The price is below the offer's (or the spot floor).
+    PriceTooLow,
+    /// The duration is outside the offer's bounds.
+    DurationOutOfRange,
+    /// The image is not on the host.
+    ImageMissing,
+    /// The resource limits exceed what the host allows.
+    LimitsTooHigh,
+    /// The lease asks for network access the host does not give.
+    NetworkNotAllowed,
+    /// The escrow is missing or too small.
+    EscrowInsufficient,
+    /// The request arrived after its `expires_at`.
+    RequestExpired,
+    /// The request breaks a rule (see the detail).
+    Invalid,
+}
+
+/// The host refuses a lease request.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseReject {
+    /// Id of the `LeaseRequest` refused.
+    pub request: ContentId,
+    /// When.
+    pub created_at: Timestamp,
+    /// Why.
+    pub reason: RejectReason,
+    /// A human-readable detail.
+    pub detail: BoundedString<256>,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for LeaseReject {
+    const KIND: MessageKind = MessageKind::LeaseReject;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// Why a lease ended.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum EndReason {
+    /// The renter stopped it.
+    RenterStopped,
+    /// Its duration was reached.
+    DurationReached,
+    /// The renter did not acknowledge a receipt within the grace period.
+    ReceiptNotAcknowledged,
+    /// The renter disputed a receipt.
+    ReceiptDisputed,
+    /// The escrow could not pay for more time.
+    EscrowExhausted,
+    /// A spot lease was preempted after its notice.
+    Preempted,
+    /// The host shut down.
+    HostShutdown,
+    /// The workload exited by itself.
+    ContainerExited,
+    /// The container could not start or failed.
+    ContainerFailed,
+}
+
+/// Either side ends a lease.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseEnd {
+    /// The lease id.
+    pub lease: ContentId,
+    /// When it ended.
+    pub created_at: Timestamp,
+    /// Why.
+    pub reason: EndReason,
+    /// The workload's exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for LeaseEnd {
+    const KIND: MessageKind = MessageKind::LeaseEnd;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// The host will preempt a spot lease at `ends_at` (the notice period).
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct PreemptionNotice {
+    /// The lease id.
+    pub lease: ContentId,
+    /// When the notice was given.
+    pub created_at: Timestamp,
+    /// When the lease will end.
+    pub ends_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for PreemptionNotice {
+    const KIND: MessageKind = MessageKind::PreemptionNotice;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_after("created_at", self.created_at, "ends_at", self.ends_at)
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}

@@ -1,0 +1,232 @@
+//! Settlement on `/gpux/ledger/1`: `EscrowLock`, `Redeem`, `Release`, and the ledger's own
+//! `LedgerRecord`s.
+
+use crate::codec::{BoundedBytes, Ext};
+use crate::envelope::Message;
+use crate::key::PublicKey;
+use crate::messages::{InvalidMessage, MessageKind, ensure_nonzero};
+use crate::money::MicroCredits;
+use crate::types::{ContentId, EscrowId, Timestamp};
+
+/// The renter locks money for a lease. `payer` and `payee` are account keys (today the
+/// renter's and host's node keys), named explicitly so accounts can later differ from nodes.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct EscrowLock {
+    /// The escrow id named in the lease request.
+    pub escrow: EscrowId,
+    /// The lease id.
+    pub lease: ContentId,
+    /// The account paying (must be the signer's).
+    pub payer: PublicKey,
+    /// The account that may redeem receipts.
+    pub payee: PublicKey,
+    /// Amount locked.
+    pub amount: MicroCredits,
+    /// The lease's price per GPU-hour; receipts must carry the same.
+    pub price_per_gpu_hour: MicroCredits,
+    /// When.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for EscrowLock {
+    const KIND: MessageKind = MessageKind::EscrowLock;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_nonzero("amount", self.amount.0)?;
+        ensure_nonzero("price_per_gpu_hour", self.price_per_gpu_hour.0)?;
+        if self.payer == self.payee {
+            return Err(InvalidMessage::Inconsistent {
+                field: "payee",
+                reason: "the payer cannot pay itself",
+            });
+        }
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// The host redeems its latest acknowledged receipt: both envelopes travel inside, exactly
+/// as signed, and the ledger verifies them.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Redeem {
+    /// The escrow.
+    pub escrow: EscrowId,
+    /// The lease id.
+    pub lease: ContentId,
+    /// The `UsageReceipt` envelope, as signed by the host.
+    pub receipt: BoundedBytes<1024>,
+    /// The `ReceiptAck` envelope, as signed by the renter.
+    pub ack: BoundedBytes<512>,
+    /// When.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for Redeem {
+    const KIND: MessageKind = MessageKind::Redeem;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        if self.receipt.is_empty() {
+            return Err(InvalidMessage::Empty { field: "receipt" });
+        }
+        if self.ack.is_empty() {
+            return Err(InvalidMessage::Empty { field: "ack" });
+        }
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// After the lease ends, either party asks the ledger to return what was not redeemed to the
+/// payer and close the escrow.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Release {
+    /// The escrow.
+    pub escrow: EscrowId,
+    /// The lease id.
+    pub lease: ContentId,
+    /// When.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for Release {
+    const KIND: MessageKind = MessageKind::Release;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// What a ledger operation did.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum LedgerEntry {
+    /// New credits for an account (testnet faucet).
+    Minted {
+        /// The account.
+        account: PublicKey,
+        /// Amount.
+        amount: MicroCredits,
+    },
+    /// Money moved from the payer's balance into an escrow.
+    Locked {
+        /// Payer account.
+        payer: PublicKey,
+        /// Payee account.
+        payee: PublicKey,
+        /// Amount locked.
+        amount: MicroCredits,
+    },
+    /// Money moved from an escrow to the payee.
+    Redeemed {
+        /// Payee account.
+        payee: PublicKey,
+        /// Paid by this redemption.
+        amount: MicroCredits,
+        /// Paid out of the escrow so far.
+        cumulative: MicroCredits,
+        /// The receipt's `seq`.
+        receipt_seq: u64,
+    },
+    /// The rest of an escrow returned to the payer; the escrow is closed.
+    Released {
+        /// Payer account.
+        payer: PublicKey,
+        /// Amount returned.
+        amount: MicroCredits,
+    },
+}
+
+/// The ledger's signed record of one applied operation, numbered in the ledger's order.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LedgerRecord {
+    /// Position in the ledger's log, from 1.
+    pub seq: u64,
+    /// When it was applied.
+    pub created_at: Timestamp,
+    /// Id of the request envelope applied (lock, redeem, release) or of the mint order.
+    pub op: ContentId,
+    /// The escrow concerned (all zeros for a mint).
+    pub escrow: EscrowId,
+    /// What happened.
+    pub entry: LedgerEntry,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for LedgerRecord {
+    const KIND: MessageKind = MessageKind::LedgerRecord;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_nonzero("seq", self.seq)
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    fn seq(&self) -> Option<u64> {
+        Some(self.seq)
+    }
+}

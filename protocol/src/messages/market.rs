@@ -1,0 +1,242 @@
+//! Gossiped market messages: `Offer`, `OfferWithdrawal` and `Bid`.
+
+use crate::codec::{BoundedString, BoundedVec, Ext};
+use crate::envelope::Message;
+use crate::messages::{
+    InvalidMessage, LeaseKind, MessageKind, ensure_after, ensure_at_most, ensure_nonempty,
+    ensure_nonzero, ensure_token, ensure_unique,
+};
+use crate::money::MicroCredits;
+use crate::types::{
+    ComputeCapability, ContentId, EvidenceTier, GpuUuid, ImageDigest, Timestamp, Version,
+};
+
+/// The most GPUs one offer may list (a machine's GPUs; larger hosts publish several offers).
+pub const MAX_OFFER_GPUS: usize = 16;
+/// The most images one offer may list.
+pub const MAX_OFFER_IMAGES: usize = 8;
+/// The longest query text of a bid.
+pub const MAX_QUERY_BYTES: usize = 1024;
+/// The most GPUs one bid may ask for.
+pub const MAX_BID_GPUS: u64 = 64;
+
+/// GPUs for rent. Published on `gpux/offers/1/<family>` (the family of its first GPU); a newer
+/// `seq` from the same host replaces an older offer with the same `seq` lineage.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Offer {
+    /// The host's sequence number: strictly increasing over all its offers and withdrawals.
+    pub seq: u64,
+    /// When the offer was made.
+    pub created_at: Timestamp,
+    /// When it lapses unless re-published.
+    pub expires_at: Timestamp,
+    /// Id of the host's [`Attestation`](crate::messages::Attestation) that these GPUs appear in.
+    pub attestation: ContentId,
+    /// The GPUs offered.
+    pub gpus: BoundedVec<OfferGpu, MAX_OFFER_GPUS>,
+    /// On-demand price per GPU-hour.
+    pub price_per_gpu_hour: MicroCredits,
+    /// The lowest spot bid accepted per GPU-hour; `None` when the host takes no spot leases.
+    pub spot_floor_per_gpu_hour: Option<MicroCredits>,
+    /// Shortest lease accepted, seconds.
+    pub min_duration_s: u32,
+    /// Longest lease accepted, seconds.
+    pub max_duration_s: u32,
+    /// Where the host is (`eu`, `us-east`): lower-case token.
+    pub region: BoundedString<32>,
+    /// Evidence tier backing the GPU claims.
+    pub tier: EvidenceTier,
+    /// NVIDIA driver version.
+    pub driver: Version,
+    /// CUDA version the driver supports.
+    pub cuda: Version,
+    /// Images the host has locally, by digest; a lease must name one of them.
+    pub images: BoundedVec<ImageDigest, MAX_OFFER_IMAGES>,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+/// The summary of one offered GPU, enough to match without the attestation.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct OfferGpu {
+    /// The GPU's UUID (it must appear in the attestation).
+    pub uuid: GpuUuid,
+    /// Family key from the [family table](crate::family).
+    pub family: BoundedString<24>,
+    /// Total memory in bytes, as attested.
+    pub memory_bytes: u64,
+    /// Compute capability, as attested.
+    pub compute_capability: ComputeCapability,
+    /// Maximum PCIe generation, as attested (0 when unknown).
+    pub pcie_gen: u8,
+}
+
+impl Message for Offer {
+    const KIND: MessageKind = MessageKind::Offer;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_after("created_at", self.created_at, "expires_at", self.expires_at)?;
+        ensure_nonempty("gpus", &self.gpus)?;
+        ensure_unique("gpus.uuid", self.gpus.iter().map(|g| g.uuid))?;
+        for gpu in self.gpus.iter() {
+            ensure_token("gpus.family", &gpu.family, 24)?;
+            ensure_nonzero("gpus.memory_bytes", gpu.memory_bytes)?;
+        }
+        ensure_nonzero("price_per_gpu_hour", self.price_per_gpu_hour.0)?;
+        if let Some(floor) = self.spot_floor_per_gpu_hour {
+            ensure_nonzero("spot_floor_per_gpu_hour", floor.0)?;
+            ensure_at_most(
+                "spot_floor_per_gpu_hour",
+                floor.0,
+                self.price_per_gpu_hour.0,
+            )?;
+        }
+        ensure_nonzero("min_duration_s", self.min_duration_s.into())?;
+        if self.min_duration_s > self.max_duration_s {
+            return Err(InvalidMessage::Inconsistent {
+                field: "min_duration_s",
+                reason: "longer than max_duration_s",
+            });
+        }
+        ensure_token("region", &self.region, 32)?;
+        ensure_unique("images", self.images.iter().copied())?;
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    fn expires_at(&self) -> Option<Timestamp> {
+        Some(self.expires_at)
+    }
+
+    fn seq(&self) -> Option<u64> {
+        Some(self.seq)
+    }
+}
+
+impl Offer {
+    /// The family key the offer is published under: that of its first GPU.
+    pub fn topic_family(&self) -> &str {
+        self.gpus
+            .first()
+            .map_or(crate::family::OTHER_KEY, |g| &g.family)
+    }
+}
+
+/// The host withdraws an offer (it is leaving, or the GPUs are no longer for rent).
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct OfferWithdrawal {
+    /// The host's sequence number, higher than the withdrawn offer's.
+    pub seq: u64,
+    /// When.
+    pub created_at: Timestamp,
+    /// The offer withdrawn.
+    pub offer: ContentId,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for OfferWithdrawal {
+    const KIND: MessageKind = MessageKind::OfferWithdrawal;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    fn seq(&self) -> Option<u64> {
+        Some(self.seq)
+    }
+}
+
+/// A renter's standing request for capacity, gossiped on `gpux/bids/1`; hosts that can
+/// satisfy it may propose terms.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Bid {
+    /// The renter's sequence number; a newer bid replaces an older one.
+    pub seq: u64,
+    /// When the bid was made.
+    pub created_at: Timestamp,
+    /// When it lapses.
+    pub expires_at: Timestamp,
+    /// Constraints in the market query language (`gpu=H100 vram>=80 region=eu`).
+    pub query: BoundedString<MAX_QUERY_BYTES>,
+    /// GPUs wanted.
+    pub gpus: u16,
+    /// The most the renter pays per GPU-hour.
+    pub max_price_per_gpu_hour: MicroCredits,
+    /// Lease length wanted, seconds.
+    pub duration_s: u32,
+    /// On-demand, spot or reserved.
+    pub kind: LeaseKind,
+    /// Whether the GPUs may come from several hosts (default: one machine).
+    pub allow_spread: bool,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for Bid {
+    const KIND: MessageKind = MessageKind::Bid;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_after("created_at", self.created_at, "expires_at", self.expires_at)?;
+        ensure_nonzero("gpus", self.gpus.into())?;
+        ensure_at_most("gpus", self.gpus.into(), MAX_BID_GPUS)?;
+        ensure_nonzero("max_price_per_gpu_hour", self.max_price_per_gpu_hour.0)?;
+        ensure_nonzero("duration_s", self.duration_s.into())?;
+        self.kind.check(self.duration_s)
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    fn expires_at(&self) -> Option<Timestamp> {
+        Some(self.expires_at)
+    }
+
+    fn seq(&self) -> Option<u64> {
+        Some(self.seq)
+    }
+}

@@ -1,0 +1,358 @@
+//! Every message of the protocol. Each is a body that travels in a signed envelope
+//! ([`crate::Signed`]); each ends with an [`Ext`](crate::Ext) map so optional fields can be
+//! added later without a new version.
+//!
+//! | kind | code | signed by | limit |
+//! |---|---|---|---|
+//! | [`Attestation`] | 1 | host | 64 KiB |
+//! | [`Offer`] | 2 | host | 4 KiB |
+//! | [`OfferWithdrawal`] | 3 | host | 512 B |
+//! | [`Bid`] | 4 | renter | 4 KiB |
+//! | [`LeaseRequest`] | 5 | renter | 32 KiB |
+//! | [`LeaseAccept`] | 6 | host | 512 B |
+//! | [`LeaseReject`] | 7 | host | 1 KiB |
+//! | [`LeaseEnd`] | 8 | either | 1 KiB |
+//! | [`PreemptionNotice`] | 9 | host | 512 B |
+//! | [`UsageReceipt`] | 10 | host | 1 KiB |
+//! | [`ReceiptAck`] | 11 | renter | 512 B |
+//! | [`ChallengeRequest`] | 12 | renter | 512 B |
+//! | [`ChallengeResponse`] | 13 | host | 160 KiB |
+//! | [`LogChunk`] | 14 | host | 66 KiB |
+//! | [`EscrowLock`] | 15 | renter | 1 KiB |
+//! | [`Redeem`] | 16 | host | 4 KiB |
+//! | [`Release`] | 17 | either | 512 B |
+//! | [`LedgerRecord`] | 18 | ledger | 1 KiB |
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::envelope::{Sealed, Signed, Verified, VerifyError, peek_kind};
+use crate::money::MoneyError;
+use crate::types::Timestamp;
+
+mod attestation;
+mod challenge;
+mod lease;
+mod ledger;
+mod market;
+mod usage;
+
+pub use attestation::{
+    Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MigFacts, MigInstance,
+    PcieFacts,
+};
+pub use challenge::{ChallengeRequest, ChallengeResponse, MAX_CHALLENGE_N};
+pub use lease::{
+    EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS,
+    MAX_LEASE_ENV, PreemptionNotice, RejectReason, ResourceLimits,
+};
+pub use ledger::{EscrowLock, LedgerEntry, LedgerRecord, Redeem, Release};
+pub use market::{
+    Bid, MAX_BID_GPUS, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
+    OfferWithdrawal,
+};
+pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
+
+const KIB: usize = 1024;
+
+macro_rules! message_kinds {
+    ($( $ty:ident = $code:literal, version $ver:literal, max $max:expr; )+) => {
+        /// The kind of a signed message: its code and version in the envelope header.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[non_exhaustive]
+        pub enum MessageKind {
+            $(
+                #[doc = concat!("[`", stringify!($ty), "`]")]
+                $ty = $code,
+            )+
+        }
+
+        impl MessageKind {
+            /// Every kind, by code.
+            pub const ALL: &'static [MessageKind] = &[$(MessageKind::$ty),+];
+
+            /// The code in the envelope header (byte 4).
+            pub const fn code(self) -> u8 {
+                self as u8
+            }
+
+            /// The kind with this code.
+            pub const fn from_code(code: u8) -> Option<Self> {
+                match code {
+                    $($code => Some(Self::$ty),)+
+                    _ => None,
+                }
+            }
+
+            /// The version of this kind that this build speaks (byte 5 of the header).
+            pub const fn version(self) -> u8 {
+                match self {
+                    $(Self::$ty => $ver,)+
+                }
+            }
+
+            /// The largest envelope of this kind, in bytes.
+            pub const fn max_bytes(self) -> usize {
+                match self {
+                    $(Self::$ty => $max,)+
+                }
+            }
+
+            /// The type name.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Self::$ty => stringify!($ty),)+
+                }
+            }
+        }
+
+        $(impl Sealed for $ty {})+
+
+        /// An envelope of any kind, framing checked, nothing verified.
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub enum AnySigned {
+            $(
+                #[doc = concat!("A signed [`", stringify!($ty), "`].")]
+                $ty(Signed<$ty>),
+            )+
+        }
+
+        /// A verified message of any kind.
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub enum AnyVerified {
+            $(
+                #[doc = concat!("A verified [`", stringify!($ty), "`].")]
+                $ty(Verified<$ty>),
+            )+
+        }
+
+        impl AnySigned {
+            /// Reads the kind from the header and checks the framing.
+            pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, VerifyError> {
+                match peek_kind(&bytes)? {
+                    $(MessageKind::$ty => Signed::from_bytes(bytes).map(Self::$ty),)+
+                }
+            }
+
+            /// Verifies whichever kind it is.
+            pub fn verify(self) -> Result<AnyVerified, VerifyError> {
+                match self {
+                    $(Self::$ty(s) => s.verify().map(AnyVerified::$ty),)+
+                }
+            }
+
+            /// Decodes the body without checking the signature: only for fuzzing decoders.
+            #[cfg(any(test, feature = "fuzzing"))]
+            pub(crate) fn decode_unverified(&self) -> Result<(), VerifyError> {
+                match self {
+                    $(Self::$ty(s) => s.decode_body_unverified().map(drop),)+
+                }
+            }
+        }
+
+        /// Feeds `data` as a body of `kind` to [`crate::fuzzing::body`].
+        #[cfg(any(test, feature = "fuzzing"))]
+        pub(crate) fn fuzz_body(kind: MessageKind, data: &[u8]) -> bool {
+            match kind {
+                $(MessageKind::$ty => crate::fuzzing::body::<$ty>(data),)+
+            }
+        }
+
+        impl AnyVerified {
+            /// The kind.
+            pub fn kind(&self) -> MessageKind {
+                match self {
+                    $(Self::$ty(_) => MessageKind::$ty,)+
+                }
+            }
+        }
+    };
+}
+
+message_kinds! {
+    Attestation = 1, version 1, max 64 * KIB;
+    Offer = 2, version 1, max 4 * KIB;
+    OfferWithdrawal = 3, version 1, max 512;
+    Bid = 4, version 1, max 4 * KIB;
+    LeaseRequest = 5, version 1, max 32 * KIB;
+    LeaseAccept = 6, version 1, max 512;
+    LeaseReject = 7, version 1, max KIB;
+    LeaseEnd = 8, version 1, max KIB;
+    PreemptionNotice = 9, version 1, max 512;
+    UsageReceipt = 10, version 1, max KIB;
+    ReceiptAck = 11, version 1, max 512;
+    ChallengeRequest = 12, version 1, max 512;
+    ChallengeResponse = 13, version 1, max 160 * KIB;
+    LogChunk = 14, version 1, max 66 * KIB;
+    EscrowLock = 15, version 1, max KIB;
+    Redeem = 16, version 1, max 4 * KIB;
+    Release = 17, version 1, max 512;
+    LedgerRecord = 18, version 1, max KIB;
+}
+
+impl fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A structural rule a message body breaks. Each rule is its own variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidMessage {
+    /// A list that must not be empty is.
+    #[error("{field} is empty")]
+    Empty {
+        /// The field.
+        field: &'static str,
+    },
+    /// A number that must be positive is zero.
+    #[error("{field} must not be zero")]
+    Zero {
+        /// The field.
+        field: &'static str,
+    },
+    /// A list names the same item twice.
+    #[error("{field} lists {item} twice")]
+    Duplicate {
+        /// The field.
+        field: &'static str,
+        /// The repeated item.
+        item: String,
+    },
+    /// Two times are out of order.
+    #[error("{later} ({later_at}) must be after {earlier} ({earlier_at})")]
+    TimesOutOfOrder {
+        /// The field that must come first.
+        earlier: &'static str,
+        /// Its value.
+        earlier_at: Timestamp,
+        /// The field that must come later.
+        later: &'static str,
+        /// Its value.
+        later_at: Timestamp,
+    },
+    /// A number exceeds what is allowed.
+    #[error("{field} is {value}, above the limit of {max}")]
+    AboveLimit {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A number is below what is required.
+    #[error("{field} is {value}, below the minimum of {min}")]
+    BelowMinimum {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The minimum.
+        min: u64,
+    },
+    /// A text field has the wrong form.
+    #[error("{field} is malformed: {reason}")]
+    Malformed {
+        /// The field.
+        field: &'static str,
+        /// What form it must have.
+        reason: &'static str,
+    },
+    /// Two fields of one message contradict each other.
+    #[error("{field} is inconsistent: {reason}")]
+    Inconsistent {
+        /// The field.
+        field: &'static str,
+        /// The contradiction.
+        reason: &'static str,
+    },
+    /// An amount computation overflowed.
+    #[error(transparent)]
+    Money(#[from] MoneyError),
+}
+
+pub(crate) fn ensure_nonempty<T>(field: &'static str, items: &[T]) -> Result<(), InvalidMessage> {
+    if items.is_empty() {
+        return Err(InvalidMessage::Empty { field });
+    }
+    Ok(())
+}
+
+pub(crate) fn ensure_nonzero(field: &'static str, value: u64) -> Result<(), InvalidMessage> {
+    if value == 0 {
+        return Err(InvalidMessage::Zero { field });
+    }
+    Ok(())
+}
+
+pub(crate) fn ensure_at_most(
+    field: &'static str,
+    value: u64,
+    max: u64,
+) -> Result<(), InvalidMessage> {
+    if value > max {
+        return Err(InvalidMessage::AboveLimit { field, value, max });
+    }
+    Ok(())
+}
+
+pub(crate) fn ensure_after(
+    earlier: &'static str,
+    earlier_at: Timestamp,
+    later: &'static str,
+    later_at: Timestamp,
+) -> Result<(), InvalidMessage> {
+    if later_at <= earlier_at {
+        return Err(InvalidMessage::TimesOutOfOrder {
+            earlier,
+            earlier_at,
+            later,
+            later_at,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn ensure_unique<T: Ord + fmt::Display>(
+    field: &'static str,
+    items: impl IntoIterator<Item = T>,
+) -> Result<(), InvalidMessage> {
+    let mut seen = BTreeSet::new();
+    for item in items {
+        if seen.contains(&item) {
+            return Err(InvalidMessage::Duplicate {
+                field,
+                item: item.to_string(),
+            });
+        }
+        seen.insert(item);
+    }
+    Ok(())
+}
+
+/// A short lower-case token: `[a-z0-9-]`, 1 to `max` bytes, not starting or ending with `-`.
+/// Used for family keys and regions, which also appear in topics and queries.
+pub(crate) fn ensure_token(
+    field: &'static str,
+    text: &str,
+    max: usize,
+) -> Result<(), InvalidMessage> {
+    let ok = !text.is_empty()
+        && text.len() <= max
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if !ok {
+        return Err(InvalidMessage::Malformed {
+            field,
+            reason: "expected 1 to 32 characters of a-z, 0-9 and inner '-'",
+        });
+    }
+    Ok(())
+}

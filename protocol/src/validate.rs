@@ -1,0 +1,493 @@
+//! Validation rules that need no network: freshness against a caller-supplied `now`,
+//! per-signer sequence numbers, and consistency between messages (an offer and its
+//! attestation, a lease request and its offer or bid, a receipt and its lease).
+//!
+//! Structural rules of a single message run inside verification ([`crate::Message::check`]);
+//! the rules here need a clock or another message, so the caller runs them. Each failure is
+//! its own [`RuleError`] variant.
+
+use std::collections::BTreeMap;
+
+use crate::envelope::{Message, Verified};
+use crate::family::GpuFamily;
+use crate::key::PublicKey;
+use crate::messages::{
+    Attestation, Bid, LeaseAccept, LeaseKind, LeaseRequest, MessageKind, Offer, ReceiptAck,
+    UsageReceipt,
+};
+use crate::money::MicroCredits;
+use crate::types::{ContentId, GpuUuid, Timestamp};
+
+/// Limits for the time rules. [`Rules::default`] gives the protocol's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// How far in the future a `created_at` may be (clock skew), ms. Default 30 s.
+    pub max_future_skew_ms: u64,
+    /// The longest an offer or bid may live from `created_at` to `expires_at`, ms.
+    /// Default 1 hour: hosts re-publish well before that.
+    pub max_lifetime_ms: u64,
+    /// The oldest `created_at` accepted for kinds that do not expire, ms. Default 10 minutes.
+    pub max_age_ms: u64,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self {
+            max_future_skew_ms: 30_000,
+            max_lifetime_ms: 3_600_000,
+            max_age_ms: 600_000,
+        }
+    }
+}
+
+/// A rule a verified message breaks. Each rule is its own variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    /// `created_at` is further in the future than the skew allows.
+    #[error("{kind} created at {created_at}, more than {max_skew_ms} ms after now ({now})")]
+    FromTheFuture {
+        /// The kind.
+        kind: MessageKind,
+        /// Its `created_at`.
+        created_at: Timestamp,
+        /// The local clock.
+        now: Timestamp,
+        /// The skew allowed.
+        max_skew_ms: u64,
+    },
+    /// `expires_at` has passed.
+    #[error("{kind} expired at {expires_at} (now {now})")]
+    Expired {
+        /// The kind.
+        kind: MessageKind,
+        /// Its `expires_at`.
+        expires_at: Timestamp,
+        /// The local clock.
+        now: Timestamp,
+    },
+    /// Lives longer than allowed.
+    #[error("{kind} lives {lifetime_ms} ms, longer than the {max_ms} ms allowed")]
+    LifetimeTooLong {
+        /// The kind.
+        kind: MessageKind,
+        /// From `created_at` to `expires_at`.
+        lifetime_ms: u64,
+        /// The limit.
+        max_ms: u64,
+    },
+    /// A kind without expiry whose `created_at` is too old.
+    #[error("{kind} created at {created_at} is stale (now {now})")]
+    Stale {
+        /// The kind.
+        kind: MessageKind,
+        /// Its `created_at`.
+        created_at: Timestamp,
+        /// The local clock.
+        now: Timestamp,
+    },
+    /// A sequence number not newer than the newest seen from the signer.
+    #[error("replay: seq {seq} from {signer:?} is not newer than {newest}")]
+    Replay {
+        /// The signer.
+        signer: PublicKey,
+        /// The message's seq.
+        seq: u64,
+        /// The newest seq seen before.
+        newest: u64,
+    },
+    /// Two messages that must come from one signer do not.
+    #[error("{what} is signed by {found:?}, expected {expected:?}")]
+    SignerMismatch {
+        /// Which relation.
+        what: &'static str,
+        /// Expected signer.
+        expected: PublicKey,
+        /// Actual signer.
+        found: PublicKey,
+    },
+    /// A message names another message by id, and it is not that one.
+    #[error("{what} names {named:?}, not {actual:?}")]
+    WrongReference {
+        /// Which reference.
+        what: &'static str,
+        /// The id named.
+        named: ContentId,
+        /// The id of the message given.
+        actual: ContentId,
+    },
+    /// An offered GPU is not in the host's attestation.
+    #[error("GPU {uuid} is not in the attestation")]
+    GpuNotAttested {
+        /// The GPU.
+        uuid: GpuUuid,
+    },
+    /// An offered GPU's summary contradicts the attestation.
+    #[error("GPU {uuid}: the offer's {field} contradicts the attestation")]
+    GpuMismatch {
+        /// The GPU.
+        uuid: GpuUuid,
+        /// The field.
+        field: &'static str,
+    },
+    /// A lease names a GPU the offer does not list.
+    #[error("GPU {uuid} is not in the offer")]
+    GpuNotOffered {
+        /// The GPU.
+        uuid: GpuUuid,
+    },
+    /// A lease's price is below the offer's (or the spot floor).
+    #[error("price {price} is below the offer's {min}")]
+    PriceBelowOffer {
+        /// The lease price.
+        price: MicroCredits,
+        /// The least the offer accepts.
+        min: MicroCredits,
+    },
+    /// A spot lease for an offer without spot capacity.
+    #[error("the offer takes no spot leases")]
+    SpotNotOffered,
+    /// A lease's price exceeds the bid's maximum.
+    #[error("price {price} exceeds the bid's maximum {max}")]
+    PriceAboveBidMax {
+        /// The lease price.
+        price: MicroCredits,
+        /// The bid's maximum.
+        max: MicroCredits,
+    },
+    /// A lease's duration is outside the offer's bounds.
+    #[error("duration {duration_s} s is outside the offer's {min_s}..={max_s} s")]
+    DurationOutOfRange {
+        /// Requested.
+        duration_s: u32,
+        /// Offer minimum.
+        min_s: u32,
+        /// Offer maximum.
+        max_s: u32,
+    },
+    /// A lease names an image the offer does not list.
+    #[error("the image is not one the offer lists")]
+    ImageNotOffered,
+    /// A lease request contradicts the bid it answers.
+    #[error("the lease's {field} does not match the bid")]
+    BidMismatch {
+        /// The field.
+        field: &'static str,
+    },
+    /// A receipt contradicts its lease.
+    #[error("the receipt's {field} does not match the lease")]
+    ReceiptMismatch {
+        /// The field.
+        field: &'static str,
+    },
+    /// A receipt bills more GPU-seconds than the lease can have used by its `created_at`.
+    #[error("the receipt bills {gpu_seconds} GPU-seconds, more than the {max} possible")]
+    ReceiptTooHigh {
+        /// Billed.
+        gpu_seconds: u64,
+        /// Possible.
+        max: u64,
+    },
+    /// An acknowledgement contradicts its receipt.
+    #[error("the acknowledgement's {field} does not match the receipt")]
+    AckMismatch {
+        /// The field.
+        field: &'static str,
+    },
+}
+
+impl Rules {
+    /// Freshness of any message at `now`: not from the future beyond the skew; not expired;
+    /// not living longer than allowed; for kinds without expiry, not older than `max_age_ms`.
+    pub fn check_time<T: Message>(
+        &self,
+        msg: &Verified<T>,
+        now: Timestamp,
+    ) -> Result<(), RuleError> {
+        let kind = T::KIND;
+        let created_at = msg.created_at();
+        if created_at.ms_since(now) > self.max_future_skew_ms {
+            return Err(RuleError::FromTheFuture {
+                kind,
+                created_at,
+                now,
+                max_skew_ms: self.max_future_skew_ms,
+            });
+        }
+        match msg.expires_at() {
+            Some(expires_at) => {
+                if expires_at <= now {
+                    return Err(RuleError::Expired {
+                        kind,
+                        expires_at,
+                        now,
+                    });
+                }
+                let lifetime_ms = expires_at.ms_since(created_at);
+                if lifetime_ms > self.max_lifetime_ms {
+                    return Err(RuleError::LifetimeTooLong {
+                        kind,
+                        lifetime_ms,
+                        max_ms: self.max_lifetime_ms,
+                    });
+                }
+            }
+            None => {
+                if now.ms_since(created_at) > self.max_age_ms {
+                    return Err(RuleError::Stale {
+                        kind,
+                        created_at,
+                        now,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The newest sequence number seen per signer, for one family of messages (for example a
+/// host's offers and withdrawals). Newer replaces older; equal or older is a replay.
+#[derive(Debug, Clone, Default)]
+pub struct SeqTracker {
+    newest: BTreeMap<PublicKey, u64>,
+}
+
+impl SeqTracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks `seq` from `signer` without recording it.
+    pub fn check(&self, signer: PublicKey, seq: u64) -> Result<(), RuleError> {
+        match self.newest.get(&signer) {
+            Some(&newest) if seq <= newest => Err(RuleError::Replay {
+                signer,
+                seq,
+                newest,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks `seq` and records it as the signer's newest.
+    pub fn observe(&mut self, signer: PublicKey, seq: u64) -> Result<(), RuleError> {
+        self.check(signer, seq)?;
+        self.newest.insert(signer, seq);
+        Ok(())
+    }
+
+    /// The newest seq seen from `signer`.
+    pub fn newest(&self, signer: &PublicKey) -> Option<u64> {
+        self.newest.get(signer).copied()
+    }
+
+    /// Forgets a signer (when its state is evicted).
+    pub fn forget(&mut self, signer: &PublicKey) {
+        self.newest.remove(signer);
+    }
+
+    /// Signers tracked.
+    pub fn len(&self) -> usize {
+        self.newest.len()
+    }
+
+    /// True when no signer is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.newest.is_empty()
+    }
+}
+
+fn same_signer(what: &'static str, expected: PublicKey, found: PublicKey) -> Result<(), RuleError> {
+    if expected != found {
+        return Err(RuleError::SignerMismatch {
+            what,
+            expected,
+            found,
+        });
+    }
+    Ok(())
+}
+
+fn same_id(what: &'static str, named: ContentId, actual: ContentId) -> Result<(), RuleError> {
+    if named != actual {
+        return Err(RuleError::WrongReference {
+            what,
+            named,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// An offer against the attestation it names: same signer, the right id, and every offered
+/// GPU present in it with the same memory, compute capability and family.
+pub fn offer_matches_attestation(
+    offer: &Verified<Offer>,
+    attestation: &Verified<Attestation>,
+) -> Result<(), RuleError> {
+    same_signer("the attestation", offer.signer(), attestation.signer())?;
+    same_id("offer.attestation", offer.attestation, attestation.id())?;
+    for gpu in offer.gpus.iter() {
+        let facts = attestation
+            .gpus
+            .iter()
+            .find(|f| f.uuid == gpu.uuid)
+            .ok_or(RuleError::GpuNotAttested { uuid: gpu.uuid })?;
+        let mismatch = |field| RuleError::GpuMismatch {
+            uuid: gpu.uuid,
+            field,
+        };
+        if facts.memory_total_bytes != gpu.memory_bytes {
+            return Err(mismatch("memory_bytes"));
+        }
+        if facts.compute_capability != gpu.compute_capability {
+            return Err(mismatch("compute_capability"));
+        }
+        if GpuFamily::classify(&facts.name).key() != gpu.family.as_str() {
+            return Err(mismatch("family"));
+        }
+        if gpu.pcie_gen != facts.pcie.max_gen.unwrap_or(0) {
+            return Err(mismatch("pcie_gen"));
+        }
+    }
+    Ok(())
+}
+
+/// A lease request against the offer it names: addressed to the offer's host, GPUs from the
+/// offer, price at least the offer's (or the spot floor for spot), duration in bounds, an
+/// image the offer lists.
+pub fn lease_request_matches_offer(
+    request: &Verified<LeaseRequest>,
+    offer: &Verified<Offer>,
+) -> Result<(), RuleError> {
+    same_id("request.offer", request.offer, offer.id())?;
+    same_signer("the offer", request.host, offer.signer())?;
+    for uuid in request.gpus.iter() {
+        if !offer.gpus.iter().any(|g| g.uuid == *uuid) {
+            return Err(RuleError::GpuNotOffered { uuid: *uuid });
+        }
+    }
+    let min = match request.kind {
+        LeaseKind::Spot => offer
+            .spot_floor_per_gpu_hour
+            .ok_or(RuleError::SpotNotOffered)?,
+        LeaseKind::OnDemand | LeaseKind::Reserved { .. } => offer.price_per_gpu_hour,
+    };
+    if request.price_per_gpu_hour < min {
+        return Err(RuleError::PriceBelowOffer {
+            price: request.price_per_gpu_hour,
+            min,
+        });
+    }
+    if request.duration_s < offer.min_duration_s || request.duration_s > offer.max_duration_s {
+        return Err(RuleError::DurationOutOfRange {
+            duration_s: request.duration_s,
+            min_s: offer.min_duration_s,
+            max_s: offer.max_duration_s,
+        });
+    }
+    if !offer.images.contains(&request.image) {
+        return Err(RuleError::ImageNotOffered);
+    }
+    Ok(())
+}
+
+/// A lease request against the standing bid it answers: same renter, the bid's id, a price
+/// within the bid's maximum, and the bid's GPU count, duration and kind.
+pub fn lease_request_within_bid(
+    request: &Verified<LeaseRequest>,
+    bid: &Verified<Bid>,
+) -> Result<(), RuleError> {
+    same_signer("the bid", bid.signer(), request.signer())?;
+    match request.bid {
+        Some(id) => same_id("request.bid", id, bid.id())?,
+        None => return Err(RuleError::BidMismatch { field: "bid" }),
+    }
+    if request.price_per_gpu_hour > bid.max_price_per_gpu_hour {
+        return Err(RuleError::PriceAboveBidMax {
+            price: request.price_per_gpu_hour,
+            max: bid.max_price_per_gpu_hour,
+        });
+    }
+    if !bid.allow_spread && request.gpus.len() != usize::from(bid.gpus) {
+        return Err(RuleError::BidMismatch { field: "gpus" });
+    }
+    if request.gpus.len() > usize::from(bid.gpus) {
+        return Err(RuleError::BidMismatch { field: "gpus" });
+    }
+    if request.duration_s != bid.duration_s {
+        return Err(RuleError::BidMismatch {
+            field: "duration_s",
+        });
+    }
+    if request.kind != bid.kind {
+        return Err(RuleError::BidMismatch { field: "kind" });
+    }
+    Ok(())
+}
+
+/// A host's acceptance against the request: signed by the request's host, naming the exact
+/// request bytes.
+pub fn accept_matches_request(
+    accept: &Verified<LeaseAccept>,
+    request: &Verified<LeaseRequest>,
+) -> Result<(), RuleError> {
+    same_signer("the acceptance", request.host, accept.signer())?;
+    same_id("accept.request", accept.request, request.id())
+}
+
+/// A receipt against its lease: from the host, bound to the lease id, price, escrow and GPU
+/// count, and billing no more than `gpus × max(60, seconds since started_at)` by its
+/// `created_at`.
+pub fn receipt_matches_lease(
+    receipt: &Verified<UsageReceipt>,
+    request: &Verified<LeaseRequest>,
+    started_at: Timestamp,
+) -> Result<(), RuleError> {
+    same_signer("the receipt", request.host, receipt.signer())?;
+    same_id("receipt.lease", receipt.lease, request.id())?;
+    if receipt.price_per_gpu_hour != request.price_per_gpu_hour {
+        return Err(RuleError::ReceiptMismatch {
+            field: "price_per_gpu_hour",
+        });
+    }
+    if receipt.escrow != request.escrow {
+        return Err(RuleError::ReceiptMismatch { field: "escrow" });
+    }
+    if usize::from(receipt.gpus) != request.gpus.len() {
+        return Err(RuleError::ReceiptMismatch { field: "gpus" });
+    }
+    let elapsed_s = receipt.created_at.ms_since(started_at) / 1000;
+    let max = u64::from(receipt.gpus).saturating_mul(crate::money::billed_seconds(elapsed_s));
+    if receipt.gpu_seconds > max {
+        return Err(RuleError::ReceiptTooHigh {
+            gpu_seconds: receipt.gpu_seconds,
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// A renter's acknowledgement against the receipt it countersigns.
+pub fn ack_matches_receipt(
+    ack: &Verified<ReceiptAck>,
+    receipt: &Verified<UsageReceipt>,
+    renter: PublicKey,
+) -> Result<(), RuleError> {
+    same_signer("the acknowledgement", renter, ack.signer())?;
+    same_id("ack.receipt", ack.receipt, receipt.id())?;
+    if ack.lease != receipt.lease {
+        return Err(RuleError::AckMismatch { field: "lease" });
+    }
+    if ack.seq != receipt.seq {
+        return Err(RuleError::AckMismatch { field: "seq" });
+    }
+    if ack.amount_due != receipt.amount_due {
+        return Err(RuleError::AckMismatch {
+            field: "amount_due",
+        });
+    }
+    Ok(())
+}

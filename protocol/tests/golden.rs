@@ -1,0 +1,115 @@
+//! Golden bytes: every message kind's encoding is pinned, so an accidental change to any
+//! wire type fails here. Regenerate deliberately with `GPUX_BLESS=1 cargo test -p
+//! gpux-protocol golden` (and bump the kind's version if the meaning changed; see
+//! docs/protocol.md).
+
+use std::path::PathBuf;
+
+use gpux_protocol::*;
+
+use crate::samples;
+
+fn golden_path(kind: MessageKind) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{}.hex", kind.name()))
+}
+
+#[test]
+fn every_kind_has_a_sample() {
+    let kinds: Vec<MessageKind> = samples::all_signed().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds, MessageKind::ALL.to_vec());
+}
+
+#[test]
+fn golden_bytes_are_pinned() {
+    let bless = std::env::var_os("GPUX_BLESS").is_some();
+    let mut failures = Vec::new();
+    for (kind, bytes) in samples::all_signed() {
+        let path = golden_path(kind);
+        let text = format!("{}\n", hex(&bytes));
+        if bless {
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        let pinned = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with GPUX_BLESS=1 once)", path.display()));
+        if pinned != text {
+            failures.push(kind);
+        }
+    }
+    assert!(failures.is_empty(), "encoding changed for {failures:?}");
+}
+
+#[test]
+fn golden_files_still_verify() {
+    // Old bytes must keep verifying: this is what a peer running the previous build sends.
+    for kind in MessageKind::ALL {
+        let text = std::fs::read_to_string(golden_path(*kind)).unwrap();
+        let bytes = unhex(text.trim()).unwrap();
+        let verified = AnySigned::from_bytes(bytes).unwrap().verify().unwrap();
+        assert_eq!(verified.kind(), *kind);
+    }
+}
+
+fn round_trip<T: Message + PartialEq + serde::Serialize + serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) {
+    let verified = Signed::<T>::from_bytes(bytes.to_vec())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(verified.as_bytes(), bytes);
+    assert_eq!(verified.id(), ContentId::of(bytes));
+    // Signing is deterministic (RFC 8032), so re-signing the decoded body gives the same bytes.
+    let key = [samples::host(), samples::renter(), samples::ledger()]
+        .into_iter()
+        .find(|k| k.public() == verified.signer())
+        .unwrap();
+    let again = Signed::sign(&key, verified.body().clone()).unwrap();
+    assert_eq!(again.as_bytes(), bytes, "{}", T::KIND);
+    // JSON (the local API's form) round-trips too.
+    let json = serde_json::to_string(verified.body()).unwrap();
+    let back: T = serde_json::from_str(&json).unwrap();
+    assert_eq!(&back, verified.body());
+}
+
+#[test]
+fn every_kind_round_trips() {
+    for (kind, bytes) in samples::all_signed() {
+        match kind {
+            MessageKind::Attestation => round_trip::<Attestation>(&bytes),
+            MessageKind::Offer => round_trip::<Offer>(&bytes),
+            MessageKind::OfferWithdrawal => round_trip::<OfferWithdrawal>(&bytes),
+            MessageKind::Bid => round_trip::<Bid>(&bytes),
+            MessageKind::LeaseRequest => round_trip::<LeaseRequest>(&bytes),
+            MessageKind::LeaseAccept => round_trip::<LeaseAccept>(&bytes),
+            MessageKind::LeaseReject => round_trip::<LeaseReject>(&bytes),
+            MessageKind::LeaseEnd => round_trip::<LeaseEnd>(&bytes),
+            MessageKind::PreemptionNotice => round_trip::<PreemptionNotice>(&bytes),
+            MessageKind::UsageReceipt => round_trip::<UsageReceipt>(&bytes),
+            MessageKind::ReceiptAck => round_trip::<ReceiptAck>(&bytes),
+            MessageKind::ChallengeRequest => round_trip::<ChallengeRequest>(&bytes),
+            MessageKind::ChallengeResponse => round_trip::<ChallengeResponse>(&bytes),
+            MessageKind::LogChunk => round_trip::<LogChunk>(&bytes),
+            MessageKind::EscrowLock => round_trip::<EscrowLock>(&bytes),
+            MessageKind::Redeem => round_trip::<Redeem>(&bytes),
+            MessageKind::Release => round_trip::<Release>(&bytes),
+            MessageKind::LedgerRecord => round_trip::<LedgerRecord>(&bytes),
+            other => panic!("no round-trip case for {other}"),
+        }
+    }
+}
+
+#[test]
+fn an_offer_book_entry_stays_under_one_kib() {
+    let (_, bytes) = samples::all_signed()
+        .into_iter()
+        .find(|(k, _)| *k == MessageKind::Offer)
+        .unwrap();
+    assert!(
+        bytes.len() < 1024,
+        "offer envelope is {} bytes",
+        bytes.len()
+    );
+}

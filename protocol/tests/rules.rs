@@ -1,0 +1,373 @@
+//! Validation rules that need a clock or another message.
+
+use gpux_protocol::validate::{self, RuleError, Rules, SeqTracker};
+use gpux_protocol::*;
+
+use crate::samples::{self, T0};
+
+fn chain() -> (
+    Verified<Attestation>,
+    Verified<Offer>,
+    Verified<LeaseRequest>,
+) {
+    let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
+    let offer = Signed::sign(&samples::host(), samples::offer_for(&att, 1)).unwrap();
+    let request = Signed::sign(&samples::renter(), samples::lease_request_for(&offer)).unwrap();
+    (att, offer, request)
+}
+
+#[test]
+fn time_rules() {
+    let rules = Rules::default();
+    let (att, offer, _) = chain();
+    assert_eq!(rules.check_time(&offer, T0), Ok(()));
+    assert!(matches!(
+        rules.check_time(&offer, T0.plus_secs(600)),
+        Err(RuleError::Expired { .. })
+    ));
+    // 30 s of skew is tolerated, 31 s is not.
+    assert_eq!(rules.check_time(&offer, Timestamp(T0.0 - 30_000)), Ok(()));
+    assert!(matches!(
+        rules.check_time(&offer, Timestamp(T0.0 - 31_000)),
+        Err(RuleError::FromTheFuture {
+            kind: MessageKind::Offer,
+            ..
+        })
+    ));
+    // Kinds without expiry go stale instead.
+    assert_eq!(rules.check_time(&att, T0.plus_secs(60)), Ok(()));
+    assert!(matches!(
+        rules.check_time(&att, T0.plus_secs(601)),
+        Err(RuleError::Stale { .. })
+    ));
+    // An offer may not live longer than the limit.
+    let mut long = samples::offer_for(&att, 2);
+    long.expires_at = T0.plus_secs(3601);
+    let long = Signed::sign(&samples::host(), long).unwrap();
+    assert!(matches!(
+        rules.check_time(&long, T0),
+        Err(RuleError::LifetimeTooLong { .. })
+    ));
+}
+
+#[test]
+fn sequence_numbers_replace_and_refuse_replays() {
+    let mut seqs = SeqTracker::new();
+    let host = samples::host().public();
+    let other = samples::renter().public();
+    assert_eq!(seqs.observe(host, 5), Ok(()));
+    assert_eq!(seqs.observe(host, 6), Ok(()));
+    assert_eq!(
+        seqs.observe(host, 6),
+        Err(RuleError::Replay {
+            signer: host,
+            seq: 6,
+            newest: 6
+        })
+    );
+    assert_eq!(
+        seqs.observe(host, 2),
+        Err(RuleError::Replay {
+            signer: host,
+            seq: 2,
+            newest: 6
+        })
+    );
+    assert_eq!(seqs.observe(other, 1), Ok(()));
+    assert_eq!(seqs.newest(&host), Some(6));
+    assert_eq!(seqs.len(), 2);
+}
+
+#[test]
+fn offer_must_match_its_attestation() {
+    let (att, offer, _) = chain();
+    assert_eq!(validate::offer_matches_attestation(&offer, &att), Ok(()));
+
+    let mut unknown_gpu = samples::offer_for(&att, 2);
+    unknown_gpu.gpus = BoundedVec::new(vec![OfferGpu {
+        uuid: samples::uuid(99),
+        ..att_gpu(&unknown_gpu)
+    }])
+    .unwrap();
+    let unknown_gpu = Signed::sign(&samples::host(), unknown_gpu).unwrap();
+    assert_eq!(
+        validate::offer_matches_attestation(&unknown_gpu, &att),
+        Err(RuleError::GpuNotAttested {
+            uuid: samples::uuid(99)
+        })
+    );
+
+    let mut bigger = samples::offer_for(&att, 3);
+    let mut first = att_gpu(&bigger);
+    first.memory_bytes += 1;
+    bigger.gpus = BoundedVec::new(vec![first]).unwrap();
+    let bigger = Signed::sign(&samples::host(), bigger).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&bigger, &att),
+        Err(RuleError::GpuMismatch {
+            field: "memory_bytes",
+            ..
+        })
+    ));
+
+    let mut renamed = samples::offer_for(&att, 4);
+    let mut first = att_gpu(&renamed);
+    first.family = BoundedString::new("a100").unwrap();
+    renamed.gpus = BoundedVec::new(vec![first]).unwrap();
+    let renamed = Signed::sign(&samples::host(), renamed).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&renamed, &att),
+        Err(RuleError::GpuMismatch {
+            field: "family",
+            ..
+        })
+    ));
+
+    // Someone else's attestation.
+    let foreign = Signed::sign(&samples::renter(), samples::attestation()).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&offer, &foreign),
+        Err(RuleError::SignerMismatch { .. })
+    ));
+    // The right signer, but another attestation than the one named.
+    let mut other = samples::attestation();
+    other.created_at = T0.plus_secs(1);
+    let other = Signed::sign(&samples::host(), other).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&offer, &other),
+        Err(RuleError::WrongReference { .. })
+    ));
+}
+
+fn att_gpu(offer: &Offer) -> OfferGpu {
+    offer.gpus[0].clone()
+}
+
+#[test]
+fn lease_request_must_fit_its_offer() {
+    let (_, offer, request) = chain();
+    assert_eq!(
+        validate::lease_request_matches_offer(&request, &offer),
+        Ok(())
+    );
+    let renter = samples::renter();
+    let sign = |r: LeaseRequest| Signed::sign(&renter, r).unwrap();
+
+    let mut cheap = samples::lease_request_for(&offer);
+    cheap.price_per_gpu_hour = MicroCredits(offer.price_per_gpu_hour.0 - 1);
+    assert!(matches!(
+        validate::lease_request_matches_offer(&sign(cheap), &offer),
+        Err(RuleError::PriceBelowOffer { .. })
+    ));
+
+    let mut spot = samples::lease_request_for(&offer);
+    spot.kind = LeaseKind::Spot;
+    spot.price_per_gpu_hour = offer.spot_floor_per_gpu_hour.unwrap();
+    assert_eq!(
+        validate::lease_request_matches_offer(&sign(spot.clone()), &offer),
+        Ok(())
+    );
+    spot.price_per_gpu_hour = MicroCredits(spot.price_per_gpu_hour.0 - 1);
+    assert!(matches!(
+        validate::lease_request_matches_offer(&sign(spot), &offer),
+        Err(RuleError::PriceBelowOffer { .. })
+    ));
+
+    let mut stranger = samples::lease_request_for(&offer);
+    stranger.gpus = BoundedVec::new(vec![samples::uuid(77)]).unwrap();
+    assert_eq!(
+        validate::lease_request_matches_offer(&sign(stranger), &offer),
+        Err(RuleError::GpuNotOffered {
+            uuid: samples::uuid(77)
+        })
+    );
+
+    let mut long = samples::lease_request_for(&offer);
+    long.duration_s = offer.max_duration_s + 1;
+    assert!(matches!(
+        validate::lease_request_matches_offer(&sign(long), &offer),
+        Err(RuleError::DurationOutOfRange { .. })
+    ));
+
+    let mut image = samples::lease_request_for(&offer);
+    image.image = ImageDigest([0; 32]);
+    assert_eq!(
+        validate::lease_request_matches_offer(&sign(image), &offer),
+        Err(RuleError::ImageNotOffered)
+    );
+
+    let mut wrong_host = samples::lease_request_for(&offer);
+    wrong_host.host = renter.public();
+    assert!(matches!(
+        validate::lease_request_matches_offer(&sign(wrong_host), &offer),
+        Err(RuleError::SignerMismatch { .. })
+    ));
+}
+
+#[test]
+fn lease_price_must_not_exceed_the_bid() {
+    let (_, offer, _) = chain();
+    let renter = samples::renter();
+    let mut bid = samples::bid();
+    bid.kind = LeaseKind::OnDemand;
+    bid.gpus = 1;
+    bid.duration_s = 3600;
+    let bid = Signed::sign(&renter, bid).unwrap();
+    let mut request = samples::lease_request_for(&offer);
+    request.bid = Some(bid.id());
+    request.price_per_gpu_hour = bid.max_price_per_gpu_hour;
+    request.escrow_amount = MicroCredits(10_000_000);
+    assert_eq!(
+        validate::lease_request_within_bid(&Signed::sign(&renter, request.clone()).unwrap(), &bid),
+        Ok(())
+    );
+    request.price_per_gpu_hour = MicroCredits(bid.max_price_per_gpu_hour.0 + 1);
+    assert!(matches!(
+        validate::lease_request_within_bid(&Signed::sign(&renter, request).unwrap(), &bid),
+        Err(RuleError::PriceAboveBidMax { .. })
+    ));
+}
+
+#[test]
+fn accept_receipt_and_ack_are_bound_to_the_lease() {
+    let (_, _, request) = chain();
+    let host = samples::host();
+    let renter = samples::renter();
+    let accept = Signed::sign(
+        &host,
+        LeaseAccept {
+            request: request.id(),
+            created_at: T0,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    assert_eq!(validate::accept_matches_request(&accept, &request), Ok(()));
+    let impostor = Signed::sign(
+        &renter,
+        LeaseAccept {
+            request: request.id(),
+            created_at: T0,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        validate::accept_matches_request(&impostor, &request),
+        Err(RuleError::SignerMismatch { .. })
+    ));
+
+    let started = request.created_at;
+    let receipt = Signed::sign(&host, samples::receipt_for(&request, 1, 60)).unwrap();
+    assert_eq!(
+        validate::receipt_matches_lease(&receipt, &request, started),
+        Ok(())
+    );
+
+    let mut pricey = samples::receipt_for(&request, 2, 60);
+    pricey.price_per_gpu_hour = MicroCredits(pricey.price_per_gpu_hour.0 * 2);
+    pricey.amount_due = money::cost(60, pricey.price_per_gpu_hour).unwrap();
+    assert_eq!(
+        validate::receipt_matches_lease(&Signed::sign(&host, pricey).unwrap(), &request, started),
+        Err(RuleError::ReceiptMismatch {
+            field: "price_per_gpu_hour"
+        })
+    );
+    // Billing more GPU-seconds than have elapsed.
+    let mut greedy = samples::receipt_for(&request, 3, 120);
+    greedy.created_at = started.plus_secs(90);
+    assert!(matches!(
+        validate::receipt_matches_lease(&Signed::sign(&host, greedy).unwrap(), &request, started),
+        Err(RuleError::ReceiptTooHigh {
+            gpu_seconds: 120,
+            max: 90
+        })
+    ));
+
+    let ack = Signed::sign(&renter, samples::ack_for(&receipt)).unwrap();
+    assert_eq!(
+        validate::ack_matches_receipt(&ack, &receipt, renter.public()),
+        Ok(())
+    );
+    let mut short = samples::ack_for(&receipt);
+    short.amount_due = MicroCredits(1);
+    assert_eq!(
+        validate::ack_matches_receipt(
+            &Signed::sign(&renter, short).unwrap(),
+            &receipt,
+            renter.public()
+        ),
+        Err(RuleError::AckMismatch {
+            field: "amount_due"
+        })
+    );
+}
+
+#[test]
+fn structural_rules_refuse_inconsistent_messages() {
+    let (_, offer, _) = chain();
+    let renter = samples::renter();
+    let invalid = |r: LeaseRequest| match Signed::sign(&renter, r) {
+        Err(SignError::Invalid { source, .. }) => source,
+        other => panic!("expected an invalid message, got {other:?}"),
+    };
+    let mut nvidia = samples::lease_request_for(&offer);
+    nvidia.env = BoundedVec::new(vec![EnvVar {
+        name: BoundedString::new("NVIDIA_VISIBLE_DEVICES").unwrap(),
+        value: BoundedString::new("all").unwrap(),
+    }])
+    .unwrap();
+    assert!(matches!(
+        invalid(nvidia),
+        InvalidMessage::Malformed {
+            field: "env.name",
+            ..
+        }
+    ));
+
+    let mut twice = samples::lease_request_for(&offer);
+    twice.gpus = BoundedVec::new(vec![samples::uuid(1), samples::uuid(1)]).unwrap();
+    assert!(matches!(
+        invalid(twice),
+        InvalidMessage::Duplicate { field: "gpus", .. }
+    ));
+
+    let mut broke = samples::lease_request_for(&offer);
+    broke.escrow_amount = MicroCredits(1);
+    assert!(matches!(
+        invalid(broke),
+        InvalidMessage::BelowMinimum {
+            field: "escrow_amount",
+            ..
+        }
+    ));
+
+    // A receipt whose amount is not the cost of its GPU-seconds cannot be signed.
+    let request = Signed::sign(&renter, samples::lease_request_for(&offer)).unwrap();
+    let mut receipt = samples::receipt_for(&request, 1, 60);
+    receipt.amount_due = MicroCredits(receipt.amount_due.0 + 1);
+    assert!(matches!(
+        Signed::sign(&samples::host(), receipt),
+        Err(SignError::Invalid {
+            source: InvalidMessage::Inconsistent {
+                field: "amount_due",
+                ..
+            },
+            ..
+        })
+    ));
+
+    // A reserved window that does not last the duration.
+    let mut bid = samples::bid();
+    bid.duration_s += 1;
+    assert!(matches!(
+        Signed::sign(&renter, bid),
+        Err(SignError::Invalid {
+            source: InvalidMessage::Inconsistent {
+                field: "duration_s",
+                ..
+            },
+            ..
+        })
+    ));
+}

@@ -1,0 +1,409 @@
+//! One deterministic sample of every message kind, with optional fields filled so that the
+//! golden bytes cover as much of each encoding as possible.
+
+use gpux_protocol::*;
+
+pub const T0: Timestamp = Timestamp(1_764_460_800_000);
+
+pub fn host() -> Keypair {
+    Keypair::from_seed(&[7; 32])
+}
+pub fn renter() -> Keypair {
+    Keypair::from_seed(&[8; 32])
+}
+pub fn ledger() -> Keypair {
+    Keypair::from_seed(&[9; 32])
+}
+
+pub fn uuid(n: u8) -> GpuUuid {
+    GpuUuid([n; 16])
+}
+
+pub fn image() -> ImageDigest {
+    ImageDigest([0xd1; 32])
+}
+
+fn s<const N: usize>(text: &str) -> BoundedString<N> {
+    BoundedString::new(text).unwrap()
+}
+
+fn ext_with_field() -> Ext {
+    let mut ext = Ext::new();
+    ext.insert(7, vec![1, 2, 3]).unwrap();
+    ext
+}
+
+pub fn gpu_facts(index: u32, name: &str, memory: u64, cc: (u8, u8)) -> GpuFacts {
+    GpuFacts {
+        index,
+        name: s(name),
+        uuid: uuid(index as u8 + 1),
+        serial: Some(s("1654922000123")),
+        board_part_number: Some(s("900-21010-0000-000")),
+        memory_total_bytes: memory,
+        compute_capability: ComputeCapability::new(cc.0, cc.1),
+        pcie: PcieFacts {
+            max_gen: Some(5),
+            max_width: Some(16),
+            current_gen: Some(5),
+            current_width: Some(16),
+        },
+        power_limit_mw: Some(700_000),
+        max_sm_clock_mhz: Some(1980),
+        max_memory_clock_mhz: Some(2619),
+        ecc: Some(EccFacts {
+            enabled: true,
+            corrected_total: Some(0),
+            uncorrected_total: None,
+        }),
+        mig: Some(MigFacts {
+            enabled: false,
+            instances: BoundedVec::empty(),
+        }),
+        confidential_compute: None,
+    }
+}
+
+pub fn attestation() -> Attestation {
+    let mib = 1u64 << 20;
+    Attestation {
+        created_at: T0,
+        driver_version: s("550.54.15"),
+        cuda_driver_version: Some(Version::new(12, 4, 0)),
+        nvml_version: s("12.550.54.15"),
+        gpus: BoundedVec::new(vec![
+            gpu_facts(0, "NVIDIA H100 80GB HBM3", 81_559 * mib, (9, 0)),
+            gpu_facts(1, "NVIDIA H100 80GB HBM3", 81_559 * mib, (9, 0)),
+        ])
+        .unwrap(),
+        ext: Ext::new(),
+    }
+}
+
+pub fn offer_for(att: &Verified<Attestation>, seq: u64) -> Offer {
+    Offer {
+        seq,
+        created_at: T0,
+        expires_at: T0.plus_secs(600),
+        attestation: att.id(),
+        gpus: BoundedVec::new(
+            att.gpus
+                .iter()
+                .map(|g| OfferGpu {
+                    uuid: g.uuid,
+                    family: s(GpuFamily::classify(&g.name).key()),
+                    memory_bytes: g.memory_total_bytes,
+                    compute_capability: g.compute_capability,
+                    pcie_gen: g.pcie.max_gen.unwrap_or(0),
+                })
+                .collect(),
+        )
+        .unwrap(),
+        price_per_gpu_hour: "2.10".parse().unwrap(),
+        spot_floor_per_gpu_hour: Some("0.90".parse().unwrap()),
+        min_duration_s: 60,
+        max_duration_s: 86_400,
+        region: s("eu-west"),
+        tier: EvidenceTier::SelfReported,
+        driver: Version::new(550, 54, 15),
+        cuda: Version::new(12, 4, 0),
+        images: BoundedVec::new(vec![image()]).unwrap(),
+        ext: Ext::new(),
+    }
+}
+
+pub fn lease_request_for(offer: &Verified<Offer>) -> LeaseRequest {
+    LeaseRequest {
+        created_at: T0.plus_secs(1),
+        expires_at: T0.plus_secs(31),
+        offer: offer.id(),
+        host: offer.signer(),
+        gpus: BoundedVec::new(vec![offer.gpus[0].uuid]).unwrap(),
+        price_per_gpu_hour: offer.price_per_gpu_hour,
+        duration_s: 3600,
+        kind: LeaseKind::OnDemand,
+        image: image(),
+        command: BoundedVec::new(vec![s("/bin/sh"), s("-c"), s("echo hello")]).unwrap(),
+        env: BoundedVec::new(vec![EnvVar {
+            name: s("BATCH_SIZE"),
+            value: s("64"),
+        }])
+        .unwrap(),
+        limits: ResourceLimits {
+            memory_bytes: 8 << 30,
+            cpu_millis: 4000,
+            pids: 512,
+            scratch_bytes: 1 << 30,
+        },
+        network: false,
+        escrow: EscrowId([0xe5; 16]),
+        escrow_amount: "2.10".parse().unwrap(),
+        bid: None,
+        ext: Ext::new(),
+    }
+}
+
+pub fn receipt_for(request: &Verified<LeaseRequest>, seq: u64, gpu_seconds: u64) -> UsageReceipt {
+    UsageReceipt {
+        lease: request.id(),
+        escrow: request.escrow,
+        price_per_gpu_hour: request.price_per_gpu_hour,
+        gpus: request.gpus.len() as u16,
+        seq,
+        created_at: T0.plus_secs(1 + gpu_seconds),
+        gpu_seconds,
+        amount_due: money::cost(gpu_seconds, request.price_per_gpu_hour).unwrap(),
+        usage: UsageSummary {
+            gpu_util_permille: 873,
+            gpu_memory_peak_bytes: 40 << 30,
+            memory_peak_bytes: 3 << 30,
+            cpu_millis_avg: 1200,
+        },
+        ext: Ext::new(),
+    }
+}
+
+pub fn ack_for(receipt: &Verified<UsageReceipt>) -> ReceiptAck {
+    ReceiptAck {
+        receipt: receipt.id(),
+        lease: receipt.lease,
+        seq: receipt.seq,
+        amount_due: receipt.amount_due,
+        created_at: receipt.created_at.plus_ms(50),
+        ext: Ext::new(),
+    }
+}
+
+pub fn bid() -> Bid {
+    Bid {
+        seq: 3,
+        created_at: T0,
+        expires_at: T0.plus_secs(300),
+        query: s("gpu=H100 vram>=80 region=eu"),
+        gpus: 2,
+        max_price_per_gpu_hour: "2.50".parse().unwrap(),
+        duration_s: 7200,
+        kind: LeaseKind::Reserved {
+            start: T0.plus_secs(3600),
+            end: T0.plus_secs(3600 + 7200),
+        },
+        allow_spread: false,
+        ext: ext_with_field(),
+    }
+}
+
+/// Every kind, signed, in kind-code order.
+pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
+    let (h, r, l) = (host(), renter(), ledger());
+    let att = Signed::sign(&h, attestation()).unwrap();
+    let offer = Signed::sign(&h, offer_for(&att, 1)).unwrap();
+    let request = Signed::sign(&r, lease_request_for(&offer)).unwrap();
+    let receipt = Signed::sign(&h, receipt_for(&request, 1, 60)).unwrap();
+    let ack = Signed::sign(&r, ack_for(&receipt)).unwrap();
+    let lease = request.id();
+    let escrow = request.escrow;
+    let mut all: Vec<(MessageKind, Vec<u8>)> = vec![
+        (MessageKind::Attestation, att.as_bytes().to_vec()),
+        (MessageKind::Offer, offer.as_bytes().to_vec()),
+    ];
+    let mut add = |kind, bytes: &[u8]| all.push((kind, bytes.to_vec()));
+    add(
+        MessageKind::OfferWithdrawal,
+        Signed::sign(
+            &h,
+            OfferWithdrawal {
+                seq: 2,
+                created_at: T0.plus_secs(5),
+                offer: offer.id(),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::Bid,
+        Signed::sign(&r, bid()).unwrap().as_bytes(),
+    );
+    add(MessageKind::LeaseRequest, request.as_bytes());
+    add(
+        MessageKind::LeaseAccept,
+        Signed::sign(
+            &h,
+            LeaseAccept {
+                request: lease,
+                created_at: T0.plus_secs(2),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::LeaseReject,
+        Signed::sign(
+            &h,
+            LeaseReject {
+                request: lease,
+                created_at: T0.plus_secs(2),
+                reason: RejectReason::GpusUnavailable,
+                detail: s("GPU-07 is leased until 12:00"),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::LeaseEnd,
+        Signed::sign(
+            &r,
+            LeaseEnd {
+                lease,
+                created_at: T0.plus_secs(90),
+                reason: EndReason::ContainerExited,
+                exit_code: Some(0),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::PreemptionNotice,
+        Signed::sign(
+            &h,
+            PreemptionNotice {
+                lease,
+                created_at: T0.plus_secs(30),
+                ends_at: T0.plus_secs(150),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(MessageKind::UsageReceipt, receipt.as_bytes());
+    add(MessageKind::ReceiptAck, ack.as_bytes());
+    let challenge = Signed::sign(
+        &r,
+        ChallengeRequest {
+            host: h.public(),
+            created_at: T0,
+            seed: [0x5e; 32],
+            n: 4,
+            gpu: Some(uuid(1)),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    add(MessageKind::ChallengeRequest, challenge.as_bytes());
+    add(
+        MessageKind::ChallengeResponse,
+        Signed::sign(
+            &h,
+            ChallengeResponse {
+                request: challenge.id(),
+                created_at: T0.plus_secs(1),
+                result_digest: ContentId([0xaa; 32]),
+                row_commitments: BoundedVec::new(vec![
+                    ContentId([1; 32]),
+                    ContentId([2; 32]),
+                    ContentId([3; 32]),
+                    ContentId([4; 32]),
+                ])
+                .unwrap(),
+                elapsed_ns: 1_234_567,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::LogChunk,
+        Signed::sign(
+            &h,
+            LogChunk {
+                lease,
+                seq: 0,
+                created_at: T0.plus_secs(3),
+                stream: LogStream::Stdout,
+                data: BoundedBytes::new(b"hello\n".to_vec()).unwrap(),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::EscrowLock,
+        Signed::sign(
+            &r,
+            EscrowLock {
+                escrow,
+                lease,
+                payer: r.public(),
+                payee: h.public(),
+                amount: "2.10".parse().unwrap(),
+                price_per_gpu_hour: "2.10".parse().unwrap(),
+                created_at: T0.plus_secs(2),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::Redeem,
+        Signed::sign(
+            &h,
+            Redeem {
+                escrow,
+                lease,
+                receipt: BoundedBytes::new(receipt.as_bytes().to_vec()).unwrap(),
+                ack: BoundedBytes::new(ack.as_bytes().to_vec()).unwrap(),
+                created_at: T0.plus_secs(70),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::Release,
+        Signed::sign(
+            &r,
+            Release {
+                escrow,
+                lease,
+                created_at: T0.plus_secs(95),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    add(
+        MessageKind::LedgerRecord,
+        Signed::sign(
+            &l,
+            LedgerRecord {
+                seq: 42,
+                created_at: T0.plus_secs(71),
+                op: ContentId([0x0b; 32]),
+                escrow,
+                entry: LedgerEntry::Redeemed {
+                    payee: h.public(),
+                    amount: MicroCredits(35_000),
+                    cumulative: MicroCredits(35_000),
+                    receipt_seq: 1,
+                },
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes(),
+    );
+    all
+}
