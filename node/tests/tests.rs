@@ -29,10 +29,16 @@ fn a_key_readable_by_others_is_refused_with_the_fix() {
     for bad in [0o644, 0o640, 0o604, 0o660, 0o610] {
         fs::set_permissions(&path, fs::Permissions::from_mode(bad)).unwrap();
         let err = load_key(tmp.path()).unwrap_err();
-        assert!(matches!(err, KeyFileError::Permissions { mode, .. } if mode == bad), "{err}");
+        assert!(
+            matches!(err, KeyFileError::Permissions { mode, .. } if mode == bad),
+            "{err}"
+        );
         let text = err.to_string();
         assert!(text.contains(&path.display().to_string()), "{text}");
-        assert!(text.contains(&format!("chmod 600 {}", path.display())), "{text}");
+        assert!(
+            text.contains(&format!("chmod 600 {}", path.display())),
+            "{text}"
+        );
     }
     // Owner-only modes are fine.
     for good in [0o600, 0o400] {
@@ -45,7 +51,10 @@ fn a_key_readable_by_others_is_refused_with_the_fix() {
 fn an_existing_key_is_never_overwritten() {
     let tmp = tempfile::tempdir().unwrap();
     let first = create_key(tmp.path()).unwrap();
-    assert!(matches!(create_key(tmp.path()), Err(KeyFileError::AlreadyExists { .. })));
+    assert!(matches!(
+        create_key(tmp.path()),
+        Err(KeyFileError::AlreadyExists { .. })
+    ));
     let (again, created) = init_key(tmp.path()).unwrap();
     assert!(!created);
     assert_eq!(again.public(), first.public());
@@ -69,21 +78,38 @@ fn missing_corrupt_and_odd_key_files_get_clear_errors() {
     assert!(err.to_string().contains("gpux init"), "{err}");
 
     let path = key_path(tmp.path());
-    for content in ["", "hello\n", "gpux node key v1\nnot-hex\n", "gpux node key v1\nabcd\n"] {
+    for content in [
+        "",
+        "hello\n",
+        "gpux node key v1\nnot-hex\n",
+        "gpux node key v1\nabcd\n",
+    ] {
         fs::write(&path, content).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
         let err = load_key(tmp.path()).unwrap_err();
-        assert!(matches!(err, KeyFileError::Malformed { .. }), "{content:?}: {err}");
+        assert!(
+            matches!(err, KeyFileError::Malformed { .. }),
+            "{content:?}: {err}"
+        );
         assert!(err.to_string().contains(&path.display().to_string()));
     }
     fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();
-    assert!(matches!(load_key(tmp.path()).unwrap_err(), KeyFileError::Malformed { .. }));
+    assert!(matches!(
+        load_key(tmp.path()).unwrap_err(),
+        KeyFileError::Malformed { .. }
+    ));
     fs::write(&path, vec![b'a'; 10_000]).unwrap();
-    assert!(matches!(load_key(tmp.path()).unwrap_err(), KeyFileError::Malformed { .. }));
+    assert!(matches!(
+        load_key(tmp.path()).unwrap_err(),
+        KeyFileError::Malformed { .. }
+    ));
 
     fs::remove_file(&path).unwrap();
     fs::create_dir(&path).unwrap();
-    assert!(matches!(load_key(tmp.path()).unwrap_err(), KeyFileError::NotAFile { .. }));
+    assert!(matches!(
+        load_key(tmp.path()).unwrap_err(),
+        KeyFileError::NotAFile { .. }
+    ));
 }
 
 #[test]
@@ -93,5 +119,8 @@ fn a_symlinked_key_is_refused() {
     let real = tempfile::tempdir().unwrap();
     create_key(real.path()).unwrap();
     std::os::unix::fs::symlink(key_path(real.path()), key_path(tmp.path())).unwrap();
-    assert!(matches!(load_key(tmp.path()).unwrap_err(), KeyFileError::NotAFile { .. }));
+    assert!(matches!(
+        load_key(tmp.path()).unwrap_err(),
+        KeyFileError::NotAFile { .. }
+    ));
 }

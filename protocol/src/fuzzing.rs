@@ -27,15 +27,9 @@ pub fn body<T: Message>(body: &[u8]) -> bool {
     bytes.extend_from_slice(&[0x11; 32]);
     bytes.extend_from_slice(body);
     bytes.extend_from_slice(&[0; SIGNATURE_LEN]);
-    match Signed::<T>::from_bytes(bytes) {
-        Ok(signed) => {
-            let decoded = signed.decode_body_unverified().is_ok();
-            // The zero signature can never verify.
-            assert!(signed.verify().is_err(), "a zero signature verified");
-            decoded
-        }
-        Err(_) => false,
-    }
+    // Signature checking is not what this target explores (the envelope target covers it),
+    // and skipping it keeps each run at decoder speed.
+    Signed::<T>::from_bytes(bytes).is_ok_and(|signed| signed.decode_body_unverified().is_ok())
 }
 
 /// Parses `data` as money text. Must never panic; whatever parses must print back to itself

@@ -41,9 +41,20 @@ fn init_then_id_print_the_same_peer_id() {
     let init = gpux(&["init", "--data-dir", dir_s], &[]);
     assert!(init.status.success(), "{}", stderr(&init));
     let text = stdout(&init);
-    let peer = text.lines().find_map(|l| l.strip_prefix("peer id: ")).unwrap().to_string();
+    let peer = text
+        .lines()
+        .find_map(|l| l.strip_prefix("peer id: "))
+        .unwrap()
+        .to_string();
     assert!(peer.starts_with("12D3KooW"), "{text}");
-    assert_eq!(fs::metadata(dir.join("node.key")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(dir.join("node.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
 
     let id = gpux(&["id", "--data-dir", dir_s], &[]);
     assert!(id.status.success(), "{}", stderr(&id));
@@ -72,7 +83,10 @@ fn id_refuses_a_key_others_can_read() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains(&key.display().to_string()), "{err}");
-    assert!(err.contains(&format!("chmod 600 {}", key.display())), "{err}");
+    assert!(
+        err.contains(&format!("chmod 600 {}", key.display())),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 

@@ -1,0 +1,45 @@
+# Shared helpers for scripts/*: find or install what the scripts need.
+# shellcheck shell=bash
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+ensure_rust() {
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "error: Rust is not installed. Install it with rustup (https://rustup.rs):" >&2
+        echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh" >&2
+        echo "then open a new shell and run this script again." >&2
+        exit 1
+    fi
+    local have need=1.88
+    have=$(rustc --version | awk '{print $2}')
+    if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
+        echo "error: rustc $have is too old; gpux needs $need or newer (rustup update stable)." >&2
+        exit 1
+    fi
+}
+
+# ensure_component NAME CHECK...: installs a rustup component when CHECK fails.
+ensure_component() {
+    local name=$1
+    shift
+    if ! "$@" >/dev/null 2>&1; then
+        say "installing rustup component $name"
+        rustup component add "$name"
+    fi
+}
+
+# ensure_cargo_tool BINARY CRATE [VERSION]: installs a cargo subcommand when missing.
+ensure_cargo_tool() {
+    local bin=$1 crate=$2 version=${3:-}
+    if ! command -v "$bin" >/dev/null 2>&1; then
+        say "installing $crate (once; takes a few minutes)"
+        if [ -n "$version" ]; then
+            cargo install --locked "$crate" --version "$version"
+        else
+            cargo install --locked "$crate"
+        fi
+    fi
+}
