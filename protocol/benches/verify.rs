@@ -37,6 +37,7 @@ fn make_offers(hosts: usize) -> Vec<Vec<u8>> {
             .collect();
         let offer = Offer {
             seq: i as u64 + 1,
+            slot: 0,
             created_at: T0,
             expires_at: T0.plus_secs(600),
             attestation: ContentId([i as u8; 32]),

@@ -403,7 +403,7 @@ fn small_order_encodings() -> &'static [[u8; 32]; 16] {
 }
 
 /// True when the low 255 bits of `r` encode a field element `y >= p = 2^255 - 19`.
-fn is_non_canonical_y(r: &[u8; 32]) -> bool {
+pub(crate) fn is_non_canonical_y(r: &[u8; 32]) -> bool {
     r[31] & 0x7f == 0x7f && r[1..31].iter().all(|&b| b == 0xff) && r[0] >= 0xed
 }
 

@@ -21,8 +21,9 @@ pub struct FamilyInfo {
     pub key: &'static str,
     /// Other names a query may use for it (`a10g` for `a10`).
     pub aliases: &'static [&'static str],
-    /// NVML name patterns: after dropping vendor words (`nvidia`, `geforce`, `tesla`) and
-    /// splitting on spaces and dashes, the name starts with one of these token sequences.
+    /// NVML name patterns: after lower-casing, splitting on spaces, dashes and underscores,
+    /// and dropping vendor words (`nvidia`, `geforce`, `tesla`, `quadro`), the name starts
+    /// with one of these token sequences (the longest match wins).
     pub patterns: &'static [&'static [&'static str]],
     /// The memory sizes the family is sold with, in GB as printed by the maker.
     pub nominal_vram_gb: &'static [u16],

@@ -22,6 +22,11 @@ impl PublicKey {
     /// Parses the key as a curve point and refuses small-order ("weak") keys, as
     /// `verify_strict` would.
     pub fn to_verifying_key(&self) -> Result<VerifyingKey, KeyError> {
+        // curve25519-dalek reduces a y >= p silently; other implementations refuse it, and so
+        // do we, so that every key has exactly one encoding.
+        if crate::envelope::is_non_canonical_y(&self.0) {
+            return Err(KeyError::NonCanonical);
+        }
         let key = VerifyingKey::from_bytes(&self.0).map_err(|_| KeyError::NotAPoint)?;
         if key.is_weak() {
             return Err(KeyError::Weak);
@@ -61,6 +66,9 @@ pub enum KeyError {
     /// The 32 bytes do not decode to a curve point.
     #[error("the public key is not a valid ed25519 point")]
     NotAPoint,
+    /// The encoding is not canonical (its y coordinate is not reduced modulo p).
+    #[error("the public key is not canonically encoded")]
+    NonCanonical,
     /// The key is of small order: anyone could forge signatures for it.
     #[error("the public key is a weak (small-order) point")]
     Weak,

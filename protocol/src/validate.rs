@@ -12,8 +12,8 @@ use crate::envelope::{Message, Verified};
 use crate::family::GpuFamily;
 use crate::key::PublicKey;
 use crate::messages::{
-    Attestation, Bid, LeaseAccept, LeaseKind, LeaseRequest, MessageKind, Offer, ReceiptAck,
-    UsageReceipt,
+    Attestation, Bid, ChallengeRequest, ChallengeResponse, EscrowLock, LeaseAccept, LeaseKind,
+    LeaseRequest, MessageKind, Offer, ReceiptAck, UsageReceipt,
 };
 use crate::money::MicroCredits;
 use crate::types::{ContentId, GpuUuid, Timestamp};
@@ -23,11 +23,15 @@ use crate::types::{ContentId, GpuUuid, Timestamp};
 pub struct Rules {
     /// How far in the future a `created_at` may be (clock skew), ms. Default 30 s.
     pub max_future_skew_ms: u64,
-    /// The longest an offer or bid may live from `created_at` to `expires_at`, ms.
-    /// Default 1 hour: hosts re-publish well before that.
+    /// The longest a message with an expiry (offer, bid, lease request) may live from
+    /// `created_at` to `expires_at`, ms. Default 1 hour: hosts re-publish well before that.
     pub max_lifetime_ms: u64,
     /// The oldest `created_at` accepted for kinds that do not expire, ms. Default 10 minutes.
     pub max_age_ms: u64,
+    /// The oldest attestation accepted, ms. Default 24 hours: offers (which live up to
+    /// `max_lifetime_ms`) point at an attestation, and the hardware does not change under
+    /// them; a host re-attests at least daily.
+    pub max_attestation_age_ms: u64,
 }
 
 impl Default for Rules {
@@ -36,6 +40,7 @@ impl Default for Rules {
             max_future_skew_ms: 30_000,
             max_lifetime_ms: 3_600_000,
             max_age_ms: 600_000,
+            max_attestation_age_ms: 86_400_000,
         }
     }
 }
@@ -86,11 +91,9 @@ pub enum RuleError {
         /// The local clock.
         now: Timestamp,
     },
-    /// A sequence number not newer than the newest seen from the signer.
-    #[error("replay: seq {seq} from {signer:?} is not newer than {newest}")]
+    /// A sequence number not newer than the newest seen for the same signer (and slot).
+    #[error("replay: seq {seq} is not newer than {newest}")]
     Replay {
-        /// The signer.
-        signer: PublicKey,
         /// The message's seq.
         seq: u64,
         /// The newest seq seen before.
@@ -188,6 +191,18 @@ pub enum RuleError {
         /// Possible.
         max: u64,
     },
+    /// An escrow lock contradicts the lease request it pays for.
+    #[error("the escrow lock's {field} does not match the lease request")]
+    EscrowMismatch {
+        /// The field.
+        field: &'static str,
+    },
+    /// A challenge response contradicts its request.
+    #[error("the challenge response's {field} does not match the request")]
+    ChallengeMismatch {
+        /// The field.
+        field: &'static str,
+    },
     /// An acknowledgement contradicts its receipt.
     #[error("the acknowledgement's {field} does not match the receipt")]
     AckMismatch {
@@ -233,7 +248,11 @@ impl Rules {
                 }
             }
             None => {
-                if now.ms_since(created_at) > self.max_age_ms {
+                let max_age = match kind {
+                    MessageKind::Attestation => self.max_attestation_age_ms,
+                    _ => self.max_age_ms,
+                };
+                if now.ms_since(created_at) > max_age {
                     return Err(RuleError::Stale {
                         kind,
                         created_at,
@@ -246,54 +265,59 @@ impl Rules {
     }
 }
 
-/// The newest sequence number seen per signer, for one family of messages (for example a
-/// host's offers and withdrawals). Newer replaces older; equal or older is a replay.
-#[derive(Debug, Clone, Default)]
-pub struct SeqTracker {
-    newest: BTreeMap<PublicKey, u64>,
+/// The newest sequence number seen per key, for one family of messages. The key is the
+/// signer, or the signer and a slot: `(host, offer.slot)` for offers, the renter for bids.
+/// Newer replaces older; equal or older is a replay.
+#[derive(Debug, Clone)]
+pub struct SeqTracker<K = PublicKey> {
+    newest: BTreeMap<K, u64>,
 }
 
-impl SeqTracker {
+impl<K: Ord> Default for SeqTracker<K> {
+    fn default() -> Self {
+        Self {
+            newest: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord> SeqTracker<K> {
     /// An empty tracker.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Checks `seq` from `signer` without recording it.
-    pub fn check(&self, signer: PublicKey, seq: u64) -> Result<(), RuleError> {
-        match self.newest.get(&signer) {
-            Some(&newest) if seq <= newest => Err(RuleError::Replay {
-                signer,
-                seq,
-                newest,
-            }),
+    /// Checks `seq` for `key` without recording it.
+    pub fn check(&self, key: &K, seq: u64) -> Result<(), RuleError> {
+        match self.newest.get(key) {
+            Some(&newest) if seq <= newest => Err(RuleError::Replay { seq, newest }),
             _ => Ok(()),
         }
     }
 
-    /// Checks `seq` and records it as the signer's newest.
-    pub fn observe(&mut self, signer: PublicKey, seq: u64) -> Result<(), RuleError> {
-        self.check(signer, seq)?;
-        self.newest.insert(signer, seq);
+    /// Checks `seq` and records it as the key's newest.
+    pub fn observe(&mut self, key: K, seq: u64) -> Result<(), RuleError> {
+        self.check(&key, seq)?;
+        self.newest.insert(key, seq);
         Ok(())
     }
 
-    /// The newest seq seen from `signer`.
-    pub fn newest(&self, signer: &PublicKey) -> Option<u64> {
-        self.newest.get(signer).copied()
+    /// The newest seq seen for `key`.
+    pub fn newest(&self, key: &K) -> Option<u64> {
+        self.newest.get(key).copied()
     }
 
-    /// Forgets a signer (when its state is evicted).
-    pub fn forget(&mut self, signer: &PublicKey) {
-        self.newest.remove(signer);
+    /// Forgets a key (when its state is evicted).
+    pub fn forget(&mut self, key: &K) {
+        self.newest.remove(key);
     }
 
-    /// Signers tracked.
+    /// Keys tracked.
     pub fn len(&self) -> usize {
         self.newest.len()
     }
 
-    /// True when no signer is tracked.
+    /// True when no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.newest.is_empty()
     }
@@ -487,6 +511,49 @@ pub fn ack_matches_receipt(
     if ack.amount_due != receipt.amount_due {
         return Err(RuleError::AckMismatch {
             field: "amount_due",
+        });
+    }
+    Ok(())
+}
+
+/// An escrow lock against the lease request it pays for: signed by the renter, who is the
+/// payer; paying the request's host; the request's escrow id, lease id, amount and price.
+pub fn escrow_lock_matches_request(
+    lock: &Verified<EscrowLock>,
+    request: &Verified<LeaseRequest>,
+) -> Result<(), RuleError> {
+    same_signer("the escrow lock", request.signer(), lock.signer())?;
+    same_id("lock.lease", lock.lease, request.id())?;
+    let mismatch = |field| Err(RuleError::EscrowMismatch { field });
+    if lock.payer != lock.signer() {
+        return mismatch("payer");
+    }
+    if lock.payee != request.host {
+        return mismatch("payee");
+    }
+    if lock.escrow != request.escrow {
+        return mismatch("escrow");
+    }
+    if lock.amount != request.escrow_amount {
+        return mismatch("amount");
+    }
+    if lock.price_per_gpu_hour != request.price_per_gpu_hour {
+        return mismatch("price_per_gpu_hour");
+    }
+    Ok(())
+}
+
+/// A challenge response against its request: from the challenged host, naming the request,
+/// with one row commitment per row.
+pub fn challenge_response_matches_request(
+    response: &Verified<ChallengeResponse>,
+    request: &Verified<ChallengeRequest>,
+) -> Result<(), RuleError> {
+    same_signer("the challenge response", request.host, response.signer())?;
+    same_id("response.request", response.request, request.id())?;
+    if response.row_commitments.len() as u64 != u64::from(request.n) {
+        return Err(RuleError::ChallengeMismatch {
+            field: "row_commitments",
         });
     }
     Ok(())

@@ -34,12 +34,25 @@ fn time_rules() {
             ..
         })
     ));
-    // Kinds without expiry go stale instead.
-    assert_eq!(rules.check_time(&att, T0.plus_secs(60)), Ok(()));
+    // Kinds without expiry go stale instead: after 10 minutes (attestations: a day).
+    let accept = Signed::sign(
+        &samples::host(),
+        LeaseAccept {
+            request: ContentId([1; 32]),
+            created_at: T0,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    assert_eq!(rules.check_time(&accept, T0.plus_secs(600)), Ok(()));
     assert!(matches!(
-        rules.check_time(&att, T0.plus_secs(601)),
-        Err(RuleError::Stale { .. })
+        rules.check_time(&accept, T0.plus_secs(601)),
+        Err(RuleError::Stale {
+            kind: MessageKind::LeaseAccept,
+            ..
+        })
     ));
+    assert_eq!(rules.check_time(&att, T0.plus_secs(601)), Ok(()));
     // An offer may not live longer than the limit.
     let mut long = samples::offer_for(&att, 2);
     long.expires_at = T0.plus_secs(3601);
@@ -59,23 +72,140 @@ fn sequence_numbers_replace_and_refuse_replays() {
     assert_eq!(seqs.observe(host, 6), Ok(()));
     assert_eq!(
         seqs.observe(host, 6),
-        Err(RuleError::Replay {
-            signer: host,
-            seq: 6,
-            newest: 6
-        })
+        Err(RuleError::Replay { seq: 6, newest: 6 })
     );
     assert_eq!(
         seqs.observe(host, 2),
-        Err(RuleError::Replay {
-            signer: host,
-            seq: 2,
-            newest: 6
-        })
+        Err(RuleError::Replay { seq: 2, newest: 6 })
     );
     assert_eq!(seqs.observe(other, 1), Ok(()));
     assert_eq!(seqs.newest(&host), Some(6));
     assert_eq!(seqs.len(), 2);
+}
+
+#[test]
+fn offers_in_different_slots_do_not_replace_each_other() {
+    let host = samples::host().public();
+    let mut by_slot: SeqTracker<(PublicKey, u16)> = SeqTracker::new();
+    assert_eq!(by_slot.observe((host, 0), 10), Ok(()));
+    // Slot 1's first offer has a lower seq than slot 0's newest: still accepted.
+    assert_eq!(by_slot.observe((host, 1), 4), Ok(()));
+    assert_eq!(
+        by_slot.observe((host, 1), 4),
+        Err(RuleError::Replay { seq: 4, newest: 4 })
+    );
+    assert_eq!(by_slot.observe((host, 0), 11), Ok(()));
+}
+
+#[test]
+fn attestations_stay_valid_for_a_day() {
+    let rules = Rules::default();
+    let (att, _, _) = chain();
+    assert_eq!(rules.check_time(&att, T0.plus_secs(23 * 3600)), Ok(()));
+    assert!(matches!(
+        rules.check_time(&att, T0.plus_secs(24 * 3600 + 1)),
+        Err(RuleError::Stale { .. })
+    ));
+}
+
+#[test]
+fn escrow_lock_must_fit_the_lease_request() {
+    let (_, _, request) = chain();
+    let renter = samples::renter();
+    let lock = |f: &dyn Fn(&mut EscrowLock)| {
+        let mut body = EscrowLock {
+            escrow: request.escrow,
+            lease: request.id(),
+            payer: renter.public(),
+            payee: request.host,
+            amount: request.escrow_amount,
+            price_per_gpu_hour: request.price_per_gpu_hour,
+            created_at: T0.plus_secs(2),
+            ext: Ext::new(),
+        };
+        f(&mut body);
+        Signed::sign(&renter, body).unwrap()
+    };
+    assert_eq!(
+        validate::escrow_lock_matches_request(&lock(&|_| {}), &request),
+        Ok(())
+    );
+    let third = Keypair::from_seed(&[3; 32]).public();
+    for (field, change) in [
+        (
+            "payer",
+            Box::new(move |l: &mut EscrowLock| l.payer = third) as Box<dyn Fn(&mut EscrowLock)>,
+        ),
+        ("payee", Box::new(move |l: &mut EscrowLock| l.payee = third)),
+        (
+            "escrow",
+            Box::new(|l: &mut EscrowLock| l.escrow = EscrowId([0; 16])),
+        ),
+        (
+            "amount",
+            Box::new(|l: &mut EscrowLock| l.amount = MicroCredits(l.amount.0 + 1)),
+        ),
+        (
+            "price_per_gpu_hour",
+            Box::new(|l: &mut EscrowLock| l.price_per_gpu_hour = MicroCredits(1)),
+        ),
+    ] {
+        assert_eq!(
+            validate::escrow_lock_matches_request(&lock(&*change), &request),
+            Err(RuleError::EscrowMismatch { field }),
+        );
+    }
+    // Someone else locking money for this lease.
+    let stranger = Signed::sign(&samples::host(), lock(&|_| {}).body().clone()).unwrap();
+    assert!(matches!(
+        validate::escrow_lock_matches_request(&stranger, &request),
+        Err(RuleError::SignerMismatch { .. })
+    ));
+}
+
+#[test]
+fn challenge_response_must_answer_its_request() {
+    let host = samples::host();
+    let request = Signed::sign(
+        &samples::renter(),
+        ChallengeRequest {
+            host: host.public(),
+            created_at: T0,
+            seed: [1; 32],
+            n: 2,
+            gpu: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let respond = |rows: usize, key: &Keypair| {
+        Signed::sign(
+            key,
+            ChallengeResponse {
+                request: request.id(),
+                created_at: T0.plus_secs(1),
+                result_digest: ContentId([9; 32]),
+                row_commitments: BoundedVec::new(vec![ContentId([1; 32]); rows]).unwrap(),
+                elapsed_ns: 1000,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        validate::challenge_response_matches_request(&respond(2, &host), &request),
+        Ok(())
+    );
+    assert_eq!(
+        validate::challenge_response_matches_request(&respond(3, &host), &request),
+        Err(RuleError::ChallengeMismatch {
+            field: "row_commitments"
+        })
+    );
+    assert!(matches!(
+        validate::challenge_response_matches_request(&respond(2, &samples::renter()), &request),
+        Err(RuleError::SignerMismatch { .. })
+    ));
 }
 
 #[test]
@@ -330,6 +460,18 @@ fn structural_rules_refuse_inconsistent_messages() {
     assert!(matches!(
         invalid(twice),
         InvalidMessage::Duplicate { field: "gpus", .. }
+    ));
+
+    // An offer listing no image can never be leased.
+    let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
+    let mut imageless = samples::offer_for(&att, 9);
+    imageless.images = BoundedVec::empty();
+    assert!(matches!(
+        Signed::sign(&samples::host(), imageless),
+        Err(SignError::Invalid {
+            source: InvalidMessage::Empty { field: "images" },
+            ..
+        })
     ));
 
     let mut broke = samples::lease_request_for(&offer);

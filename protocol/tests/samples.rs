@@ -83,6 +83,7 @@ pub fn attestation() -> Attestation {
 pub fn offer_for(att: &Verified<Attestation>, seq: u64) -> Offer {
     Offer {
         seq,
+        slot: 0,
         created_at: T0,
         expires_at: T0.plus_secs(600),
         attestation: att.id(),

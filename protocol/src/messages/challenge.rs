@@ -4,7 +4,9 @@
 use crate::codec::{BoundedVec, Ext};
 use crate::envelope::Message;
 use crate::key::PublicKey;
-use crate::messages::{InvalidMessage, MessageKind, ensure_at_most, ensure_nonzero};
+use crate::messages::{
+    InvalidMessage, MessageKind, ensure_at_most, ensure_nonempty, ensure_nonzero,
+};
 use crate::types::{ContentId, GpuUuid, Timestamp};
 
 /// The largest matrix dimension a challenge may ask for.
@@ -80,7 +82,7 @@ impl Message for ChallengeResponse {
     const KIND: MessageKind = MessageKind::ChallengeResponse;
 
     fn check(&self) -> Result<(), InvalidMessage> {
-        ensure_nonzero("row_commitments", self.row_commitments.len() as u64)?;
+        ensure_nonempty("row_commitments", &self.row_commitments)?;
         ensure_nonzero("elapsed_ns", self.elapsed_ns)
     }
 

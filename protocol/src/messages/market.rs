@@ -20,8 +20,12 @@ pub const MAX_QUERY_BYTES: usize = 1024;
 /// The most GPUs one bid may ask for.
 pub const MAX_BID_GPUS: u64 = 64;
 
-/// GPUs for rent. Published on `gpux/offers/1/<family>` (the family of its first GPU); a newer
-/// `seq` from the same host replaces an older offer with the same `seq` lineage.
+/// GPUs for rent. Published on `gpux/offers/1/<family>` (the family of its first GPU).
+///
+/// A host may have several offers at once, one per `slot` (a machine with more than
+/// [`MAX_OFFER_GPUS`] GPUs, or GPUs at different prices). An offer replaces the host's
+/// previous offer in the same slot when its `seq` is higher; an equal or lower `seq` for that
+/// slot is a replay.
 #[derive(
     Debug,
     Clone,
@@ -35,6 +39,8 @@ pub const MAX_BID_GPUS: u64 = 64;
 pub struct Offer {
     /// The host's sequence number: strictly increasing over all its offers and withdrawals.
     pub seq: u64,
+    /// Which of the host's offers this is (see above).
+    pub slot: u16,
     /// When the offer was made.
     pub created_at: Timestamp,
     /// When it lapses unless re-published.
@@ -97,7 +103,7 @@ impl Message for Offer {
         ensure_nonempty("gpus", &self.gpus)?;
         ensure_unique("gpus.uuid", self.gpus.iter().map(|g| g.uuid))?;
         for gpu in self.gpus.iter() {
-            ensure_token("gpus.family", &gpu.family, 24)?;
+            ensure_token("gpus.family", &gpu.family)?;
             ensure_nonzero("gpus.memory_bytes", gpu.memory_bytes)?;
         }
         ensure_nonzero("price_per_gpu_hour", self.price_per_gpu_hour.0)?;
@@ -116,7 +122,9 @@ impl Message for Offer {
                 reason: "longer than max_duration_s",
             });
         }
-        ensure_token("region", &self.region, 32)?;
+        ensure_token("region", &self.region)?;
+        // An offer without images can never be leased: a lease names one of them.
+        ensure_nonempty("images", &self.images)?;
         ensure_unique("images", self.images.iter().copied())?;
         Ok(())
     }

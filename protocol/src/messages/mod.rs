@@ -334,15 +334,11 @@ pub(crate) fn ensure_unique<T: Ord + fmt::Display>(
     Ok(())
 }
 
-/// A short lower-case token: `[a-z0-9-]`, 1 to `max` bytes, not starting or ending with `-`.
+/// A lower-case token: `[a-z0-9-]`, not empty, not starting or ending with `-`.
 /// Used for family keys and regions, which also appear in topics and queries.
-pub(crate) fn ensure_token(
-    field: &'static str,
-    text: &str,
-    max: usize,
-) -> Result<(), InvalidMessage> {
+/// Its length limit is the field's `BoundedString` size, already enforced by decoding.
+pub(crate) fn ensure_token(field: &'static str, text: &str) -> Result<(), InvalidMessage> {
     let ok = !text.is_empty()
-        && text.len() <= max
         && text
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -351,7 +347,7 @@ pub(crate) fn ensure_token(
     if !ok {
         return Err(InvalidMessage::Malformed {
             field,
-            reason: "expected 1 to 32 characters of a-z, 0-9 and inner '-'",
+            reason: "expected a-z, 0-9 and inner '-' only",
         });
     }
     Ok(())
