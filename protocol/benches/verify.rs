@@ -73,7 +73,7 @@ fn raw_verify(offers: &[Vec<u8>], preparsed: Option<&[VerifyingKey]>) -> usize {
 }
 
 fn full_validation(owned: Vec<Vec<u8>>, rules: &Rules) -> usize {
-    let mut seqs = SeqTracker::new();
+    let mut seqs: SeqTracker<(PublicKey, u16)> = SeqTracker::new();
     let now = T0.plus_secs(1);
     let mut ok = 0;
     for bytes in owned {
@@ -81,7 +81,9 @@ fn full_validation(owned: Vec<Vec<u8>>, rules: &Rules) -> usize {
             continue;
         };
         if rules.check_time(&verified, now).is_ok()
-            && seqs.observe(verified.signer(), verified.seq).is_ok()
+            && seqs
+                .observe((verified.signer(), verified.slot), verified.seq)
+                .is_ok()
         {
             ok += 1;
         }
@@ -90,7 +92,7 @@ fn full_validation(owned: Vec<Vec<u8>>, rules: &Rules) -> usize {
 }
 
 fn batch_validation(owned: Vec<Vec<u8>>, rules: &Rules, batch: usize) -> usize {
-    let mut seqs = SeqTracker::new();
+    let mut seqs: SeqTracker<(PublicKey, u16)> = SeqTracker::new();
     let now = T0.plus_secs(1);
     let mut ok = 0;
     let mut iter = owned.into_iter().peekable();
@@ -102,7 +104,9 @@ fn batch_validation(owned: Vec<Vec<u8>>, rules: &Rules, batch: usize) -> usize {
             .collect();
         for verified in verify_batch(chunk).into_iter().flatten() {
             if rules.check_time(&verified, now).is_ok()
-                && seqs.observe(verified.signer(), verified.seq).is_ok()
+                && seqs
+                    .observe((verified.signer(), verified.slot), verified.seq)
+                    .is_ok()
             {
                 ok += 1;
             }

@@ -213,7 +213,8 @@ pub enum RuleError {
 
 impl Rules {
     /// Freshness of any message at `now`: not from the future beyond the skew; not expired;
-    /// not living longer than allowed; for kinds without expiry, not older than `max_age_ms`.
+    /// not living longer than allowed; for kinds without expiry, not older than `max_age_ms`
+    /// (`max_attestation_age_ms` for attestations).
     pub fn check_time<T: Message>(
         &self,
         msg: &Verified<T>,

@@ -37,7 +37,8 @@ pub const MAX_BID_GPUS: u64 = 64;
     serde::Deserialize,
 )]
 pub struct Offer {
-    /// The host's sequence number: strictly increasing over all its offers and withdrawals.
+    /// The host's sequence number. Readers require it to grow within a slot; hosts keep one
+    /// counter for all their offers and withdrawals, so it grows across slots too.
     pub seq: u64,
     /// Which of the host's offers this is (see above).
     pub slot: u16,
@@ -163,7 +164,8 @@ impl Offer {
     serde::Deserialize,
 )]
 pub struct OfferWithdrawal {
-    /// The host's sequence number, higher than the withdrawn offer's.
+    /// The host's sequence number, higher than the withdrawn offer's (checked against the
+    /// withdrawn offer's slot).
     pub seq: u64,
     /// When.
     pub created_at: Timestamp,
