@@ -1,6 +1,14 @@
-//! The gpux market engine.
+//! The gpux market engine: the query language, the order book, matching, the settlement
+//! ledger and reputation. Pure: no async code, no clock, no I/O. Time comes in as an argument.
 //!
-//! **Status: empty.** The query language, order book, matching, settlement ledger and
-//! reputation arrive with the market-engine issue; until then this crate exports nothing,
-//! so no caller can mistake it for working code. It will depend only on `gpux-protocol` and
-//! stay free of async code, clocks and I/O: time comes in as an argument.
+//! ```
+//! use gpux_market::query::Query;
+//!
+//! let query = Query::parse("gpu=H100 vram>=80 count>=2 price<=2.5 region=eu")?;
+//! assert_eq!(query.clauses.len(), 5);
+//! let typo = Query::parse("gpu=H100 vrma>=80").unwrap_err();
+//! assert_eq!(typo.to_string(), "unknown field 'vrma' at column 10; did you mean 'vram'?");
+//! # Ok::<(), gpux_market::query::QueryError>(())
+//! ```
+
+pub mod query;
