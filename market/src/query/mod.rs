@@ -396,10 +396,10 @@ pub(crate) fn closest<'a>(
 ) -> Option<&'a str> {
     let word = word.to_ascii_lowercase();
     let candidates: Vec<&'a str> = candidates.into_iter().collect();
-    if word.len() >= 3 {
-        if let Some(c) = candidates.iter().find(|c| c.starts_with(&word)) {
-            return Some(c);
-        }
+    if word.len() >= 3
+        && let Some(c) = candidates.iter().find(|c| c.starts_with(&word))
+    {
+        return Some(c);
     }
     candidates
         .into_iter()
@@ -418,8 +418,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
