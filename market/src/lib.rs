@@ -12,3 +12,10 @@
 //! ```
 
 pub mod query;
+
+pub mod book;
+
+pub use book::{
+    Allocation, BidError, BidSpec, BookConfig, Hit, InsertError, Inserted, MatchError, OrderBook,
+    ReserveError, WithdrawError,
+};

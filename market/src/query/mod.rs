@@ -19,6 +19,7 @@ use gpux_protocol::{GpuFamily, ImageDigest, PublicKey};
 
 pub use lexer::CompareOp;
 pub use parser::parse;
+pub(crate) use parser::{cc_key, tier_key, version_key};
 
 /// The longest query accepted, in bytes (the same limit as a bid's query on the wire).
 pub const MAX_QUERY_BYTES: usize = gpux_protocol::MAX_QUERY_BYTES;

@@ -1,0 +1,346 @@
+//! Matching bids against the book, and booking the GPUs of a lease.
+//!
+//! Priority is price, then host reliability (descending), then age: the book's index order.
+//! By default every GPU of a lease comes from one offer (one machine); a bid may allow
+//! spreading over several. Kinds:
+//!
+//! - **on-demand** runs `[now, now + duration)`, pays the offer's price and is never
+//!   preempted. It may preempt spot leases on the GPUs it needs; it then starts after the
+//!   notice period.
+//! - **spot** pays its bid price (at least the offer's spot floor), runs like on-demand, and
+//!   may preempt lower-priced spot leases after the notice period.
+//! - **reserved** books a future window `[start, end)` at the offer's price; it needs GPUs
+//!   with no booking at all in the window, so overlapping windows never both match.
+
+use gpux_protocol::{Bid, ContentId, GpuUuid, LeaseKind, MicroCredits, PublicKey, Timestamp, Verified};
+
+use super::filter::{Facts, clause_holds, price_bounds};
+use super::{Booking, Entry, OrderBook};
+use crate::query::{Query, QueryError};
+
+/// What a renter wants, ready to match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BidSpec {
+    /// Constraints.
+    pub query: Query,
+    /// GPUs wanted.
+    pub gpus: u16,
+    /// Most paid per GPU-hour (for spot: the price bid).
+    pub max_price: MicroCredits,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// On-demand, spot or reserved.
+    pub kind: LeaseKind,
+    /// Whether GPUs may come from several offers.
+    pub allow_spread: bool,
+}
+
+impl BidSpec {
+    /// The spec of a verified bid (its query parsed).
+    pub fn from_bid(bid: &Verified<Bid>) -> Result<Self, QueryError> {
+        Ok(Self {
+            query: Query::parse(&bid.query)?,
+            gpus: bid.gpus,
+            max_price: bid.max_price_per_gpu_hour,
+            duration_s: bid.duration_s,
+            kind: bid.kind,
+            allow_spread: bid.allow_spread,
+        })
+    }
+
+    /// The window a match would occupy, given `now` and any preemption delay.
+    fn window(&self, now: u64, delay: u64) -> (u64, u64) {
+        match self.kind {
+            LeaseKind::Reserved { start, end } => (start.0, end.0),
+            LeaseKind::OnDemand | LeaseKind::Spot => {
+                let start = now.saturating_add(delay);
+                (start, start.saturating_add(u64::from(self.duration_s) * 1000))
+            }
+        }
+    }
+
+    /// The price a spot booking of this bid would carry (None for other kinds).
+    fn spot_price(&self) -> Option<u64> {
+        matches!(self.kind, LeaseKind::Spot).then_some(self.max_price.0)
+    }
+}
+
+/// GPUs of one offer for one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// The offer.
+    pub offer: ContentId,
+    /// Its host.
+    pub host: PublicKey,
+    /// The GPUs.
+    pub gpus: Vec<GpuUuid>,
+    /// Price per GPU-hour the lease pays.
+    pub price_per_gpu_hour: MicroCredits,
+    /// The lease kind.
+    pub kind: LeaseKind,
+    /// Window start (later than now when spot leases must be preempted first).
+    pub start: Timestamp,
+    /// Window end.
+    pub end: Timestamp,
+    /// Spot leases that must end (at `start`) to free the GPUs.
+    pub preempts: Vec<ContentId>,
+}
+
+/// Why a bid matched nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MatchError {
+    /// No offer (or set of offers, when spreading) can satisfy it now.
+    #[error("no offer satisfies the bid")]
+    NoMatch,
+    /// A reserved window that has already started.
+    #[error("the reserved window starts in the past")]
+    WindowInThePast,
+    /// Zero GPUs or zero duration.
+    #[error("a bid needs at least one GPU and one second")]
+    Empty,
+}
+
+/// Why GPUs could not be booked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReserveError {
+    /// The offer is not in the book.
+    #[error("unknown offer")]
+    UnknownOffer,
+    /// A GPU is not part of the offer.
+    #[error("GPU {0} is not in the offer")]
+    UnknownGpu(GpuUuid),
+    /// A GPU is booked for an overlapping window that this lease may not preempt.
+    #[error("GPU {0} is booked for an overlapping window")]
+    Unavailable(GpuUuid),
+    /// The lease id is already booked.
+    #[error("the lease is already booked")]
+    DuplicateLease,
+}
+
+/// How a GPU can serve a window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Availability {
+    Free,
+    /// Free once these spot leases are preempted.
+    Preempt(Vec<ContentId>),
+    Busy,
+}
+
+fn availability(entry: &Entry, gpu: u8, window: (u64, u64), spec_spot: Option<u64>, reserved: bool) -> Availability {
+    let mut preempt = Vec::new();
+    for b in entry.bookings.iter().filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end) {
+        // A reservation never preempts; on-demand preempts any spot lease; spot preempts
+        // only lower spot bids.
+        let may_preempt = !reserved
+            && match (b.spot_price, spec_spot) {
+                (Some(_), None) => true,
+                (Some(theirs), Some(ours)) => theirs < ours,
+                (None, _) => false,
+            };
+        if !may_preempt {
+            return Availability::Busy;
+        }
+        preempt.push(b.lease);
+    }
+    if preempt.is_empty() { Availability::Free } else { Availability::Preempt(preempt) }
+}
+
+impl OrderBook {
+    /// Whether an entry takes this bid at all (clauses aside): price, duration, kind.
+    pub(crate) fn takes(entry: &Entry, spec: &BidSpec) -> bool {
+        let price_ok = match spec.kind {
+            LeaseKind::Spot => entry.spot_floor.is_some_and(|f| f <= spec.max_price.0),
+            LeaseKind::OnDemand | LeaseKind::Reserved { .. } => entry.price <= spec.max_price.0,
+        };
+        price_ok && entry.min_duration_s <= spec.duration_s && spec.duration_s <= entry.max_duration_s
+    }
+
+    /// GPUs of `entry` free for the whole window without preempting anyone.
+    fn free_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
+        let reserved = matches!(spec.kind, LeaseKind::Reserved { .. });
+        (0..entry.gpus.len() as u8)
+            .filter(|&g| availability(entry, g, window, spec.spot_price(), reserved) == Availability::Free)
+            .map(|g| (g, Vec::new()))
+            .collect()
+    }
+
+    /// GPUs of `entry` usable for `window` if spot leases on them are preempted (those first
+    /// that need no preemption).
+    fn preemptible_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
+        let mut free = Vec::new();
+        let mut preempt = Vec::new();
+        for g in 0..entry.gpus.len() as u8 {
+            match availability(entry, g, window, spec.spot_price(), false) {
+                Availability::Free => free.push((g, Vec::new())),
+                Availability::Preempt(leases) => preempt.push((g, leases)),
+                Availability::Busy => {}
+            }
+        }
+        free.extend(preempt);
+        free
+    }
+
+    fn allocation(entry: &Entry, spec: &BidSpec, window: (u64, u64), picked: &[(u8, Vec<ContentId>)]) -> Allocation {
+        let mut preempts: Vec<ContentId> = picked.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        preempts.sort_unstable();
+        preempts.dedup();
+        Allocation {
+            offer: entry.id,
+            host: entry.host_key,
+            gpus: picked.iter().map(|(g, _)| entry.gpus[usize::from(*g)]).collect(),
+            price_per_gpu_hour: match spec.kind {
+                LeaseKind::Spot => spec.max_price,
+                _ => MicroCredits(entry.price),
+            },
+            kind: spec.kind,
+            start: Timestamp(window.0),
+            end: Timestamp(window.1),
+            preempts,
+        }
+    }
+
+    /// Matches a bid at `now`: the best offer (or offers, when spreading is allowed) that
+    /// satisfies every clause, the price, the duration bounds and the kind, best first by
+    /// price, reliability and age. Nothing is booked; see [`OrderBook::reserve`].
+    pub fn match_bid(&self, spec: &BidSpec, now: Timestamp) -> Result<Vec<Allocation>, MatchError> {
+        let now = now.0;
+        if spec.gpus == 0 || spec.duration_s == 0 {
+            return Err(MatchError::Empty);
+        }
+        if let LeaseKind::Reserved { start, .. } = spec.kind
+            && start.0 < now
+        {
+            return Err(MatchError::WindowInThePast);
+        }
+        let buckets = self.candidate_buckets(&spec.query.clauses);
+        let (lo, hi) = price_bounds(&spec.query.clauses);
+        // Spot bids walk the spot-floor index, the others the price index, both capped by the
+        // bid's maximum. `price` clauses bound the offer's price, which only the price index
+        // is ordered by.
+        let spot = matches!(spec.kind, LeaseKind::Spot);
+        let (lo, hi) = if spot { (0, spec.max_price.0) } else { (lo, hi.min(spec.max_price.0)) };
+        let mut wanted = usize::from(spec.gpus);
+        let mut allocations = Vec::new();
+        for key in self.merged(&buckets, lo, hi, spot) {
+            let Some(entry) = self.entry(key.3) else { continue };
+            if entry.expires_at <= now || !Self::takes(entry, spec) {
+                continue;
+            }
+            let facts = Facts::new(entry, now, &self.hosts, &self.regions);
+            if !spec.query.clauses.iter().all(|c| clause_holds(c, &facts)) {
+                continue;
+            }
+            let window = spec.window(now, 0);
+            let free = Self::free_gpus(entry, spec, window);
+            if spec.allow_spread {
+                // Spreading takes free GPUs only; it never preempts.
+                if free.is_empty() {
+                    continue;
+                }
+                let take = free.len().min(wanted);
+                allocations.push(Self::allocation(entry, spec, window, &free[..take]));
+                wanted -= take;
+                if wanted == 0 {
+                    return Ok(allocations);
+                }
+            } else if free.len() >= wanted {
+                return Ok(vec![Self::allocation(entry, spec, window, &free[..wanted])]);
+            } else if !matches!(spec.kind, LeaseKind::Reserved { .. }) {
+                // Preempted spot leases run until their notice ends; this lease starts then.
+                let delayed = spec.window(now, self.config.spot_notice_ms);
+                let usable = Self::preemptible_gpus(entry, spec, delayed);
+                if usable.len() >= wanted {
+                    return Ok(vec![Self::allocation(entry, spec, delayed, &usable[..wanted])]);
+                }
+            }
+        }
+        Err(MatchError::NoMatch)
+    }
+
+    /// Books an allocation's GPUs for `lease`, atomically: either every GPU is booked or
+    /// none is. Spot leases the allocation preempts are cut to end at its start. Fails if any
+    /// GPU has an overlapping booking it may not preempt (the host is the authority: this is
+    /// the check behind every `LeaseAccept`).
+    pub fn reserve(&mut self, allocation: &Allocation, lease: ContentId) -> Result<(), ReserveError> {
+        if self.leases.contains_key(&lease) {
+            return Err(ReserveError::DuplicateLease);
+        }
+        let idx = *self.by_id.get(&allocation.offer).ok_or(ReserveError::UnknownOffer)?;
+        let entry = self.entries[idx as usize].as_mut().ok_or(ReserveError::UnknownOffer)?;
+        let window = (allocation.start.0, allocation.end.0);
+        let spot_price = matches!(allocation.kind, LeaseKind::Spot).then_some(allocation.price_per_gpu_hour.0);
+        let mut gpus = Vec::with_capacity(allocation.gpus.len());
+        for uuid in &allocation.gpus {
+            let gpu = entry.gpus.iter().position(|g| g == uuid).ok_or(ReserveError::UnknownGpu(*uuid))? as u8;
+            if gpus.contains(&gpu) {
+                return Err(ReserveError::Unavailable(*uuid));
+            }
+            for b in entry.bookings.iter().filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end) {
+                let preemptible = allocation.preempts.contains(&b.lease)
+                    && b.start < window.0
+                    && match (b.spot_price, spot_price) {
+                        (Some(_), None) => !matches!(allocation.kind, LeaseKind::Reserved { .. }),
+                        (Some(theirs), Some(ours)) => theirs < ours,
+                        (None, _) => false,
+                    };
+                if !preemptible {
+                    return Err(ReserveError::Unavailable(*uuid));
+                }
+            }
+            gpus.push(gpu);
+        }
+        for b in entry.bookings.iter_mut() {
+            if allocation.preempts.contains(&b.lease) && b.end > window.0 {
+                b.end = window.0;
+            }
+        }
+        for gpu in gpus {
+            entry.bookings.push(Booking {
+                gpu,
+                lease,
+                start: window.0,
+                end: window.1,
+                spot_price,
+            });
+        }
+        self.leases.insert(lease, idx);
+        Ok(())
+    }
+
+    /// Frees the GPUs of a lease (it ended). Returns whether the lease was booked here.
+    pub fn release(&mut self, lease: &ContentId) -> bool {
+        let Some(idx) = self.leases.remove(lease) else { return false };
+        if let Some(entry) = self.entries.get_mut(idx as usize).and_then(Option::as_mut) {
+            entry.bookings.retain(|b| b.lease != *lease);
+        }
+        true
+    }
+
+    /// Every booking as (offer, GPU, lease, start, end): for checks and tests.
+    pub fn bookings(&self) -> Vec<(ContentId, GpuUuid, ContentId, Timestamp, Timestamp)> {
+        self.entries
+            .iter()
+            .flatten()
+            .flat_map(|e| {
+                e.bookings
+                    .iter()
+                    .map(|b| (e.id, e.gpus[usize::from(b.gpu)], b.lease, Timestamp(b.start), Timestamp(b.end)))
+            })
+            .collect()
+    }
+}
+
+impl OrderBook {
+    /// How many GPUs of `entry` could serve `spec` at `now` (free, or after preemption).
+    pub(crate) fn match_one(&self, entry: &Entry, spec: &BidSpec, now: u64) -> Option<usize> {
+        let free = Self::free_gpus(entry, spec, spec.window(now, 0)).len();
+        let n = if free >= usize::from(spec.gpus) || matches!(spec.kind, LeaseKind::Reserved { .. }) {
+            free
+        } else {
+            Self::preemptible_gpus(entry, spec, spec.window(now, self.config.spot_notice_ms)).len()
+        };
+        (n > 0).then_some(n)
+    }
+}

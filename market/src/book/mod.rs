@@ -1,0 +1,484 @@
+//! The order book: verified offers, indexed so that search and matching never scan it whole.
+//!
+//! Offers live in a slab. Each is filed in one *bucket* per (GPU family, nominal VRAM,
+//! region, evidence tier); a bucket keeps its offers in a B-tree ordered by price, then host
+//! reliability (descending), then age, and a second B-tree of the offers that take spot leases,
+//! ordered by spot floor. A query first keeps the buckets its clauses allow (only the
+//! families it names, when it names some), then merges those buckets' trees in price order
+//! from its price bound, checking each offer's remaining clauses, and stops at the first
+//! results it needs.
+//!
+//! The book is pure: no clock, no I/O. Time comes in as `now` (unix milliseconds).
+
+mod bids;
+mod filter;
+mod matching;
+mod search;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gpux_protocol::{
+    ContentId, GpuFamily, GpuUuid, ImageDigest, Offer, OfferWithdrawal, PublicKey, Timestamp, Verified,
+};
+
+pub use bids::BidError;
+pub use matching::{Allocation, BidSpec, MatchError, ReserveError};
+pub use search::Hit;
+
+use crate::query::{cc_key, tier_key, version_key};
+
+/// Tuning of the book.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BookConfig {
+    /// How long a preempted spot lease keeps running after notice, ms. Default 2 minutes.
+    pub spot_notice_ms: u64,
+}
+
+impl Default for BookConfig {
+    fn default() -> Self {
+        Self { spot_notice_ms: 120_000 }
+    }
+}
+
+/// Why an offer was not inserted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InsertError {
+    /// The offer has expired.
+    #[error("the offer expired at {0}")]
+    Expired(Timestamp),
+    /// The book already holds this exact offer.
+    #[error("the offer is already in the book")]
+    Duplicate,
+    /// The host's slot already has an offer with this or a higher seq.
+    #[error("seq {seq} is not newer than {newest} for this host and slot")]
+    Replay {
+        /// The offer's seq.
+        seq: u64,
+        /// The newest seq seen for the host's slot.
+        newest: u64,
+    },
+    /// The offer's GPUs are not all of one model (family, memory, compute capability).
+    #[error("the offer mixes GPU models; publish one offer (slot) per model")]
+    MixedGpus,
+}
+
+/// Why a withdrawal was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WithdrawError {
+    /// No such offer in the book.
+    #[error("unknown offer")]
+    UnknownOffer,
+    /// Signed by someone other than the offer's host.
+    #[error("the withdrawal is not signed by the offer's host")]
+    NotTheHost,
+    /// Its seq is not above the offer's.
+    #[error("withdrawal seq {seq} is not newer than the offer's {offer_seq}")]
+    Replay {
+        /// The withdrawal's seq.
+        seq: u64,
+        /// The offer's seq.
+        offer_seq: u64,
+    },
+}
+
+/// What an insert did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    /// A new offer.
+    New,
+    /// It replaced the host's previous offer in the same slot.
+    Replaced(ContentId),
+}
+
+/// A GPU booked for a lease over `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Booking {
+    pub(crate) gpu: u8,
+    pub(crate) lease: ContentId,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// `Some(price)` for a spot lease: it may be preempted by an on-demand lease or a higher
+    /// spot bid.
+    pub(crate) spot_price: Option<u64>,
+}
+
+/// One offer as the book keeps it.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) id: ContentId,
+    pub(crate) host: u32,
+    pub(crate) host_key: PublicKey,
+    pub(crate) slot: u16,
+    pub(crate) seq: u64,
+    pub(crate) created_at: u64,
+    pub(crate) expires_at: u64,
+    pub(crate) bucket: u32,
+    pub(crate) rel_inv: u16,
+    pub(crate) family: GpuFamily,
+    pub(crate) vram_gb: u16,
+    pub(crate) cc: u16,
+    pub(crate) pcie_gen: u8,
+    pub(crate) tier: u8,
+    pub(crate) region: u16,
+    pub(crate) price: u64,
+    pub(crate) spot_floor: Option<u64>,
+    pub(crate) min_duration_s: u32,
+    pub(crate) max_duration_s: u32,
+    pub(crate) driver: u64,
+    pub(crate) cuda: u64,
+    pub(crate) images: Box<[ImageDigest]>,
+    pub(crate) gpus: Box<[GpuUuid]>,
+    pub(crate) bookings: Vec<Booking>,
+}
+
+impl Entry {
+    /// GPUs with no booking covering `now`.
+    pub(crate) fn free_at(&self, now: u64) -> u16 {
+        let total = self.gpus.len() as u16;
+        if self.bookings.is_empty() {
+            return total;
+        }
+        let mut busy = 0u32;
+        for b in self.bookings.iter().filter(|b| b.start <= now && now < b.end) {
+            busy |= 1 << b.gpu;
+        }
+        total - busy.count_ones() as u16
+    }
+
+    fn price_key(&self, idx: u32) -> IndexKey {
+        (self.price, self.rel_inv, self.created_at, idx)
+    }
+
+    fn spot_key(&self, idx: u32) -> Option<IndexKey> {
+        self.spot_floor.map(|floor| (floor, self.rel_inv, self.created_at, idx))
+    }
+}
+
+/// (price, 1000 - reliability, created_at, slab index): the book's priority order.
+pub(crate) type IndexKey = (u64, u16, u64, u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct BucketKey {
+    pub(crate) family: GpuFamily,
+    pub(crate) vram_gb: u16,
+    pub(crate) region: u16,
+    pub(crate) tier: u8,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Bucket {
+    pub(crate) key: BucketKey,
+    pub(crate) by_price: BTreeSet<IndexKey>,
+    pub(crate) by_spot: BTreeSet<IndexKey>,
+}
+
+/// Interned region names.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Interner {
+    names: Vec<String>,
+    ids: HashMap<String, u16>,
+}
+
+impl Interner {
+    fn intern(&mut self, name: &str) -> u16 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        // Regions are host-chosen tokens; past 65,535 distinct ones they share the last id
+        // (which only widens region matches, never loses an offer).
+        let id = u16::try_from(self.names.len()).unwrap_or(u16::MAX);
+        if id < u16::MAX {
+            self.names.push(name.to_string());
+            self.ids.insert(name.to_string(), id);
+        }
+        id
+    }
+
+    pub(crate) fn name(&self, id: u16) -> &str {
+        self.names.get(usize::from(id)).map_or("", String::as_str)
+    }
+}
+
+/// Hosts seen, with this node's reliability score of each (thousandths).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Hosts {
+    keys: Vec<PublicKey>,
+    by_key: HashMap<PublicKey, u32>,
+    reliability: Vec<u16>,
+    offers: Vec<Vec<u32>>,
+}
+
+/// Reliability of a host nobody has observed yet, in thousandths.
+pub const DEFAULT_RELIABILITY: u16 = 500;
+
+impl Hosts {
+    fn get_or_insert(&mut self, key: PublicKey) -> u32 {
+        if let Some(&h) = self.by_key.get(&key) {
+            return h;
+        }
+        let h = self.keys.len() as u32;
+        self.keys.push(key);
+        self.by_key.insert(key, h);
+        self.reliability.push(DEFAULT_RELIABILITY);
+        self.offers.push(Vec::new());
+        h
+    }
+
+    pub(crate) fn reliability(&self, host: u32) -> u16 {
+        self.reliability.get(host as usize).copied().unwrap_or(DEFAULT_RELIABILITY)
+    }
+}
+
+/// The order book. See the [module docs](self).
+#[derive(Debug, Clone, Default)]
+pub struct OrderBook {
+    config: BookConfig,
+    entries: Vec<Option<Entry>>,
+    vacant: Vec<u32>,
+    by_id: HashMap<ContentId, u32>,
+    by_slot: HashMap<(u32, u16), u32>,
+    newest_seq: HashMap<(u32, u16), u64>,
+    hosts: Hosts,
+    regions: Interner,
+    buckets: Vec<Bucket>,
+    bucket_ids: BTreeMap<BucketKey, u32>,
+    expiry: BTreeSet<(u64, u32)>,
+    leases: HashMap<ContentId, u32>,
+    bids: bids::Bids,
+}
+
+impl OrderBook {
+    /// An empty book.
+    pub fn new(config: BookConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    /// Offers in the book.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// True when the book holds no offer.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Whether the book holds this offer.
+    pub fn contains(&self, offer: &ContentId) -> bool {
+        self.by_id.contains_key(offer)
+    }
+
+    pub(crate) fn entry(&self, idx: u32) -> Option<&Entry> {
+        self.entries.get(idx as usize).and_then(Option::as_ref)
+    }
+
+    /// Inserts a verified offer, replacing the host's previous offer in the same slot when
+    /// its seq is higher. Leases on GPUs that the new offer still lists carry over.
+    pub fn insert(&mut self, offer: &Verified<Offer>, now: Timestamp) -> Result<Inserted, InsertError> {
+        if offer.expires_at <= now {
+            return Err(InsertError::Expired(offer.expires_at));
+        }
+        if self.by_id.contains_key(&offer.id()) {
+            return Err(InsertError::Duplicate);
+        }
+        let first = offer.gpus.first().ok_or(InsertError::MixedGpus)?;
+        if offer.gpus.iter().any(|g| {
+            g.family != first.family || g.memory_bytes != first.memory_bytes || g.compute_capability != first.compute_capability
+        }) {
+            return Err(InsertError::MixedGpus);
+        }
+        let host = self.hosts.get_or_insert(offer.signer());
+        if let Some(&newest) = self.newest_seq.get(&(host, offer.slot))
+            && offer.seq <= newest
+        {
+            return Err(InsertError::Replay { seq: offer.seq, newest });
+        }
+        self.newest_seq.insert((host, offer.slot), offer.seq);
+
+        let family = GpuFamily::lookup(&first.family).unwrap_or(GpuFamily::Other);
+        let region = self.regions.intern(&offer.region);
+        let mut entry = Entry {
+            id: offer.id(),
+            host,
+            host_key: offer.signer(),
+            slot: offer.slot,
+            seq: offer.seq,
+            created_at: offer.created_at.0,
+            expires_at: offer.expires_at.0,
+            bucket: 0,
+            rel_inv: 1000 - self.hosts.reliability(host).min(1000),
+            family,
+            vram_gb: family.nominal_vram_gb(first.memory_bytes),
+            cc: cc_key(first.compute_capability) as u16,
+            pcie_gen: first.pcie_gen,
+            tier: tier_key(offer.tier) as u8,
+            region,
+            price: offer.price_per_gpu_hour.0,
+            spot_floor: offer.spot_floor_per_gpu_hour.map(|m| m.0),
+            min_duration_s: offer.min_duration_s,
+            max_duration_s: offer.max_duration_s,
+            driver: version_key(offer.driver),
+            cuda: version_key(offer.cuda),
+            images: offer.images.to_vec().into_boxed_slice(),
+            gpus: offer.gpus.iter().map(|g| g.uuid).collect(),
+            bookings: Vec::new(),
+        };
+        let key = BucketKey {
+            family,
+            vram_gb: entry.vram_gb,
+            region,
+            tier: entry.tier,
+        };
+        entry.bucket = self.bucket_for(key);
+
+        let outcome = match self.by_slot.get(&(host, offer.slot)).copied() {
+            Some(old) => {
+                let old_entry = self.remove_at(old);
+                if let Some(old_entry) = &old_entry {
+                    for b in &old_entry.bookings {
+                        let uuid = old_entry.gpus[usize::from(b.gpu)];
+                        if let Some(pos) = entry.gpus.iter().position(|g| *g == uuid) {
+                            entry.bookings.push(Booking { gpu: pos as u8, ..b.clone() });
+                        }
+                    }
+                }
+                Inserted::Replaced(old_entry.map_or(ContentId([0; 32]), |e| e.id))
+            }
+            None => Inserted::New,
+        };
+        self.place(entry);
+        Ok(outcome)
+    }
+
+    fn bucket_for(&mut self, key: BucketKey) -> u32 {
+        if let Some(&b) = self.bucket_ids.get(&key) {
+            return b;
+        }
+        let b = self.buckets.len() as u32;
+        self.buckets.push(Bucket {
+            key,
+            by_price: BTreeSet::new(),
+            by_spot: BTreeSet::new(),
+        });
+        self.bucket_ids.insert(key, b);
+        b
+    }
+
+    fn place(&mut self, entry: Entry) {
+        let idx = match self.vacant.pop() {
+            Some(i) => i,
+            None => {
+                self.entries.push(None);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        let bucket = &mut self.buckets[entry.bucket as usize];
+        bucket.by_price.insert(entry.price_key(idx));
+        if let Some(k) = entry.spot_key(idx) {
+            bucket.by_spot.insert(k);
+        }
+        self.expiry.insert((entry.expires_at, idx));
+        self.by_id.insert(entry.id, idx);
+        self.by_slot.insert((entry.host, entry.slot), idx);
+        if let Some(list) = self.hosts.offers.get_mut(entry.host as usize) {
+            list.push(idx);
+        }
+        for b in &entry.bookings {
+            self.leases.insert(b.lease, idx);
+        }
+        self.entries[idx as usize] = Some(entry);
+    }
+
+    fn remove_at(&mut self, idx: u32) -> Option<Entry> {
+        let entry = self.entries.get_mut(idx as usize)?.take()?;
+        let bucket = &mut self.buckets[entry.bucket as usize];
+        bucket.by_price.remove(&entry.price_key(idx));
+        if let Some(k) = entry.spot_key(idx) {
+            bucket.by_spot.remove(&k);
+        }
+        self.expiry.remove(&(entry.expires_at, idx));
+        self.by_id.remove(&entry.id);
+        if self.by_slot.get(&(entry.host, entry.slot)) == Some(&idx) {
+            self.by_slot.remove(&(entry.host, entry.slot));
+        }
+        if let Some(list) = self.hosts.offers.get_mut(entry.host as usize) {
+            list.retain(|&i| i != idx);
+        }
+        for b in &entry.bookings {
+            self.leases.remove(&b.lease);
+        }
+        self.vacant.push(idx);
+        Some(entry)
+    }
+
+    /// Removes an offer (for example when its host is gone). Returns whether it was there.
+    pub fn remove(&mut self, offer: &ContentId) -> bool {
+        match self.by_id.get(offer).copied() {
+            Some(idx) => self.remove_at(idx).is_some(),
+            None => false,
+        }
+    }
+
+    /// Applies a host's withdrawal of one of its offers.
+    pub fn withdraw(&mut self, withdrawal: &Verified<OfferWithdrawal>) -> Result<(), WithdrawError> {
+        let idx = *self.by_id.get(&withdrawal.offer).ok_or(WithdrawError::UnknownOffer)?;
+        let entry = self.entry(idx).ok_or(WithdrawError::UnknownOffer)?;
+        if entry.host_key != withdrawal.signer() {
+            return Err(WithdrawError::NotTheHost);
+        }
+        if withdrawal.seq <= entry.seq {
+            return Err(WithdrawError::Replay {
+                seq: withdrawal.seq,
+                offer_seq: entry.seq,
+            });
+        }
+        let key = (entry.host, entry.slot);
+        self.newest_seq.insert(key, withdrawal.seq);
+        self.remove_at(idx);
+        Ok(())
+    }
+
+    /// Removes every offer and standing bid that has expired at `now`; returns the offers
+    /// removed.
+    pub fn expire(&mut self, now: Timestamp) -> Vec<ContentId> {
+        let mut gone = Vec::new();
+        while let Some(&(at, idx)) = self.expiry.first() {
+            if at > now.0 {
+                break;
+            }
+            if let Some(entry) = self.remove_at(idx) {
+                gone.push(entry.id);
+            } else {
+                self.expiry.pop_first();
+            }
+        }
+        self.bids.expire(now.0);
+        gone
+    }
+
+    /// Sets this node's reliability score of a host (0..=1000 thousandths), re-filing its
+    /// offers in priority order.
+    pub fn set_reliability(&mut self, host: PublicKey, permille: u16) {
+        let permille = permille.min(1000);
+        let h = self.hosts.get_or_insert(host);
+        self.hosts.reliability[h as usize] = permille;
+        let offers = self.hosts.offers[h as usize].clone();
+        for idx in offers {
+            if let Some(mut entry) = self.remove_at(idx) {
+                entry.rel_inv = 1000 - permille;
+                self.place(entry);
+            }
+        }
+    }
+
+    /// This node's reliability score of a host, thousandths.
+    pub fn reliability(&self, host: &PublicKey) -> u16 {
+        self.hosts.by_key.get(host).map_or(DEFAULT_RELIABILITY, |&h| self.hosts.reliability(h))
+    }
+}
+

@@ -1,0 +1,6 @@
+//! gpux-market integration tests.
+#![allow(clippy::unwrap_used, missing_docs, unreachable_pub, dead_code)]
+
+mod book;
+mod common;
+mod props;
