@@ -23,46 +23,127 @@ fn spec(q: &str, gpus: u16, max_price: u64, kind: LeaseKind) -> BidSpec {
         LeaseKind::Reserved { start, end } => ((end.0 - start.0) / 1000) as u32,
         _ => 3600,
     };
-    BidSpec { query: Query::parse(q).unwrap(), gpus, max_price: MicroCredits(max_price), duration_s, kind, allow_spread: false }
+    BidSpec {
+        query: Query::parse(q).unwrap(),
+        gpus,
+        max_price: MicroCredits(max_price),
+        duration_s,
+        kind,
+        allow_spread: false,
+    }
 }
 
 #[test]
 fn search_filters_and_orders_by_price_then_reliability_then_age() {
     let mut book = book_with(&[
-        O { host: 1, price: 3_000_000, ..O::default() },
-        O { host: 2, price: 2_000_000, created_at: T0.0 - 5000, ..O::default() },
-        O { host: 3, price: 2_000_000, created_at: T0.0 - 9000, ..O::default() },
-        O { host: 4, family: "a100", vram_gb: 40, cc: (8, 0), price: 1_000_000, ..O::default() },
-        O { host: 5, region: "us-east", price: 1_500_000, ..O::default() },
+        O {
+            host: 1,
+            price: 3_000_000,
+            ..O::default()
+        },
+        O {
+            host: 2,
+            price: 2_000_000,
+            created_at: T0.0 - 5000,
+            ..O::default()
+        },
+        O {
+            host: 3,
+            price: 2_000_000,
+            created_at: T0.0 - 9000,
+            ..O::default()
+        },
+        O {
+            host: 4,
+            family: "a100",
+            vram_gb: 40,
+            cc: (8, 0),
+            price: 1_000_000,
+            ..O::default()
+        },
+        O {
+            host: 5,
+            region: "us-east",
+            price: 1_500_000,
+            ..O::default()
+        },
     ]);
     let ids = |hits: Vec<Hit>| hits.into_iter().map(|h| h.host).collect::<Vec<_>>();
     // Same price: the older offer first.
-    assert_eq!(ids(search(&book, "gpu=H100 region=eu")), [key(3).public(), key(2).public(), key(1).public()]);
+    assert_eq!(
+        ids(search(&book, "gpu=H100 region=eu")),
+        [key(3).public(), key(2).public(), key(1).public()]
+    );
     // Higher reliability beats age at equal price.
     book.set_reliability(key(2).public(), 900);
-    assert_eq!(ids(search(&book, "gpu=h100 region=eu price<=2")), [key(2).public(), key(3).public()]);
+    assert_eq!(
+        ids(search(&book, "gpu=h100 region=eu price<=2")),
+        [key(2).public(), key(3).public()]
+    );
     assert_eq!(ids(search(&book, "vram<80")), [key(4).public()]);
     assert_eq!(ids(search(&book, "region notin [eu]")), [key(5).public()]);
     assert_eq!(search(&book, "").len(), 5);
     assert_eq!(ids(search(&book, "order=price-"))[0], key(1).public());
     let hit = &search(&book, "gpu=a100")[0];
-    assert_eq!((hit.vram_gb, hit.gpus, hit.free, hit.region.as_str()), (40, 8, 8, "eu-west"));
+    assert_eq!(
+        (hit.vram_gb, hit.gpus, hit.free, hit.region.as_str()),
+        (40, 8, 8, "eu-west")
+    );
 }
 
 #[test]
 fn newer_offers_replace_older_ones_in_their_slot_only() {
-    let mut book = book_with(&[O { seq: 5, ..O::default() }, O { slot: 1, seq: 6, family: "a40", vram_gb: 48, cc: (8, 6), ..O::default() }]);
+    let mut book = book_with(&[
+        O {
+            seq: 5,
+            ..O::default()
+        },
+        O {
+            slot: 1,
+            seq: 6,
+            family: "a40",
+            vram_gb: 48,
+            cc: (8, 6),
+            ..O::default()
+        },
+    ]);
     assert_eq!(book.len(), 2);
-    let newer = O { seq: 7, price: 2_500_000, ..O::default() }.sign();
+    let newer = O {
+        seq: 7,
+        price: 2_500_000,
+        ..O::default()
+    }
+    .sign();
     assert!(matches!(book.insert(&newer, T0), Ok(Inserted::Replaced(_))));
     assert_eq!(book.len(), 2);
-    assert_eq!(search(&book, "gpu=h100")[0].price_per_gpu_hour, MicroCredits(2_500_000));
+    assert_eq!(
+        search(&book, "gpu=h100")[0].price_per_gpu_hour,
+        MicroCredits(2_500_000)
+    );
     // A replay of the old seq, or the same offer again, is refused.
-    assert_eq!(book.insert(&O { seq: 5, ..O::default() }.sign(), T0), Err(InsertError::Replay { seq: 5, newest: 7 }));
+    assert_eq!(
+        book.insert(
+            &O {
+                seq: 5,
+                ..O::default()
+            }
+            .sign(),
+            T0
+        ),
+        Err(InsertError::Replay { seq: 5, newest: 7 })
+    );
     assert_eq!(book.insert(&newer, T0), Err(InsertError::Duplicate));
     // Expired offers are refused.
-    let old = O { seq: 9, created_at: T0.0 - 700_000, ..O::default() }.sign();
-    assert!(matches!(book.insert(&old, T0), Err(InsertError::Expired(_))));
+    let old = O {
+        seq: 9,
+        created_at: T0.0 - 700_000,
+        ..O::default()
+    }
+    .sign();
+    assert!(matches!(
+        book.insert(&old, T0),
+        Err(InsertError::Expired(_))
+    ));
 }
 
 #[test]
@@ -71,21 +152,49 @@ fn withdrawals_and_expiry_remove_offers() {
     let mut book = OrderBook::new(BookConfig::default());
     book.insert(&offer, T0).unwrap();
     let withdraw = |k: &Keypair, seq| {
-        Signed::sign(k, OfferWithdrawal { seq, created_at: T0, offer: offer.id(), ext: Ext::new() }).unwrap()
+        Signed::sign(
+            k,
+            OfferWithdrawal {
+                seq,
+                created_at: T0,
+                offer: offer.id(),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
     };
-    assert_eq!(book.withdraw(&withdraw(&key(2), 9)), Err(WithdrawError::NotTheHost));
-    assert!(matches!(book.withdraw(&withdraw(&key(1), 1)), Err(WithdrawError::Replay { .. })));
+    assert_eq!(
+        book.withdraw(&withdraw(&key(2), 9)),
+        Err(WithdrawError::NotTheHost)
+    );
+    assert!(matches!(
+        book.withdraw(&withdraw(&key(1), 1)),
+        Err(WithdrawError::Replay { .. })
+    ));
     book.withdraw(&withdraw(&key(1), 2)).unwrap();
     assert!(book.is_empty());
     // The withdrawn seq cannot come back.
-    assert!(matches!(book.insert(&offer, T0), Err(InsertError::Replay { .. })));
+    assert!(matches!(
+        book.insert(&offer, T0),
+        Err(InsertError::Replay { .. })
+    ));
 
-    let mut book = book_with(&[O::default(), O { host: 2, created_at: T0.0 + 100_000, ..O::default() }]);
+    let mut book = book_with(&[
+        O::default(),
+        O {
+            host: 2,
+            created_at: T0.0 + 100_000,
+            ..O::default()
+        },
+    ]);
     assert_eq!(book.expire(T0.plus_secs(599)).len(), 0);
     assert_eq!(book.expire(T0.plus_secs(600)).len(), 1);
     assert_eq!(book.len(), 1);
     // Search never returns an expired offer, even before the sweep.
-    assert!(book.search(&Query::default(), T0.plus_secs(700), 10).is_empty());
+    assert!(
+        book.search(&Query::default(), T0.plus_secs(700), 10)
+            .is_empty()
+    );
 }
 
 #[test]
@@ -96,33 +205,63 @@ fn mixed_gpu_offers_are_refused() {
     gpus[1].memory_bytes += GIB;
     offer.gpus = BoundedVec::new(gpus).unwrap();
     let signed = Signed::sign(&key(1), offer).unwrap();
-    assert_eq!(OrderBook::default().insert(&signed, T0), Err(InsertError::MixedGpus));
+    assert_eq!(
+        OrderBook::default().insert(&signed, T0),
+        Err(InsertError::MixedGpus)
+    );
 }
 
 #[test]
 fn one_machine_by_default_spread_when_allowed() {
     let book = book_with(&[
-        O { host: 1, gpus: 2, price: 1_000_000, ..O::default() },
-        O { host: 2, gpus: 4, price: 2_000_000, ..O::default() },
+        O {
+            host: 1,
+            gpus: 2,
+            price: 1_000_000,
+            ..O::default()
+        },
+        O {
+            host: 2,
+            gpus: 4,
+            price: 2_000_000,
+            ..O::default()
+        },
     ]);
-    let m = book.match_bid(&spec("gpu=h100", 3, 5_000_000, LeaseKind::OnDemand), T0).unwrap();
-    assert_eq!((m.len(), m[0].host, m[0].gpus.len()), (1, key(2).public(), 3));
+    let m = book
+        .match_bid(&spec("gpu=h100", 3, 5_000_000, LeaseKind::OnDemand), T0)
+        .unwrap();
+    assert_eq!(
+        (m.len(), m[0].host, m[0].gpus.len()),
+        (1, key(2).public(), 3)
+    );
     let mut spread = spec("gpu=h100", 5, 5_000_000, LeaseKind::OnDemand);
     spread.allow_spread = true;
     let m = book.match_bid(&spread, T0).unwrap();
     assert_eq!(m.iter().map(|a| a.gpus.len()).collect::<Vec<_>>(), [2, 3]);
-    assert_eq!(book.match_bid(&spec("gpu=h100", 5, 5_000_000, LeaseKind::OnDemand), T0), Err(MatchError::NoMatch));
+    assert_eq!(
+        book.match_bid(&spec("gpu=h100", 5, 5_000_000, LeaseKind::OnDemand), T0),
+        Err(MatchError::NoMatch)
+    );
     // Price cap.
-    assert_eq!(book.match_bid(&spec("gpu=h100", 3, 1_999_999, LeaseKind::OnDemand), T0), Err(MatchError::NoMatch));
+    assert_eq!(
+        book.match_bid(&spec("gpu=h100", 3, 1_999_999, LeaseKind::OnDemand), T0),
+        Err(MatchError::NoMatch)
+    );
 }
 
 #[test]
 fn reserving_books_gpus_exactly_once() {
-    let mut book = book_with(&[O { gpus: 2, ..O::default() }]);
+    let mut book = book_with(&[O {
+        gpus: 2,
+        ..O::default()
+    }]);
     let s = spec("", 2, 5_000_000, LeaseKind::OnDemand);
     let a = book.match_bid(&s, T0).unwrap().remove(0);
     book.reserve(&a, ContentId([1; 32])).unwrap();
-    assert_eq!(book.reserve(&a, ContentId([2; 32])), Err(ReserveError::Unavailable(a.gpus[0])));
+    assert_eq!(
+        book.reserve(&a, ContentId([2; 32])),
+        Err(ReserveError::Unavailable(a.gpus[0]))
+    );
     assert_eq!(book.match_bid(&s, T0), Err(MatchError::NoMatch));
     assert_eq!(search(&book, "count>=1").len(), 0);
     assert_eq!(search(&book, "count=0").len(), 1);
@@ -133,50 +272,127 @@ fn reserving_books_gpus_exactly_once() {
 
 #[test]
 fn on_demand_preempts_spot_after_the_notice_and_spot_outbids_spot() {
-    let mut book = book_with(&[O { gpus: 1, spot_floor: Some(500_000), ..O::default() }]);
-    let spot_low = book.match_bid(&spec("", 1, 600_000, LeaseKind::Spot), T0).unwrap().remove(0);
+    let mut book = book_with(&[O {
+        gpus: 1,
+        spot_floor: Some(500_000),
+        ..O::default()
+    }]);
+    let spot_low = book
+        .match_bid(&spec("", 1, 600_000, LeaseKind::Spot), T0)
+        .unwrap()
+        .remove(0);
     assert_eq!(spot_low.price_per_gpu_hour, MicroCredits(600_000));
     book.reserve(&spot_low, ContentId([1; 32])).unwrap();
     // A lower spot bid cannot displace it; a higher one can, after the notice.
-    assert_eq!(book.match_bid(&spec("", 1, 550_000, LeaseKind::Spot), T0), Err(MatchError::NoMatch));
-    let spot_high = book.match_bid(&spec("", 1, 700_000, LeaseKind::Spot), T0).unwrap().remove(0);
+    assert_eq!(
+        book.match_bid(&spec("", 1, 550_000, LeaseKind::Spot), T0),
+        Err(MatchError::NoMatch)
+    );
+    let spot_high = book
+        .match_bid(&spec("", 1, 700_000, LeaseKind::Spot), T0)
+        .unwrap()
+        .remove(0);
     assert_eq!(spot_high.preempts, [ContentId([1; 32])]);
-    assert_eq!(spot_high.start, T0.plus_ms(BookConfig::default().spot_notice_ms));
+    assert_eq!(
+        spot_high.start,
+        T0.plus_ms(BookConfig::default().spot_notice_ms)
+    );
     // On-demand preempts spot too.
-    let od = book.match_bid(&spec("", 1, 5_000_000, LeaseKind::OnDemand), T0).unwrap().remove(0);
-    assert_eq!((od.preempts.len(), od.price_per_gpu_hour), (1, MicroCredits(2_000_000)));
+    let od = book
+        .match_bid(&spec("", 1, 5_000_000, LeaseKind::OnDemand), T0)
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (od.preempts.len(), od.price_per_gpu_hour),
+        (1, MicroCredits(2_000_000))
+    );
     book.reserve(&od, ContentId([2; 32])).unwrap();
     // Now the GPU is on-demand: nothing preempts it.
-    assert_eq!(book.match_bid(&spec("", 1, 9_000_000, LeaseKind::Spot), T0), Err(MatchError::NoMatch));
+    assert_eq!(
+        book.match_bid(&spec("", 1, 9_000_000, LeaseKind::Spot), T0),
+        Err(MatchError::NoMatch)
+    );
     // The preempted lease was cut to end when the on-demand lease starts.
-    let cut = book.bookings().into_iter().find(|b| b.2 == ContentId([1; 32])).unwrap();
+    let cut = book
+        .bookings()
+        .into_iter()
+        .find(|b| b.2 == ContentId([1; 32]))
+        .unwrap();
     assert_eq!(cut.4, od.start);
 }
 
 #[test]
 fn overlapping_reserved_windows_never_both_match() {
-    let mut book = book_with(&[O { gpus: 1, ..O::default() }]);
-    let w = |a: u64, b: u64| LeaseKind::Reserved { start: T0.plus_secs(a), end: T0.plus_secs(b) };
-    let first = book.match_bid(&spec("", 1, 5_000_000, w(1800, 7200)), T0).unwrap().remove(0);
+    let mut book = book_with(&[O {
+        gpus: 1,
+        ..O::default()
+    }]);
+    let w = |a: u64, b: u64| LeaseKind::Reserved {
+        start: T0.plus_secs(a),
+        end: T0.plus_secs(b),
+    };
+    let first = book
+        .match_bid(&spec("", 1, 5_000_000, w(1800, 7200)), T0)
+        .unwrap()
+        .remove(0);
     book.reserve(&first, ContentId([1; 32])).unwrap();
-    assert_eq!(book.match_bid(&spec("", 1, 5_000_000, w(7000, 9000)), T0), Err(MatchError::NoMatch));
-    assert!(book.match_bid(&spec("", 1, 5_000_000, w(7200, 9000)), T0).is_ok());
+    assert_eq!(
+        book.match_bid(&spec("", 1, 5_000_000, w(7000, 9000)), T0),
+        Err(MatchError::NoMatch)
+    );
+    assert!(
+        book.match_bid(&spec("", 1, 5_000_000, w(7200, 9000)), T0)
+            .is_ok()
+    );
     // On-demand for an hour from now would overlap the reservation.
-    assert_eq!(book.match_bid(&spec("", 1, 5_000_000, LeaseKind::OnDemand), T0), Err(MatchError::NoMatch));
-    assert_eq!(book.match_bid(&spec("", 1, 5_000_000, w(0, 10)), T0.plus_secs(1)), Err(MatchError::WindowInThePast));
+    assert_eq!(
+        book.match_bid(&spec("", 1, 5_000_000, LeaseKind::OnDemand), T0),
+        Err(MatchError::NoMatch)
+    );
+    assert_eq!(
+        book.match_bid(&spec("", 1, 5_000_000, w(0, 10)), T0.plus_secs(1)),
+        Err(MatchError::WindowInThePast)
+    );
 }
 
 #[test]
 fn standing_bids_are_found_for_a_new_offer_best_first() {
     let mut book = OrderBook::new(BookConfig::default());
-    book.add_bid(&bid(1, 1, "gpu=h100", 2, 2_500_000, LeaseKind::OnDemand), T0).unwrap();
-    book.add_bid(&bid(2, 1, "gpu=h100", 2, 3_000_000, LeaseKind::OnDemand), T0).unwrap();
-    book.add_bid(&bid(3, 1, "gpu=a100", 2, 9_000_000, LeaseKind::OnDemand), T0).unwrap();
-    book.add_bid(&bid(4, 1, "gpu=h100", 2, 1_000_000, LeaseKind::OnDemand), T0).unwrap();
-    book.add_bid(&bid(5, 1, "gpu=h100", 2, 900_000, LeaseKind::Spot), T0).unwrap();
-    book.add_bid(&bid(6, 1, "gpu=h100", 9, 9_000_000, LeaseKind::OnDemand), T0).unwrap();
-    assert!(matches!(book.add_bid(&bid(1, 1, "gpu=h100", 2, 1, LeaseKind::OnDemand), T0), Err(BidError::Replay { .. })));
-    assert!(matches!(book.add_bid(&bid(7, 1, "gpu=h10", 2, 1, LeaseKind::OnDemand), T0), Err(BidError::Query(_))));
+    book.add_bid(
+        &bid(1, 1, "gpu=h100", 2, 2_500_000, LeaseKind::OnDemand),
+        T0,
+    )
+    .unwrap();
+    book.add_bid(
+        &bid(2, 1, "gpu=h100", 2, 3_000_000, LeaseKind::OnDemand),
+        T0,
+    )
+    .unwrap();
+    book.add_bid(
+        &bid(3, 1, "gpu=a100", 2, 9_000_000, LeaseKind::OnDemand),
+        T0,
+    )
+    .unwrap();
+    book.add_bid(
+        &bid(4, 1, "gpu=h100", 2, 1_000_000, LeaseKind::OnDemand),
+        T0,
+    )
+    .unwrap();
+    book.add_bid(&bid(5, 1, "gpu=h100", 2, 900_000, LeaseKind::Spot), T0)
+        .unwrap();
+    book.add_bid(
+        &bid(6, 1, "gpu=h100", 9, 9_000_000, LeaseKind::OnDemand),
+        T0,
+    )
+    .unwrap();
+    assert!(matches!(
+        book.add_bid(&bid(1, 1, "gpu=h100", 2, 1, LeaseKind::OnDemand), T0),
+        Err(BidError::Replay { .. })
+    ));
+    assert!(matches!(
+        book.add_bid(&bid(7, 1, "gpu=h10", 2, 1, LeaseKind::OnDemand), T0),
+        Err(BidError::Query(_))
+    ));
     let offer = O::default().sign();
     book.insert(&offer, T0).unwrap();
     let renters = |ids: Vec<ContentId>| ids.len();
@@ -184,6 +400,10 @@ fn standing_bids_are_found_for_a_new_offer_best_first() {
     // The 3.0 bid, then 2.5, then the spot bid at 0.9 (floor 0.8); not the 1.0 on-demand bid
     // (below the price), the A100 bid or the 9-GPU bid.
     assert_eq!(renters(found.clone()), 3);
-    let expected = [bid(2, 1, "gpu=h100", 2, 3_000_000, LeaseKind::OnDemand).id(), bid(1, 1, "gpu=h100", 2, 2_500_000, LeaseKind::OnDemand).id(), bid(5, 1, "gpu=h100", 2, 900_000, LeaseKind::Spot).id()];
+    let expected = [
+        bid(2, 1, "gpu=h100", 2, 3_000_000, LeaseKind::OnDemand).id(),
+        bid(1, 1, "gpu=h100", 2, 2_500_000, LeaseKind::OnDemand).id(),
+        bid(5, 1, "gpu=h100", 2, 900_000, LeaseKind::Spot).id(),
+    ];
     assert_eq!(found, expected);
 }

@@ -99,7 +99,14 @@ impl O {
     }
 }
 
-pub fn bid(renter: u64, seq: u64, query: &str, gpus: u16, max_price: u64, kind: LeaseKind) -> Verified<Bid> {
+pub fn bid(
+    renter: u64,
+    seq: u64,
+    query: &str,
+    gpus: u16,
+    max_price: u64,
+    kind: LeaseKind,
+) -> Verified<Bid> {
     let duration_s = match kind {
         LeaseKind::Reserved { start, end } => ((end.0 - start.0) / 1000) as u32,
         _ => 3600,

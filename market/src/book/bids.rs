@@ -56,7 +56,12 @@ impl Bids {
     }
 
     pub(crate) fn expire(&mut self, now: u64) {
-        let gone: Vec<ContentId> = self.bids.iter().filter(|(_, b)| b.expires_at <= now).map(|(id, _)| *id).collect();
+        let gone: Vec<ContentId> = self
+            .bids
+            .iter()
+            .filter(|(_, b)| b.expires_at <= now)
+            .map(|(id, _)| *id)
+            .collect();
         for id in gone {
             self.remove(&id);
         }
@@ -73,12 +78,21 @@ impl OrderBook {
         let spec = BidSpec::from_bid(bid)?;
         if let Some(&(newest, old)) = self.bids.by_renter.get(&bid.signer()) {
             if bid.seq <= newest {
-                return Err(BidError::Replay { seq: bid.seq, newest });
+                return Err(BidError::Replay {
+                    seq: bid.seq,
+                    newest,
+                });
             }
             self.bids.remove(&old);
         }
-        let key = (Reverse(bid.max_price_per_gpu_hour.0), bid.created_at.0, bid.id());
-        self.bids.by_renter.insert(bid.signer(), (bid.seq, bid.id()));
+        let key = (
+            Reverse(bid.max_price_per_gpu_hour.0),
+            bid.created_at.0,
+            bid.id(),
+        );
+        self.bids
+            .by_renter
+            .insert(bid.signer(), (bid.seq, bid.id()));
         self.bids.order.insert(key);
         self.bids.bids.insert(
             bid.id(),
@@ -115,11 +129,19 @@ impl OrderBook {
             if *max < cheapest {
                 break;
             }
-            let Some(bid) = self.bids.bids.get(id) else { continue };
+            let Some(bid) = self.bids.bids.get(id) else {
+                continue;
+            };
             if bid.expires_at <= now.0 || !Self::takes(entry, &bid.spec) {
                 continue;
             }
-            if !bid.spec.query.clauses.iter().all(|c| clause_holds(c, &facts)) {
+            if !bid
+                .spec
+                .query
+                .clauses
+                .iter()
+                .all(|c| clause_holds(c, &facts))
+            {
                 continue;
             }
             if let LeaseKind::Reserved { start, .. } = bid.spec.kind

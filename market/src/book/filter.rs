@@ -26,7 +26,8 @@ fn compare(op: CompareOp, actual: u64, wanted: u64) -> bool {
 
 /// `region=eu` matches `eu` and `eu-*`.
 pub(crate) fn region_matches(actual: &str, wanted: &str) -> bool {
-    actual == wanted || (actual.starts_with(wanted) && actual.as_bytes().get(wanted.len()) == Some(&b'-'))
+    actual == wanted
+        || (actual.starts_with(wanted) && actual.as_bytes().get(wanted.len()) == Some(&b'-'))
 }
 
 /// Whether a clause holds, given a per-value test: `=` and `in` need one value to hold,
@@ -45,14 +46,20 @@ fn number(clause: &Clause, actual: u64) -> bool {
         CompareOp::Ne | CompareOp::NotIn => CompareOp::Eq,
         op => op,
     };
-    holds(clause, |v| matches!(v, Value::Number(n) if compare(op, actual, *n)))
+    holds(
+        clause,
+        |v| matches!(v, Value::Number(n) if compare(op, actual, *n)),
+    )
 }
 
 /// Whether `clause` holds for the entry.
 pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
     let e = f.entry;
     match clause.field {
-        Field::Gpu => holds(clause, |v| matches!(v, Value::Family(fam) if *fam == e.family)),
+        Field::Gpu => holds(
+            clause,
+            |v| matches!(v, Value::Family(fam) if *fam == e.family),
+        ),
         Field::Vram => number(clause, u64::from(e.vram_gb)),
         Field::Count => number(clause, f.free),
         Field::Price => number(clause, e.price),
@@ -62,10 +69,19 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
         Field::Tier => number(clause, u64::from(e.tier)),
         Field::Driver => number(clause, e.driver),
         Field::Cuda => number(clause, e.cuda),
-        Field::Region => holds(clause, |v| matches!(v, Value::Region(r) if region_matches(f.region, r))),
-        Field::Spot => holds(clause, |v| matches!(v, Value::Bool(b) if *b == e.spot_floor.is_some())),
+        Field::Region => holds(
+            clause,
+            |v| matches!(v, Value::Region(r) if region_matches(f.region, r)),
+        ),
+        Field::Spot => holds(
+            clause,
+            |v| matches!(v, Value::Bool(b) if *b == e.spot_floor.is_some()),
+        ),
         Field::Host => holds(clause, |v| matches!(v, Value::Host(h) if *h == e.host_key)),
-        Field::Image => holds(clause, |v| matches!(v, Value::Image(d) if e.images.contains(d))),
+        Field::Image => holds(
+            clause,
+            |v| matches!(v, Value::Image(d) if e.images.contains(d)),
+        ),
     }
 }
 
@@ -74,12 +90,18 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
 pub(crate) fn bucket_may_pass(clause: &Clause, bucket: &Bucket, regions: &Interner) -> bool {
     let k = &bucket.key;
     match clause.field {
-        Field::Gpu => holds(clause, |v| matches!(v, Value::Family(fam) if *fam == k.family)),
+        Field::Gpu => holds(
+            clause,
+            |v| matches!(v, Value::Family(fam) if *fam == k.family),
+        ),
         Field::Vram => number(clause, u64::from(k.vram_gb)),
         Field::Tier => number(clause, u64::from(k.tier)),
         Field::Region => {
             let region = regions.name(k.region);
-            holds(clause, |v| matches!(v, Value::Region(r) if region_matches(region, r)))
+            holds(
+                clause,
+                |v| matches!(v, Value::Region(r) if region_matches(region, r)),
+            )
         }
         _ => true,
     }
@@ -88,9 +110,21 @@ pub(crate) fn bucket_may_pass(clause: &Clause, bucket: &Bucket, regions: &Intern
 /// The families a query allows, when a `gpu=`/`gpu in` clause narrows them.
 pub(crate) fn allowed_families(clauses: &[Clause]) -> Option<Vec<GpuFamily>> {
     let mut allowed: Option<Vec<GpuFamily>> = None;
-    for c in clauses.iter().filter(|c| c.field == Field::Gpu && matches!(c.op, CompareOp::Eq | CompareOp::In)) {
-        let these: Vec<GpuFamily> =
-            c.values.iter().filter_map(|v| if let Value::Family(f) = v { Some(*f) } else { None }).collect();
+    for c in clauses
+        .iter()
+        .filter(|c| c.field == Field::Gpu && matches!(c.op, CompareOp::Eq | CompareOp::In))
+    {
+        let these: Vec<GpuFamily> = c
+            .values
+            .iter()
+            .filter_map(|v| {
+                if let Value::Family(f) = v {
+                    Some(*f)
+                } else {
+                    None
+                }
+            })
+            .collect();
         allowed = Some(match allowed {
             None => these,
             Some(prev) => prev.into_iter().filter(|f| these.contains(f)).collect(),
@@ -122,7 +156,12 @@ pub(crate) fn price_bounds(clauses: &[Clause]) -> (u64, u64) {
 }
 
 impl Facts<'_> {
-    pub(crate) fn new<'a>(entry: &'a Entry, now: u64, hosts: &Hosts, regions: &'a Interner) -> Facts<'a> {
+    pub(crate) fn new<'a>(
+        entry: &'a Entry,
+        now: u64,
+        hosts: &Hosts,
+        regions: &'a Interner,
+    ) -> Facts<'a> {
         Facts {
             entry,
             free: u64::from(entry.free_at(now)),

@@ -12,7 +12,9 @@
 //! - **reserved** books a future window `[start, end)` at the offer's price; it needs GPUs
 //!   with no booking at all in the window, so overlapping windows never both match.
 
-use gpux_protocol::{Bid, ContentId, GpuUuid, LeaseKind, MicroCredits, PublicKey, Timestamp, Verified};
+use gpux_protocol::{
+    Bid, ContentId, GpuUuid, LeaseKind, MicroCredits, PublicKey, Timestamp, Verified,
+};
 
 use super::filter::{Facts, clause_holds, price_bounds};
 use super::{Booking, Entry, OrderBook};
@@ -54,7 +56,10 @@ impl BidSpec {
             LeaseKind::Reserved { start, end } => (start.0, end.0),
             LeaseKind::OnDemand | LeaseKind::Spot => {
                 let start = now.saturating_add(delay);
-                (start, start.saturating_add(u64::from(self.duration_s) * 1000))
+                (
+                    start,
+                    start.saturating_add(u64::from(self.duration_s) * 1000),
+                )
             }
         }
     }
@@ -128,9 +133,19 @@ enum Availability {
     Busy,
 }
 
-fn availability(entry: &Entry, gpu: u8, window: (u64, u64), spec_spot: Option<u64>, reserved: bool) -> Availability {
+fn availability(
+    entry: &Entry,
+    gpu: u8,
+    window: (u64, u64),
+    spec_spot: Option<u64>,
+    reserved: bool,
+) -> Availability {
     let mut preempt = Vec::new();
-    for b in entry.bookings.iter().filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end) {
+    for b in entry
+        .bookings
+        .iter()
+        .filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end)
+    {
         // A reservation never preempts; on-demand preempts any spot lease; spot preempts
         // only lower spot bids.
         let may_preempt = !reserved
@@ -144,7 +159,11 @@ fn availability(entry: &Entry, gpu: u8, window: (u64, u64), spec_spot: Option<u6
         }
         preempt.push(b.lease);
     }
-    if preempt.is_empty() { Availability::Free } else { Availability::Preempt(preempt) }
+    if preempt.is_empty() {
+        Availability::Free
+    } else {
+        Availability::Preempt(preempt)
+    }
 }
 
 impl OrderBook {
@@ -154,21 +173,29 @@ impl OrderBook {
             LeaseKind::Spot => entry.spot_floor.is_some_and(|f| f <= spec.max_price.0),
             LeaseKind::OnDemand | LeaseKind::Reserved { .. } => entry.price <= spec.max_price.0,
         };
-        price_ok && entry.min_duration_s <= spec.duration_s && spec.duration_s <= entry.max_duration_s
+        price_ok
+            && entry.min_duration_s <= spec.duration_s
+            && spec.duration_s <= entry.max_duration_s
     }
 
     /// GPUs of `entry` free for the whole window without preempting anyone.
     fn free_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
         let reserved = matches!(spec.kind, LeaseKind::Reserved { .. });
         (0..entry.gpus.len() as u8)
-            .filter(|&g| availability(entry, g, window, spec.spot_price(), reserved) == Availability::Free)
+            .filter(|&g| {
+                availability(entry, g, window, spec.spot_price(), reserved) == Availability::Free
+            })
             .map(|g| (g, Vec::new()))
             .collect()
     }
 
     /// GPUs of `entry` usable for `window` if spot leases on them are preempted (those first
     /// that need no preemption).
-    fn preemptible_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
+    fn preemptible_gpus(
+        entry: &Entry,
+        spec: &BidSpec,
+        window: (u64, u64),
+    ) -> Vec<(u8, Vec<ContentId>)> {
         let mut free = Vec::new();
         let mut preempt = Vec::new();
         for g in 0..entry.gpus.len() as u8 {
@@ -182,14 +209,23 @@ impl OrderBook {
         free
     }
 
-    fn allocation(entry: &Entry, spec: &BidSpec, window: (u64, u64), picked: &[(u8, Vec<ContentId>)]) -> Allocation {
-        let mut preempts: Vec<ContentId> = picked.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+    fn allocation(
+        entry: &Entry,
+        spec: &BidSpec,
+        window: (u64, u64),
+        picked: &[(u8, Vec<ContentId>)],
+    ) -> Allocation {
+        let mut preempts: Vec<ContentId> =
+            picked.iter().flat_map(|(_, p)| p.iter().copied()).collect();
         preempts.sort_unstable();
         preempts.dedup();
         Allocation {
             offer: entry.id,
             host: entry.host_key,
-            gpus: picked.iter().map(|(g, _)| entry.gpus[usize::from(*g)]).collect(),
+            gpus: picked
+                .iter()
+                .map(|(g, _)| entry.gpus[usize::from(*g)])
+                .collect(),
             price_per_gpu_hour: match spec.kind {
                 LeaseKind::Spot => spec.max_price,
                 _ => MicroCredits(entry.price),
@@ -220,11 +256,17 @@ impl OrderBook {
         // bid's maximum. `price` clauses bound the offer's price, which only the price index
         // is ordered by.
         let spot = matches!(spec.kind, LeaseKind::Spot);
-        let (lo, hi) = if spot { (0, spec.max_price.0) } else { (lo, hi.min(spec.max_price.0)) };
+        let (lo, hi) = if spot {
+            (0, spec.max_price.0)
+        } else {
+            (lo, hi.min(spec.max_price.0))
+        };
         let mut wanted = usize::from(spec.gpus);
         let mut allocations = Vec::new();
         for key in self.merged(&buckets, lo, hi, spot) {
-            let Some(entry) = self.entry(key.3) else { continue };
+            let Some(entry) = self.entry(key.3) else {
+                continue;
+            };
             if entry.expires_at <= now || !Self::takes(entry, spec) {
                 continue;
             }
@@ -252,7 +294,12 @@ impl OrderBook {
                 let delayed = spec.window(now, self.config.spot_notice_ms);
                 let usable = Self::preemptible_gpus(entry, spec, delayed);
                 if usable.len() >= wanted {
-                    return Ok(vec![Self::allocation(entry, spec, delayed, &usable[..wanted])]);
+                    return Ok(vec![Self::allocation(
+                        entry,
+                        spec,
+                        delayed,
+                        &usable[..wanted],
+                    )]);
                 }
             }
         }
@@ -263,23 +310,40 @@ impl OrderBook {
     /// none is. Spot leases the allocation preempts are cut to end at its start. Fails if any
     /// GPU has an overlapping booking it may not preempt (the host is the authority: this is
     /// the check behind every `LeaseAccept`).
-    pub fn reserve(&mut self, allocation: &Allocation, lease: ContentId) -> Result<(), ReserveError> {
+    pub fn reserve(
+        &mut self,
+        allocation: &Allocation,
+        lease: ContentId,
+    ) -> Result<(), ReserveError> {
         if self.leases.contains_key(&lease) {
             return Err(ReserveError::DuplicateLease);
         }
-        let idx = *self.by_id.get(&allocation.offer).ok_or(ReserveError::UnknownOffer)?;
-        let entry = self.entries[idx as usize].as_mut().ok_or(ReserveError::UnknownOffer)?;
+        let idx = *self
+            .by_id
+            .get(&allocation.offer)
+            .ok_or(ReserveError::UnknownOffer)?;
+        let entry = self.entries[idx as usize]
+            .as_mut()
+            .ok_or(ReserveError::UnknownOffer)?;
         let window = (allocation.start.0, allocation.end.0);
-        let spot_price = matches!(allocation.kind, LeaseKind::Spot).then_some(allocation.price_per_gpu_hour.0);
+        let spot_price =
+            matches!(allocation.kind, LeaseKind::Spot).then_some(allocation.price_per_gpu_hour.0);
         let mut gpus = Vec::with_capacity(allocation.gpus.len());
         for uuid in &allocation.gpus {
-            let gpu = entry.gpus.iter().position(|g| g == uuid).ok_or(ReserveError::UnknownGpu(*uuid))? as u8;
+            let gpu = entry
+                .gpus
+                .iter()
+                .position(|g| g == uuid)
+                .ok_or(ReserveError::UnknownGpu(*uuid))? as u8;
             if gpus.contains(&gpu) {
                 return Err(ReserveError::Unavailable(*uuid));
             }
-            for b in entry.bookings.iter().filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end) {
+            for b in entry
+                .bookings
+                .iter()
+                .filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end)
+            {
                 let preemptible = allocation.preempts.contains(&b.lease)
-                    && b.start < window.0
                     && match (b.spot_price, spot_price) {
                         (Some(_), None) => !matches!(allocation.kind, LeaseKind::Reserved { .. }),
                         (Some(theirs), Some(ours)) => theirs < ours,
@@ -291,11 +355,14 @@ impl OrderBook {
             }
             gpus.push(gpu);
         }
+        // Preempted leases end when this one starts; one that had not started yet is
+        // cancelled outright.
         for b in entry.bookings.iter_mut() {
             if allocation.preempts.contains(&b.lease) && b.end > window.0 {
-                b.end = window.0;
+                b.end = window.0.max(b.start);
             }
         }
+        entry.bookings.retain(|b| b.end > b.start);
         for gpu in gpus {
             entry.bookings.push(Booking {
                 gpu,
@@ -311,7 +378,9 @@ impl OrderBook {
 
     /// Frees the GPUs of a lease (it ended). Returns whether the lease was booked here.
     pub fn release(&mut self, lease: &ContentId) -> bool {
-        let Some(idx) = self.leases.remove(lease) else { return false };
+        let Some(idx) = self.leases.remove(lease) else {
+            return false;
+        };
         if let Some(entry) = self.entries.get_mut(idx as usize).and_then(Option::as_mut) {
             entry.bookings.retain(|b| b.lease != *lease);
         }
@@ -324,9 +393,15 @@ impl OrderBook {
             .iter()
             .flatten()
             .flat_map(|e| {
-                e.bookings
-                    .iter()
-                    .map(|b| (e.id, e.gpus[usize::from(b.gpu)], b.lease, Timestamp(b.start), Timestamp(b.end)))
+                e.bookings.iter().map(|b| {
+                    (
+                        e.id,
+                        e.gpus[usize::from(b.gpu)],
+                        b.lease,
+                        Timestamp(b.start),
+                        Timestamp(b.end),
+                    )
+                })
             })
             .collect()
     }
@@ -336,7 +411,8 @@ impl OrderBook {
     /// How many GPUs of `entry` could serve `spec` at `now` (free, or after preemption).
     pub(crate) fn match_one(&self, entry: &Entry, spec: &BidSpec, now: u64) -> Option<usize> {
         let free = Self::free_gpus(entry, spec, spec.window(now, 0)).len();
-        let n = if free >= usize::from(spec.gpus) || matches!(spec.kind, LeaseKind::Reserved { .. }) {
+        let n = if free >= usize::from(spec.gpus) || matches!(spec.kind, LeaseKind::Reserved { .. })
+        {
             free
         } else {
             Self::preemptible_gpus(entry, spec, spec.window(now, self.config.spot_notice_ms)).len()

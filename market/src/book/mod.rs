@@ -18,7 +18,8 @@ mod search;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpux_protocol::{
-    ContentId, GpuFamily, GpuUuid, ImageDigest, Offer, OfferWithdrawal, PublicKey, Timestamp, Verified,
+    ContentId, GpuFamily, GpuUuid, ImageDigest, Offer, OfferWithdrawal, PublicKey, Timestamp,
+    Verified,
 };
 
 pub use bids::BidError;
@@ -36,7 +37,9 @@ pub struct BookConfig {
 
 impl Default for BookConfig {
     fn default() -> Self {
-        Self { spot_notice_ms: 120_000 }
+        Self {
+            spot_notice_ms: 120_000,
+        }
     }
 }
 
@@ -141,7 +144,11 @@ impl Entry {
             return total;
         }
         let mut busy = 0u32;
-        for b in self.bookings.iter().filter(|b| b.start <= now && now < b.end) {
+        for b in self
+            .bookings
+            .iter()
+            .filter(|b| b.start <= now && now < b.end)
+        {
             busy |= 1 << b.gpu;
         }
         total - busy.count_ones() as u16
@@ -152,7 +159,8 @@ impl Entry {
     }
 
     fn spot_key(&self, idx: u32) -> Option<IndexKey> {
-        self.spot_floor.map(|floor| (floor, self.rel_inv, self.created_at, idx))
+        self.spot_floor
+            .map(|floor| (floor, self.rel_inv, self.created_at, idx))
     }
 }
 
@@ -227,7 +235,10 @@ impl Hosts {
     }
 
     pub(crate) fn reliability(&self, host: u32) -> u16 {
-        self.reliability.get(host as usize).copied().unwrap_or(DEFAULT_RELIABILITY)
+        self.reliability
+            .get(host as usize)
+            .copied()
+            .unwrap_or(DEFAULT_RELIABILITY)
     }
 }
 
@@ -279,7 +290,11 @@ impl OrderBook {
 
     /// Inserts a verified offer, replacing the host's previous offer in the same slot when
     /// its seq is higher. Leases on GPUs that the new offer still lists carry over.
-    pub fn insert(&mut self, offer: &Verified<Offer>, now: Timestamp) -> Result<Inserted, InsertError> {
+    pub fn insert(
+        &mut self,
+        offer: &Verified<Offer>,
+        now: Timestamp,
+    ) -> Result<Inserted, InsertError> {
         if offer.expires_at <= now {
             return Err(InsertError::Expired(offer.expires_at));
         }
@@ -288,7 +303,9 @@ impl OrderBook {
         }
         let first = offer.gpus.first().ok_or(InsertError::MixedGpus)?;
         if offer.gpus.iter().any(|g| {
-            g.family != first.family || g.memory_bytes != first.memory_bytes || g.compute_capability != first.compute_capability
+            g.family != first.family
+                || g.memory_bytes != first.memory_bytes
+                || g.compute_capability != first.compute_capability
         }) {
             return Err(InsertError::MixedGpus);
         }
@@ -296,7 +313,10 @@ impl OrderBook {
         if let Some(&newest) = self.newest_seq.get(&(host, offer.slot))
             && offer.seq <= newest
         {
-            return Err(InsertError::Replay { seq: offer.seq, newest });
+            return Err(InsertError::Replay {
+                seq: offer.seq,
+                newest,
+            });
         }
         self.newest_seq.insert((host, offer.slot), offer.seq);
 
@@ -343,7 +363,10 @@ impl OrderBook {
                     for b in &old_entry.bookings {
                         let uuid = old_entry.gpus[usize::from(b.gpu)];
                         if let Some(pos) = entry.gpus.iter().position(|g| *g == uuid) {
-                            entry.bookings.push(Booking { gpu: pos as u8, ..b.clone() });
+                            entry.bookings.push(Booking {
+                                gpu: pos as u8,
+                                ..b.clone()
+                            });
                         }
                     }
                 }
@@ -425,8 +448,14 @@ impl OrderBook {
     }
 
     /// Applies a host's withdrawal of one of its offers.
-    pub fn withdraw(&mut self, withdrawal: &Verified<OfferWithdrawal>) -> Result<(), WithdrawError> {
-        let idx = *self.by_id.get(&withdrawal.offer).ok_or(WithdrawError::UnknownOffer)?;
+    pub fn withdraw(
+        &mut self,
+        withdrawal: &Verified<OfferWithdrawal>,
+    ) -> Result<(), WithdrawError> {
+        let idx = *self
+            .by_id
+            .get(&withdrawal.offer)
+            .ok_or(WithdrawError::UnknownOffer)?;
         let entry = self.entry(idx).ok_or(WithdrawError::UnknownOffer)?;
         if entry.host_key != withdrawal.signer() {
             return Err(WithdrawError::NotTheHost);
@@ -478,7 +507,9 @@ impl OrderBook {
 
     /// This node's reliability score of a host, thousandths.
     pub fn reliability(&self, host: &PublicKey) -> u16 {
-        self.hosts.by_key.get(host).map_or(DEFAULT_RELIABILITY, |&h| self.hosts.reliability(h))
+        self.hosts
+            .by_key
+            .get(host)
+            .map_or(DEFAULT_RELIABILITY, |&h| self.hosts.reliability(h))
     }
 }
-

@@ -4,7 +4,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
 
-use gpux_protocol::{ComputeCapability, ContentId, EvidenceTier, GpuFamily, MicroCredits, PublicKey, Timestamp};
+use gpux_protocol::{
+    ComputeCapability, ContentId, EvidenceTier, GpuFamily, MicroCredits, PublicKey, Timestamp,
+};
 
 use super::filter::{Facts, allowed_families, bucket_may_pass, clause_holds, price_bounds};
 use super::{BucketKey, Entry, IndexKey, OrderBook};
@@ -50,30 +52,58 @@ impl OrderBook {
     pub(crate) fn candidate_buckets(&self, clauses: &[Clause]) -> Vec<u32> {
         let keep = |&(_, &b): &(&BucketKey, &u32)| {
             let bucket = &self.buckets[b as usize];
-            clauses.iter().all(|c| bucket_may_pass(c, bucket, &self.regions))
+            clauses
+                .iter()
+                .all(|c| bucket_may_pass(c, bucket, &self.regions))
         };
         match allowed_families(clauses) {
             Some(families) => families
                 .into_iter()
                 .flat_map(|family| {
-                    let lo = BucketKey { family, vram_gb: 0, region: 0, tier: 0 };
-                    let hi = BucketKey { family, vram_gb: u16::MAX, region: u16::MAX, tier: u8::MAX };
-                    self.bucket_ids.range(lo..=hi).filter(keep).map(|(_, &b)| b).collect::<Vec<_>>()
+                    let lo = BucketKey {
+                        family,
+                        vram_gb: 0,
+                        region: 0,
+                        tier: 0,
+                    };
+                    let hi = BucketKey {
+                        family,
+                        vram_gb: u16::MAX,
+                        region: u16::MAX,
+                        tier: u8::MAX,
+                    };
+                    self.bucket_ids
+                        .range(lo..=hi)
+                        .filter(keep)
+                        .map(|(_, &b)| b)
+                        .collect::<Vec<_>>()
                 })
                 .collect(),
-            None => self.bucket_ids.iter().filter(keep).map(|(_, &b)| b).collect(),
+            None => self
+                .bucket_ids
+                .iter()
+                .filter(keep)
+                .map(|(_, &b)| b)
+                .collect(),
         }
     }
 
     /// Offers of the candidate buckets in priority order (price, reliability descending,
     /// age) within `[lo, hi]` of the chosen index (price or spot floor), lazily merged.
     pub(crate) fn merged(&self, buckets: &[u32], lo: u64, hi: u64, spot: bool) -> Merge<'_> {
-        let range = (Bound::Included((lo, 0, 0, 0)), Bound::Included((hi, u16::MAX, u64::MAX, u32::MAX)));
+        let range = (
+            Bound::Included((lo, 0, 0, 0)),
+            Bound::Included((hi, u16::MAX, u64::MAX, u32::MAX)),
+        );
         let mut iters = Vec::with_capacity(buckets.len());
         let mut heap = BinaryHeap::with_capacity(buckets.len());
         for &b in buckets {
             let bucket = &self.buckets[b as usize];
-            let tree = if spot { &bucket.by_spot } else { &bucket.by_price };
+            let tree = if spot {
+                &bucket.by_spot
+            } else {
+                &bucket.by_price
+            };
             let mut it = tree.range(range);
             if let Some(&first) = it.next() {
                 heap.push(Reverse((first, iters.len())));
