@@ -19,3 +19,8 @@ pub use book::{
     Allocation, BidError, BidSpec, BookConfig, Hit, InsertError, Inserted, MatchError, OrderBook,
     ReserveError, WithdrawError,
 };
+pub mod ledger;
+pub mod reputation;
+
+pub use ledger::{Applied, Escrow, Ledger, LedgerConfig, LedgerError, LedgerOp};
+pub use reputation::{HostEvent, Reputation, ReputationConfig};

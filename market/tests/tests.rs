@@ -3,4 +3,5 @@
 
 mod book;
 mod common;
+mod ledger;
 mod props;

@@ -1,0 +1,377 @@
+//! The settlement ledger as a pure state machine.
+//!
+//! Accounts hold balances; a renter's [`EscrowLock`] moves money from its balance into an
+//! escrow for one lease; the host redeems its latest *acknowledged* receipt (the host's signed
+//! [`UsageReceipt`] and the renter's signed [`ReceiptAck`], both verified here with
+//! `verify_strict`); at the end the rest returns to the renter. Redemption is cumulative and
+//! idempotent, like a payment-channel voucher: a receipt with a sequence number not above the
+//! last one redeemed is a no-op, and no escrow ever pays out more than it holds.
+//!
+//! **Invariant**: the sum of all balances and of what open escrows still hold changes only
+//! by minting ([`Ledger::total`] equals [`Ledger::minted`] after every operation).
+//!
+//! **Release rule**: the payee (host) may release an escrow at any time (it has redeemed
+//! what it will). The payer may release only after `release_grace_ms` without a lock or
+//! redemption, so a renter cannot reclaim money the host is about to redeem; a host that
+//! redeems every receipt interval loses at most one interval.
+
+use std::collections::BTreeMap;
+
+use gpux_protocol::validate::RuleError;
+use gpux_protocol::{
+    ContentId, EscrowId, EscrowLock, MicroCredits, PublicKey, ReceiptAck, Redeem, Release, Signed,
+    Timestamp, UsageReceipt, Verified, VerifyError,
+};
+
+/// Tuning of the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerConfig {
+    /// How long an escrow must be idle before its payer may release it, ms. Default 10 min.
+    pub release_grace_ms: u64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            release_grace_ms: 600_000,
+        }
+    }
+}
+
+/// One escrow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escrow {
+    /// The lease it pays for.
+    pub lease: ContentId,
+    /// Who locked the money.
+    pub payer: PublicKey,
+    /// Who may redeem receipts.
+    pub payee: PublicKey,
+    /// Amount locked.
+    pub amount: MicroCredits,
+    /// Paid to the payee so far.
+    pub redeemed: MicroCredits,
+    /// The lease's price; receipts must carry it.
+    pub price_per_gpu_hour: MicroCredits,
+    /// Highest receipt seq redeemed (0: none).
+    pub last_seq: u64,
+    /// Last lock or redemption.
+    pub last_activity: Timestamp,
+    /// Whether the remainder has been returned (the escrow is closed).
+    pub released: bool,
+}
+
+/// An operation on the ledger.
+#[derive(Debug, Clone, Copy)]
+pub enum LedgerOp<'a> {
+    /// New credits (testnet faucet; a real network mints nothing).
+    Mint {
+        /// The account credited.
+        account: PublicKey,
+        /// Amount.
+        amount: MicroCredits,
+    },
+    /// A renter locks money for a lease.
+    Lock(&'a Verified<EscrowLock>),
+    /// A host redeems an acknowledged receipt.
+    Redeem(&'a Verified<Redeem>),
+    /// The rest of an escrow goes back to its payer.
+    Release(&'a Verified<Release>),
+}
+
+/// What an operation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Credits minted.
+    Minted {
+        /// Amount.
+        amount: MicroCredits,
+    },
+    /// An escrow opened.
+    Locked {
+        /// Amount locked.
+        amount: MicroCredits,
+    },
+    /// A redemption paid `amount` (possibly zero once the escrow is exhausted).
+    Redeemed {
+        /// Paid now.
+        amount: MicroCredits,
+        /// Paid out of the escrow so far.
+        cumulative: MicroCredits,
+        /// The receipt's seq.
+        seq: u64,
+    },
+    /// A receipt not newer than the last one redeemed: nothing happened.
+    AlreadyRedeemed {
+        /// The receipt's seq.
+        seq: u64,
+        /// The last seq redeemed.
+        last_seq: u64,
+    },
+    /// The escrow closed and `refunded` went back to the payer.
+    Released {
+        /// Amount returned.
+        refunded: MicroCredits,
+    },
+}
+
+/// Why an operation was refused (the ledger is unchanged).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The payer's balance is too small.
+    #[error("insufficient funds: {need} needed, {have} available")]
+    InsufficientFunds {
+        /// Amount needed.
+        need: MicroCredits,
+        /// Balance.
+        have: MicroCredits,
+    },
+    /// No escrow with that id.
+    #[error("unknown escrow {0}")]
+    UnknownEscrow(EscrowId),
+    /// An escrow with that id already exists.
+    #[error("escrow {0} already exists")]
+    EscrowExists(EscrowId),
+    /// The escrow was released.
+    #[error("escrow {0} is closed")]
+    EscrowClosed(EscrowId),
+    /// The operation is signed by someone who may not perform it.
+    #[error("{what} is not signed by {who}")]
+    WrongSigner {
+        /// The operation.
+        what: &'static str,
+        /// Who must sign it.
+        who: &'static str,
+    },
+    /// A nested receipt or acknowledgement does not verify.
+    #[error("{what} does not verify: {source}")]
+    BadEnvelope {
+        /// Which envelope.
+        what: &'static str,
+        /// Why.
+        source: VerifyError,
+    },
+    /// The receipt or acknowledgement is not for this escrow, lease or price.
+    #[error(transparent)]
+    Mismatch(#[from] RuleError),
+    /// The payer may not release yet.
+    #[error("the payer may release the escrow only after {0}")]
+    TooEarly(Timestamp),
+    /// A balance would overflow.
+    #[error("amount overflow")]
+    Overflow,
+}
+
+/// The ledger. See the [module docs](self).
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    config: LedgerConfig,
+    balances: BTreeMap<PublicKey, u64>,
+    escrows: BTreeMap<EscrowId, Escrow>,
+    minted: u64,
+}
+
+fn add(a: u64, b: u64) -> Result<u64, LedgerError> {
+    a.checked_add(b).ok_or(LedgerError::Overflow)
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new(config: LedgerConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    /// An account's balance.
+    pub fn balance(&self, account: &PublicKey) -> MicroCredits {
+        MicroCredits(self.balances.get(account).copied().unwrap_or(0))
+    }
+
+    /// An escrow.
+    pub fn escrow(&self, id: &EscrowId) -> Option<&Escrow> {
+        self.escrows.get(id)
+    }
+
+    /// All credits ever minted.
+    pub fn minted(&self) -> MicroCredits {
+        MicroCredits(self.minted)
+    }
+
+    /// Balances plus what open escrows still hold: always equal to [`Ledger::minted`].
+    pub fn total(&self) -> u128 {
+        let balances: u128 = self.balances.values().map(|&b| u128::from(b)).sum();
+        let held: u128 = self
+            .escrows
+            .values()
+            .filter(|e| !e.released)
+            .map(|e| u128::from(e.amount.0 - e.redeemed.0))
+            .sum();
+        balances + held
+    }
+
+    /// Applies one operation at `now`. On error nothing changes.
+    pub fn apply(&mut self, op: LedgerOp<'_>, now: Timestamp) -> Result<Applied, LedgerError> {
+        match op {
+            LedgerOp::Mint { account, amount } => {
+                let minted = add(self.minted, amount.0)?;
+                let balance = add(self.balance(&account).0, amount.0)?;
+                self.minted = minted;
+                self.balances.insert(account, balance);
+                Ok(Applied::Minted { amount })
+            }
+            LedgerOp::Lock(lock) => self.lock(lock, now),
+            LedgerOp::Redeem(redeem) => self.redeem(redeem, now),
+            LedgerOp::Release(release) => self.release(release, now),
+        }
+    }
+
+    fn lock(
+        &mut self,
+        lock: &Verified<EscrowLock>,
+        now: Timestamp,
+    ) -> Result<Applied, LedgerError> {
+        if lock.payer != lock.signer() {
+            return Err(LedgerError::WrongSigner {
+                what: "the escrow lock",
+                who: "its payer",
+            });
+        }
+        if self.escrows.contains_key(&lock.escrow) {
+            return Err(LedgerError::EscrowExists(lock.escrow));
+        }
+        let have = self.balance(&lock.payer);
+        if have < lock.amount {
+            return Err(LedgerError::InsufficientFunds {
+                need: lock.amount,
+                have,
+            });
+        }
+        self.balances.insert(lock.payer, have.0 - lock.amount.0);
+        self.escrows.insert(
+            lock.escrow,
+            Escrow {
+                lease: lock.lease,
+                payer: lock.payer,
+                payee: lock.payee,
+                amount: lock.amount,
+                redeemed: MicroCredits::ZERO,
+                price_per_gpu_hour: lock.price_per_gpu_hour,
+                last_seq: 0,
+                last_activity: now,
+                released: false,
+            },
+        );
+        Ok(Applied::Locked {
+            amount: lock.amount,
+        })
+    }
+
+    fn open_escrow(&self, id: &EscrowId) -> Result<&Escrow, LedgerError> {
+        let escrow = self
+            .escrows
+            .get(id)
+            .ok_or(LedgerError::UnknownEscrow(*id))?;
+        if escrow.released {
+            return Err(LedgerError::EscrowClosed(*id));
+        }
+        Ok(escrow)
+    }
+
+    fn redeem(
+        &mut self,
+        redeem: &Verified<Redeem>,
+        now: Timestamp,
+    ) -> Result<Applied, LedgerError> {
+        let escrow = self.open_escrow(&redeem.escrow)?;
+        if redeem.signer() != escrow.payee {
+            return Err(LedgerError::WrongSigner {
+                what: "the redemption",
+                who: "the escrow's payee",
+            });
+        }
+        let bad = |what| move |source| LedgerError::BadEnvelope { what, source };
+        // The ledger's verdicts must be the same everywhere: strict verification, one by one.
+        let receipt = Signed::<UsageReceipt>::from_bytes(redeem.receipt.to_vec())
+            .and_then(Signed::verify)
+            .map_err(bad("the receipt"))?;
+        let ack = Signed::<ReceiptAck>::from_bytes(redeem.ack.to_vec())
+            .and_then(Signed::verify)
+            .map_err(bad("the acknowledgement"))?;
+        let mismatch = |field| LedgerError::Mismatch(RuleError::ReceiptMismatch { field });
+        if receipt.signer() != escrow.payee {
+            return Err(LedgerError::WrongSigner {
+                what: "the receipt",
+                who: "the escrow's payee",
+            });
+        }
+        if receipt.escrow != redeem.escrow {
+            return Err(mismatch("escrow"));
+        }
+        if receipt.lease != escrow.lease || redeem.lease != escrow.lease {
+            return Err(mismatch("lease"));
+        }
+        if receipt.price_per_gpu_hour != escrow.price_per_gpu_hour {
+            return Err(mismatch("price_per_gpu_hour"));
+        }
+        gpux_protocol::validate::ack_matches_receipt(&ack, &receipt, escrow.payer)?;
+        if receipt.seq <= escrow.last_seq {
+            return Ok(Applied::AlreadyRedeemed {
+                seq: receipt.seq,
+                last_seq: escrow.last_seq,
+            });
+        }
+        let cumulative = receipt.amount_due.min(escrow.amount).max(escrow.redeemed);
+        let pay = cumulative.0 - escrow.redeemed.0;
+        let payee = escrow.payee;
+        let balance = add(self.balance(&payee).0, pay)?;
+        self.balances.insert(payee, balance);
+        if let Some(escrow) = self.escrows.get_mut(&redeem.escrow) {
+            escrow.redeemed = cumulative;
+            escrow.last_seq = receipt.seq;
+            escrow.last_activity = now;
+        }
+        Ok(Applied::Redeemed {
+            amount: MicroCredits(pay),
+            cumulative,
+            seq: receipt.seq,
+        })
+    }
+
+    fn release(
+        &mut self,
+        release: &Verified<Release>,
+        now: Timestamp,
+    ) -> Result<Applied, LedgerError> {
+        let escrow = self.open_escrow(&release.escrow)?;
+        if release.lease != escrow.lease {
+            return Err(LedgerError::Mismatch(RuleError::ReceiptMismatch {
+                field: "lease",
+            }));
+        }
+        let signer = release.signer();
+        if signer == escrow.payer && signer != escrow.payee {
+            let allowed = escrow.last_activity.plus_ms(self.config.release_grace_ms);
+            if now < allowed {
+                return Err(LedgerError::TooEarly(allowed));
+            }
+        } else if signer != escrow.payee {
+            return Err(LedgerError::WrongSigner {
+                what: "the release",
+                who: "the escrow's payer or payee",
+            });
+        }
+        let refund = escrow.amount.0 - escrow.redeemed.0;
+        let payer = escrow.payer;
+        let balance = add(self.balance(&payer).0, refund)?;
+        self.balances.insert(payer, balance);
+        if let Some(escrow) = self.escrows.get_mut(&release.escrow) {
+            escrow.released = true;
+        }
+        Ok(Applied::Released {
+            refunded: MicroCredits(refund),
+        })
+    }
+}

@@ -1,0 +1,170 @@
+//! Host reputation, as each node computes it from what it has observed.
+//!
+//! Evidence is weighted and decays exponentially (half-life 30 days by default), so recent
+//! behaviour counts most and old failures are forgiven slowly:
+//!
+//! | event | good | bad |
+//! |---|---|---|
+//! | lease settled | +3 | |
+//! | receipt acknowledged | +0.2 | |
+//! | host-caused failure (stopped early, container failed, vanished) | | +6 |
+//! | uptime probe answered / missed | +0.05 | +0.05 |
+//!
+//! The score is the mean of a Beta(1 + good, 1 + bad) distribution:
+//! `(1 + good) / (2 + good + bad)`, reported in thousandths (0..=1000). A host nobody has
+//! seen scores 500, the book's default. Deterministic: the same events at the same times give
+//! the same score.
+
+use std::collections::BTreeMap;
+
+use gpux_protocol::{PublicKey, Timestamp};
+
+/// Something observed about a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostEvent {
+    /// A lease with the host settled.
+    LeaseSettled,
+    /// A receipt from the host was acknowledged.
+    ReceiptAcked,
+    /// The host ended a lease early, its container failed, or it vanished.
+    HostFailure,
+    /// An uptime probe: answered or not.
+    Uptime {
+        /// Whether the host answered.
+        online: bool,
+    },
+}
+
+/// Weights and decay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReputationConfig {
+    /// Half-life of evidence, ms.
+    pub half_life_ms: u64,
+    /// Weight of a settled lease.
+    pub settled: f64,
+    /// Weight of an acknowledged receipt.
+    pub acked: f64,
+    /// Weight of a host-caused failure.
+    pub failure: f64,
+    /// Weight of one uptime probe.
+    pub uptime: f64,
+}
+
+impl Default for ReputationConfig {
+    fn default() -> Self {
+        Self {
+            half_life_ms: 30 * 24 * 3_600_000,
+            settled: 3.0,
+            acked: 0.2,
+            failure: 6.0,
+            uptime: 0.05,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Record {
+    good: f64,
+    bad: f64,
+    at: u64,
+}
+
+/// Reputation of every host observed. See the [module docs](self).
+#[derive(Debug, Clone, Default)]
+pub struct Reputation {
+    config: ReputationConfig,
+    hosts: BTreeMap<PublicKey, Record>,
+}
+
+impl Reputation {
+    /// No evidence yet.
+    pub fn new(config: ReputationConfig) -> Self {
+        Self {
+            config,
+            hosts: BTreeMap::new(),
+        }
+    }
+
+    fn decay(&self, record: Record, now: u64) -> Record {
+        let elapsed = now.saturating_sub(record.at) as f64;
+        let factor = 0.5f64.powf(elapsed / self.config.half_life_ms.max(1) as f64);
+        Record {
+            good: record.good * factor,
+            bad: record.bad * factor,
+            at: now.max(record.at),
+        }
+    }
+
+    /// Records an event at `now`.
+    pub fn record(&mut self, host: PublicKey, event: HostEvent, now: Timestamp) {
+        let start = Record {
+            good: 0.0,
+            bad: 0.0,
+            at: now.0,
+        };
+        let mut r = self.decay(self.hosts.get(&host).copied().unwrap_or(start), now.0);
+        let c = &self.config;
+        match event {
+            HostEvent::LeaseSettled => r.good += c.settled,
+            HostEvent::ReceiptAcked => r.good += c.acked,
+            HostEvent::HostFailure => r.bad += c.failure,
+            HostEvent::Uptime { online: true } => r.good += c.uptime,
+            HostEvent::Uptime { online: false } => r.bad += c.uptime,
+        }
+        self.hosts.insert(host, r);
+    }
+
+    /// The host's score at `now`, thousandths (500 for a host never observed).
+    pub fn score(&self, host: &PublicKey, now: Timestamp) -> u16 {
+        let Some(&r) = self.hosts.get(host) else {
+            return 500;
+        };
+        let r = self.decay(r, now.0);
+        let score = (1.0 + r.good) / (2.0 + r.good + r.bad);
+        (score * 1000.0).round().clamp(0.0, 1000.0) as u16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> PublicKey {
+        PublicKey([1; 32])
+    }
+
+    #[test]
+    fn good_hosts_rise_failures_fall_and_evidence_decays() {
+        let day = 86_400_000;
+        let mut rep = Reputation::new(ReputationConfig::default());
+        assert_eq!(rep.score(&host(), Timestamp(0)), 500);
+        for i in 0..10 {
+            rep.record(host(), HostEvent::LeaseSettled, Timestamp(i * 1000));
+        }
+        let good = rep.score(&host(), Timestamp(10_000));
+        assert!(good > 950, "{good}");
+        rep.record(host(), HostEvent::HostFailure, Timestamp(10_000));
+        let after_failure = rep.score(&host(), Timestamp(10_000));
+        assert!(after_failure < good);
+        // Evidence fades towards the prior: after a year the score is near 500 again.
+        let later = rep.score(&host(), Timestamp(10_000 + 365 * day));
+        assert!((480..=520).contains(&later), "{later}");
+        // Deterministic.
+        let mut again = Reputation::new(ReputationConfig::default());
+        for i in 0..10 {
+            again.record(host(), HostEvent::LeaseSettled, Timestamp(i * 1000));
+        }
+        again.record(host(), HostEvent::HostFailure, Timestamp(10_000));
+        assert_eq!(again.score(&host(), Timestamp(10_000)), after_failure);
+    }
+
+    #[test]
+    fn a_failing_host_scores_low() {
+        let mut rep = Reputation::new(ReputationConfig::default());
+        for i in 0..5 {
+            rep.record(host(), HostEvent::HostFailure, Timestamp(i));
+            rep.record(host(), HostEvent::Uptime { online: false }, Timestamp(i));
+        }
+        assert!(rep.score(&host(), Timestamp(5)) < 50);
+    }
+}

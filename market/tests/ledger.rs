@@ -1,0 +1,346 @@
+//! The settlement ledger: flows, refusals, and conservation over random operation sequences.
+
+use gpux_market::*;
+use gpux_protocol::*;
+use proptest::prelude::*;
+
+use crate::common::*;
+
+struct Lease {
+    renter: Keypair,
+    host: Keypair,
+    lease: ContentId,
+    escrow: EscrowId,
+    price: MicroCredits,
+}
+
+impl Lease {
+    fn new(n: u8, renter: Keypair, host: Keypair) -> Self {
+        Lease {
+            renter,
+            host,
+            lease: ContentId([n; 32]),
+            escrow: EscrowId([n; 16]),
+            price: MicroCredits(3_600),
+        }
+    }
+
+    fn lock(&self, amount: u64) -> Verified<EscrowLock> {
+        Signed::sign(
+            &self.renter,
+            EscrowLock {
+                escrow: self.escrow,
+                lease: self.lease,
+                payer: self.renter.public(),
+                payee: self.host.public(),
+                amount: MicroCredits(amount),
+                price_per_gpu_hour: self.price,
+                created_at: T0,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+    }
+
+    /// A receipt for `gpu_seconds` (1 micro-credit per GPU-second at this price), acked.
+    fn redeem(&self, seq: u64, gpu_seconds: u64) -> Verified<Redeem> {
+        let receipt = Signed::sign(
+            &self.host,
+            UsageReceipt {
+                lease: self.lease,
+                escrow: self.escrow,
+                price_per_gpu_hour: self.price,
+                gpus: 1,
+                seq,
+                created_at: T0,
+                gpu_seconds,
+                amount_due: money::cost(gpu_seconds, self.price).unwrap(),
+                usage: UsageSummary::default(),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap();
+        let ack = Signed::sign(
+            &self.renter,
+            ReceiptAck {
+                receipt: receipt.id(),
+                lease: self.lease,
+                seq,
+                amount_due: receipt.amount_due,
+                created_at: T0,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap();
+        Signed::sign(
+            &self.host,
+            Redeem {
+                escrow: self.escrow,
+                lease: self.lease,
+                receipt: BoundedBytes::new(receipt.as_bytes().to_vec()).unwrap(),
+                ack: BoundedBytes::new(ack.as_bytes().to_vec()).unwrap(),
+                created_at: T0,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+    }
+
+    fn release(&self, by: &Keypair) -> Verified<Release> {
+        Signed::sign(
+            by,
+            Release {
+                escrow: self.escrow,
+                lease: self.lease,
+                created_at: T0,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+    }
+}
+
+fn minted(ledger: &mut Ledger, who: &Keypair, amount: u64) {
+    ledger
+        .apply(
+            LedgerOp::Mint {
+                account: who.public(),
+                amount: MicroCredits(amount),
+            },
+            T0,
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_lease_settles_exactly_once() {
+    let l = Lease::new(1, key(1), key(2));
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    minted(&mut ledger, &l.renter, 1_000);
+    assert_eq!(
+        ledger.apply(LedgerOp::Lock(&l.lock(600)), T0).unwrap(),
+        Applied::Locked {
+            amount: MicroCredits(600)
+        }
+    );
+    assert_eq!(ledger.balance(&l.renter.public()), MicroCredits(400));
+    let r1 = l.redeem(1, 100);
+    let r2 = l.redeem(2, 250);
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&r1), T0).unwrap(),
+        Applied::Redeemed {
+            amount: MicroCredits(100),
+            ..
+        }
+    ));
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&r2), T0).unwrap(),
+        Applied::Redeemed {
+            amount: MicroCredits(150),
+            ..
+        }
+    ));
+    // Replayed and out-of-order redemptions change nothing.
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&r2), T0).unwrap(),
+        Applied::AlreadyRedeemed {
+            seq: 2,
+            last_seq: 2
+        }
+    ));
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&r1), T0).unwrap(),
+        Applied::AlreadyRedeemed {
+            seq: 1,
+            last_seq: 2
+        }
+    ));
+    assert_eq!(ledger.balance(&l.host.public()), MicroCredits(250));
+    // Never more than the escrow.
+    assert!(matches!(
+        ledger
+            .apply(LedgerOp::Redeem(&l.redeem(3, 10_000)), T0)
+            .unwrap(),
+        Applied::Redeemed {
+            amount: MicroCredits(350),
+            cumulative: MicroCredits(600),
+            ..
+        }
+    ));
+    assert_eq!(
+        ledger
+            .apply(LedgerOp::Release(&l.release(&l.host)), T0)
+            .unwrap(),
+        Applied::Released {
+            refunded: MicroCredits(0)
+        }
+    );
+    assert_eq!(ledger.total(), u128::from(ledger.minted().0));
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&l.redeem(4, 1)), T0),
+        Err(LedgerError::EscrowClosed(_))
+    ));
+}
+
+#[test]
+fn refusals_leave_the_ledger_unchanged() {
+    let l = Lease::new(1, key(1), key(2));
+    let stranger = key(3);
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    minted(&mut ledger, &l.renter, 100);
+    assert!(matches!(
+        ledger.apply(LedgerOp::Lock(&l.lock(101)), T0),
+        Err(LedgerError::InsufficientFunds { .. })
+    ));
+    ledger.apply(LedgerOp::Lock(&l.lock(100)), T0).unwrap();
+    assert!(matches!(
+        ledger.apply(LedgerOp::Lock(&l.lock(100)), T0),
+        Err(LedgerError::EscrowExists(_))
+    ));
+
+    // A redemption signed by someone else, a receipt by someone else, an ack by someone else.
+    let forged = Signed::sign(&stranger, l.redeem(1, 10).body().clone()).unwrap();
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&forged), T0),
+        Err(LedgerError::WrongSigner { .. })
+    ));
+    let wrong_host = Lease {
+        host: stranger.clone(),
+        ..Lease::new(1, key(1), key(3))
+    };
+    // The redemption is the payee's, but the receipt inside was signed by another key.
+    let redeem = Signed::sign(&l.host, wrong_host.redeem(1, 10).body().clone()).unwrap();
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&redeem), T0),
+        Err(LedgerError::WrongSigner {
+            what: "the receipt",
+            ..
+        })
+    ));
+    let self_acked = Lease {
+        renter: l.host.clone(),
+        ..Lease::new(1, key(1), key(2))
+    };
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&self_acked.redeem(1, 10)), T0),
+        Err(LedgerError::Mismatch(
+            validate::RuleError::SignerMismatch { .. }
+        ))
+    ));
+    // A receipt at another price.
+    let pricier = Lease {
+        price: MicroCredits(7_200),
+        ..Lease::new(1, key(1), key(2))
+    };
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&pricier.redeem(1, 10)), T0),
+        Err(LedgerError::Mismatch(_))
+    ));
+    // Tampered receipt bytes inside a validly signed redemption.
+    let mut tampered = l.redeem(1, 10).body().clone();
+    let mut bytes = tampered.receipt.to_vec();
+    bytes[60] ^= 1;
+    tampered.receipt = BoundedBytes::new(bytes).unwrap();
+    let tampered = Signed::sign(&l.host, tampered).unwrap();
+    assert!(matches!(
+        ledger.apply(LedgerOp::Redeem(&tampered), T0),
+        Err(LedgerError::BadEnvelope {
+            what: "the receipt",
+            ..
+        })
+    ));
+    assert_eq!(ledger.balance(&l.host.public()), MicroCredits(0));
+
+    // The renter may take the rest back only after the grace period; strangers never.
+    assert!(matches!(
+        ledger.apply(LedgerOp::Release(&l.release(&stranger)), T0),
+        Err(LedgerError::WrongSigner { .. })
+    ));
+    assert!(matches!(
+        ledger.apply(LedgerOp::Release(&l.release(&l.renter)), T0.plus_secs(599)),
+        Err(LedgerError::TooEarly(_))
+    ));
+    assert_eq!(
+        ledger
+            .apply(LedgerOp::Release(&l.release(&l.renter)), T0.plus_secs(600))
+            .unwrap(),
+        Applied::Released {
+            refunded: MicroCredits(100)
+        }
+    );
+    assert_eq!(ledger.balance(&l.renter.public()), MicroCredits(100));
+    assert_eq!(ledger.total(), u128::from(ledger.minted().0));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Mint(usize, u64),
+    Lock(usize, u64),
+    Redeem(usize, u64, u64),
+    ReleaseByHost(usize),
+    ReleaseByRenter(usize, u64),
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0usize..2, 0u64..5_000).prop_map(|(r, a)| Op::Mint(r, a)),
+        (0usize..4, 1u64..3_000).prop_map(|(l, a)| Op::Lock(l, a)),
+        (0usize..4, 1u64..8, 0u64..4_000).prop_map(|(l, s, g)| Op::Redeem(l, s, g)),
+        (0usize..4).prop_map(Op::ReleaseByHost),
+        (0usize..4, 0u64..1_200).prop_map(|(l, t)| Op::ReleaseByRenter(l, t)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn credits_are_conserved_and_redemption_is_idempotent(ops in prop::collection::vec(arb_op(), 1..40)) {
+        let renters = [key(1), key(2)];
+        let hosts = [key(3), key(4)];
+        let leases: Vec<Lease> = (0..4).map(|i| Lease::new(i as u8 + 1, renters[i % 2].clone(), hosts[i / 2].clone())).collect();
+        let mut ledger = Ledger::new(LedgerConfig::default());
+        for op in ops {
+            let before = ledger.clone();
+            let result = match &op {
+                Op::Mint(r, a) => ledger.apply(LedgerOp::Mint { account: renters[*r].public(), amount: MicroCredits(*a) }, T0),
+                Op::Lock(l, a) => ledger.apply(LedgerOp::Lock(&leases[*l].lock(*a)), T0),
+                Op::Redeem(l, s, g) => {
+                    let redeem = leases[*l].redeem(*s, *g);
+                    let first = ledger.apply(LedgerOp::Redeem(&redeem), T0);
+                    if first.is_ok() {
+                        // The same redemption again is a no-op.
+                        let snapshot = ledger.total();
+                        let again = ledger.apply(LedgerOp::Redeem(&redeem), T0).unwrap();
+                        prop_assert!(matches!(again, Applied::AlreadyRedeemed { .. }), "{again:?}");
+                        prop_assert_eq!(ledger.total(), snapshot);
+                    }
+                    first
+                }
+                Op::ReleaseByHost(l) => ledger.apply(LedgerOp::Release(&leases[*l].release(&leases[*l].host)), T0),
+                Op::ReleaseByRenter(l, t) => {
+                    ledger.apply(LedgerOp::Release(&leases[*l].release(&leases[*l].renter)), T0.plus_secs(*t))
+                }
+            };
+            if result.is_err() {
+                // A refused operation changes nothing.
+                prop_assert_eq!(ledger.total(), before.total());
+                for k in renters.iter().chain(&hosts) {
+                    prop_assert_eq!(ledger.balance(&k.public()), before.balance(&k.public()));
+                }
+            }
+            prop_assert_eq!(ledger.total(), u128::from(ledger.minted().0), "after {:?}", op);
+            let mut paid = [0u64; 2];
+            for (i, l) in leases.iter().enumerate() {
+                if let Some(e) = ledger.escrow(&l.escrow) {
+                    prop_assert!(e.redeemed <= e.amount);
+                    paid[i / 2] += e.redeemed.0;
+                }
+            }
+            // Hosts are paid only through redemptions.
+            for (h, host) in hosts.iter().enumerate() {
+                prop_assert_eq!(ledger.balance(&host.public()).0, paid[h]);
+            }
+        }
+    }
+}
