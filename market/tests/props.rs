@@ -150,7 +150,9 @@ proptest! {
         let got: Vec<ContentId> = book.search(&query, T0, limit).into_iter().map(|h| h.offer).collect();
         let passing = (0..offers.len()).filter(|&i| satisfies(&offers[i], u64::from(offers[i].gpus), &clauses)).collect();
         let want: Vec<ContentId> = oracle_order(&offers, &rel, passing).into_iter().take(limit).map(|i| ids[i]).collect();
-        prop_assert_eq!(got, want, "query {}", text(&clauses));
+        let scanned: Vec<ContentId> = book.scan_search(&query, T0, limit).into_iter().map(|h| h.offer).collect();
+        prop_assert_eq!(&got, &want, "query {}", text(&clauses));
+        prop_assert_eq!(scanned, want);
     }
 
     #[test]
@@ -199,6 +201,10 @@ proptest! {
                         }).collect();
                         let best = oracle_order(&offers, &rel, eligible)[0];
                         prop_assert_eq!(a.offer, ids[best]);
+                        if matches!(kind, LeaseKind::OnDemand) {
+                            let scanned = book.scan_match_bid(&spec, T0);
+                            prop_assert_eq!(scanned.as_ref(), Some(a));
+                        }
                     }
                     let lease = ContentId(*blake3::hash(&(n as u64).to_le_bytes()).as_bytes());
                     prop_assert_eq!(book.reserve(a, lease), Ok(()));

@@ -51,7 +51,7 @@ impl BidSpec {
     }
 
     /// The window a match would occupy, given `now` and any preemption delay.
-    fn window(&self, now: u64, delay: u64) -> (u64, u64) {
+    pub(crate) fn window(&self, now: u64, delay: u64) -> (u64, u64) {
         match self.kind {
             LeaseKind::Reserved { start, end } => (start.0, end.0),
             LeaseKind::OnDemand | LeaseKind::Spot => {
@@ -179,7 +179,7 @@ impl OrderBook {
     }
 
     /// GPUs of `entry` free for the whole window without preempting anyone.
-    fn free_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
+    pub(crate) fn free_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
         let reserved = matches!(spec.kind, LeaseKind::Reserved { .. });
         (0..entry.gpus.len() as u8)
             .filter(|&g| {
@@ -209,7 +209,7 @@ impl OrderBook {
         free
     }
 
-    fn allocation(
+    pub(crate) fn allocation(
         entry: &Entry,
         spec: &BidSpec,
         window: (u64, u64),

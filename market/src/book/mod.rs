@@ -13,6 +13,7 @@
 mod bids;
 mod filter;
 mod matching;
+mod scan;
 mod search;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
