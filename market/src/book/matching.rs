@@ -179,7 +179,11 @@ impl OrderBook {
     }
 
     /// GPUs of `entry` free for the whole window without preempting anyone.
-    pub(crate) fn free_gpus(entry: &Entry, spec: &BidSpec, window: (u64, u64)) -> Vec<(u8, Vec<ContentId>)> {
+    pub(crate) fn free_gpus(
+        entry: &Entry,
+        spec: &BidSpec,
+        window: (u64, u64),
+    ) -> Vec<(u8, Vec<ContentId>)> {
         let reserved = matches!(spec.kind, LeaseKind::Reserved { .. });
         (0..entry.gpus.len() as u8)
             .filter(|&g| {

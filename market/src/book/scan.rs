@@ -8,18 +8,25 @@ use super::{Allocation, BidSpec, Entry, Hit, OrderBook};
 use crate::query::Query;
 
 impl OrderBook {
-    fn scan_passing<'a>(&'a self, query: &'a Query, now: u64) -> impl Iterator<Item = (u32, &'a Entry)> + 'a {
+    fn scan_passing<'a>(
+        &'a self,
+        query: &'a Query,
+        now: u64,
+    ) -> impl Iterator<Item = (u32, &'a Entry)> + 'a {
         self.entries.iter().enumerate().filter_map(move |(i, e)| {
             let e = e.as_ref()?;
             let facts = Facts::new(e, now, &self.hosts, &self.regions);
-            (e.expires_at > now && query.clauses.iter().all(|c| clause_holds(c, &facts))).then_some((i as u32, e))
+            (e.expires_at > now && query.clauses.iter().all(|c| clause_holds(c, &facts)))
+                .then_some((i as u32, e))
         })
     }
 
     /// [`OrderBook::search`] in the default order, by evaluating every offer (no index).
     pub fn scan_search(&self, query: &Query, now: Timestamp, limit: usize) -> Vec<Hit> {
-        let mut found: Vec<(u64, u16, u64, u32)> =
-            self.scan_passing(query, now.0).map(|(i, e)| (e.price, e.rel_inv, e.created_at, i)).collect();
+        let mut found: Vec<(u64, u16, u64, u32)> = self
+            .scan_passing(query, now.0)
+            .map(|(i, e)| (e.price, e.rel_inv, e.created_at, i))
+            .collect();
         if limit == 0 {
             return Vec::new();
         }
@@ -28,7 +35,11 @@ impl OrderBook {
             found.truncate(limit);
         }
         found.sort_unstable();
-        found.iter().filter_map(|k| self.entry(k.3)).map(|e| self.hit(e, now.0)).collect()
+        found
+            .iter()
+            .filter_map(|k| self.entry(k.3))
+            .map(|e| self.hit(e, now.0))
+            .collect()
     }
 
     /// [`OrderBook::match_bid`] for an on-demand bid on one machine without preemption, by
@@ -44,6 +55,11 @@ impl OrderBook {
             .filter(|(_, e)| Self::free_gpus(e, spec, window).len() >= usize::from(spec.gpus))
             .min_by_key(|(i, e)| (e.price, e.rel_inv, e.created_at, *i))?;
         let free = Self::free_gpus(best.1, spec, window);
-        Some(Self::allocation(best.1, spec, window, &free[..usize::from(spec.gpus)]))
+        Some(Self::allocation(
+            best.1,
+            spec,
+            window,
+            &free[..usize::from(spec.gpus)],
+        ))
     }
 }
