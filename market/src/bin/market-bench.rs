@@ -61,7 +61,8 @@ const REGIONS: [&str; 8] = [
 ];
 
 /// (family key, VRAM GB choices, compute capability, base price in micro-credits, weight %)
-const MODELS: [(&str, &[u64], (u8, u8), u64, u32); 10] = [
+type Model = (&'static str, &'static [u64], (u8, u8), u64, u32);
+const MODELS: [Model; 10] = [
     ("h100", &[80], (9, 0), 2_400_000, 18),
     ("h200", &[141], (9, 0), 3_500_000, 4),
     ("a100", &[40, 80], (8, 0), 1_400_000, 15),
