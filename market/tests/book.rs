@@ -407,3 +407,24 @@ fn standing_bids_are_found_for_a_new_offer_best_first() {
     ];
     assert_eq!(found, expected);
 }
+
+/// r001: contradictory price bounds panicked inside BTreeSet::range (found by fuzzing).
+#[test]
+fn r001_contradictory_price_bounds_match_nothing() {
+    let book = book_with(&[O::default()]);
+    for q in [
+        "price>=6 price<=2.5",
+        "price>=6 price<=2.5 order=vram-",
+        "price>3 price<3",
+    ] {
+        assert!(search(&book, q).is_empty(), "{q}");
+        assert_eq!(
+            book.match_bid(&spec(q, 1, 9_000_000, LeaseKind::OnDemand), T0),
+            Err(MatchError::NoMatch)
+        );
+        assert!(
+            book.scan_search(&Query::parse(q).unwrap(), T0, 5)
+                .is_empty()
+        );
+    }
+}

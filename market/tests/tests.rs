@@ -3,5 +3,6 @@
 
 mod book;
 mod common;
+mod fuzz_corpus;
 mod ledger;
 mod props;

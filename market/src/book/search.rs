@@ -91,6 +91,9 @@ impl OrderBook {
     /// Offers of the candidate buckets in priority order (price, reliability descending,
     /// age) within `[lo, hi]` of the chosen index (price or spot floor), lazily merged.
     pub(crate) fn merged(&self, buckets: &[u32], lo: u64, hi: u64, spot: bool) -> Merge<'_> {
+        // Contradictory bounds (`price>=6 price<=2.5`) select nothing; BTreeSet::range would
+        // panic on them.
+        let buckets = if lo > hi { &[][..] } else { buckets };
         let range = (
             Bound::Included((lo, 0, 0, 0)),
             Bound::Included((hi, u16::MAX, u64::MAX, u32::MAX)),
@@ -158,7 +161,7 @@ impl OrderBook {
                 .collect();
         }
         let mut found: Vec<&Entry> = Vec::new();
-        for &b in &buckets {
+        for &b in buckets.iter().filter(|_| lo <= hi) {
             let tree = &self.buckets[b as usize].by_price;
             for k in tree.range((lo, 0, 0, 0)..=(hi, u16::MAX, u64::MAX, u32::MAX)) {
                 if let Some(e) = self.entry(k.3).filter(|e| passes(e)) {
