@@ -1,7 +1,20 @@
-//! GPU attestation for gpux.
+//! GPU attestation for gpux: the GPU spec table, plausibility checks that catch a disguised
+//! GPU, and the performance challenge (a seeded matrix product verified with Freivalds'
+//! algorithm). NVML probing and signed reports build on these.
 //!
-//! **Status: empty.** NVML probing (nvml-wrapper), the fake NVML driver for machines without
-//! GPUs, plausibility checks against the GPU spec table and the performance challenge arrive
-//! with the attestation issue; until then this crate exports nothing. The wire types it will
-//! fill ([`gpux_protocol::Attestation`], [`gpux_protocol::ChallengeRequest`],
-//! [`gpux_protocol::ChallengeResponse`]) already exist in `gpux-protocol`.
+//! ```
+//! use gpux_attestation::challenge::{prove_cpu, verify, Policy};
+//! use std::time::Duration;
+//!
+//! let seed = [7u8; 32];
+//! let proof = prove_cpu(&seed, 32);
+//! let verdict = verify(&seed, 32, &proof, Duration::from_millis(5), 0.001, &Policy::default(), &[1; 32]);
+//! assert!(verdict.is_ok());
+//! ```
+
+pub mod challenge;
+pub mod plausibility;
+pub mod spec;
+
+pub use plausibility::{Implausible, Plausibility, check_gpu};
+pub use spec::{GpuSpec, SPECS, spec_for_name};

@@ -1,0 +1,175 @@
+//! The GPU spec table: what each model physically is, from NVIDIA's datasheets (see
+//! `docs/gpu-specs.md` for sources), and the reference throughput of the performance
+//! challenge on it.
+
+use gpux_protocol::{ComputeCapability, GpuFamily};
+
+/// One model's datasheet figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuSpec {
+    /// The model, as NVML names it (one representative name).
+    pub model: &'static str,
+    /// Its family (the key shared with topics and queries).
+    pub family: GpuFamily,
+    /// Extra name tokens that tell this variant from others of the family (`pcie`, `sxm`,
+    /// `nvl`); empty for the default variant.
+    pub variant: &'static [&'static str],
+    /// Memory, GB as printed by the maker.
+    pub vram_gb: u16,
+    /// Memory bandwidth, GB/s.
+    pub bandwidth_gbs: u32,
+    /// Peak FP64 (non-tensor), TFLOPS.
+    pub fp64_tflops: f32,
+    /// Peak FP32 (non-tensor), TFLOPS.
+    pub fp32_tflops: f32,
+    /// Peak FP16 tensor, dense (no sparsity), TFLOPS.
+    pub fp16_tensor_tflops: f32,
+    /// Compute capability.
+    pub compute_capability: ComputeCapability,
+    /// What genuine hardware sustains on the gpux challenge (modular matrix product),
+    /// in giga-operations per second (2n³ operations per product). Estimated until measured
+    /// on real hardware; see `docs/gpu-specs.md`.
+    pub challenge_gops: f64,
+}
+
+const fn cc(major: u8, minor: u8) -> ComputeCapability {
+    ComputeCapability::new(major, minor)
+}
+
+/// Share of the FP32 peak the challenge is expected to sustain on a GPU: each multiply-add
+/// works on 64-bit products and a modular reduction (about 4 instructions), at a realistic
+/// kernel efficiency. Replaced by measurements as real hardware becomes available.
+const CHALLENGE_SHARE_OF_FP32: f64 = 0.12;
+
+macro_rules! specs {
+    ($( $model:literal, $family:ident, [$($v:literal),*], $gb:literal, $bw:literal, $fp64:literal, $fp32:literal, $fp16:literal, ($maj:literal, $min:literal); )+) => {
+        /// The spec table (more specific variants of a family first).
+        pub const SPECS: &[GpuSpec] = &[
+            $(GpuSpec {
+                model: $model,
+                family: GpuFamily::$family,
+                variant: &[$($v),*],
+                vram_gb: $gb,
+                bandwidth_gbs: $bw,
+                fp64_tflops: $fp64,
+                fp32_tflops: $fp32,
+                fp16_tensor_tflops: $fp16,
+                compute_capability: cc($maj, $min),
+                challenge_gops: $fp32 * 1000.0 * CHALLENGE_SHARE_OF_FP32,
+            },)+
+        ];
+    };
+}
+
+specs! {
+    "NVIDIA B200", B200, [], 180, 8000, 37.0, 75.0, 2250.0, (10, 0);
+    "NVIDIA GH200 480GB", Gh200, [], 96, 4000, 34.0, 67.0, 989.0, (9, 0);
+    "NVIDIA H200", H200, [], 141, 4800, 34.0, 67.0, 989.0, (9, 0);
+    "NVIDIA H100 NVL", H100, ["nvl"], 94, 3900, 30.0, 60.0, 835.0, (9, 0);
+    "NVIDIA H100 PCIe", H100, ["pcie"], 80, 2000, 26.0, 51.0, 756.0, (9, 0);
+    "NVIDIA H100 80GB HBM3", H100, [], 80, 3350, 34.0, 67.0, 989.0, (9, 0);
+    "NVIDIA A100-PCIE-40GB", A100, ["pcie", "40gb"], 40, 1555, 9.7, 19.5, 312.0, (8, 0);
+    "NVIDIA A100 80GB PCIe", A100, ["pcie"], 80, 1935, 9.7, 19.5, 312.0, (8, 0);
+    "NVIDIA A100-SXM4-40GB", A100, ["40gb"], 40, 1555, 9.7, 19.5, 312.0, (8, 0);
+    "NVIDIA A100-SXM4-80GB", A100, [], 80, 2039, 9.7, 19.5, 312.0, (8, 0);
+    "NVIDIA A40", A40, [], 48, 696, 0.58, 37.4, 149.7, (8, 6);
+    "NVIDIA A30", A30, [], 24, 933, 5.2, 10.3, 165.0, (8, 0);
+    "NVIDIA A10", A10, [], 24, 600, 0.98, 31.2, 125.0, (8, 6);
+    "NVIDIA L40S", L40s, [], 48, 864, 1.4, 91.6, 362.0, (8, 9);
+    "NVIDIA L40", L40, [], 48, 864, 1.4, 90.5, 181.0, (8, 9);
+    "NVIDIA L4", L4, [], 24, 300, 0.47, 30.3, 121.0, (8, 9);
+    "Tesla T4", T4, [], 16, 320, 0.25, 8.1, 65.0, (7, 5);
+    "Tesla V100-PCIE-16GB", V100, ["pcie"], 16, 900, 7.0, 14.0, 112.0, (7, 0);
+    "Tesla V100-SXM2-32GB", V100, [], 32, 900, 7.8, 15.7, 125.0, (7, 0);
+    "NVIDIA RTX A6000", RtxA6000, [], 48, 768, 1.2, 38.7, 154.8, (8, 6);
+    "NVIDIA RTX 6000 Ada Generation", Rtx6000Ada, [], 48, 960, 1.4, 91.1, 364.2, (8, 9);
+    "NVIDIA GeForce RTX 5090", Rtx5090, [], 32, 1792, 1.6, 104.8, 209.5, (12, 0);
+    "NVIDIA GeForce RTX 4090", Rtx4090, [], 24, 1008, 1.3, 82.6, 165.2, (8, 9);
+    "NVIDIA GeForce RTX 4080", Rtx4080, [], 16, 717, 0.76, 48.7, 97.5, (8, 9);
+    "NVIDIA GeForce RTX 3090", Rtx3090, [], 24, 936, 0.56, 35.6, 71.0, (8, 6);
+    "NVIDIA GeForce RTX 3080", Rtx3080, [], 10, 760, 0.47, 29.8, 59.5, (8, 6);
+}
+
+/// The spec of a model as NVML names it: the family's row whose variant tokens all appear in
+/// the name (the most specific such row), or `None` for a model the table does not know.
+pub fn spec_for_name(nvml_name: &str) -> Option<&'static GpuSpec> {
+    let family = GpuFamily::classify(nvml_name);
+    let lower = nvml_name.to_ascii_lowercase();
+    let tokens: Vec<&str> = lower
+        .split([' ', '-', '_'])
+        .filter(|t| !t.is_empty())
+        .collect();
+    SPECS
+        .iter()
+        .filter(|s| s.family == family && s.variant.iter().all(|v| tokens.contains(v)))
+        .max_by_key(|s| s.variant.len())
+}
+
+/// Every row of a family.
+pub fn specs_of(family: GpuFamily) -> impl Iterator<Item = &'static GpuSpec> {
+    SPECS.iter().filter(move |s| s.family == family)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_covers_the_required_models() {
+        assert!(SPECS.len() >= 20);
+        for name in [
+            "NVIDIA H200",
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H100 PCIe",
+            "NVIDIA A100-SXM4-40GB",
+            "NVIDIA A100-SXM4-80GB",
+            "NVIDIA A100-PCIE-40GB",
+            "NVIDIA A100 80GB PCIe",
+            "NVIDIA A40",
+            "NVIDIA A10",
+            "NVIDIA L40S",
+            "NVIDIA L4",
+            "Tesla T4",
+            "Tesla V100-SXM2-32GB",
+            "NVIDIA GeForce RTX 4090",
+            "NVIDIA GeForce RTX 3090",
+            "NVIDIA RTX 6000 Ada Generation",
+            "NVIDIA B200",
+        ] {
+            let spec = spec_for_name(name).unwrap_or_else(|| panic!("{name} not in the table"));
+            assert_eq!(spec.family, GpuFamily::classify(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn variants_are_told_apart() {
+        assert_eq!(
+            spec_for_name("NVIDIA H100 PCIe").unwrap().bandwidth_gbs,
+            2000
+        );
+        assert_eq!(
+            spec_for_name("NVIDIA H100 80GB HBM3")
+                .unwrap()
+                .bandwidth_gbs,
+            3350
+        );
+        assert_eq!(spec_for_name("NVIDIA A100-PCIE-40GB").unwrap().vram_gb, 40);
+        assert_eq!(spec_for_name("NVIDIA A100-SXM4-80GB").unwrap().vram_gb, 80);
+        assert!(spec_for_name("NVIDIA GeForce GTX 1080").is_none());
+    }
+
+    #[test]
+    fn family_table_and_spec_table_agree() {
+        for s in SPECS {
+            let info = s.family.info().unwrap();
+            assert_eq!(info.compute_capability, s.compute_capability, "{}", s.model);
+            assert!(
+                info.nominal_vram_gb.contains(&s.vram_gb),
+                "{}: {} GB",
+                s.model,
+                s.vram_gb
+            );
+            assert!(s.challenge_gops > 0.0);
+        }
+    }
+}
