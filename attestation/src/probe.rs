@@ -1,0 +1,325 @@
+//! Reading every GPU through NVML (nvml-wrapper), into an [`Attestation`] body.
+//!
+//! Fields a GPU or driver does not support (NVML answers `NotSupported`) are recorded as
+//! absent. Any other driver error stops the probe with an error that names the GPU and the
+//! field: a half-read attestation is never signed. Keep one [`Probe`] per process (the NVML
+//! library is initialised once, when it opens, and shut down when it drops).
+
+use std::path::{Path, PathBuf};
+
+use gpux_protocol::{
+    Attestation, BoundedString, BoundedVec, ComputeCapability, EccFacts, Ext, GpuFacts, GpuUuid,
+    MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MigFacts, MigInstance, PcieFacts, Timestamp, Version,
+};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
+use nvml_wrapper::error::NvmlError;
+
+/// The NVML library name the driver installs.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+/// Why probing failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// The NVML library could not be loaded: no NVIDIA driver.
+    #[error("no NVIDIA driver found ({}): {reason}", .path.display())]
+    NoDriver {
+        /// The library tried.
+        path: PathBuf,
+        /// The loader's message.
+        reason: String,
+    },
+    /// The library loaded but NVML did not initialise.
+    #[error("the NVIDIA driver ({}) did not initialise: {source}", .path.display())]
+    Init {
+        /// The library.
+        path: PathBuf,
+        /// NVML's error.
+        source: NvmlError,
+    },
+    /// A system-wide query failed.
+    #[error("NVML could not read the {field}: {source}")]
+    System {
+        /// What was being read.
+        field: &'static str,
+        /// NVML's error.
+        source: NvmlError,
+    },
+    /// A per-GPU query failed.
+    #[error("NVML could not read the {field} of GPU {index}: {source}")]
+    Gpu {
+        /// The GPU's NVML index.
+        index: u32,
+        /// What was being read.
+        field: &'static str,
+        /// NVML's error.
+        source: NvmlError,
+    },
+    /// NVML returned something that is not what it documents.
+    #[error("GPU {index} reported an invalid {field}: {value}")]
+    Invalid {
+        /// The GPU's NVML index.
+        index: u32,
+        /// The field.
+        field: &'static str,
+        /// What it said.
+        value: String,
+    },
+    /// No GPU at all.
+    #[error("the NVIDIA driver reports no GPU")]
+    NoGpu,
+    /// More GPUs than one attestation may list.
+    #[error("{0} GPUs; one attestation lists at most {MAX_ATTESTED_GPUS}")]
+    TooManyGpus(u32),
+}
+
+/// An open NVML library.
+pub struct Probe {
+    nvml: Nvml,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe").field("path", &self.path).finish()
+    }
+}
+
+/// `Ok(Some)`, `Ok(None)` for NotSupported, `Err` otherwise.
+fn optional<T>(
+    r: Result<T, NvmlError>,
+    index: u32,
+    field: &'static str,
+) -> Result<Option<T>, ProbeError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported) => Ok(None),
+        Err(source) => Err(ProbeError::Gpu {
+            index,
+            field,
+            source,
+        }),
+    }
+}
+
+fn required<T>(r: Result<T, NvmlError>, index: u32, field: &'static str) -> Result<T, ProbeError> {
+    r.map_err(|source| ProbeError::Gpu {
+        index,
+        field,
+        source,
+    })
+}
+
+fn bounded<const N: usize>(
+    text: String,
+    index: u32,
+    field: &'static str,
+) -> Result<BoundedString<N>, ProbeError> {
+    BoundedString::new(text.clone()).map_err(|_| ProbeError::Invalid {
+        index,
+        field,
+        value: text,
+    })
+}
+
+fn small(v: u32) -> Option<u8> {
+    u8::try_from(v).ok()
+}
+
+impl Probe {
+    /// Loads and initialises NVML from `lib` (default: the driver's `libnvidia-ml.so.1`).
+    pub fn open(lib: Option<&Path>) -> Result<Probe, ProbeError> {
+        let path = lib.map_or_else(|| PathBuf::from(DEFAULT_NVML_LIB), Path::to_path_buf);
+        let nvml = Nvml::builder()
+            .lib_path(path.as_os_str())
+            .init()
+            .map_err(|e| match e {
+                NvmlError::LibloadingError(err) => ProbeError::NoDriver {
+                    path: path.clone(),
+                    reason: err.to_string(),
+                },
+                NvmlError::FailedToLoadSymbol(symbol) => ProbeError::NoDriver {
+                    path: path.clone(),
+                    reason: format!("it lacks {symbol}"),
+                },
+                source => ProbeError::Init {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+        Ok(Probe { nvml, path })
+    }
+
+    /// The library this probe opened.
+    pub fn library(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads every GPU. `now` becomes the attestation's `created_at`.
+    pub fn attestation(&self, now: Timestamp) -> Result<Attestation, ProbeError> {
+        let sys = |field, source| ProbeError::System { field, source };
+        let driver = self
+            .nvml
+            .sys_driver_version()
+            .map_err(|e| sys("driver version", e))?;
+        let nvml_version = self
+            .nvml
+            .sys_nvml_version()
+            .map_err(|e| sys("NVML version", e))?;
+        let cuda = match self.nvml.sys_cuda_driver_version() {
+            Ok(v) if v > 0 => Some(Version::new((v / 1000) as u16, ((v % 1000) / 10) as u16, 0)),
+            Ok(_) | Err(NvmlError::NotSupported) => None,
+            Err(e) => return Err(sys("CUDA driver version", e)),
+        };
+        let count = self.nvml.device_count().map_err(|e| sys("GPU count", e))?;
+        if count == 0 {
+            return Err(ProbeError::NoGpu);
+        }
+        if count as usize > MAX_ATTESTED_GPUS {
+            return Err(ProbeError::TooManyGpus(count));
+        }
+        let gpus = (0..count)
+            .map(|i| self.gpu(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let invalid = |field, value: String| ProbeError::Invalid {
+            index: 0,
+            field,
+            value,
+        };
+        Ok(Attestation {
+            created_at: now,
+            driver_version: BoundedString::new(driver.clone())
+                .map_err(|_| invalid("driver version", driver))?,
+            cuda_driver_version: cuda,
+            nvml_version: BoundedString::new(nvml_version.clone())
+                .map_err(|_| invalid("NVML version", nvml_version))?,
+            gpus: BoundedVec::new(gpus).map_err(|_| ProbeError::TooManyGpus(count))?,
+            ext: Ext::new(),
+        })
+    }
+
+    fn gpu(&self, index: u32) -> Result<GpuFacts, ProbeError> {
+        let device = required(self.nvml.device_by_index(index), index, "handle")?;
+        let name = required(device.name(), index, "name")?;
+        let uuid_text = required(device.uuid(), index, "UUID")?;
+        let uuid: GpuUuid = uuid_text.parse().map_err(|_| ProbeError::Invalid {
+            index,
+            field: "UUID",
+            value: uuid_text.clone(),
+        })?;
+        let memory = required(device.memory_info(), index, "memory")?;
+        let cc = required(
+            device.cuda_compute_capability(),
+            index,
+            "compute capability",
+        )?;
+        let compute_capability = match (u8::try_from(cc.major), u8::try_from(cc.minor)) {
+            (Ok(major), Ok(minor)) => ComputeCapability::new(major, minor),
+            _ => {
+                return Err(ProbeError::Invalid {
+                    index,
+                    field: "compute capability",
+                    value: format!("{}.{}", cc.major, cc.minor),
+                });
+            }
+        };
+        let serial = optional(device.serial(), index, "serial")?
+            .map(|s| bounded(s, index, "serial"))
+            .transpose()?;
+        let part = optional(device.board_part_number(), index, "board part number")?
+            .map(|s| bounded(s, index, "board part number"))
+            .transpose()?;
+        let pcie = PcieFacts {
+            max_gen: optional(device.max_pcie_link_gen(), index, "max PCIe generation")?
+                .and_then(small),
+            max_width: optional(device.max_pcie_link_width(), index, "max PCIe width")?
+                .and_then(small),
+            current_gen: optional(device.current_pcie_link_gen(), index, "PCIe generation")?
+                .and_then(small),
+            current_width: optional(device.current_pcie_link_width(), index, "PCIe width")?
+                .and_then(small),
+        };
+        let ecc = match optional(device.is_ecc_enabled(), index, "ECC mode")? {
+            Some(state) => Some(EccFacts {
+                enabled: state.currently_enabled,
+                corrected_total: optional(
+                    device.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate),
+                    index,
+                    "ECC errors",
+                )?,
+                uncorrected_total: optional(
+                    device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate),
+                    index,
+                    "ECC errors",
+                )?,
+            }),
+            None => None,
+        };
+        let mig = match optional(device.mig_mode(), index, "MIG mode")? {
+            Some(mode) => {
+                let enabled = mode.current == 1;
+                let mut instances = Vec::new();
+                if enabled {
+                    let max = optional(device.mig_device_count(), index, "MIG device count")?
+                        .unwrap_or(0);
+                    for m in 0..max.min(MAX_MIG_INSTANCES as u32) {
+                        let mig = match device.mig_device_by_index(m) {
+                            Ok(d) => d,
+                            Err(NvmlError::NotFound | NvmlError::InvalidArg) => continue,
+                            Err(source) => {
+                                return Err(ProbeError::Gpu {
+                                    index,
+                                    field: "MIG device",
+                                    source,
+                                });
+                            }
+                        };
+                        instances.push(MigInstance {
+                            uuid: bounded(
+                                required(mig.uuid(), index, "MIG UUID")?,
+                                index,
+                                "MIG UUID",
+                            )?,
+                            memory_total_bytes: required(mig.memory_info(), index, "MIG memory")?
+                                .total,
+                        });
+                    }
+                }
+                Some(MigFacts {
+                    enabled,
+                    instances: BoundedVec::new(instances).map_err(|_| ProbeError::Invalid {
+                        index,
+                        field: "MIG devices",
+                        value: "too many".into(),
+                    })?,
+                })
+            }
+            None => None,
+        };
+        Ok(GpuFacts {
+            index,
+            name: bounded(name, index, "name")?,
+            uuid,
+            serial,
+            board_part_number: part,
+            memory_total_bytes: memory.total,
+            compute_capability,
+            pcie,
+            power_limit_mw: optional(device.enforced_power_limit(), index, "power limit")?,
+            max_sm_clock_mhz: optional(device.max_clock_info(Clock::SM), index, "max SM clock")?,
+            max_memory_clock_mhz: optional(
+                device.max_clock_info(Clock::Memory),
+                index,
+                "max memory clock",
+            )?,
+            ecc,
+            mig,
+            confidential_compute: optional(
+                device.is_cc_enabled(),
+                index,
+                "confidential computing",
+            )?,
+        })
+    }
+}

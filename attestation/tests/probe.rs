@@ -1,0 +1,161 @@
+//! The probe reads every GPU through nvml-wrapper from the fake driver.
+
+use gpux_attestation::{Plausibility, Probe, ProbeError, check_gpu};
+use gpux_protocol::{Keypair, Signed, Timestamp};
+
+use crate::fake;
+
+const TWO: &str = r#"
+driver_version = "550.54.15"
+cuda_driver_version = 12040
+
+[[gpu]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+memory_total_bytes = 85520809984
+compute_capability = [9, 0]
+pcie_max_gen = 5
+power_limit_mw = 700000
+
+[[gpu]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+memory_total_bytes = 85520809984
+compute_capability = [9, 0]
+serial = "1654922000777"
+mig_enabled = true
+mig = [
+  { uuid = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", memory_total_bytes = 10737418240 },
+  { uuid = "MIG-ffffffff-bbbb-cccc-dddd-eeeeeeeeeeee", memory_total_bytes = 10737418240 },
+]
+unsupported = ["serial", "ecc"]
+"#;
+
+#[test]
+fn the_probe_reads_every_gpu_and_records_unsupported_fields_as_absent() {
+    let (_lock, _dir) = fake::configure(TWO);
+    let probe = Probe::open(Some(fake::lib())).unwrap();
+    let att = probe.attestation(Timestamp(1_000)).unwrap();
+    assert_eq!(att.driver_version.as_str(), "550.54.15");
+    assert_eq!(
+        att.cuda_driver_version.map(|v| v.to_string()),
+        Some("12.4".into())
+    );
+    assert_eq!(att.gpus.len(), 2);
+    let (a, b) = (&att.gpus[0], &att.gpus[1]);
+    assert_eq!(
+        a.uuid.to_string(),
+        "GPU-11111111-2222-3333-4444-555555555555"
+    );
+    assert_eq!(
+        b.uuid.to_string(),
+        "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+    );
+    assert_eq!((a.index, b.index), (0, 1));
+    assert_eq!(a.memory_total_bytes, 85_520_809_984);
+    assert_eq!(a.compute_capability.to_string(), "9.0");
+    assert_eq!((a.pcie.max_gen, a.power_limit_mw), (Some(5), Some(700_000)));
+    assert!(a.serial.is_some() && a.ecc.is_some_and(|e| e.enabled));
+    // Marked unsupported in the fake: absent, not an error.
+    assert_eq!((b.serial.as_ref(), b.ecc), (None, None));
+    let mig = b.mig.as_ref().unwrap();
+    assert!(mig.enabled);
+    assert_eq!(mig.instances.len(), 2);
+    assert!(mig.instances[0].uuid.starts_with("MIG-aaaaaaaa"));
+    assert_eq!(check_gpu(a), Plausibility::Plausible);
+    // The probed body signs and verifies like any message.
+    let signed = Signed::sign(&Keypair::from_seed(&[1; 32]), att).unwrap();
+    Signed::<gpux_protocol::Attestation>::from_bytes(signed.as_bytes().to_vec())
+        .unwrap()
+        .verify()
+        .unwrap();
+}
+
+#[test]
+fn a_driver_error_mid_probe_stops_it_with_the_gpu_and_field() {
+    let (_lock, _dir) = fake::configure(&TWO.replace(
+        r#"unsupported = ["serial", "ecc"]"#,
+        r#"failing = ["power_limit"]"#,
+    ));
+    let probe = Probe::open(Some(fake::lib())).unwrap();
+    let err = probe.attestation(Timestamp(1_000)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProbeError::Gpu {
+                index: 1,
+                field: "power limit",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("power limit of GPU 1"), "{err}");
+}
+
+#[test]
+fn a_missing_library_is_a_clear_error() {
+    let err =
+        Probe::open(Some(std::path::Path::new("/nonexistent/libnvidia-ml.so.1"))).unwrap_err();
+    assert!(matches!(err, ProbeError::NoDriver { .. }));
+    assert!(
+        err.to_string()
+            .starts_with("no NVIDIA driver found (/nonexistent/libnvidia-ml.so.1)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_broken_configuration_fails_init_cleanly() {
+    let (_lock, _dir) = fake::configure("this is not toml [[[");
+    let err = Probe::open(Some(fake::lib())).unwrap_err();
+    assert!(matches!(err, ProbeError::Init { .. }), "{err}");
+}
+
+#[test]
+fn an_a40_named_a100_is_flagged() {
+    let (_lock, _dir) = fake::configure(
+        r#"
+[[gpu]]
+name = "NVIDIA A100-SXM4-80GB"
+uuid = "GPU-a40a40a4-0a40-a40a-40a4-0a40a40a40a4"
+memory_total_bytes = 48305799168
+compute_capability = [8, 6]
+"#,
+    );
+    let att = Probe::open(Some(fake::lib()))
+        .unwrap()
+        .attestation(Timestamp(0))
+        .unwrap();
+    let Plausibility::Implausible(why) = check_gpu(&att.gpus[0]) else {
+        panic!("not flagged")
+    };
+    assert_eq!(why.looks_like, Some("NVIDIA A40"));
+    assert!(
+        why.to_string()
+            .contains("compute capability 8.6 where the a100 has 8.0"),
+        "{why}"
+    );
+}
+
+#[test]
+fn tampering_with_a_signed_report_is_detected() {
+    let (_lock, _dir) = fake::configure(TWO);
+    let att = Probe::open(Some(fake::lib()))
+        .unwrap()
+        .attestation(Timestamp(5))
+        .unwrap();
+    let signed = Signed::sign(&Keypair::from_seed(&[2; 32]), att).unwrap();
+    let mut bytes = signed.as_bytes().to_vec();
+    // Change one byte of the first GPU's name.
+    let at = bytes.windows(4).position(|w| w == b"H100").unwrap();
+    bytes[at + 1] = b'2';
+    let err = Signed::<gpux_protocol::Attestation>::from_bytes(bytes)
+        .unwrap()
+        .verify()
+        .unwrap_err();
+    assert!(
+        matches!(err, gpux_protocol::VerifyError::BadSignature),
+        "{err}"
+    );
+}
