@@ -331,7 +331,9 @@ impl Ledger {
         if let Some(escrow) = self.escrows.get_mut(&redeem.escrow) {
             escrow.redeemed = cumulative;
             escrow.last_seq = receipt.seq;
-            escrow.last_activity = now;
+            // Never backwards: an operation applied with an older clock must not shorten the
+            // payee's grace.
+            escrow.last_activity = escrow.last_activity.max(now);
         }
         Ok(Applied::Redeemed {
             amount: MicroCredits(pay),

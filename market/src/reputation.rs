@@ -95,21 +95,25 @@ impl Reputation {
         }
     }
 
-    /// Records an event at `now`.
-    pub fn record(&mut self, host: PublicKey, event: HostEvent, now: Timestamp) {
+    /// Records an event that happened at `at`. Events may arrive in any order: one older than
+    /// the host's record is decayed to the record's time before it is added, so the score
+    /// depends only on the events and their times.
+    pub fn record(&mut self, host: PublicKey, event: HostEvent, at: Timestamp) {
         let start = Record {
             good: 0.0,
             bad: 0.0,
-            at: now.0,
+            at: at.0,
         };
-        let mut r = self.decay(self.hosts.get(&host).copied().unwrap_or(start), now.0);
+        let mut r = self.decay(self.hosts.get(&host).copied().unwrap_or(start), at.0);
+        let lag = r.at.saturating_sub(at.0) as f64;
+        let weight = 0.5f64.powf(lag / self.config.half_life_ms.max(1) as f64);
         let c = &self.config;
         match event {
-            HostEvent::LeaseSettled => r.good += c.settled,
-            HostEvent::ReceiptAcked => r.good += c.acked,
-            HostEvent::HostFailure => r.bad += c.failure,
-            HostEvent::Uptime { online: true } => r.good += c.uptime,
-            HostEvent::Uptime { online: false } => r.bad += c.uptime,
+            HostEvent::LeaseSettled => r.good += c.settled * weight,
+            HostEvent::ReceiptAcked => r.good += c.acked * weight,
+            HostEvent::HostFailure => r.bad += c.failure * weight,
+            HostEvent::Uptime { online: true } => r.good += c.uptime * weight,
+            HostEvent::Uptime { online: false } => r.bad += c.uptime * weight,
         }
         self.hosts.insert(host, r);
     }
@@ -156,6 +160,26 @@ mod tests {
         }
         again.record(host(), HostEvent::HostFailure, Timestamp(10_000));
         assert_eq!(again.score(&host(), Timestamp(10_000)), after_failure);
+    }
+
+    #[test]
+    fn the_order_events_arrive_in_does_not_matter() {
+        let day = 86_400_000;
+        let events = [
+            (HostEvent::HostFailure, 0),
+            (HostEvent::LeaseSettled, 60 * day),
+            (HostEvent::ReceiptAcked, 30 * day),
+        ];
+        let mut forward = Reputation::new(ReputationConfig::default());
+        let mut backward = Reputation::new(ReputationConfig::default());
+        for (e, t) in events {
+            forward.record(host(), e, Timestamp(t));
+        }
+        for (e, t) in events.iter().rev() {
+            backward.record(host(), *e, Timestamp(*t));
+        }
+        let now = Timestamp(61 * day);
+        assert_eq!(forward.score(&host(), now), backward.score(&host(), now));
     }
 
     #[test]

@@ -428,3 +428,183 @@ fn r001_contradictory_price_bounds_match_nothing() {
         );
     }
 }
+
+/// r002: `reserve` must not cut a lease just because an allocation names it in `preempts`.
+#[test]
+fn r002_reserve_never_preempts_what_it_may_not() {
+    let mut book = book_with(&[O {
+        gpus: 2,
+        ..O::default()
+    }]);
+    let od = book
+        .match_bid(&spec("", 1, 9_000_000, LeaseKind::OnDemand), T0)
+        .unwrap()
+        .remove(0);
+    book.reserve(&od, ContentId([1; 32])).unwrap();
+    let window = LeaseKind::Reserved {
+        start: T0.plus_secs(600),
+        end: T0.plus_secs(1200),
+    };
+    let mut forged = book
+        .match_bid(&spec("", 1, 9_000_000, window), T0)
+        .unwrap()
+        .remove(0);
+    forged.gpus = od.gpus.clone();
+    forged.preempts = vec![ContentId([1; 32])];
+    assert_eq!(
+        book.reserve(&forged, ContentId([2; 32])),
+        Err(ReserveError::Unavailable(od.gpus[0]))
+    );
+    // Naming it on another GPU does not cut it either.
+    let mut other = book
+        .match_bid(&spec("", 1, 9_000_000, window), T0)
+        .unwrap()
+        .remove(0);
+    other.preempts = vec![ContentId([1; 32])];
+    book.reserve(&other, ContentId([3; 32])).unwrap();
+    let kept = book
+        .bookings()
+        .into_iter()
+        .find(|b| b.2 == ContentId([1; 32]))
+        .unwrap();
+    assert_eq!(kept.4, od.end);
+    // Empty windows are refused.
+    let mut empty = other.clone();
+    empty.end = empty.start;
+    assert_eq!(
+        book.reserve(&empty, ContentId([4; 32])),
+        Err(ReserveError::EmptyWindow)
+    );
+}
+
+/// r003: a family named twice is merged once.
+#[test]
+fn r003_repeated_families_do_not_duplicate_results() {
+    let book = book_with(&[O::default()]);
+    assert_eq!(search(&book, "gpu in [h100,H100]").len(), 1);
+    let mut spread = spec("gpu in [h100,H100]", 12, 9_000_000, LeaseKind::OnDemand);
+    spread.allow_spread = true;
+    assert_eq!(book.match_bid(&spread, T0), Err(MatchError::NoMatch));
+}
+
+/// r004: a running lease keeps its GPU when the offer expires and the host republishes.
+#[test]
+fn r004_bookings_survive_expiry_and_republishing() {
+    let mut book = book_with(&[O {
+        gpus: 1,
+        ..O::default()
+    }]);
+    let a = book
+        .match_bid(&spec("", 1, 9_000_000, LeaseKind::OnDemand), T0)
+        .unwrap()
+        .remove(0);
+    book.reserve(&a, ContentId([1; 32])).unwrap();
+    let later = T0.plus_secs(700);
+    assert_eq!(book.expire(later).len(), 1);
+    book.insert(
+        &O {
+            gpus: 1,
+            seq: 2,
+            created_at: later.0,
+            ..O::default()
+        }
+        .sign(),
+        later,
+    )
+    .unwrap();
+    assert_eq!(
+        book.match_bid(&spec("", 1, 9_000_000, LeaseKind::OnDemand), later),
+        Err(MatchError::NoMatch)
+    );
+    // The republished offer shows its GPU as busy.
+    assert_eq!(
+        book.search(&Query::parse("count=0").unwrap(), later, 5)
+            .len(),
+        1
+    );
+    assert!(book.release(&ContentId([1; 32])));
+}
+
+/// r005: a GPU listed again in another slot keeps its booking.
+#[test]
+fn r005_bookings_follow_the_gpu_across_slots() {
+    let mut book = book_with(&[O {
+        gpus: 1,
+        ..O::default()
+    }]);
+    let a = book
+        .match_bid(&spec("", 1, 9_000_000, LeaseKind::OnDemand), T0)
+        .unwrap()
+        .remove(0);
+    book.reserve(&a, ContentId([1; 32])).unwrap();
+    let mut moved = O {
+        gpus: 1,
+        slot: 1,
+        seq: 2,
+        ..O::default()
+    }
+    .sign()
+    .body()
+    .clone();
+    let mut gpus = moved.gpus.to_vec();
+    gpus[0].uuid = a.gpus[0];
+    moved.gpus = BoundedVec::new(gpus).unwrap();
+    book.insert(&Signed::sign(&key(1), moved).unwrap(), T0)
+        .unwrap();
+    assert_eq!(
+        book.match_bid(&spec("", 1, 9_000_000, LeaseKind::OnDemand), T0),
+        Err(MatchError::NoMatch)
+    );
+}
+
+/// r006: a host cycling through made-up regions does not grow the region table or break
+/// other hosts' region matches.
+#[test]
+fn r006_region_names_are_reference_counted() {
+    let mut book = OrderBook::new(BookConfig::default());
+    let regions: Vec<String> = (0..2000).map(|i| format!("r{i}")).collect();
+    for (i, region) in regions.iter().enumerate() {
+        let leaked: &'static str = Box::leak(region.clone().into_boxed_str());
+        book.insert(
+            &O {
+                seq: i as u64 + 1,
+                region: leaked,
+                ..O::default()
+            }
+            .sign(),
+            T0,
+        )
+        .unwrap();
+    }
+    book.insert(
+        &O {
+            host: 2,
+            region: "ap-south",
+            ..O::default()
+        }
+        .sign(),
+        T0,
+    )
+    .unwrap();
+    assert_eq!(search(&book, "region=ap").len(), 1);
+    assert_eq!(search(&book, "region=r1999").len(), 1);
+    assert_eq!(search(&book, "region=r5").len(), 0);
+}
+
+/// r008: an expired offer (not yet swept) satisfies no standing bid.
+#[test]
+fn r008_expired_offers_match_no_standing_bid() {
+    let mut book = OrderBook::new(BookConfig::default());
+    book.add_bid(
+        &bid(1, 1, "gpu=h100", 1, 9_000_000, LeaseKind::OnDemand),
+        T0,
+    )
+    .unwrap();
+    let offer = O::default().sign();
+    book.insert(&offer, T0).unwrap();
+    assert_eq!(book.bids_for_offer(&offer.id(), T0).len(), 1);
+    assert!(
+        book.bids_for_offer(&offer.id(), T0.plus_secs(600))
+            .is_empty()
+    );
+}

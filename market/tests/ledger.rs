@@ -344,3 +344,21 @@ proptest! {
         }
     }
 }
+
+/// r007: an operation applied with an older clock does not move the escrow's activity back
+/// (which would let the payer release early).
+#[test]
+fn r007_activity_never_moves_backwards() {
+    let l = Lease::new(1, key(1), key(2));
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    minted(&mut ledger, &l.renter, 100);
+    let hour = T0.plus_secs(3600);
+    ledger.apply(LedgerOp::Lock(&l.lock(100)), hour).unwrap();
+    ledger
+        .apply(LedgerOp::Redeem(&l.redeem(1, 10)), T0)
+        .unwrap();
+    assert!(matches!(
+        ledger.apply(LedgerOp::Release(&l.release(&l.renter)), hour.plus_secs(1)),
+        Err(LedgerError::TooEarly(_))
+    ));
+}

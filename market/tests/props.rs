@@ -228,9 +228,9 @@ proptest! {
             }
         }
         // No GPU is ever booked for two overlapping windows.
-        let mut per_gpu: BTreeMap<(ContentId, GpuUuid), Vec<(u64, u64)>> = BTreeMap::new();
-        for (offer, gpu, _, start, end) in book.bookings() {
-            per_gpu.entry((offer, gpu)).or_default().push((start.0, end.0));
+        let mut per_gpu: BTreeMap<(PublicKey, GpuUuid), Vec<(u64, u64)>> = BTreeMap::new();
+        for (host, gpu, _, start, end) in book.bookings() {
+            per_gpu.entry((host, gpu)).or_default().push((start.0, end.0));
         }
         for windows in per_gpu.values_mut() {
             windows.sort_unstable();

@@ -122,8 +122,11 @@ impl OrderBook {
         let Some(entry) = self.by_id.get(offer).and_then(|&i| self.entry(i)) else {
             return Vec::new();
         };
+        if entry.expires_at <= now.0 {
+            return Vec::new();
+        }
         let cheapest = entry.spot_floor.map_or(entry.price, |f| f.min(entry.price));
-        let facts = Facts::new(entry, now.0, &self.hosts, &self.regions);
+        let facts = Facts::new(self, entry, now.0);
         let mut found = Vec::new();
         for (Reverse(max), _, id) in &self.bids.order {
             if *max < cheapest {

@@ -2,7 +2,7 @@
 
 use gpux_protocol::GpuFamily;
 
-use super::{Bucket, Entry, Hosts, Interner};
+use super::{Bucket, Entry, Interner, OrderBook};
 use crate::query::{Clause, CompareOp, Field, Value};
 
 /// The facts of an entry at the moment of a query.
@@ -130,7 +130,12 @@ pub(crate) fn allowed_families(clauses: &[Clause]) -> Option<Vec<GpuFamily>> {
             Some(prev) => prev.into_iter().filter(|f| these.contains(f)).collect(),
         });
     }
-    allowed
+    // `gpu in [h100,H100]` names one family once: each bucket must be merged once.
+    allowed.map(|mut families| {
+        families.sort_unstable();
+        families.dedup();
+        families
+    })
 }
 
 /// The inclusive price range the clauses allow (micro-credits).
@@ -156,17 +161,12 @@ pub(crate) fn price_bounds(clauses: &[Clause]) -> (u64, u64) {
 }
 
 impl Facts<'_> {
-    pub(crate) fn new<'a>(
-        entry: &'a Entry,
-        now: u64,
-        hosts: &Hosts,
-        regions: &'a Interner,
-    ) -> Facts<'a> {
+    pub(crate) fn new<'a>(book: &'a OrderBook, entry: &'a Entry, now: u64) -> Facts<'a> {
         Facts {
             entry,
-            free: u64::from(entry.free_at(now)),
-            reliability: u64::from(hosts.reliability(entry.host)),
-            region: regions.name(entry.region),
+            free: u64::from(book.free_at(entry, now)),
+            reliability: u64::from(book.hosts.reliability(entry.host)),
+            region: book.regions.name(entry.region),
         }
     }
 }

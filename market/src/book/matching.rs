@@ -12,6 +12,8 @@
 //! - **reserved** books a future window `[start, end)` at the offer's price; it needs GPUs
 //!   with no booking at all in the window, so overlapping windows never both match.
 
+use std::collections::BTreeSet;
+
 use gpux_protocol::{
     Bid, ContentId, GpuUuid, LeaseKind, MicroCredits, PublicKey, Timestamp, Verified,
 };
@@ -122,6 +124,9 @@ pub enum ReserveError {
     /// The lease id is already booked.
     #[error("the lease is already booked")]
     DuplicateLease,
+    /// The window is empty or reversed.
+    #[error("the lease window is empty")]
+    EmptyWindow,
 }
 
 /// How a GPU can serve a window.
@@ -134,27 +139,19 @@ enum Availability {
 }
 
 fn availability(
-    entry: &Entry,
-    gpu: u8,
+    bookings: &[Booking],
     window: (u64, u64),
     spec_spot: Option<u64>,
     reserved: bool,
 ) -> Availability {
     let mut preempt = Vec::new();
-    for b in entry
-        .bookings
+    for b in bookings
         .iter()
-        .filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end)
+        .filter(|b| b.start < window.1 && window.0 < b.end)
     {
         // A reservation never preempts; on-demand preempts any spot lease; spot preempts
         // only lower spot bids.
-        let may_preempt = !reserved
-            && match (b.spot_price, spec_spot) {
-                (Some(_), None) => true,
-                (Some(theirs), Some(ours)) => theirs < ours,
-                (None, _) => false,
-            };
-        if !may_preempt {
+        if reserved || !may_preempt(b.spot_price, spec_spot) {
             return Availability::Busy;
         }
         preempt.push(b.lease);
@@ -163,6 +160,15 @@ fn availability(
         Availability::Free
     } else {
         Availability::Preempt(preempt)
+    }
+}
+
+/// Whether a lease paying `ours` (None: not spot) may preempt a booking paying `theirs`.
+fn may_preempt(theirs: Option<u64>, ours: Option<u64>) -> bool {
+    match (theirs, ours) {
+        (Some(_), None) => true,
+        (Some(theirs), Some(ours)) => theirs < ours,
+        (None, _) => false,
     }
 }
 
@@ -180,6 +186,7 @@ impl OrderBook {
 
     /// GPUs of `entry` free for the whole window without preempting anyone.
     pub(crate) fn free_gpus(
+        &self,
         entry: &Entry,
         spec: &BidSpec,
         window: (u64, u64),
@@ -187,7 +194,8 @@ impl OrderBook {
         let reserved = matches!(spec.kind, LeaseKind::Reserved { .. });
         (0..entry.gpus.len() as u8)
             .filter(|&g| {
-                availability(entry, g, window, spec.spot_price(), reserved) == Availability::Free
+                let bookings = self.gpu_bookings(entry.host, &entry.gpus[usize::from(g)]);
+                availability(bookings, window, spec.spot_price(), reserved) == Availability::Free
             })
             .map(|g| (g, Vec::new()))
             .collect()
@@ -196,6 +204,7 @@ impl OrderBook {
     /// GPUs of `entry` usable for `window` if spot leases on them are preempted (those first
     /// that need no preemption).
     fn preemptible_gpus(
+        &self,
         entry: &Entry,
         spec: &BidSpec,
         window: (u64, u64),
@@ -203,7 +212,8 @@ impl OrderBook {
         let mut free = Vec::new();
         let mut preempt = Vec::new();
         for g in 0..entry.gpus.len() as u8 {
-            match availability(entry, g, window, spec.spot_price(), false) {
+            let bookings = self.gpu_bookings(entry.host, &entry.gpus[usize::from(g)]);
+            match availability(bookings, window, spec.spot_price(), false) {
                 Availability::Free => free.push((g, Vec::new())),
                 Availability::Preempt(leases) => preempt.push((g, leases)),
                 Availability::Busy => {}
@@ -274,12 +284,12 @@ impl OrderBook {
             if entry.expires_at <= now || !Self::takes(entry, spec) {
                 continue;
             }
-            let facts = Facts::new(entry, now, &self.hosts, &self.regions);
+            let facts = Facts::new(self, entry, now);
             if !spec.query.clauses.iter().all(|c| clause_holds(c, &facts)) {
                 continue;
             }
             let window = spec.window(now, 0);
-            let free = Self::free_gpus(entry, spec, window);
+            let free = self.free_gpus(entry, spec, window);
             if spec.allow_spread {
                 // Spreading takes free GPUs only; it never preempts.
                 if free.is_empty() {
@@ -296,7 +306,7 @@ impl OrderBook {
             } else if !matches!(spec.kind, LeaseKind::Reserved { .. }) {
                 // Preempted spot leases run until their notice ends; this lease starts then.
                 let delayed = spec.window(now, self.config.spot_notice_ms);
-                let usable = Self::preemptible_gpus(entry, spec, delayed);
+                let usable = self.preemptible_gpus(entry, spec, delayed);
                 if usable.len() >= wanted {
                     return Ok(vec![Self::allocation(
                         entry,
@@ -311,9 +321,10 @@ impl OrderBook {
     }
 
     /// Books an allocation's GPUs for `lease`, atomically: either every GPU is booked or
-    /// none is. Spot leases the allocation preempts are cut to end at its start. Fails if any
-    /// GPU has an overlapping booking it may not preempt (the host is the authority: this is
-    /// the check behind every `LeaseAccept`).
+    /// none is. Spot leases the allocation preempts, and only those found on its GPUs in its
+    /// window, are cut to end at its start (on all their GPUs: a lease ends as a whole). Fails
+    /// if any GPU has an overlapping booking it may not preempt (the host is the authority:
+    /// this is the check behind every `LeaseAccept`).
     pub fn reserve(
         &mut self,
         allocation: &Allocation,
@@ -322,104 +333,120 @@ impl OrderBook {
         if self.leases.contains_key(&lease) {
             return Err(ReserveError::DuplicateLease);
         }
+        if allocation.start >= allocation.end {
+            return Err(ReserveError::EmptyWindow);
+        }
         let idx = *self
             .by_id
             .get(&allocation.offer)
             .ok_or(ReserveError::UnknownOffer)?;
-        let entry = self.entries[idx as usize]
-            .as_mut()
-            .ok_or(ReserveError::UnknownOffer)?;
+        let entry = self.entry(idx).ok_or(ReserveError::UnknownOffer)?;
+        let host = entry.host;
         let window = (allocation.start.0, allocation.end.0);
         let spot_price =
             matches!(allocation.kind, LeaseKind::Spot).then_some(allocation.price_per_gpu_hour.0);
-        let mut gpus = Vec::with_capacity(allocation.gpus.len());
+        let reserved = matches!(allocation.kind, LeaseKind::Reserved { .. });
+        let mut cut: BTreeSet<ContentId> = BTreeSet::new();
+        let mut gpus: Vec<GpuUuid> = Vec::with_capacity(allocation.gpus.len());
         for uuid in &allocation.gpus {
-            let gpu = entry
-                .gpus
-                .iter()
-                .position(|g| g == uuid)
-                .ok_or(ReserveError::UnknownGpu(*uuid))? as u8;
-            if gpus.contains(&gpu) {
+            if !entry.gpus.contains(uuid) {
+                return Err(ReserveError::UnknownGpu(*uuid));
+            }
+            if gpus.contains(uuid) {
                 return Err(ReserveError::Unavailable(*uuid));
             }
-            for b in entry
-                .bookings
+            for b in self
+                .gpu_bookings(host, uuid)
                 .iter()
-                .filter(|b| b.gpu == gpu && b.start < window.1 && window.0 < b.end)
+                .filter(|b| b.start < window.1 && window.0 < b.end)
             {
-                let preemptible = allocation.preempts.contains(&b.lease)
-                    && match (b.spot_price, spot_price) {
-                        (Some(_), None) => !matches!(allocation.kind, LeaseKind::Reserved { .. }),
-                        (Some(theirs), Some(ours)) => theirs < ours,
-                        (None, _) => false,
-                    };
-                if !preemptible {
+                let allowed = !reserved
+                    && allocation.preempts.contains(&b.lease)
+                    && may_preempt(b.spot_price, spot_price);
+                if !allowed {
                     return Err(ReserveError::Unavailable(*uuid));
                 }
+                cut.insert(b.lease);
             }
-            gpus.push(gpu);
+            gpus.push(*uuid);
         }
         // Preempted leases end when this one starts; one that had not started yet is
         // cancelled outright.
-        for b in entry.bookings.iter_mut() {
-            if allocation.preempts.contains(&b.lease) && b.end > window.0 {
-                b.end = window.0.max(b.start);
+        for preempted in &cut {
+            let Some((h, their_gpus)) = self.leases.get(preempted).cloned() else {
+                continue;
+            };
+            for g in their_gpus {
+                if let Some(list) = self.bookings.get_mut(&(h, g)) {
+                    for b in list.iter_mut().filter(|b| b.lease == *preempted) {
+                        b.end = b.end.min(window.0).max(b.start);
+                    }
+                    let before = list.len();
+                    list.retain(|b| b.end > b.start);
+                    self.hosts.booked[h as usize] -= (before - list.len()) as u32;
+                }
             }
         }
-        entry.bookings.retain(|b| b.end > b.start);
-        for gpu in gpus {
-            entry.bookings.push(Booking {
-                gpu,
-                lease,
-                start: window.0,
-                end: window.1,
-                spot_price,
-            });
+        for uuid in &gpus {
+            self.bookings
+                .entry((host, *uuid))
+                .or_default()
+                .push(Booking {
+                    lease,
+                    start: window.0,
+                    end: window.1,
+                    spot_price,
+                });
         }
-        self.leases.insert(lease, idx);
+        self.hosts.booked[host as usize] += gpus.len() as u32;
+        self.leases.insert(lease, (host, gpus));
         Ok(())
     }
 
     /// Frees the GPUs of a lease (it ended). Returns whether the lease was booked here.
     pub fn release(&mut self, lease: &ContentId) -> bool {
-        let Some(idx) = self.leases.remove(lease) else {
+        let Some((host, gpus)) = self.leases.remove(lease) else {
             return false;
         };
-        if let Some(entry) = self.entries.get_mut(idx as usize).and_then(Option::as_mut) {
-            entry.bookings.retain(|b| b.lease != *lease);
+        for g in gpus {
+            if let Some(list) = self.bookings.get_mut(&(host, g)) {
+                let before = list.len();
+                list.retain(|b| b.lease != *lease);
+                self.hosts.booked[host as usize] -= (before - list.len()) as u32;
+                if list.is_empty() {
+                    self.bookings.remove(&(host, g));
+                }
+            }
         }
         true
     }
 
-    /// Every booking as (offer, GPU, lease, start, end): for checks and tests.
-    pub fn bookings(&self) -> Vec<(ContentId, GpuUuid, ContentId, Timestamp, Timestamp)> {
-        self.entries
+    /// Every booking as (host, GPU, lease, start, end): for checks and tests.
+    pub fn bookings(&self) -> Vec<(PublicKey, GpuUuid, ContentId, Timestamp, Timestamp)> {
+        let mut out: Vec<_> = self
+            .bookings
             .iter()
-            .flatten()
-            .flat_map(|e| {
-                e.bookings.iter().map(|b| {
-                    (
-                        e.id,
-                        e.gpus[usize::from(b.gpu)],
-                        b.lease,
-                        Timestamp(b.start),
-                        Timestamp(b.end),
-                    )
-                })
+            .flat_map(|((host, gpu), list)| {
+                let key = self.hosts.keys[*host as usize];
+                list.iter()
+                    .map(move |b| (key, *gpu, b.lease, Timestamp(b.start), Timestamp(b.end)))
             })
-            .collect()
+            .collect();
+        out.sort_unstable();
+        out
     }
 }
 
 impl OrderBook {
     /// How many GPUs of `entry` could serve `spec` at `now` (free, or after preemption).
     pub(crate) fn match_one(&self, entry: &Entry, spec: &BidSpec, now: u64) -> Option<usize> {
-        let free = Self::free_gpus(entry, spec, spec.window(now, 0)).len();
+        let free = self.free_gpus(entry, spec, spec.window(now, 0)).len();
         let n = if free >= usize::from(spec.gpus) || matches!(spec.kind, LeaseKind::Reserved { .. })
         {
             free
         } else {
-            Self::preemptible_gpus(entry, spec, spec.window(now, self.config.spot_notice_ms)).len()
+            self.preemptible_gpus(entry, spec, spec.window(now, self.config.spot_notice_ms))
+                .len()
         };
         (n > 0).then_some(n)
     }

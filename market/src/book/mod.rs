@@ -96,10 +96,11 @@ pub enum Inserted {
     Replaced(ContentId),
 }
 
-/// A GPU booked for a lease over `[start, end)`.
+/// A GPU booked for a lease over `[start, end)`. Bookings belong to the host's GPU (by UUID),
+/// not to an offer: they survive the offer's replacement, withdrawal or expiry, and follow the
+/// GPU if the host lists it in another slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Booking {
-    pub(crate) gpu: u8,
     pub(crate) lease: ContentId,
     pub(crate) start: u64,
     pub(crate) end: u64,
@@ -125,7 +126,7 @@ pub(crate) struct Entry {
     pub(crate) cc: u16,
     pub(crate) pcie_gen: u8,
     pub(crate) tier: u8,
-    pub(crate) region: u16,
+    pub(crate) region: u32,
     pub(crate) price: u64,
     pub(crate) spot_floor: Option<u64>,
     pub(crate) min_duration_s: u32,
@@ -134,27 +135,9 @@ pub(crate) struct Entry {
     pub(crate) cuda: u64,
     pub(crate) images: Box<[ImageDigest]>,
     pub(crate) gpus: Box<[GpuUuid]>,
-    pub(crate) bookings: Vec<Booking>,
 }
 
 impl Entry {
-    /// GPUs with no booking covering `now`.
-    pub(crate) fn free_at(&self, now: u64) -> u16 {
-        let total = self.gpus.len() as u16;
-        if self.bookings.is_empty() {
-            return total;
-        }
-        let mut busy = 0u32;
-        for b in self
-            .bookings
-            .iter()
-            .filter(|b| b.start <= now && now < b.end)
-        {
-            busy |= 1 << b.gpu;
-        }
-        total - busy.count_ones() as u16
-    }
-
     fn price_key(&self, idx: u32) -> IndexKey {
         (self.price, self.rel_inv, self.created_at, idx)
     }
@@ -172,7 +155,7 @@ pub(crate) type IndexKey = (u64, u16, u64, u32);
 pub(crate) struct BucketKey {
     pub(crate) family: GpuFamily,
     pub(crate) vram_gb: u16,
-    pub(crate) region: u16,
+    pub(crate) region: u32,
     pub(crate) tier: u8,
 }
 
@@ -183,30 +166,54 @@ pub(crate) struct Bucket {
     pub(crate) by_spot: BTreeSet<IndexKey>,
 }
 
-/// Interned region names.
+/// Interned region names, reference-counted so that a name no offer uses any more is
+/// forgotten (a host cycling through made-up regions cannot grow the table).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Interner {
     names: Vec<String>,
-    ids: HashMap<String, u16>,
+    refs: Vec<u32>,
+    ids: HashMap<String, u32>,
+    vacant: Vec<u32>,
 }
 
 impl Interner {
-    fn intern(&mut self, name: &str) -> u16 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
-        }
-        // Regions are host-chosen tokens; past 65,535 distinct ones they share the last id
-        // (which only widens region matches, never loses an offer).
-        let id = u16::try_from(self.names.len()).unwrap_or(u16::MAX);
-        if id < u16::MAX {
-            self.names.push(name.to_string());
-            self.ids.insert(name.to_string(), id);
-        }
+    fn intern(&mut self, name: &str) -> u32 {
+        let id = match self.ids.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = match self.vacant.pop() {
+                    Some(id) => {
+                        self.names[id as usize] = name.to_string();
+                        id
+                    }
+                    None => {
+                        self.names.push(name.to_string());
+                        self.refs.push(0);
+                        (self.names.len() - 1) as u32
+                    }
+                };
+                self.ids.insert(name.to_string(), id);
+                id
+            }
+        };
+        self.refs[id as usize] += 1;
         id
     }
 
-    pub(crate) fn name(&self, id: u16) -> &str {
-        self.names.get(usize::from(id)).map_or("", String::as_str)
+    fn release(&mut self, id: u32) {
+        let Some(refs) = self.refs.get_mut(id as usize) else {
+            return;
+        };
+        *refs = refs.saturating_sub(1);
+        if *refs == 0 {
+            let name = std::mem::take(&mut self.names[id as usize]);
+            self.ids.remove(&name);
+            self.vacant.push(id);
+        }
+    }
+
+    pub(crate) fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("", String::as_str)
     }
 }
 
@@ -217,6 +224,8 @@ pub(crate) struct Hosts {
     by_key: HashMap<PublicKey, u32>,
     reliability: Vec<u16>,
     offers: Vec<Vec<u32>>,
+    /// Booking records per host, so that a host with none skips every lookup.
+    booked: Vec<u32>,
 }
 
 /// Reliability of a host nobody has observed yet, in thousandths.
@@ -232,6 +241,7 @@ impl Hosts {
         self.by_key.insert(key, h);
         self.reliability.push(DEFAULT_RELIABILITY);
         self.offers.push(Vec::new());
+        self.booked.push(0);
         h
     }
 
@@ -257,7 +267,8 @@ pub struct OrderBook {
     buckets: Vec<Bucket>,
     bucket_ids: BTreeMap<BucketKey, u32>,
     expiry: BTreeSet<(u64, u32)>,
-    leases: HashMap<ContentId, u32>,
+    bookings: HashMap<(u32, GpuUuid), Vec<Booking>>,
+    leases: HashMap<ContentId, (u32, Vec<GpuUuid>)>,
     bids: bids::Bids,
 }
 
@@ -347,7 +358,6 @@ impl OrderBook {
             cuda: version_key(offer.cuda),
             images: offer.images.to_vec().into_boxed_slice(),
             gpus: offer.gpus.iter().map(|g| g.uuid).collect(),
-            bookings: Vec::new(),
         };
         let key = BucketKey {
             family,
@@ -359,19 +369,7 @@ impl OrderBook {
 
         let outcome = match self.by_slot.get(&(host, offer.slot)).copied() {
             Some(old) => {
-                let old_entry = self.remove_at(old);
-                if let Some(old_entry) = &old_entry {
-                    for b in &old_entry.bookings {
-                        let uuid = old_entry.gpus[usize::from(b.gpu)];
-                        if let Some(pos) = entry.gpus.iter().position(|g| *g == uuid) {
-                            entry.bookings.push(Booking {
-                                gpu: pos as u8,
-                                ..b.clone()
-                            });
-                        }
-                    }
-                }
-                Inserted::Replaced(old_entry.map_or(ContentId([0; 32]), |e| e.id))
+                Inserted::Replaced(self.remove_at(old).map_or(ContentId([0; 32]), |e| e.id))
             }
             None => Inserted::New,
         };
@@ -412,9 +410,6 @@ impl OrderBook {
         if let Some(list) = self.hosts.offers.get_mut(entry.host as usize) {
             list.push(idx);
         }
-        for b in &entry.bookings {
-            self.leases.insert(b.lease, idx);
-        }
         self.entries[idx as usize] = Some(entry);
     }
 
@@ -433,9 +428,7 @@ impl OrderBook {
         if let Some(list) = self.hosts.offers.get_mut(entry.host as usize) {
             list.retain(|&i| i != idx);
         }
-        for b in &entry.bookings {
-            self.leases.remove(&b.lease);
-        }
+        self.regions.release(entry.region);
         self.vacant.push(idx);
         Some(entry)
     }
@@ -488,7 +481,59 @@ impl OrderBook {
             }
         }
         self.bids.expire(now.0);
+        self.sweep_bookings(now.0);
         gone
+    }
+
+    /// Forgets bookings whose window has ended (their leases are over).
+    fn sweep_bookings(&mut self, now: u64) {
+        let hosts = &mut self.hosts;
+        self.bookings.retain(|(host, _), list| {
+            let before = list.len();
+            list.retain(|b| b.end > now);
+            if let Some(n) = hosts.booked.get_mut(*host as usize) {
+                *n -= (before - list.len()) as u32;
+            }
+            !list.is_empty()
+        });
+        let bookings = &self.bookings;
+        self.leases.retain(|lease, (host, gpus)| {
+            gpus.iter().any(|g| {
+                bookings
+                    .get(&(*host, *g))
+                    .is_some_and(|l| l.iter().any(|b| b.lease == *lease))
+            })
+        });
+    }
+
+    /// The bookings of one of a host's GPUs.
+    pub(crate) fn gpu_bookings(&self, host: u32, gpu: &GpuUuid) -> &[Booking] {
+        if self.hosts.booked.get(host as usize).is_none_or(|&n| n == 0) {
+            return &[];
+        }
+        self.bookings.get(&(host, *gpu)).map_or(&[], Vec::as_slice)
+    }
+
+    /// GPUs of an offer with no booking covering `now`.
+    pub(crate) fn free_at(&self, entry: &Entry, now: u64) -> u16 {
+        if self
+            .hosts
+            .booked
+            .get(entry.host as usize)
+            .is_none_or(|&n| n == 0)
+        {
+            return entry.gpus.len() as u16;
+        }
+        entry
+            .gpus
+            .iter()
+            .filter(|g| {
+                !self
+                    .gpu_bookings(entry.host, g)
+                    .iter()
+                    .any(|b| b.start <= now && now < b.end)
+            })
+            .count() as u16
     }
 
     /// Sets this node's reliability score of a host (0..=1000 thousandths), re-filing its
@@ -497,11 +542,19 @@ impl OrderBook {
         let permille = permille.min(1000);
         let h = self.hosts.get_or_insert(host);
         self.hosts.reliability[h as usize] = permille;
-        let offers = self.hosts.offers[h as usize].clone();
-        for idx in offers {
-            if let Some(mut entry) = self.remove_at(idx) {
-                entry.rel_inv = 1000 - permille;
-                self.place(entry);
+        for &idx in &self.hosts.offers[h as usize] {
+            let Some(entry) = self.entries.get_mut(idx as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            let bucket = &mut self.buckets[entry.bucket as usize];
+            bucket.by_price.remove(&entry.price_key(idx));
+            if let Some(k) = entry.spot_key(idx) {
+                bucket.by_spot.remove(&k);
+            }
+            entry.rel_inv = 1000 - permille;
+            bucket.by_price.insert(entry.price_key(idx));
+            if let Some(k) = entry.spot_key(idx) {
+                bucket.by_spot.insert(k);
             }
         }
     }

@@ -15,7 +15,7 @@ impl OrderBook {
     ) -> impl Iterator<Item = (u32, &'a Entry)> + 'a {
         self.entries.iter().enumerate().filter_map(move |(i, e)| {
             let e = e.as_ref()?;
-            let facts = Facts::new(e, now, &self.hosts, &self.regions);
+            let facts = Facts::new(self, e, now);
             (e.expires_at > now && query.clauses.iter().all(|c| clause_holds(c, &facts)))
                 .then_some((i as u32, e))
         })
@@ -52,9 +52,9 @@ impl OrderBook {
         let best = self
             .scan_passing(&spec.query, now.0)
             .filter(|(_, e)| Self::takes(e, spec))
-            .filter(|(_, e)| Self::free_gpus(e, spec, window).len() >= usize::from(spec.gpus))
+            .filter(|(_, e)| self.free_gpus(e, spec, window).len() >= usize::from(spec.gpus))
             .min_by_key(|(i, e)| (e.price, e.rel_inv, e.created_at, *i))?;
-        let free = Self::free_gpus(best.1, spec, window);
+        let free = self.free_gpus(best.1, spec, window);
         Some(Self::allocation(
             best.1,
             spec,

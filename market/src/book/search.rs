@@ -69,7 +69,7 @@ impl OrderBook {
                     let hi = BucketKey {
                         family,
                         vram_gb: u16::MAX,
-                        region: u16::MAX,
+                        region: u32::MAX,
                         tier: u8::MAX,
                     };
                     self.bucket_ids
@@ -124,7 +124,7 @@ impl OrderBook {
             vram_gb: e.vram_gb,
             compute_capability: ComputeCapability::new((e.cc / 100) as u8, (e.cc % 100) as u8),
             gpus: e.gpus.len() as u16,
-            free: e.free_at(now),
+            free: self.free_at(e, now),
             price_per_gpu_hour: MicroCredits(e.price),
             spot_floor_per_gpu_hour: e.spot_floor.map(MicroCredits),
             region: self.regions.name(e.region).to_string(),
@@ -147,7 +147,7 @@ impl OrderBook {
         let (lo, hi) = price_bounds(&query.clauses);
         let passes = |e: &Entry| {
             e.expires_at > now && {
-                let facts = Facts::new(e, now, &self.hosts, &self.regions);
+                let facts = Facts::new(self, e, now);
                 query.clauses.iter().all(|c| clause_holds(c, &facts))
             }
         };
@@ -175,7 +175,7 @@ impl OrderBook {
                 OrderKey::Price => e.price,
                 OrderKey::Reliability => u64::from(self.hosts.reliability(e.host)),
                 OrderKey::Vram => u64::from(e.vram_gb),
-                OrderKey::Count => u64::from(e.free_at(now)),
+                OrderKey::Count => u64::from(self.free_at(e, now)),
                 OrderKey::Cc => u64::from(e.cc),
                 OrderKey::PcieGen => u64::from(e.pcie_gen),
                 OrderKey::Tier => u64::from(e.tier),
