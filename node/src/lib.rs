@@ -14,6 +14,7 @@
 //! # }
 //! ```
 
+pub mod attest;
 mod data_dir;
 mod key_file;
 

@@ -116,3 +116,179 @@ fn the_default_data_dir_follows_xdg() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(home.path().join(".local/share/gpux/node.key").is_file());
 }
+
+mod attest {
+    //! `gpux attest` and `gpux attest verify` through the real NVML code path, with the fake
+    //! driver (`$GPUX_FAKE_NVML_LIB`, or built here with cargo).
+
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Output};
+    use std::sync::OnceLock;
+
+    fn fake_lib() -> &'static Path {
+        static LIB: OnceLock<PathBuf> = OnceLock::new();
+        LIB.get_or_init(|| {
+            if let Some(p) = std::env::var_os("GPUX_FAKE_NVML_LIB") {
+                return PathBuf::from(p);
+            }
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let ok = Command::new(cargo)
+                .args(["build", "-p", "gpux-fake-nvml"])
+                .current_dir(&root)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), PathBuf::from);
+            target.join("debug/libgpux_fake_nvml.so")
+        })
+    }
+
+    fn run(dir: &Path, config: Option<&str>, args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpux"));
+        cmd.args(args)
+            .arg("--data-dir")
+            .arg(dir.join("node"))
+            .env_remove("GPUX_FAKE_NVML_CONFIG");
+        if let Some(toml) = config {
+            let path = dir.join("gpus.toml");
+            std::fs::write(&path, toml).unwrap();
+            cmd.env("GPUX_FAKE_NVML_CONFIG", path);
+        }
+        cmd.output().unwrap()
+    }
+
+    const TWO: &str = r#"
+[[gpu]]
+name = "NVIDIA H100 80GB HBM3"
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+memory_total_bytes = 85520809984
+compute_capability = [9, 0]
+
+[[gpu]]
+name = "NVIDIA L4"
+uuid = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+memory_total_bytes = 24152899584
+compute_capability = [8, 9]
+unsupported = ["ecc", "serial"]
+"#;
+
+    const DISGUISED: &str = r#"
+[[gpu]]
+name = "NVIDIA A100-SXM4-80GB"
+uuid = "GPU-a40a40a4-0a40-a40a-40a4-0a40a40a40a4"
+memory_total_bytes = 48305799168
+compute_capability = [8, 6]
+"#;
+
+    fn report(dir: &Path, config: &str) -> String {
+        let lib = fake_lib().to_str().unwrap().to_string();
+        let out = run(dir, Some(config), &["attest", "--json", "--nvml-lib", &lib]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn verify(dir: &Path, text: &str, extra: &[&str]) -> (bool, String) {
+        let file = dir.join("report.json");
+        std::fs::write(&file, text).unwrap();
+        let mut args = vec!["attest", "verify", file.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = run(dir, None, &args);
+        let text = String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap();
+        assert!(!text.contains("panicked"), "{text}");
+        (out.status.success(), text)
+    }
+
+    #[test]
+    fn a_two_gpu_report_lists_both_and_verifies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = report(tmp.path(), TWO);
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let uuids: Vec<&str> = doc["attestation"]["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["uuid"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            uuids,
+            [
+                "GPU-11111111-2222-3333-4444-555555555555",
+                "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+            ]
+        );
+        assert!(doc["attestation"]["gpus"][1]["ecc"].is_null());
+        assert!(doc["peer_id"].as_str().unwrap().starts_with("12D3KooW"));
+        let (ok, out) = verify(tmp.path(), &text, &[]);
+        assert!(ok, "{out}");
+        assert!(out.contains("report verified"));
+    }
+
+    #[test]
+    fn a_disguised_a40_names_the_contradiction_and_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = report(tmp.path(), DISGUISED);
+        let (ok, out) = verify(tmp.path(), &text, &[]);
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("compute capability 8.6 where the a100 has 8.0"),
+            "{out}"
+        );
+        assert!(out.contains("match NVIDIA A40"), "{out}");
+    }
+
+    #[test]
+    fn tampered_and_stale_reports_fail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = report(tmp.path(), TWO);
+        // The readable part no longer matches what was signed.
+        let (ok, out) = verify(tmp.path(), &text.replace("NVIDIA L4", "NVIDIA L40S"), &[]);
+        assert!(!ok && out.contains("FAIL content"), "{out}");
+        // The envelope itself altered.
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let env = doc["envelope"].as_str().unwrap().to_string();
+        let flipped = if env.as_bytes()[100] == b'A' {
+            "B"
+        } else {
+            "A"
+        };
+        doc["envelope"] =
+            serde_json::Value::String(format!("{}{}{}", &env[..100], flipped, &env[101..]));
+        let (ok, out) = verify(tmp.path(), &doc.to_string(), &[]);
+        assert!(!ok && out.contains("FAIL signature"), "{out}");
+        // Too old at a later date, fine as of its own time.
+        let created =
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["attestation"]["created_at"]
+                .as_u64()
+                .unwrap();
+        let later = (created + 2 * 86_400_000).to_string();
+        let (ok, out) = verify(tmp.path(), &text, &["--at", &later]);
+        assert!(!ok && out.contains("FAIL freshness"), "{out}");
+        let (ok, out) = verify(tmp.path(), &text, &["--at", &created.to_string()]);
+        assert!(ok, "{out}");
+        let (ok, out) = verify(tmp.path(), "not json", &[]);
+        assert!(!ok && out.contains("FAIL format"), "{out}");
+    }
+
+    #[test]
+    fn without_a_driver_attest_fails_clearly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = run(
+            tmp.path(),
+            None,
+            &["attest", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"],
+        );
+        assert!(!out.status.success());
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains("no NVIDIA driver found (/nonexistent/libnvidia-ml.so.1)"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
