@@ -1,6 +1,8 @@
 //! gpux-node integration tests: the key file on a real filesystem.
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod store;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
