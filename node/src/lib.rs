@@ -17,7 +17,9 @@
 pub mod attest;
 mod data_dir;
 mod key_file;
+pub mod p2p;
 pub mod store;
+pub mod validation;
 
 pub use data_dir::{DataDirError, default_data_dir};
 pub use key_file::{KEY_FILE_NAME, KeyFileError, create_key, init_key, key_path, load_key};

@@ -1,7 +1,9 @@
 //! gpux-node integration tests: the key file on a real filesystem.
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod p2p;
 mod store;
+mod validation;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

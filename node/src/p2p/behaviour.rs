@@ -1,0 +1,109 @@
+//! The composed network behaviour.
+
+use std::time::Duration;
+
+use libp2p::gossipsub::{self, MessageAuthenticity, ValidationMode};
+use libp2p::swarm::NetworkBehaviour;
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::{StreamProtocol, identify, kad, mdns, ping, request_response};
+
+use super::codec::EnvelopeCodec;
+use super::{NetConfig, topics};
+
+/// The lease negotiation protocol.
+pub(crate) const LEASE_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/lease/1");
+/// Kademlia's protocol name for the gpux network (kept apart from the public IPFS DHT).
+pub(crate) const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/kad/1");
+
+#[derive(NetworkBehaviour)]
+pub(crate) struct Behaviour {
+    pub(crate) gossipsub: gossipsub::Behaviour,
+    pub(crate) identify: identify::Behaviour,
+    pub(crate) ping: ping::Behaviour,
+    pub(crate) kad: Toggle<kad::Behaviour<kad::store::MemoryStore>>,
+    pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
+    pub(crate) lease: request_response::Behaviour<EnvelopeCodec>,
+}
+
+/// Gossipsub as the design says: signed, strict, content-addressed ids (blake3 of the data),
+/// nothing forwarded before the application accepts it, bounded frames, and v1.1 peer
+/// scoring tuned for low-rate topics (mesh-delivery penalties off; invalid messages weigh
+/// heavily).
+pub(crate) fn gossipsub(
+    key: &libp2p::identity::Keypair,
+    config: &NetConfig,
+) -> Result<gossipsub::Behaviour, String> {
+    let gs_config = gossipsub::ConfigBuilder::default()
+        .validation_mode(ValidationMode::Strict)
+        .validate_messages()
+        .message_id_fn(|m: &gossipsub::Message| {
+            gossipsub::MessageId::from(blake3::hash(&m.data).as_bytes().to_vec())
+        })
+        .max_transmit_size(config.max_transmit_size)
+        .heartbeat_interval(config.heartbeat)
+        .duplicate_cache_time(Duration::from_secs(120))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut behaviour =
+        gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gs_config)?;
+    let mut params = gossipsub::PeerScoreParams::default();
+    for topic in topics::all() {
+        params.topics.insert(topic.hash(), topic_score());
+    }
+    behaviour.with_peer_score(params, gossipsub::PeerScoreThresholds::default())?;
+    Ok(behaviour)
+}
+
+fn topic_score() -> gossipsub::TopicScoreParams {
+    gossipsub::TopicScoreParams {
+        topic_weight: 1.0,
+        // Time in mesh earns little (at most 3 after 5 minutes): staying connected must not
+        // buy the right to send garbage.
+        time_in_mesh_weight: 0.01,
+        time_in_mesh_quantum: Duration::from_secs(1),
+        time_in_mesh_cap: 300.0,
+        // Offers are low-rate: a quiet mesh peer is not a bad one.
+        mesh_message_deliveries_weight: 0.0,
+        mesh_failure_penalty_weight: 0.0,
+        first_message_deliveries_weight: 0.5,
+        first_message_deliveries_cap: 20.0,
+        // A forged or malformed message costs a peer dearly.
+        invalid_message_deliveries_weight: -100.0,
+        invalid_message_deliveries_decay: 0.9,
+        ..gossipsub::TopicScoreParams::default()
+    }
+}
+
+pub(crate) fn build(
+    key: &libp2p::identity::Keypair,
+    config: &NetConfig,
+) -> Result<Behaviour, String> {
+    let peer_id = key.public().to_peer_id();
+    let kad = config.kademlia.then(|| {
+        let mut cfg = kad::Config::new(KAD_PROTOCOL);
+        cfg.set_query_timeout(Duration::from_secs(30));
+        let mut k =
+            kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), cfg);
+        k.set_mode(Some(kad::Mode::Server));
+        k
+    });
+    let mdns = if config.mdns {
+        Some(
+            mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
+    Ok(Behaviour {
+        gossipsub: gossipsub(key, config)?,
+        identify: identify::Behaviour::new(identify::Config::new("/gpux/1".into(), key.public())),
+        ping: ping::Behaviour::new(ping::Config::new()),
+        kad: Toggle::from(kad),
+        mdns: Toggle::from(mdns),
+        lease: request_response::Behaviour::new(
+            [(LEASE_PROTOCOL, request_response::ProtocolSupport::Full)],
+            request_response::Config::default().with_request_timeout(Duration::from_secs(15)),
+        ),
+    })
+}

@@ -1,0 +1,209 @@
+//! The cloneable handle to the event loop.
+
+use libp2p::gossipsub::{MessageAcceptance, MessageId};
+use libp2p::request_response::InboundRequestId;
+use libp2p::{Multiaddr, PeerId};
+use tokio::sync::{mpsc, oneshot};
+
+/// A network operation that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// The event loop has stopped.
+    #[error("the network task has stopped")]
+    Stopped,
+    /// Building the swarm failed.
+    #[error("cannot start networking: {0}")]
+    Setup(String),
+    /// Listening failed.
+    #[error("cannot listen on {0}")]
+    Listen(String),
+    /// Dialing failed.
+    #[error("cannot dial {0}")]
+    Dial(String),
+    /// Publishing failed.
+    #[error("cannot publish: {0}")]
+    Publish(String),
+    /// A request failed.
+    #[error("request failed: {0}")]
+    Request(String),
+}
+
+/// What the network reports to the node.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NetworkEvent {
+    /// A gossip message awaiting validation: report it with [`Client::report`].
+    Gossip {
+        /// Its id (blake3 of the data).
+        id: MessageId,
+        /// The peer that forwarded it.
+        source: PeerId,
+        /// Its topic.
+        topic: String,
+        /// The data: a signed envelope, unverified.
+        data: Vec<u8>,
+    },
+    /// A request on `/gpux/lease/1`: answer with [`Client::respond`].
+    Request {
+        /// Its id.
+        id: InboundRequestId,
+        /// Who sent it.
+        peer: PeerId,
+        /// The data: a signed envelope, unverified.
+        data: Vec<u8>,
+    },
+    /// Listening on a new address.
+    Listening(Multiaddr),
+    /// A connection to a peer opened.
+    Connected(PeerId),
+}
+
+#[derive(Debug)]
+pub(crate) enum Command {
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<(), NetError>>,
+    },
+    Publish {
+        topic: String,
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<MessageId, NetError>>,
+    },
+    Report {
+        id: MessageId,
+        source: PeerId,
+        acceptance: MessageAcceptance,
+    },
+    Request {
+        peer: PeerId,
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<Vec<u8>, NetError>>,
+    },
+    Respond {
+        id: InboundRequestId,
+        data: Vec<u8>,
+    },
+    ListenAddrs {
+        reply: oneshot::Sender<Vec<Multiaddr>>,
+    },
+    Peers {
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
+    MeshPeers {
+        topic: String,
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
+    Score {
+        peer: PeerId,
+        reply: oneshot::Sender<Option<f64>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// A handle to the network task. Cheap to clone; the task stops when every handle is dropped
+/// or on [`Client::shutdown`].
+#[derive(Debug, Clone)]
+pub struct Client {
+    tx: mpsc::Sender<Command>,
+    local: PeerId,
+}
+
+impl Client {
+    pub(crate) fn new(tx: mpsc::Sender<Command>, local: PeerId) -> Self {
+        Self { tx, local }
+    }
+
+    /// This node's peer id.
+    pub fn local_peer_id(&self) -> PeerId {
+        self.local
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, NetError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| NetError::Stopped)?;
+        rx.await.map_err(|_| NetError::Stopped)
+    }
+
+    /// Dials an address (with `/p2p/<peer id>` when known).
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
+        self.ask(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Publishes data on a topic.
+    pub async fn publish(
+        &self,
+        topic: impl Into<String>,
+        data: Vec<u8>,
+    ) -> Result<MessageId, NetError> {
+        let topic = topic.into();
+        self.ask(|reply| Command::Publish { topic, data, reply })
+            .await?
+    }
+
+    /// Reports a gossip message's validation result: Accept forwards it, Reject penalises
+    /// the peer that sent it, Ignore drops it.
+    pub async fn report(
+        &self,
+        id: MessageId,
+        source: PeerId,
+        acceptance: MessageAcceptance,
+    ) -> Result<(), NetError> {
+        self.tx
+            .send(Command::Report {
+                id,
+                source,
+                acceptance,
+            })
+            .await
+            .map_err(|_| NetError::Stopped)
+    }
+
+    /// Sends a request on `/gpux/lease/1` and waits for the answer.
+    pub async fn request(&self, peer: PeerId, data: Vec<u8>) -> Result<Vec<u8>, NetError> {
+        self.ask(|reply| Command::Request { peer, data, reply })
+            .await?
+    }
+
+    /// Answers an inbound request.
+    pub async fn respond(&self, id: InboundRequestId, data: Vec<u8>) -> Result<(), NetError> {
+        self.tx
+            .send(Command::Respond { id, data })
+            .await
+            .map_err(|_| NetError::Stopped)
+    }
+
+    /// The addresses the node listens on.
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, NetError> {
+        self.ask(|reply| Command::ListenAddrs { reply }).await
+    }
+
+    /// Connected peers.
+    pub async fn peers(&self) -> Result<Vec<PeerId>, NetError> {
+        self.ask(|reply| Command::Peers { reply }).await
+    }
+
+    /// Peers in this node's gossip mesh for a topic.
+    pub async fn mesh_peers(&self, topic: impl Into<String>) -> Result<Vec<PeerId>, NetError> {
+        let topic = topic.into();
+        self.ask(|reply| Command::MeshPeers { topic, reply }).await
+    }
+
+    /// This node's gossipsub score of a peer.
+    pub async fn score(&self, peer: PeerId) -> Result<Option<f64>, NetError> {
+        self.ask(|reply| Command::Score { peer, reply }).await
+    }
+
+    /// Stops the network task.
+    pub async fn shutdown(&self) -> Result<(), NetError> {
+        self.ask(|reply| Command::Shutdown { reply }).await
+    }
+}

@@ -1,0 +1,261 @@
+//! The one task that owns the `Swarm`.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use libp2p::gossipsub::{self, IdentTopic, TopicHash};
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, InboundRequestId, OutboundRequestId, ResponseChannel};
+use libp2p::swarm::{DialError, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, kad, mdns};
+use tokio::sync::{mpsc, oneshot};
+
+use super::behaviour::{Behaviour, BehaviourEvent};
+use super::client::{Command, NetError, NetworkEvent};
+
+pub(crate) struct EventLoop {
+    swarm: Swarm<Behaviour>,
+    commands: mpsc::Receiver<Command>,
+    events: mpsc::Sender<NetworkEvent>,
+    pending_dials: HashMap<PeerId, Vec<oneshot::Sender<Result<(), NetError>>>>,
+    pending_requests: HashMap<OutboundRequestId, oneshot::Sender<Result<Vec<u8>, NetError>>>,
+    pending_responses: HashMap<InboundRequestId, ResponseChannel<Vec<u8>>>,
+}
+
+/// Adds a bootstrap address to kademlia (when it names its peer) and dials it.
+pub(crate) fn add_bootstrap(swarm: &mut Swarm<Behaviour>, addr: &Multiaddr) {
+    if let Some(Protocol::P2p(peer)) = addr.iter().last()
+        && let Some(kad) = swarm.behaviour_mut().kad.as_mut()
+    {
+        kad.add_address(&peer, addr.clone());
+    }
+    if let Err(e) = swarm.dial(addr.clone()) {
+        tracing::warn!("cannot dial bootstrap address {addr}: {e}");
+    }
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        swarm: Swarm<Behaviour>,
+        commands: mpsc::Receiver<Command>,
+        events: mpsc::Sender<NetworkEvent>,
+    ) -> Self {
+        Self {
+            swarm,
+            commands,
+            events,
+            pending_dials: HashMap::new(),
+            pending_requests: HashMap::new(),
+            pending_responses: HashMap::new(),
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            tokio::select! {
+                event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
+                command = self.commands.recv() => match command {
+                    Some(Command::Shutdown { reply }) => {
+                        let _ = reply.send(());
+                        return;
+                    }
+                    Some(command) => self.on_command(command),
+                    // Every client is gone.
+                    None => return,
+                },
+            }
+        }
+    }
+
+    async fn emit(&mut self, event: NetworkEvent) {
+        // A node that stopped reading events is shutting down; nothing to do.
+        let _ = self.events.send(event).await;
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Dial { addr, reply } => {
+                let peer = addr.iter().find_map(|p| {
+                    if let Protocol::P2p(peer) = p {
+                        Some(peer)
+                    } else {
+                        None
+                    }
+                });
+                match self.swarm.dial(addr.clone()) {
+                    Ok(()) => match peer {
+                        Some(peer) if !self.swarm.is_connected(&peer) => {
+                            self.pending_dials.entry(peer).or_default().push(reply)
+                        }
+                        _ => {
+                            let _ = reply.send(Ok(()));
+                        }
+                    },
+                    Err(e) => {
+                        let _ = reply.send(Err(NetError::Dial(format!("{addr}: {e}"))));
+                    }
+                }
+            }
+            Command::Publish { topic, data, reply } => {
+                let result = self
+                    .swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .publish(IdentTopic::new(topic), data)
+                    .map_err(|e| NetError::Publish(e.to_string()));
+                let _ = reply.send(result);
+            }
+            Command::Report {
+                id,
+                source,
+                acceptance,
+            } => {
+                self.swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .report_message_validation_result(&id, &source, acceptance);
+            }
+            Command::Request { peer, data, reply } => {
+                let id = self.swarm.behaviour_mut().lease.send_request(&peer, data);
+                self.pending_requests.insert(id, reply);
+            }
+            Command::Respond { id, data } => {
+                if let Some(channel) = self.pending_responses.remove(&id) {
+                    // The requester may have gone; then there is nobody to answer.
+                    let _ = self
+                        .swarm
+                        .behaviour_mut()
+                        .lease
+                        .send_response(channel, data);
+                }
+            }
+            Command::ListenAddrs { reply } => {
+                let _ = reply.send(self.swarm.listeners().cloned().collect());
+            }
+            Command::Peers { reply } => {
+                let _ = reply.send(self.swarm.connected_peers().copied().collect());
+            }
+            Command::MeshPeers { topic, reply } => {
+                let hash = TopicHash::from_raw(topic);
+                let _ = reply.send(
+                    self.swarm
+                        .behaviour()
+                        .gossipsub
+                        .mesh_peers(&hash)
+                        .copied()
+                        .collect(),
+                );
+            }
+            Command::Score { peer, reply } => {
+                let _ = reply.send(self.swarm.behaviour().gossipsub.peer_score(&peer));
+            }
+            Command::Shutdown { .. } => {}
+        }
+    }
+
+    async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                self.emit(NetworkEvent::Listening(address)).await
+            }
+            SwarmEvent::ConnectionEstablished { peer_id, .. } => {
+                for reply in self.pending_dials.remove(&peer_id).unwrap_or_default() {
+                    let _ = reply.send(Ok(()));
+                }
+                self.emit(NetworkEvent::Connected(peer_id)).await;
+            }
+            SwarmEvent::OutgoingConnectionError {
+                peer_id: Some(peer),
+                error,
+                ..
+            } if !matches!(error, DialError::DialPeerConditionFalse(_)) => {
+                for reply in self.pending_dials.remove(&peer).unwrap_or_default() {
+                    let _ = reply.send(Err(NetError::Dial(format!("{peer}: {error}"))));
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+            })) => {
+                self.emit(NetworkEvent::Gossip {
+                    id: message_id,
+                    source: propagation_source,
+                    topic: message.topic.into_string(),
+                    data: message.data,
+                })
+                .await;
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
+                peer_id,
+                info,
+                ..
+            })) => {
+                if let Some(kad) = self.swarm.behaviour_mut().kad.as_mut() {
+                    for addr in info.listen_addrs {
+                        kad.add_address(&peer_id, addr);
+                    }
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
+                for (peer, addr) in found {
+                    if let Some(kad) = self.swarm.behaviour_mut().kad.as_mut() {
+                        kad.add_address(&peer, addr.clone());
+                    }
+                    if let Err(e) = self.swarm.dial(addr) {
+                        tracing::debug!("mDNS peer {peer}: {e}");
+                    }
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutingUpdated {
+                peer, ..
+            })) => {
+                tracing::debug!("kademlia routing updated with {peer}");
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Lease(event)) => self.on_lease_event(event).await,
+            _ => {}
+        }
+    }
+
+    async fn on_lease_event(&mut self, event: request_response::Event<Vec<u8>, Vec<u8>>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request {
+                    request_id,
+                    request,
+                    channel,
+                } => {
+                    self.pending_responses.insert(request_id, channel);
+                    self.emit(NetworkEvent::Request {
+                        id: request_id,
+                        peer,
+                        data: request,
+                    })
+                    .await;
+                }
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => {
+                    if let Some(reply) = self.pending_requests.remove(&request_id) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure {
+                request_id,
+                error,
+                peer,
+                ..
+            } => {
+                if let Some(reply) = self.pending_requests.remove(&request_id) {
+                    let _ = reply.send(Err(NetError::Request(format!("{peer}: {error}"))));
+                }
+            }
+            request_response::Event::InboundFailure { request_id, .. } => {
+                self.pending_responses.remove(&request_id);
+            }
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+}

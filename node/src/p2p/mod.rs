@@ -1,0 +1,105 @@
+//! The node's libp2p networking: TCP + noise + yamux, identify, ping, gossipsub (signed,
+//! strict, blake3 message ids, application validation, peer scoring), kademlia with bootstrap
+//! addresses, mDNS on LANs (off in tests), and request-response `/gpux/lease/1`.
+//!
+//! One task owns the `Swarm` ([`event_loop`]); the rest of the node holds a cloneable
+//! [`Client`] that sends commands over a bounded channel, and receives [`NetworkEvent`]s.
+//! Gossip validation happens outside the behaviour (see `crate::validation`): the event loop
+//! hands every gossip message out, and nothing is forwarded until the node reports Accept.
+
+mod behaviour;
+mod client;
+mod codec;
+mod event_loop;
+pub mod topics;
+
+use std::time::Duration;
+
+use gpux_protocol::Keypair;
+use libp2p::{Multiaddr, noise, tcp, yamux};
+use tokio::sync::mpsc;
+
+pub use client::{Client, NetError, NetworkEvent};
+pub use libp2p::gossipsub::{MessageAcceptance, MessageId};
+pub use libp2p::{PeerId, request_response::InboundRequestId};
+
+/// Capacity of the command channel into the event loop.
+pub const COMMAND_CAPACITY: usize = 256;
+/// Capacity of the event channel out of the event loop.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// Network settings.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// Addresses to listen on (`/ip4/127.0.0.1/tcp/0` picks a free port).
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start (with `/p2p/<peer id>` for kademlia).
+    pub bootstrap: Vec<Multiaddr>,
+    /// Kademlia peer discovery.
+    pub kademlia: bool,
+    /// mDNS discovery on the local network.
+    pub mdns: bool,
+    /// Largest gossip message (oversized frames are dropped by the transport).
+    pub max_transmit_size: usize,
+    /// Gossipsub heartbeat.
+    pub heartbeat: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            listen: Vec::new(),
+            bootstrap: Vec::new(),
+            kademlia: true,
+            mdns: false,
+            // The largest gossiped envelope is an attestation (64 KiB); gossipsub's own
+            // framing needs a little more.
+            max_transmit_size: 80 * 1024,
+            heartbeat: Duration::from_millis(700),
+        }
+    }
+}
+
+/// Starts the network: builds the swarm with the node key, starts listening, spawns the
+/// event loop on the current tokio runtime. Returns the client handle and the event stream.
+pub async fn spawn(
+    key: &Keypair,
+    config: NetConfig,
+) -> Result<(Client, mpsc::Receiver<NetworkEvent>), NetError> {
+    let mut seed = key.seed();
+    let identity = libp2p::identity::Keypair::ed25519_from_bytes(&mut seed)
+        .map_err(|e| NetError::Setup(e.to_string()))?;
+    let behaviour_config = config.clone();
+    let mut swarm = libp2p::SwarmBuilder::with_existing_identity(identity)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .map_err(|e| NetError::Setup(e.to_string()))?
+        .with_behaviour(|key| behaviour::build(key, &behaviour_config).map_err(|e| e.into()))
+        .map_err(|e| NetError::Setup(e.to_string()))?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(300)))
+        .build();
+    for addr in &config.listen {
+        swarm
+            .listen_on(addr.clone())
+            .map_err(|e| NetError::Listen(format!("{addr}: {e}")))?;
+    }
+    for topic in topics::all() {
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(&topic)
+            .map_err(|e| NetError::Setup(e.to_string()))?;
+    }
+    for addr in &config.bootstrap {
+        event_loop::add_bootstrap(&mut swarm, addr);
+    }
+    let (command_tx, command_rx) = mpsc::channel(COMMAND_CAPACITY);
+    let (event_tx, event_rx) = mpsc::channel(EVENT_CAPACITY);
+    let local = *swarm.local_peer_id();
+    tokio::spawn(event_loop::EventLoop::new(swarm, command_rx, event_tx).run());
+    Ok((Client::new(command_tx, local), event_rx))
+}
