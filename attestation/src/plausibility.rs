@@ -61,16 +61,15 @@ fn memory_fits(bytes: u64, gb: u16) -> bool {
     g >= f64::from(gb) * 0.88 && g <= f64::from(gb) * 1.02
 }
 
-/// Checks one GPU's facts against the spec table.
+/// Checks one GPU's facts against the family and spec tables.
 pub fn check_gpu(gpu: &GpuFacts) -> Plausibility {
     let family = GpuFamily::classify(&gpu.name);
-    if family == GpuFamily::Other || specs_of(family).next().is_none() {
+    // Every family in the family table has a compute capability and the sizes it is sold
+    // with, so even a family without spec rows (H800, A800) is checked.
+    let Some(info) = family.info() else {
         return Plausibility::UnknownModel;
-    }
-    let expected_cc: ComputeCapability = specs_of(family)
-        .map(|s| s.compute_capability)
-        .next()
-        .unwrap_or(gpu.compute_capability);
+    };
+    let expected_cc: ComputeCapability = info.compute_capability;
     let mut reasons = Vec::new();
     if gpu.compute_capability != expected_cc {
         reasons.push(format!(
@@ -83,7 +82,14 @@ pub fn check_gpu(gpu: &GpuFacts) -> Plausibility {
     // Memory must fit the size the name states (`A100-SXM4-80GB`), else the named variant's,
     // else any size of the family. A stated size the family is not sold with (the GH200's
     // "480GB" counts CPU memory) is ignored.
-    let family_sizes: Vec<u16> = specs_of(family).map(|s| s.vram_gb).collect();
+    let mut family_sizes: Vec<u16> = info
+        .nominal_vram_gb
+        .iter()
+        .copied()
+        .chain(specs_of(family).map(|s| s.vram_gb))
+        .collect();
+    family_sizes.sort_unstable();
+    family_sizes.dedup();
     let lower = gpu.name.to_ascii_lowercase();
     let stated = lower
         .split([' ', '-', '_'])
@@ -91,9 +97,7 @@ pub fn check_gpu(gpu: &GpuFacts) -> Plausibility {
         .find(|gb| family_sizes.contains(gb));
     let sizes: Vec<u16> = match (stated, spec_for_name(&gpu.name)) {
         (Some(gb), _) => vec![gb],
-        (None, Some(spec)) if !spec.variant.is_empty() || family_sizes.len() == 1 => {
-            vec![spec.vram_gb]
-        }
+        (None, Some(spec)) if !spec.variant.is_empty() => vec![spec.vram_gb],
         _ => family_sizes,
     };
     if !sizes
@@ -195,6 +199,30 @@ mod tests {
             "{text}"
         );
         assert_eq!(why.looks_like, Some("NVIDIA A40"));
+    }
+
+    #[test]
+    fn r009_family_sizes_and_families_without_spec_rows_are_checked() {
+        // Sizes the family is sold with but the spec table does not list are plausible.
+        for (name, mib, cc) in [
+            ("NVIDIA GeForce RTX 3080", 12_288, (8, 6)),
+            ("NVIDIA GeForce RTX 3080 Ti", 12_288, (8, 6)),
+            ("NVIDIA GH200 144G HBM3e", 146_000, (9, 0)),
+            ("NVIDIA B200", 196_608, (10, 0)),
+            ("NVIDIA B200", 183_359, (10, 0)),
+            ("NVIDIA H800", 81_559, (9, 0)),
+        ] {
+            assert_eq!(
+                check_gpu(&gpu(name, mib, cc)),
+                Plausibility::Plausible,
+                "{name}"
+            );
+        }
+        // An RTX 4090 calling itself an H800 (no spec row) is still caught.
+        assert!(matches!(
+            check_gpu(&gpu("NVIDIA H800", 24_564, (8, 9))),
+            Plausibility::Implausible(_)
+        ));
     }
 
     #[test]

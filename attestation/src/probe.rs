@@ -66,6 +66,14 @@ pub enum ProbeError {
         /// What it said.
         value: String,
     },
+    /// NVML returned a system-wide value that is not what it documents.
+    #[error("the driver reported an invalid {field}: {value}")]
+    SystemInvalid {
+        /// The field.
+        field: &'static str,
+        /// What it said.
+        value: String,
+    },
     /// No GPU at all.
     #[error("the NVIDIA driver reports no GPU")]
     NoGpu,
@@ -86,7 +94,16 @@ impl std::fmt::Debug for Probe {
     }
 }
 
-/// `Ok(Some)`, `Ok(None)` for NotSupported, `Err` otherwise.
+/// Whether an error means "this driver or GPU does not have it": the GPU says so, or the
+/// driver predates the function (drivers before R535 lack the confidential-computing call).
+fn absent(e: &NvmlError) -> bool {
+    matches!(
+        e,
+        NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound
+    )
+}
+
+/// `Ok(Some)`, `Ok(None)` when absent, `Err` otherwise.
 fn optional<T>(
     r: Result<T, NvmlError>,
     index: u32,
@@ -94,7 +111,7 @@ fn optional<T>(
 ) -> Result<Option<T>, ProbeError> {
     match r {
         Ok(v) => Ok(Some(v)),
-        Err(NvmlError::NotSupported) => Ok(None),
+        Err(e) if absent(&e) => Ok(None),
         Err(source) => Err(ProbeError::Gpu {
             index,
             field,
@@ -169,7 +186,8 @@ impl Probe {
             .map_err(|e| sys("NVML version", e))?;
         let cuda = match self.nvml.sys_cuda_driver_version() {
             Ok(v) if v > 0 => Some(Version::new((v / 1000) as u16, ((v % 1000) / 10) as u16, 0)),
-            Ok(_) | Err(NvmlError::NotSupported) => None,
+            Ok(_) => None,
+            Err(e) if absent(&e) => None,
             Err(e) => return Err(sys("CUDA driver version", e)),
         };
         let count = self.nvml.device_count().map_err(|e| sys("GPU count", e))?;
@@ -179,14 +197,20 @@ impl Probe {
         if count as usize > MAX_ATTESTED_GPUS {
             return Err(ProbeError::TooManyGpus(count));
         }
+        // Confidential computing is a system-wide setting: read it once.
+        let first = self
+            .nvml
+            .device_by_index(0)
+            .map_err(|source| ProbeError::Gpu {
+                index: 0,
+                field: "handle",
+                source,
+            })?;
+        let cc = optional(first.is_cc_enabled(), 0, "confidential computing")?;
         let gpus = (0..count)
-            .map(|i| self.gpu(i))
+            .map(|i| self.gpu(i, cc))
             .collect::<Result<Vec<_>, _>>()?;
-        let invalid = |field, value: String| ProbeError::Invalid {
-            index: 0,
-            field,
-            value,
-        };
+        let invalid = |field, value: String| ProbeError::SystemInvalid { field, value };
         Ok(Attestation {
             created_at: now,
             driver_version: BoundedString::new(driver.clone())
@@ -199,7 +223,7 @@ impl Probe {
         })
     }
 
-    fn gpu(&self, index: u32) -> Result<GpuFacts, ProbeError> {
+    fn gpu(&self, index: u32, confidential_compute: Option<bool>) -> Result<GpuFacts, ProbeError> {
         let device = required(self.nvml.device_by_index(index), index, "handle")?;
         let name = required(device.name(), index, "name")?;
         let uuid_text = required(device.uuid(), index, "UUID")?;
@@ -315,11 +339,7 @@ impl Probe {
             )?,
             ecc,
             mig,
-            confidential_compute: optional(
-                device.is_cc_enabled(),
-                index,
-                "confidential computing",
-            )?,
+            confidential_compute,
         })
     }
 }

@@ -78,6 +78,19 @@ pub fn report_json(att: &Verified<Attestation>) -> serde_json::Value {
     })
 }
 
+/// The report document, as parsed for verification.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportDoc {
+    format: String,
+    id: String,
+    signer: String,
+    peer_id: String,
+    envelope: String,
+    attestation: Box<serde_json::value::RawValue>,
+    plausibility: serde_json::Value,
+}
+
 /// One check of `attest verify`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
@@ -116,26 +129,32 @@ impl ReportVerdict {
 /// GPU is plausible for its model.
 pub fn verify_report(text: &str, at: Timestamp, rules: &Rules) -> ReportVerdict {
     let mut v = ReportVerdict { checks: Vec::new() };
-    let doc: serde_json::Value = match serde_json::from_str(text) {
+    // A typed parse refuses unknown and duplicate keys at every level, so no part of the
+    // document can say something other than what was signed.
+    let doc: ReportDoc = match serde_json::from_str(text) {
         Ok(doc) => doc,
         Err(e) => {
-            v.push("format", false, format!("not JSON: {e}"));
+            v.push(
+                "format",
+                false,
+                format!("not a {REPORT_FORMAT} document: {e}"),
+            );
             return v;
         }
     };
-    if doc["format"] != REPORT_FORMAT {
+    if doc.format != REPORT_FORMAT {
         v.push(
             "format",
             false,
-            format!("expected format {REPORT_FORMAT}, found {}", doc["format"]),
+            format!("expected format {REPORT_FORMAT}, found {}", doc.format),
         );
         return v;
     }
     v.push("format", true, REPORT_FORMAT);
-    let bytes = match doc["envelope"].as_str().map(|s| BASE64.decode(s)) {
-        Some(Ok(bytes)) => bytes,
-        _ => {
-            v.push("signature", false, "the envelope is missing or not base64");
+    let bytes = match BASE64.decode(&doc.envelope) {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            v.push("signature", false, "the envelope is not base64");
             return v;
         }
     };
@@ -155,18 +174,30 @@ pub fn verify_report(text: &str, at: Timestamp, rules: &Rules) -> ReportVerdict 
             return v;
         }
     };
-    match serde_json::to_value(att.body()) {
-        Ok(signed) if signed == doc["attestation"] => v.push(
-            "content",
-            true,
-            "the decoded content matches the signed envelope",
-        ),
-        Ok(_) => v.push(
+    // Everything the document shows must be what the envelope says: the decoded content
+    // (typed, so duplicate keys are refused, and as JSON, so extra keys are too), the id, the
+    // signer and peer id, and the plausibility verdicts.
+    let expected = report_json(&att);
+    let typed: Result<Attestation, _> = serde_json::from_str(doc.attestation.get());
+    let as_value: Result<serde_json::Value, _> = serde_json::from_str(doc.attestation.get());
+    let content_ok = matches!(&typed, Ok(t) if t == att.body())
+        && matches!(&as_value, Ok(a) if *a == expected["attestation"]);
+    let header_ok = doc.id == expected["id"]
+        && doc.signer == expected["signer"]
+        && doc.peer_id == expected["peer_id"]
+        && doc.plausibility == expected["plausibility"];
+    match (content_ok, header_ok) {
+        (true, true) => v.push("content", true, "the document matches the signed envelope"),
+        (false, _) => v.push(
             "content",
             false,
             "the decoded content differs from the signed envelope",
         ),
-        Err(e) => v.push("content", false, e.to_string()),
+        (true, false) => v.push(
+            "content",
+            false,
+            "the id, signer, peer id or plausibility shown differ from the signed envelope",
+        ),
     }
     match rules.check_time(&att, at) {
         Ok(()) => v.push(
@@ -206,8 +237,14 @@ pub fn verify_report(text: &str, at: Timestamp, rules: &Rules) -> ReportVerdict 
     v
 }
 
-/// A time as RFC 3339 (UTC, milliseconds).
+/// The first instant RFC 3339 cannot show (year 10000), unix ms.
+const YEAR_10000_MS: u64 = 253_402_300_800_000;
+
+/// A time as RFC 3339 (UTC, milliseconds); beyond year 9999, as raw milliseconds.
 pub fn format_time(t: Timestamp) -> String {
+    if t.0 >= YEAR_10000_MS {
+        return format!("{} ms after 1970", t.0);
+    }
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.0);
     humantime::format_rfc3339_millis(time).to_string()
 }
@@ -216,6 +253,12 @@ pub fn format_time(t: Timestamp) -> String {
 /// milliseconds.
 pub fn parse_time(text: &str) -> Result<Timestamp, String> {
     if let Ok(ms) = text.parse::<u64>() {
+        // A bare date like 20261130 is not milliseconds; real ones have 12 or more digits.
+        if ms < 100_000_000_000 {
+            return Err(format!(
+                "invalid time '{text}': unix milliseconds have 12 or more digits; or use RFC 3339 (2026-11-30T12:00:00Z)"
+            ));
+        }
         return Ok(Timestamp(ms));
     }
     let time = humantime::parse_rfc3339_weak(text).map_err(|e| {

@@ -13,8 +13,8 @@
 //! group or others can access, naming the file and the fix.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use gpux_protocol::Keypair;
@@ -48,6 +48,17 @@ pub enum KeyFileError {
     )]
     Permissions {
         /// The key file path.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The data directory is writable by group or others.
+    #[error(
+        "data directory {path} has mode {mode:04o}: group or others can write it and could replace the key; fix it with `chmod 700 {path}`",
+        path = .path.display()
+    )]
+    DirPermissions {
+        /// The directory.
         path: PathBuf,
         /// Its permission bits.
         mode: u32,
@@ -94,8 +105,25 @@ pub fn key_path(data_dir: &Path) -> PathBuf {
     data_dir.join(KEY_FILE_NAME)
 }
 
-/// Loads the node key, refusing a file that group or others can access.
+/// Refuses a data directory that group or others can write: whoever can write it can
+/// replace the key.
+fn check_dir(data_dir: &Path) -> Result<(), KeyFileError> {
+    match fs::metadata(data_dir) {
+        Ok(meta) if meta.permissions().mode() & 0o022 != 0 => Err(KeyFileError::DirPermissions {
+            path: data_dir.to_path_buf(),
+            mode: meta.permissions().mode() & 0o7777,
+        }),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("cannot read", data_dir)(e)),
+    }
+}
+
+/// Loads the node key, refusing a file that group or others can access. The checks are made
+/// on the opened file itself (the same inode the path named when it was checked), so the
+/// file cannot be swapped between the check and the read.
 pub fn load_key(data_dir: &Path) -> Result<Keypair, KeyFileError> {
+    check_dir(data_dir)?;
     let path = key_path(data_dir);
     let meta = match fs::symlink_metadata(&path) {
         Ok(meta) => meta,
@@ -107,23 +135,29 @@ pub fn load_key(data_dir: &Path) -> Result<Keypair, KeyFileError> {
     if !meta.is_file() {
         return Err(KeyFileError::NotAFile { path });
     }
-    let mode = meta.permissions().mode() & 0o7777;
+    let file = File::open(&path).map_err(io_err("cannot read", &path))?;
+    let opened = file.metadata().map_err(io_err("cannot read", &path))?;
+    if !opened.is_file() || opened.dev() != meta.dev() || opened.ino() != meta.ino() {
+        return Err(KeyFileError::NotAFile { path });
+    }
+    let mode = opened.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
         return Err(KeyFileError::Permissions { path, mode });
     }
     // The key file is tiny; anything larger is not ours (and is not read whole).
-    if meta.len() > 256 {
+    let mut bytes = Vec::with_capacity(128);
+    file.take(257)
+        .read_to_end(&mut bytes)
+        .map_err(io_err("cannot read", &path))?;
+    if bytes.len() > 256 {
         return Err(KeyFileError::Malformed {
             path,
             reason: "the file is too large",
         });
     }
-    let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
-        io::ErrorKind::InvalidData => KeyFileError::Malformed {
-            path: path.clone(),
-            reason: "the file is not text",
-        },
-        _ => io_err("cannot read", &path)(e),
+    let text = String::from_utf8(bytes).map_err(|_| KeyFileError::Malformed {
+        path: path.clone(),
+        reason: "the file is not text",
     })?;
     parse(&text).map_err(|reason| KeyFileError::Malformed { path, reason })
 }
@@ -150,6 +184,7 @@ pub fn create_key(data_dir: &Path) -> Result<Keypair, KeyFileError> {
         .mode(0o700)
         .create(data_dir)
         .map_err(io_err("cannot create the data directory", data_dir))?;
+    check_dir(data_dir)?;
     let path = key_path(data_dir);
     if fs::symlink_metadata(&path).is_ok() {
         return Err(KeyFileError::AlreadyExists { path });
@@ -160,24 +195,29 @@ pub fn create_key(data_dir: &Path) -> Result<Keypair, KeyFileError> {
     let content = format!("{HEADER}\n{}\n", gpux_protocol::hex(&seed));
     seed.fill(0);
 
-    let tmp = data_dir.join(format!("{KEY_FILE_NAME}.tmp"));
-    // A leftover from a crash during an earlier init holds no key anyone uses.
-    match fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("cannot remove", &tmp)(e)),
-    }
+    // A temporary file of our own (never another process's), flushed, then linked into
+    // place: hard_link never overwrites, so if another init won the race its key stays.
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(KeyFileError::Random)?;
+    let tmp = data_dir.join(format!(
+        "{KEY_FILE_NAME}.tmp.{}.{}",
+        std::process::id(),
+        gpux_protocol::hex(&nonce)
+    ));
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .map_err(io_err("cannot create", &tmp))?;
-    file.write_all(content.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(io_err("cannot write", &tmp))?;
+    let written = file
+        .write_all(content.as_bytes())
+        .and_then(|()| file.sync_all());
     drop(file);
-    // hard_link never overwrites: if another init won the race, its key stays.
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err("cannot write", &tmp)(e));
+    }
     let linked = fs::hard_link(&tmp, &path);
     let _ = fs::remove_file(&tmp);
     match linked {
@@ -190,6 +230,11 @@ pub fn create_key(data_dir: &Path) -> Result<Keypair, KeyFileError> {
     File::open(data_dir)
         .and_then(|dir| dir.sync_all())
         .map_err(io_err("cannot sync", data_dir))?;
+    // What is on disk is what we hand out.
+    let stored = load_key(data_dir)?;
+    if stored.public() != keypair.public() {
+        return Err(KeyFileError::AlreadyExists { path });
+    }
     Ok(keypair)
 }
 

@@ -128,3 +128,45 @@ fn a_symlinked_key_is_refused() {
         KeyFileError::NotAFile { .. }
     ));
 }
+
+#[test]
+fn r010_concurrent_inits_never_hand_out_an_unsaved_key() {
+    for _ in 0..30 {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4).map(|_| s.spawn(|| create_key(&dir))).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(winners.len(), 1, "{results:?}");
+        assert_eq!(load_key(&dir).unwrap().public(), winners[0].public());
+        // No temporary file is left behind.
+        let leftovers: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers, vec![std::ffi::OsString::from("node.key")]);
+    }
+}
+
+#[test]
+fn a_data_dir_others_can_write_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    create_key(tmp.path()).unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let err = load_key(tmp.path()).unwrap_err();
+    assert!(matches!(err, KeyFileError::DirPermissions { .. }), "{err}");
+    assert!(err.to_string().contains("chmod 700"), "{err}");
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    load_key(tmp.path()).unwrap();
+}
+
+#[test]
+fn times_beyond_year_9999_print_without_panicking() {
+    use gpux_node::attest::format_time;
+    use gpux_protocol::Timestamp;
+    assert_eq!(format_time(Timestamp(0)), "1970-01-01T00:00:00.000Z");
+    assert!(format_time(Timestamp(253_402_300_800_000)).contains("ms after 1970"));
+    assert!(format_time(Timestamp(u64::MAX)).contains("ms after 1970"));
+}

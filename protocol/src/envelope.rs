@@ -429,8 +429,9 @@ fn passes_weak_key_filter(key: &VerifyingKey, signature: &[u8; 64]) -> bool {
 /// Verifies many envelopes of one kind: bodies are decoded one by one, then every signature
 /// that passes the weak-key filter is checked in one batch (about twice as fast per
 /// signature as one by one). If the batch fails, each of its members is checked alone with
-/// `verify_strict`, so the result for every envelope is exactly what [`Signed::verify`]
-/// would give.
+/// `verify_strict`. The verdicts equal [`Signed::verify`]'s for every honestly made
+/// signature; the one known difference (a signer's own small-order-offset `R`, see
+/// `passes_weak_key_filter`) is why consensus-critical code (the ledger) verifies one by one.
 pub fn verify_batch<T: Message>(items: Vec<Signed<T>>) -> Vec<Result<Verified<T>, VerifyError>> {
     struct Pending<T> {
         index: usize,

@@ -19,6 +19,7 @@
 pub mod config;
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+use std::io::Write;
 use std::sync::Mutex;
 
 use nvml_wrapper_sys::bindings::{
@@ -121,7 +122,8 @@ pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
             Err(_) => UNKNOWN,
         },
         Err(message) => {
-            eprintln!("gpux-fake-nvml: {message}");
+            // Never panic across the C boundary: a failed write to stderr is ignored.
+            let _ = writeln!(std::io::stderr(), "gpux-fake-nvml: {message}");
             UNKNOWN
         }
     }

@@ -273,6 +273,18 @@ compute_capability = [8, 6]
         assert!(ok, "{out}");
         let (ok, out) = verify(tmp.path(), "not json", &[]);
         assert!(!ok && out.contains("FAIL format"), "{out}");
+        // r011: the shown identity must be the signer's, and no key may appear twice.
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        doc["peer_id"] = serde_json::Value::String(
+            "12D3KooWM9pG83CZcGAKjT1BczjPTVecZtfTFxaiAhwQbfVXEMEv".into(),
+        );
+        let (ok, out) = verify(tmp.path(), &doc.to_string(), &[]);
+        assert!(!ok && out.contains("FAIL content"), "{out}");
+        let duplicated = text.replacen("{", r#"{"attestation": {"created_at": 1},"#, 1);
+        let (ok, out) = verify(tmp.path(), &duplicated, &[]);
+        assert!(!ok && out.contains("FAIL format"), "{out}");
+        let (ok, out) = verify(tmp.path(), &text, &["--at", "20261130"]);
+        assert!(!ok && out.contains("12 or more digits"), "{out}");
     }
 
     #[test]
