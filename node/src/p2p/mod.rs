@@ -2,7 +2,7 @@
 //! strict, blake3 message ids, application validation, peer scoring), kademlia with bootstrap
 //! addresses, mDNS on LANs (off in tests), and request-response `/gpux/lease/1`.
 //!
-//! One task owns the `Swarm` ([`event_loop`]); the rest of the node holds a cloneable
+//! One task owns the `Swarm` (the event loop); the rest of the node holds a cloneable
 //! [`Client`] that sends commands over a bounded channel, and receives [`NetworkEvent`]s.
 //! Gossip validation happens outside the behaviour (see `crate::validation`): the event loop
 //! hands every gossip message out, and nothing is forwarded until the node reports Accept.
