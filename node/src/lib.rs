@@ -16,6 +16,7 @@
 
 pub mod attest;
 mod data_dir;
+pub mod host;
 mod key_file;
 pub mod p2p;
 pub mod store;

@@ -1,0 +1,269 @@
+//! Lease negotiation: the host is the authority over its GPUs.
+
+use gpux_node::attest::now;
+use gpux_node::host::{Answer, Host};
+use gpux_node::p2p::{self, NetConfig, NetworkEvent};
+use gpux_node::store::{LeaseState, NodeState};
+use gpux_protocol::*;
+use libp2p::multiaddr::Protocol;
+use tokio::sync::mpsc;
+
+fn offer(host: &Keypair, t: Timestamp, gpus: u8) -> Verified<Offer> {
+    Signed::sign(
+        host,
+        Offer {
+            seq: 1,
+            slot: 0,
+            created_at: t,
+            expires_at: t.plus_secs(3000),
+            attestation: ContentId([9; 32]),
+            gpus: BoundedVec::new(
+                (0..gpus)
+                    .map(|g| OfferGpu {
+                        uuid: GpuUuid([g + 1; 16]),
+                        family: BoundedString::new("a100").unwrap(),
+                        memory_bytes: 85_899_345_920,
+                        compute_capability: ComputeCapability::new(8, 0),
+                        pcie_gen: 4,
+                    })
+                    .collect(),
+            )
+            .unwrap(),
+            price_per_gpu_hour: MicroCredits(1_500_000),
+            spot_floor_per_gpu_hour: None,
+            min_duration_s: 60,
+            max_duration_s: 86_400,
+            region: BoundedString::new("eu").unwrap(),
+            tier: EvidenceTier::SelfReported,
+            driver: Version::new(550, 0, 0),
+            cuda: Version::new(12, 4, 0),
+            images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+fn request(
+    renter: &Keypair,
+    offer: &Verified<Offer>,
+    t: Timestamp,
+    nonce: u64,
+) -> Verified<LeaseRequest> {
+    let mut escrow = [0u8; 16];
+    escrow[..8].copy_from_slice(&nonce.to_le_bytes());
+    Signed::sign(
+        renter,
+        LeaseRequest {
+            created_at: t,
+            expires_at: t.plus_secs(30),
+            offer: offer.id(),
+            host: offer.signer(),
+            gpus: BoundedVec::new(offer.gpus.iter().map(|g| g.uuid).collect()).unwrap(),
+            price_per_gpu_hour: offer.price_per_gpu_hour,
+            duration_s: 600,
+            kind: LeaseKind::OnDemand,
+            image: ImageDigest([1; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 64,
+                scratch_bytes: 1 << 28,
+            },
+            network: false,
+            escrow: EscrowId(escrow),
+            escrow_amount: MicroCredits(1_000_000),
+            bid: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_restarted_host_keeps_its_leases_and_offers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = Keypair::from_seed(&[21; 32]);
+    let t = now();
+    let o = offer(&key, t, 2);
+    let first = {
+        let mut host = Host::new(key.clone(), NodeState::open(tmp.path()).unwrap(), t).unwrap();
+        host.add_offer(o.clone(), t).unwrap();
+        let answer = host
+            .handle_request(
+                request(&Keypair::from_seed(&[22; 32]), &o, t, 1)
+                    .as_bytes()
+                    .to_vec(),
+                t,
+            )
+            .unwrap();
+        assert!(matches!(answer, Answer::Accepted { .. }), "{answer:?}");
+        answer
+    };
+    // A new process on the same data dir.
+    let mut host = Host::new(key, NodeState::open(tmp.path()).unwrap(), t).unwrap();
+    assert_eq!(host.offers().len(), 1);
+    let leases = host.state().leases().unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].state, LeaseState::Accepted);
+    let again = host
+        .handle_request(
+            request(&Keypair::from_seed(&[23; 32]), &o, t, 2)
+                .as_bytes()
+                .to_vec(),
+            t,
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            again,
+            Answer::Rejected {
+                reason: RejectReason::GpusUnavailable,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    // The same request twice is not a second lease.
+    let Answer::Accepted { lease, .. } = first else {
+        unreachable!()
+    };
+    assert!(host.end_lease(&lease, "renter-stopped", t).unwrap());
+    let after = host
+        .handle_request(
+            request(&Keypair::from_seed(&[23; 32]), &o, t, 3)
+                .as_bytes()
+                .to_vec(),
+            t,
+        )
+        .unwrap();
+    assert!(matches!(after, Answer::Accepted { .. }));
+}
+
+#[test]
+fn bad_requests_get_typed_rejections() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = Keypair::from_seed(&[31; 32]);
+    let t = now();
+    let o = offer(&key, t, 1);
+    let mut host = Host::new(key, NodeState::open(tmp.path()).unwrap(), t).unwrap();
+    host.add_offer(o.clone(), t).unwrap();
+    let renter = Keypair::from_seed(&[32; 32]);
+    let reason = |a: Answer| match a {
+        Answer::Rejected { reason, envelope } => {
+            assert!(!envelope.is_empty());
+            reason
+        }
+        other => panic!("accepted: {other:?}"),
+    };
+    assert_eq!(
+        reason(host.handle_request(vec![1, 2, 3], t).unwrap()),
+        RejectReason::Invalid
+    );
+    let mut cheap = request(&renter, &o, t, 1).body().clone();
+    cheap.price_per_gpu_hour = MicroCredits(1);
+    cheap.escrow_amount = MicroCredits(1_000_000);
+    let cheap = Signed::sign(&renter, cheap).unwrap();
+    assert_eq!(
+        reason(host.handle_request(cheap.as_bytes().to_vec(), t).unwrap()),
+        RejectReason::PriceTooLow
+    );
+    let late = request(&renter, &o, t, 2);
+    assert_eq!(
+        reason(
+            host.handle_request(late.as_bytes().to_vec(), t.plus_secs(31))
+                .unwrap()
+        ),
+        RejectReason::RequestExpired
+    );
+    let other_host = offer(&Keypair::from_seed(&[33; 32]), t, 1);
+    let wrong = request(&renter, &other_host, t, 3);
+    assert_eq!(
+        reason(host.handle_request(wrong.as_bytes().to_vec(), t).unwrap()),
+        RejectReason::Invalid
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_renters_racing_for_the_same_gpus_get_exactly_one_lease_each_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host_key = Keypair::from_seed(&[41; 32]);
+    let t = now();
+    let o = offer(&host_key, t, 2);
+    let mut host = Host::new(host_key.clone(), NodeState::open(tmp.path()).unwrap(), t).unwrap();
+    host.add_offer(o.clone(), t).unwrap();
+
+    let config = || NetConfig {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+        ..NetConfig::default()
+    };
+    let (host_net, mut host_events) = p2p::spawn(&host_key, config()).await.unwrap();
+    let host_addr = loop {
+        if let Some(NetworkEvent::Listening(a)) = host_events.recv().await {
+            break a.with(Protocol::P2p(host_net.local_peer_id()));
+        }
+    };
+    // The host task answers requests one at a time and ends leases on demand.
+    let (end_tx, mut end_rx) = mpsc::channel::<(ContentId, tokio::sync::oneshot::Sender<()>)>(8);
+    let responder = host_net.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(event) = host_events.recv() => {
+                    if let NetworkEvent::Request { id, data, .. } = event {
+                        let answer = host.handle_request(data, now()).unwrap();
+                        responder.respond(id, answer.envelope().to_vec()).await.unwrap();
+                    }
+                }
+                Some((lease, done)) = end_rx.recv() => {
+                    host.end_lease(&lease, "renter-stopped", now()).unwrap();
+                    let _ = done.send(());
+                }
+                else => break,
+            }
+        }
+    });
+
+    let mut renters = Vec::new();
+    for i in 0..2u8 {
+        let key = Keypair::from_seed(&[50 + i; 32]);
+        let (net, mut events) = p2p::spawn(&key, config()).await.unwrap();
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        net.dial(host_addr.clone()).await.unwrap();
+        renters.push((key, net));
+    }
+    let host_peer = host_net.local_peer_id();
+    for round in 0..100u64 {
+        let at = now();
+        let a = request(&renters[0].0, &o, at, round * 2);
+        let b = request(&renters[1].0, &o, at, round * 2 + 1);
+        let (ra, rb) = tokio::join!(
+            renters[0].1.request(host_peer, a.as_bytes().to_vec()),
+            renters[1].1.request(host_peer, b.as_bytes().to_vec())
+        );
+        let mut accepted = Vec::new();
+        for (req, resp) in [(&a, ra.unwrap()), (&b, rb.unwrap())] {
+            match AnySigned::from_bytes(resp).unwrap().verify().unwrap() {
+                AnyVerified::LeaseAccept(acc) => {
+                    validate::accept_matches_request(&acc, req).unwrap();
+                    accepted.push(req.id());
+                }
+                AnyVerified::LeaseReject(rej) => {
+                    assert_eq!(rej.reason, RejectReason::GpusUnavailable)
+                }
+                other => panic!("unexpected answer {other:?}"),
+            }
+        }
+        assert_eq!(
+            accepted.len(),
+            1,
+            "round {round}: {} leases",
+            accepted.len()
+        );
+        let (done, ended) = tokio::sync::oneshot::channel();
+        end_tx.send((accepted[0], done)).await.unwrap();
+        ended.await.unwrap();
+    }
+}
