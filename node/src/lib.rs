@@ -14,7 +14,9 @@
 //! # }
 //! ```
 
+pub mod api_client;
 pub mod attest;
+pub mod daemon;
 mod data_dir;
 pub mod host;
 mod key_file;

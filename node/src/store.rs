@@ -100,7 +100,8 @@ pub trait Store: Send + Sync {
     fn flush(&self) -> Result<(), StoreError>;
 }
 
-/// The sled store, in `<data-dir>/db`.
+/// The sled store, in `<data-dir>/db`. Cloning shares the same open database.
+#[derive(Clone)]
 pub struct SledStore {
     path: PathBuf,
     db: sled::Db,
@@ -278,7 +279,7 @@ pub struct LeaseRecord {
 const RECORD_VERSION: u8 = 1;
 
 /// The node's state over a [`Store`]: typed, versioned records.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct NodeState<S> {
     store: S,
     path: PathBuf,

@@ -255,6 +255,17 @@ impl OrderBook {
     /// satisfies every clause, the price, the duration bounds and the kind, best first by
     /// price, reliability and age. Nothing is booked; see [`OrderBook::reserve`].
     pub fn match_bid(&self, spec: &BidSpec, now: Timestamp) -> Result<Vec<Allocation>, MatchError> {
+        self.match_bid_excluding(spec, now, &BTreeSet::new())
+    }
+
+    /// [`OrderBook::match_bid`], skipping the offers in `excluded` (for example those whose
+    /// hosts just refused the renter).
+    pub fn match_bid_excluding(
+        &self,
+        spec: &BidSpec,
+        now: Timestamp,
+        excluded: &BTreeSet<ContentId>,
+    ) -> Result<Vec<Allocation>, MatchError> {
         let now = now.0;
         if spec.gpus == 0 || spec.duration_s == 0 {
             return Err(MatchError::Empty);
@@ -281,7 +292,8 @@ impl OrderBook {
             let Some(entry) = self.entry(key.3) else {
                 continue;
             };
-            if entry.expires_at <= now || !Self::takes(entry, spec) {
+            if excluded.contains(&entry.id) || entry.expires_at <= now || !Self::takes(entry, spec)
+            {
                 continue;
             }
             let facts = Facts::new(self, entry, now);

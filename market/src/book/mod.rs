@@ -559,6 +559,14 @@ impl OrderBook {
         }
     }
 
+    /// The images an offer lists.
+    pub fn offer_images(&self, offer: &ContentId) -> Option<&[ImageDigest]> {
+        self.by_id
+            .get(offer)
+            .and_then(|&i| self.entry(i))
+            .map(|e| &e.images[..])
+    }
+
     /// This node's reliability score of a host, thousandths.
     pub fn reliability(&self, host: &PublicKey) -> u16 {
         self.hosts

@@ -32,6 +32,44 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the node daemon.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+    /// The running node's status.
+    Status,
+    /// Offers in the running node's view of the market.
+    Offers {
+        #[command(subcommand)]
+        action: OffersAction,
+    },
+    /// Rent GPUs: match locally, ask the host, retry the next-best offer on refusal.
+    Rent {
+        /// Constraints, e.g. 'gpu=H100 region=eu'.
+        query: String,
+        /// GPUs wanted (from one machine).
+        #[arg(long, default_value_t = 1)]
+        gpus: u16,
+        /// Most paid per GPU-hour, credits.
+        #[arg(long, value_name = "CREDITS")]
+        max_price: String,
+        /// Lease length: seconds, or a duration like 30m or 2h.
+        #[arg(long, default_value = "1h")]
+        duration: String,
+        /// The image to run, by digest.
+        #[arg(long, value_name = "sha256:DIGEST")]
+        image: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Leases this node is part of.
+    Leases {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Read every GPU through NVML, sign what was read with the node key, and print it
     /// (creates the node key on first use). `gpux attest verify FILE` checks a report.
     Attest {
@@ -41,6 +79,78 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         nvml_lib: Option<PathBuf>,
         /// Print the signed report as one JSON document (envelope and decoded content).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeAction {
+    /// Run the node: join the network, keep a live view of the market, serve the local API
+    /// (127.0.0.1, token in `DATA_DIR/api.token`). With --host, also read the GPUs through
+    /// NVML, sign an attestation, publish offers and answer lease requests.
+    Run(NodeRunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct NodeRunArgs {
+    /// libp2p listen address (repeatable).
+    #[arg(
+        long,
+        value_name = "MULTIADDR",
+        default_value = "/ip4/0.0.0.0/tcp/4001"
+    )]
+    listen: Vec<String>,
+    /// A peer to join through, with its `/p2p/PEER_ID` (repeatable).
+    #[arg(long, value_name = "MULTIADDR")]
+    bootstrap: Vec<String>,
+    /// The API address (loopback only; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    api: std::net::SocketAddr,
+    /// Discover peers on the local network with mDNS.
+    #[arg(long)]
+    mdns: bool,
+    /// Share this machine's GPUs.
+    #[arg(long)]
+    host: bool,
+    /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH")]
+    nvml_lib: Option<PathBuf>,
+    /// Price per GPU-hour, credits.
+    #[arg(long, value_name = "CREDITS", default_value = "1.00")]
+    price: String,
+    /// Lowest spot bid accepted per GPU-hour (no spot leases without it).
+    #[arg(long, value_name = "CREDITS")]
+    spot_floor: Option<String>,
+    /// This host's region (eu, us-east, ...).
+    #[arg(long, default_value = "any")]
+    region: String,
+    /// An image the host has locally, by digest (repeatable; hosts need at least one).
+    #[arg(long, value_name = "sha256:DIGEST")]
+    image: Vec<String>,
+    /// Longest lease accepted, seconds.
+    #[arg(long, default_value_t = 86_400)]
+    max_duration: u32,
+    /// How long each published offer lives, seconds.
+    #[arg(long, default_value_t = 600)]
+    offer_ttl: u64,
+    /// How often offers are re-published, seconds.
+    #[arg(long, default_value_t = 120)]
+    republish: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum OffersAction {
+    /// Search the running node's view of the market, e.g. 'gpu=H100 vram>=80 price<=2.5'
+    /// (docs/query.md).
+    Search {
+        /// The query.
+        #[arg(default_value = "")]
+        query: String,
+        /// Most results.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -101,6 +211,70 @@ fn run() -> anyhow::Result<ExitCode> {
                 );
             } else {
                 println!("{}", key.peer_id());
+            }
+        }
+        Command::Node {
+            action: NodeAction::Run(args),
+        } => return node_run(dir, args),
+        Command::Status => {
+            let status =
+                gpux_node::api_client::ApiClient::for_data_dir(&dir)?.get("/v1/status", &[])?;
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        Command::Offers {
+            action: OffersAction::Search { query, limit, json },
+        } => {
+            let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
+            let hits = client.get(
+                "/v1/offers",
+                &[("q", &query), ("limit", &limit.to_string())],
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else {
+                print_hits(&hits);
+            }
+        }
+        Command::Rent {
+            query,
+            gpus,
+            max_price,
+            duration,
+            image,
+            json,
+        } => {
+            let duration = parse_duration(&duration)?;
+            let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
+            let body = serde_json::json!({ "query": query, "gpus": gpus, "max_price": max_price, "duration_s": duration, "image": image });
+            let lease = client.post("/v1/rent", &body)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&lease)?);
+            } else {
+                println!(
+                    "lease {} with {}: {} GPU(s) at {} credits per GPU-hour for {} s (escrow {} credits)",
+                    lease["lease"].as_str().unwrap_or("?"),
+                    lease["host"].as_str().unwrap_or("?"),
+                    lease["gpus"].as_array().map_or(0, Vec::len),
+                    lease["price_per_gpu_hour"].as_str().unwrap_or("?"),
+                    lease["duration_s"],
+                    lease["escrow_amount"].as_str().unwrap_or("?"),
+                );
+            }
+        }
+        Command::Leases { json } => {
+            let leases =
+                gpux_node::api_client::ApiClient::for_data_dir(&dir)?.get("/v1/leases", &[])?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&leases)?);
+            } else {
+                for l in leases.as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {:<6}  {}",
+                        l["lease"].as_str().unwrap_or("?"),
+                        l["role"].as_str().unwrap_or("?"),
+                        l["state"]["state"].as_str().unwrap_or("?")
+                    );
+                }
             }
         }
         Command::Attest { nvml_lib, json, .. } => {
@@ -170,6 +344,119 @@ fn print_attestation(att: &gpux_protocol::Verified<gpux_protocol::Attestation>) 
             verdict
         );
     }
+}
+
+fn parse_duration(text: &str) -> anyhow::Result<u32> {
+    let secs = match text.parse::<u64>() {
+        Ok(s) => s,
+        Err(_) => humantime::parse_duration(text)
+            .with_context(|| {
+                format!("invalid duration '{text}': use seconds or a duration like 30m or 2h")
+            })?
+            .as_secs(),
+    };
+    u32::try_from(secs).map_err(|_| anyhow::anyhow!("duration '{text}' is too long"))
+}
+
+fn print_hits(hits: &serde_json::Value) {
+    let rows = hits.as_array().map(Vec::as_slice).unwrap_or_default();
+    if rows.is_empty() {
+        println!("no offer matches");
+        return;
+    }
+    println!(
+        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5}  host",
+        "offer", "gpu", "vram", "free", "price/h", "region", "tier", "rel"
+    );
+    for h in rows {
+        println!(
+            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2}  {}",
+            &h["offer"].as_str().unwrap_or("?")[..16.min(h["offer"].as_str().unwrap_or("?").len())],
+            h["family"].as_str().unwrap_or("?"),
+            h["vram_gb"],
+            h["free"],
+            h["gpus"],
+            gpux_protocol::MicroCredits(h["price_per_gpu_hour"].as_u64().unwrap_or(0))
+                .amount_text(),
+            h["region"].as_str().unwrap_or("?"),
+            h["tier"].as_str().unwrap_or("?"),
+            h["reliability_permille"].as_f64().unwrap_or(0.0) / 1000.0,
+            h["host"]
+                .as_str()
+                .and_then(|s| s.parse::<gpux_protocol::PublicKey>().ok())
+                .map(|k| k.peer_id().to_string())
+                .unwrap_or_default(),
+        );
+    }
+}
+
+fn node_run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<ExitCode> {
+    let parse_addrs = |list: &[String]| -> anyhow::Result<Vec<gpux_node::p2p::Multiaddr>> {
+        list.iter()
+            .map(|a| {
+                a.parse()
+                    .with_context(|| format!("invalid multiaddr '{a}'"))
+            })
+            .collect()
+    };
+    let host = if args.host {
+        if args.image.is_empty() {
+            anyhow::bail!(
+                "a host must list at least one image it has locally (--image sha256:...)"
+            );
+        }
+        Some(gpux_node::daemon::HostOptions {
+            nvml_lib: args.nvml_lib,
+            price: args.price.parse().context("--price")?,
+            spot_floor: args
+                .spot_floor
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .context("--spot-floor")?,
+            region: args.region,
+            images: args
+                .image
+                .iter()
+                .map(|i| i.parse())
+                .collect::<Result<_, _>>()
+                .context("--image")?,
+            max_duration_s: args.max_duration,
+            offer_ttl_s: args.offer_ttl,
+            republish_s: args.republish,
+        })
+    } else {
+        None
+    };
+    let config = gpux_node::daemon::DaemonConfig {
+        data_dir: dir,
+        listen: parse_addrs(&args.listen)?,
+        bootstrap: parse_addrs(&args.bootstrap)?,
+        api: args.api,
+        mdns: args.mdns,
+        host,
+    };
+    // Logs to stderr; RUST_LOG overrides the default level (info).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        // Stop cleanly on Ctrl-C and on SIGTERM (what `gpux testnet` and service managers send).
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        gpux_node::daemon::run(config, async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        })
+        .await
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn verify_report(file: &std::path::Path, at: Option<&str>) -> anyhow::Result<ExitCode> {

@@ -125,6 +125,10 @@ mod attest {
     use std::process::{Command, Output};
     use std::sync::OnceLock;
 
+    pub(super) fn lib_path() -> PathBuf {
+        fake_lib().to_path_buf()
+    }
+
     fn fake_lib() -> &'static Path {
         static LIB: OnceLock<PathBuf> = OnceLock::new();
         LIB.get_or_init(|| {
@@ -303,4 +307,195 @@ compute_capability = [8, 6]
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+mod node {
+    //! Two `gpux node run` processes on loopback: a host with fake GPUs and a renter.
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    struct Running(Child);
+
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn gpux(args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpux"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn a_renter_finds_and_rents_a_hosts_gpus_and_the_api_needs_its_token() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host_dir, renter_dir) = (tmp.path().join("host"), tmp.path().join("renter"));
+        let config = tmp.path().join("gpus.toml");
+        std::fs::write(&config, "[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-11111111-2222-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n").unwrap();
+        let lib = super::attest_lib();
+        let port = free_port();
+        let image = format!("sha256:{}", "ab".repeat(32));
+        let listen = format!("/ip4/127.0.0.1/tcp/{port}");
+        let _host = Running(
+            Command::new(env!("CARGO_BIN_EXE_gpux"))
+                .args([
+                    "node",
+                    "run",
+                    "--host",
+                    "--data-dir",
+                    host_dir.to_str().unwrap(),
+                    "--listen",
+                    &listen,
+                ])
+                .args([
+                    "--nvml-lib",
+                    lib.to_str().unwrap(),
+                    "--image",
+                    &image,
+                    "--price",
+                    "0.80",
+                    "--region",
+                    "eu-west",
+                ])
+                .env("GPUX_FAKE_NVML_CONFIG", &config)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(tmp.path().join("host.log")).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the host's API", || host_dir.join("api.addr").exists());
+        let host_id =
+            String::from_utf8(gpux(&["id", "--data-dir", host_dir.to_str().unwrap()]).stdout)
+                .unwrap();
+        let bootstrap = format!("{listen}/p2p/{}", host_id.trim());
+        let _renter = Running(
+            Command::new(env!("CARGO_BIN_EXE_gpux"))
+                .args([
+                    "node",
+                    "run",
+                    "--data-dir",
+                    renter_dir.to_str().unwrap(),
+                    "--listen",
+                    "/ip4/127.0.0.1/tcp/0",
+                    "--bootstrap",
+                    &bootstrap,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let r = renter_dir.to_str().unwrap();
+        let mut last = String::new();
+        let found = (0..150).any(|_| {
+            let out = gpux(&[
+                "offers",
+                "search",
+                "gpu=l4 region=eu",
+                "--json",
+                "--data-dir",
+                r,
+            ]);
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let ok = out.status.success() && last.contains("\"family\": \"l4\"");
+            if !ok {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            ok
+        });
+        assert!(
+            found,
+            "the offer never reached the renter: {last}\nhost log: {}",
+            std::fs::read_to_string(tmp.path().join("host.log")).unwrap_or_default()
+        );
+        let rent = gpux(&[
+            "rent",
+            "gpu=l4",
+            "--gpus",
+            "1",
+            "--max-price",
+            "1",
+            "--duration",
+            "5m",
+            "--json",
+            "--data-dir",
+            r,
+        ]);
+        assert!(
+            rent.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rent.stderr)
+        );
+        let lease: serde_json::Value = serde_json::from_slice(&rent.stdout).unwrap();
+        let id = lease["lease"].as_str().unwrap().to_string();
+        assert_eq!(lease["price_per_gpu_hour"], "0.80");
+        // Both sides hold the lease.
+        for dir in [r, host_dir.to_str().unwrap()] {
+            let out = String::from_utf8(gpux(&["leases", "--data-dir", dir]).stdout).unwrap();
+            assert!(out.contains(&id) && out.contains("accepted"), "{out}");
+        }
+        // The GPU is taken: a second rent finds nothing.
+        let again = gpux(&["rent", "gpu=l4", "--max-price", "1", "--data-dir", r]);
+        assert!(!again.status.success());
+        // The API refuses a request without the token (401) or with a wrong one.
+        let addr = std::fs::read_to_string(renter_dir.join("api.addr")).unwrap();
+        for auth in [None, Some("Bearer 00")] {
+            let mut stream = std::net::TcpStream::connect(addr.trim()).unwrap();
+            let header = auth
+                .map(|a| format!("Authorization: {a}\r\n"))
+                .unwrap_or_default();
+            use std::io::{Read, Write};
+            write!(
+                stream,
+                "GET /v1/status HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).unwrap();
+            assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+        }
+        // The data dir's secrets are 0600.
+        for file in ["node.key", "api.token", "api.addr"] {
+            let mode = std::fs::metadata(Path::new(r).join(file))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o600, "{file}");
+        }
+    }
+}
+
+fn attest_lib() -> std::path::PathBuf {
+    attest::lib_path()
 }

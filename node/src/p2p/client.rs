@@ -57,6 +57,13 @@ pub enum NetworkEvent {
     Listening(Multiaddr),
     /// A connection to a peer opened.
     Connected(PeerId),
+    /// A peer subscribed to a topic (a good moment to publish what it has missed).
+    Subscribed {
+        /// The peer.
+        peer: PeerId,
+        /// The topic.
+        topic: String,
+    },
 }
 
 #[derive(Debug)]

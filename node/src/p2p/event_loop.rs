@@ -186,6 +186,16 @@ impl EventLoop {
                 })
                 .await;
             }
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed {
+                peer_id,
+                topic,
+            })) => {
+                self.emit(NetworkEvent::Subscribed {
+                    peer: peer_id,
+                    topic: topic.into_string(),
+                })
+                .await;
+            }
             SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
                 peer_id,
                 info,

@@ -16,12 +16,12 @@ pub mod topics;
 use std::time::Duration;
 
 use gpux_protocol::Keypair;
-use libp2p::{Multiaddr, noise, tcp, yamux};
+use libp2p::{noise, tcp, yamux};
 use tokio::sync::mpsc;
 
 pub use client::{Client, NetError, NetworkEvent};
 pub use libp2p::gossipsub::{MessageAcceptance, MessageId};
-pub use libp2p::{PeerId, request_response::InboundRequestId};
+pub use libp2p::{Multiaddr, PeerId, request_response::InboundRequestId};
 
 /// Capacity of the command channel into the event loop.
 pub const COMMAND_CAPACITY: usize = 256;

@@ -1,0 +1,186 @@
+//! The local HTTP JSON API, on 127.0.0.1 only, behind a bearer token.
+//!
+//! The token is 32 random bytes (hex) in `<data-dir>/api.token`, mode 0600; the address the
+//! API listens on is written to `<data-dir>/api.addr` (0600). Only the user who can read the
+//! data directory can use the API. Every request without the token gets 401.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{ApiCommand, RentRequest};
+
+/// The token file's name.
+pub const TOKEN_FILE: &str = "api.token";
+/// The address file's name.
+pub const ADDR_FILE: &str = "api.addr";
+
+#[derive(Clone)]
+struct AppState {
+    token: String,
+    commands: mpsc::Sender<ApiCommand>,
+}
+
+/// A request that carried the right token.
+struct Authorized;
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    // Constant time in the token's length: no early exit on the first differing byte.
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl FromRequestParts<AppState> for Authorized {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let given = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if same(given.as_bytes(), state.token.as_bytes()) {
+            Ok(Authorized)
+        } else {
+            Err(error(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong API token (see <data-dir>/api.token)",
+            ))
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn ask(
+    state: &AppState,
+    make: impl FnOnce(oneshot::Sender<Result<serde_json::Value, String>>) -> ApiCommand,
+) -> Response {
+    let (reply, rx) = oneshot::channel();
+    if state.commands.send(make(reply)).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the node is shutting down");
+    }
+    match rx.await {
+        Ok(Ok(value)) => Json(value).into_response(),
+        Ok(Err(message)) => error(StatusCode::BAD_REQUEST, &message),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the node is shutting down"),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct SearchParams {
+    q: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn status(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Status { reply }).await
+}
+
+async fn offers(
+    _: Authorized,
+    State(state): State<AppState>,
+    Query(p): Query<SearchParams>,
+) -> Response {
+    let query = p.q.unwrap_or_default();
+    let limit = p.limit.unwrap_or(20).min(1000);
+    ask(&state, |reply| ApiCommand::Search {
+        query,
+        limit,
+        reply,
+    })
+    .await
+}
+
+async fn leases(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Leases { reply }).await
+}
+
+async fn rent(
+    _: Authorized,
+    State(state): State<AppState>,
+    Json(request): Json<RentRequest>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Rent { request, reply }).await
+}
+
+async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Shutdown { reply }).await
+}
+
+/// Writes `bytes` to `path` with mode 0600 (replacing it).
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The API token of a data dir, created (0600) when missing.
+pub fn ensure_token(data_dir: &Path) -> std::io::Result<String> {
+    let path = data_dir.join(TOKEN_FILE);
+    if let Ok(token) = std::fs::read_to_string(&path) {
+        let token = token.trim().to_string();
+        if token.len() == 64 {
+            return Ok(token);
+        }
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let token = gpux_protocol::hex(&bytes);
+    write_private(&path, token.as_bytes())?;
+    Ok(token)
+}
+
+/// Binds the API and serves it until `shutdown` resolves. Returns the bound address once
+/// listening (through `bound`).
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    token: String,
+    commands: mpsc::Sender<ApiCommand>,
+    data_dir: &Path,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    if !addr.ip().is_loopback() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("the API listens on loopback only, not {addr}"),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    write_private(&data_dir.join(ADDR_FILE), bound.to_string().as_bytes())?;
+    let app = Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/offers", get(offers))
+        .route("/v1/leases", get(leases))
+        .route("/v1/rent", post(rent))
+        .route("/v1/shutdown", post(shutdown_node))
+        .with_state(AppState { token, commands });
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("the API server stopped: {e}");
+        }
+    });
+    Ok((bound, task))
+}

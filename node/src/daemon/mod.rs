@@ -1,0 +1,692 @@
+//! `gpux node run`: the daemon. One task owns the node's state (the market view, the
+//! validator, the host role, the store) and reacts to network events, API commands and
+//! timers; network round trips (a renter's lease requests) run in their own tasks and report
+//! back, so the loop never waits on a peer.
+
+pub mod api;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use gpux_market::query::Query;
+use gpux_market::{Allocation, BidSpec, BookConfig, OrderBook};
+use gpux_protocol::validate::Rules;
+use gpux_protocol::{
+    AnySigned, AnyVerified, Attestation, BoundedString, BoundedVec, ContentId, EscrowId,
+    EvidenceTier, Ext, GpuFamily, ImageDigest, Keypair, LeaseKind, LeaseRequest, MicroCredits,
+    Offer, OfferGpu, ResourceLimits, Signed, Timestamp, Verified, money,
+};
+use libp2p::Multiaddr;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::attest::now;
+use crate::host::{Answer, Host};
+use crate::p2p::{self, Client, NetConfig, NetworkEvent, topics};
+use crate::store::{LeaseRecord, LeaseState, NodeState, Role, SledStore};
+use crate::validation::{Validator, Verdict};
+
+/// What a host offers, and where its GPUs come from.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    /// The NVML library (None: the driver's).
+    pub nvml_lib: Option<PathBuf>,
+    /// Price per GPU-hour.
+    pub price: MicroCredits,
+    /// Spot floor per GPU-hour (None: no spot leases).
+    pub spot_floor: Option<MicroCredits>,
+    /// Region token.
+    pub region: String,
+    /// Images the host has, by digest.
+    pub images: Vec<ImageDigest>,
+    /// Longest lease accepted, seconds.
+    pub max_duration_s: u32,
+    /// How long each published offer lives, seconds.
+    pub offer_ttl_s: u64,
+    /// How often offers are re-published, seconds.
+    pub republish_s: u64,
+}
+
+/// The daemon's settings.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// The data directory (key, database, API token).
+    pub data_dir: PathBuf,
+    /// libp2p listen addresses.
+    pub listen: Vec<Multiaddr>,
+    /// Bootstrap peers.
+    pub bootstrap: Vec<Multiaddr>,
+    /// The API address (loopback only; port 0 picks one).
+    pub api: SocketAddr,
+    /// mDNS discovery.
+    pub mdns: bool,
+    /// Set for a host.
+    pub host: Option<HostOptions>,
+}
+
+/// A renter's request to the API's `/v1/rent`.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct RentRequest {
+    /// Constraints (query language).
+    pub query: String,
+    /// GPUs wanted.
+    pub gpus: u16,
+    /// Most paid per GPU-hour, credits (`2.50`).
+    pub max_price: String,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// Image to run (`sha256:...`); the first the host lists when absent.
+    pub image: Option<String>,
+}
+
+pub(crate) type Reply = oneshot::Sender<Result<serde_json::Value, String>>;
+
+/// What the API asks of the node.
+pub(crate) enum ApiCommand {
+    Status {
+        reply: Reply,
+    },
+    Search {
+        query: String,
+        limit: usize,
+        reply: Reply,
+    },
+    Leases {
+        reply: Reply,
+    },
+    Rent {
+        request: RentRequest,
+        reply: Reply,
+    },
+    Shutdown {
+        reply: Reply,
+    },
+}
+
+/// What background tasks ask of the node.
+enum Internal {
+    Match {
+        spec: BidSpec,
+        excluded: BTreeSet<ContentId>,
+        reply: oneshot::Sender<Option<(Allocation, Option<ImageDigest>)>>,
+    },
+    Leased {
+        record: LeaseRecord,
+        allocation: Allocation,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+struct Daemon {
+    key: Keypair,
+    net: Client,
+    state: NodeState<SledStore>,
+    book: OrderBook,
+    validator: Validator,
+    host: Option<(Host<SledStore>, HostOptions, Option<Verified<Attestation>>)>,
+    internal_tx: mpsc::Sender<Internal>,
+    started: Timestamp,
+    last_publish: Timestamp,
+    publish_pending: bool,
+    rejected: u64,
+    accepted: u64,
+}
+
+/// Runs the node until `shutdown` resolves or the API asks it to stop.
+pub async fn run(
+    config: DaemonConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let (key, created) = crate::init_key(&config.data_dir)?;
+    if created {
+        tracing::info!(
+            "created node key {}",
+            crate::key_path(&config.data_dir).display()
+        );
+    }
+    let state = NodeState::open(&config.data_dir)?;
+    let token = api::ensure_token(&config.data_dir).context("creating the API token")?;
+    let net_config = NetConfig {
+        listen: config.listen.clone(),
+        bootstrap: config.bootstrap.clone(),
+        mdns: config.mdns,
+        ..NetConfig::default()
+    };
+    let (net, mut events) = p2p::spawn(&key, net_config).await?;
+    let (internal_tx, mut internal_rx) = mpsc::channel(64);
+    let t = now();
+    let mut daemon = Daemon {
+        key: key.clone(),
+        net: net.clone(),
+        state: state.clone(),
+        book: OrderBook::new(BookConfig::default()),
+        validator: Validator::new(Rules::default()),
+        host: None,
+        internal_tx,
+        started: t,
+        last_publish: Timestamp(0),
+        publish_pending: false,
+        rejected: 0,
+        accepted: 0,
+    };
+    daemon.load_snapshot(t);
+    if let Some(options) = config.host.clone() {
+        let host = Host::new(key.clone(), state.clone(), t)?;
+        daemon.host = Some((host, options, None));
+        daemon.attest_and_publish().await?;
+    }
+    let (api_tx, mut api_rx) = mpsc::channel(64);
+    let (api_stop_tx, api_stop_rx) = oneshot::channel::<()>();
+    let (api_addr, api_task) = api::serve(config.api, token, api_tx, &config.data_dir, async {
+        let _ = api_stop_rx.await;
+    })
+    .await
+    .with_context(|| format!("starting the API on {}", config.api))?;
+    tracing::info!("peer id {}, API on http://{api_addr}", key.peer_id());
+
+    let republish = daemon
+        .host
+        .as_ref()
+        .map_or(3600, |(_, o, _)| o.republish_s.max(1));
+    let mut republish_tick = tokio::time::interval(Duration::from_secs(republish));
+    republish_tick.tick().await;
+    let mut sweep_tick = tokio::time::interval(Duration::from_secs(10));
+    let mut pending_tick = tokio::time::interval(Duration::from_millis(250));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(event) = events.recv() => daemon.on_network_event(event).await,
+            Some(command) = api_rx.recv() => {
+                if let ApiCommand::Shutdown { reply } = command {
+                    let _ = reply.send(Ok(serde_json::json!({ "stopping": true })));
+                    break;
+                }
+                daemon.on_api(command);
+            }
+            Some(internal) = internal_rx.recv() => daemon.on_internal(internal),
+            _ = republish_tick.tick() => {
+                if let Err(e) = daemon.publish_offers().await {
+                    tracing::warn!("re-publishing offers: {e:#}");
+                }
+            }
+            _ = pending_tick.tick() => daemon.publish_if_due().await,
+            _ = sweep_tick.tick() => {
+                for gone in daemon.book.expire(now()) {
+                    let _ = daemon.state.forget_offer(&gone);
+                }
+            }
+        }
+    }
+    let _ = api_stop_tx.send(());
+    let _ = api_task.await;
+    net.shutdown().await.ok();
+    state.store_flush()?;
+    Ok(())
+}
+
+impl NodeState<SledStore> {
+    fn store_flush(&self) -> Result<(), crate::store::StoreError> {
+        use crate::store::Store;
+        self.store().flush()
+    }
+}
+
+impl Daemon {
+    fn load_snapshot(&mut self, t: Timestamp) {
+        let Ok(snapshot) = self.state.market_snapshot() else {
+            return;
+        };
+        for bytes in snapshot {
+            // The snapshot is a cache: everything in it is verified again.
+            match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
+                Ok(AnyVerified::Attestation(att)) => self.validator.remember_attestation(att),
+                Ok(AnyVerified::Offer(offer)) => {
+                    let _ = self.book.insert(&offer, t);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Publishes if a publication is pending and the last was a second ago or more.
+    async fn publish_if_due(&mut self) {
+        if self.publish_pending && now().ms_since(self.last_publish) >= 1000 {
+            self.publish_pending = false;
+            if let Err(e) = self.publish_offers().await {
+                tracing::warn!("publishing offers: {e:#}");
+            }
+        }
+    }
+
+    async fn attest_and_publish(&mut self) -> anyhow::Result<()> {
+        let Some((_, options, attestation)) = self.host.as_mut() else {
+            return Ok(());
+        };
+        let key = self.key.clone();
+        let lib = options.nvml_lib.clone();
+        let att =
+            tokio::task::spawn_blocking(move || crate::attest::attest(&key, lib.as_deref(), now()))
+                .await
+                .context("the probe task failed")??;
+        self.validator.remember_attestation(att.clone());
+        *attestation = Some(att);
+        self.publish_offers().await
+    }
+
+    /// Signs fresh offers (one per GPU model, in its own slot) and publishes them with the
+    /// attestation.
+    async fn publish_offers(&mut self) -> anyhow::Result<()> {
+        let Some((host, options, Some(att))) = self.host.as_mut() else {
+            return Ok(());
+        };
+        let t = now();
+        self.last_publish = t;
+        // The attestation is re-signed with the publication time: a new message that peers
+        // have not seen, and a fresh one (attestations go stale after a day).
+        let mut body = att.body().clone();
+        body.created_at = t;
+        *att = Signed::sign(&self.key, body).context("signing the attestation")?;
+        self.validator.remember_attestation(att.clone());
+        let mut groups: Vec<Vec<&gpux_protocol::GpuFacts>> = Vec::new();
+        for gpu in att.gpus.iter() {
+            match groups.iter_mut().find(|g| {
+                g.len() < gpux_protocol::MAX_OFFER_GPUS
+                    && g[0].name == gpu.name
+                    && g[0].memory_total_bytes == gpu.memory_total_bytes
+                    && g[0].compute_capability == gpu.compute_capability
+            }) {
+                Some(group) => group.push(gpu),
+                None => groups.push(vec![gpu]),
+            }
+        }
+        let mut offers = Vec::new();
+        for (slot, group) in groups.iter().enumerate() {
+            let gpus = group
+                .iter()
+                .map(|g| OfferGpu {
+                    uuid: g.uuid,
+                    family: BoundedString::new(GpuFamily::classify(&g.name).key())
+                        .unwrap_or_default(),
+                    memory_bytes: g.memory_total_bytes,
+                    compute_capability: g.compute_capability,
+                    pcie_gen: g.pcie.max_gen.unwrap_or(0),
+                })
+                .collect();
+            let offer = Offer {
+                // Unix milliseconds plus the slot: grows across restarts without a counter.
+                seq: t.0 * 64 + slot as u64,
+                slot: slot as u16,
+                created_at: t,
+                expires_at: t.plus_secs(options.offer_ttl_s),
+                attestation: att.id(),
+                gpus: BoundedVec::new(gpus).map_err(|e| anyhow::anyhow!("{e}"))?,
+                price_per_gpu_hour: options.price,
+                spot_floor_per_gpu_hour: options.spot_floor,
+                min_duration_s: 60,
+                max_duration_s: options.max_duration_s,
+                region: BoundedString::new(options.region.clone())
+                    .map_err(|e| anyhow::anyhow!("region: {e}"))?,
+                tier: EvidenceTier::SelfReported,
+                driver: att.driver_version.parse().unwrap_or_default(),
+                cuda: att.cuda_driver_version.unwrap_or_default(),
+                images: BoundedVec::new(options.images.clone())
+                    .map_err(|e| anyhow::anyhow!("images: {e}"))?,
+                ext: Ext::new(),
+            };
+            let signed = Signed::sign(&self.key, offer).context("signing an offer")?;
+            host.add_offer(signed.clone(), t)?;
+            offers.push(signed);
+        }
+        let att_bytes = att.as_bytes().to_vec();
+        // With no peer yet publishing fails; the next tick or the next connection retries.
+        let _ = self.net.publish(topics::ATTESTATIONS, att_bytes).await;
+        for offer in offers {
+            let _ = self.book.insert(&offer, t);
+            let topic = topics::offers(offer.topic_family()).to_string();
+            let _ = self.net.publish(topic, offer.as_bytes().to_vec()).await;
+        }
+        Ok(())
+    }
+
+    async fn on_network_event(&mut self, event: NetworkEvent) {
+        match event {
+            NetworkEvent::Gossip {
+                id,
+                source,
+                topic,
+                data,
+            } => {
+                let bytes = data.clone();
+                let verdict = self.validator.validate(&topic, data, now());
+                let acceptance = verdict.acceptance();
+                match verdict {
+                    Verdict::Accept(v) => {
+                        self.accepted += 1;
+                        match *v {
+                            AnyVerified::Offer(offer)
+                                if self.book.insert(&offer, now()).is_ok() =>
+                            {
+                                let _ = self.state.snapshot_offer(&offer.id(), &bytes);
+                            }
+                            AnyVerified::Attestation(att) => {
+                                let _ = self.state.snapshot_offer(&att.id(), &bytes);
+                            }
+                            AnyVerified::OfferWithdrawal(w) if self.book.withdraw(&w).is_ok() => {
+                                let _ = self.state.forget_offer(&w.offer);
+                            }
+                            AnyVerified::Bid(bid) => {
+                                let _ = self.book.add_bid(&bid, now());
+                            }
+                            _ => {}
+                        }
+                    }
+                    Verdict::Reject(why) => {
+                        self.rejected += 1;
+                        tracing::debug!("rejected gossip from {source}: {why}");
+                    }
+                    Verdict::Ignore(why) => tracing::trace!("ignored gossip from {source}: {why}"),
+                }
+                let _ = self.net.report(id, source, acceptance).await;
+            }
+            NetworkEvent::Request { id, data, .. } => {
+                let answer = match self.host.as_mut() {
+                    Some((host, _, _)) => host.handle_request(data, now()),
+                    None => Ok(Answer::Rejected {
+                        reason: gpux_protocol::RejectReason::Invalid,
+                        envelope: Vec::new(),
+                    }),
+                };
+                match answer {
+                    Ok(answer) => {
+                        let _ = self.net.respond(id, answer.envelope().to_vec()).await;
+                    }
+                    Err(e) => tracing::error!("cannot store a lease: {e}"),
+                }
+            }
+            // A new peer fills its book from our next publication: publish soon (fresh
+            // signatures, so the messages are new), at most once a second; the pending tick
+            // sends what the limit held back.
+            NetworkEvent::Subscribed { topic, .. }
+                if topic == topics::ATTESTATIONS && self.host.is_some() =>
+            {
+                self.publish_pending = true;
+                self.publish_if_due().await;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_api(&mut self, command: ApiCommand) {
+        match command {
+            ApiCommand::Status { reply } => {
+                let hosting = self.host.as_ref().map(|(h, _, _)| h.offers().len());
+                let _ = reply.send(Ok(serde_json::json!({
+                    "peer_id": self.key.peer_id().to_string(),
+                    "offers_in_book": self.book.len(),
+                    "own_offers": hosting,
+                    "gossip_accepted": self.accepted,
+                    "gossip_rejected": self.rejected,
+                    "uptime_s": now().ms_since(self.started) / 1000,
+                })));
+            }
+            ApiCommand::Search {
+                query,
+                limit,
+                reply,
+            } => {
+                let result = Query::parse(&query)
+                    .map(|q| {
+                        serde_json::to_value(self.book.search(&q, now(), limit)).unwrap_or_default()
+                    })
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(result);
+            }
+            ApiCommand::Leases { reply } => {
+                let result = self
+                    .state
+                    .leases()
+                    .map_err(|e| e.to_string())
+                    .map(|leases| {
+                        serde_json::Value::Array(
+                            leases
+                                .iter()
+                                .map(|l| {
+                                    serde_json::json!({
+                                        "lease": gpux_protocol::hex(&l.lease),
+                                        "role": l.role,
+                                        "state": l.state,
+                                        "updated_at": l.updated_at,
+                                    })
+                                })
+                                .collect(),
+                        )
+                    });
+                let _ = reply.send(result);
+            }
+            ApiCommand::Rent { request, reply } => self.start_rent(request, reply),
+            ApiCommand::Shutdown { .. } => {}
+        }
+    }
+
+    fn on_internal(&mut self, internal: Internal) {
+        match internal {
+            Internal::Match {
+                spec,
+                excluded,
+                reply,
+            } => {
+                let found = self
+                    .book
+                    .match_bid_excluding(&spec, now(), &excluded)
+                    .ok()
+                    .and_then(|mut a| a.pop());
+                let found = found.map(|a| {
+                    let image = self
+                        .book
+                        .offer_images(&a.offer)
+                        .and_then(|i| i.first().copied());
+                    (a, image)
+                });
+                let _ = reply.send(found);
+            }
+            Internal::Leased {
+                record,
+                allocation,
+                reply,
+            } => {
+                if let Err(e) = self.state.save_lease(&record) {
+                    tracing::error!("cannot store a lease: {e}");
+                }
+                let _ = self.book.reserve(&allocation, ContentId(record.lease));
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    fn start_rent(&mut self, request: RentRequest, reply: Reply) {
+        let spec = match (
+            Query::parse(&request.query),
+            request.max_price.parse::<MicroCredits>(),
+        ) {
+            (Ok(query), Ok(max_price)) => BidSpec {
+                query,
+                gpus: request.gpus,
+                max_price,
+                duration_s: request.duration_s,
+                kind: LeaseKind::OnDemand,
+                allow_spread: false,
+            },
+            (Err(e), _) => {
+                let _ = reply.send(Err(e.to_string()));
+                return;
+            }
+            (_, Err(e)) => {
+                let _ = reply.send(Err(e.to_string()));
+                return;
+            }
+        };
+        let image = match request
+            .image
+            .as_deref()
+            .map(str::parse::<ImageDigest>)
+            .transpose()
+        {
+            Ok(image) => image,
+            Err(e) => {
+                let _ = reply.send(Err(e.to_string()));
+                return;
+            }
+        };
+        let task = RentTask {
+            key: self.key.clone(),
+            net: self.net.clone(),
+            internal: self.internal_tx.clone(),
+            spec,
+            image,
+        };
+        tokio::spawn(async move {
+            let _ = reply.send(task.run().await);
+        });
+    }
+}
+
+/// Rents: match locally, request the lease from the host, retry the next-best offer on
+/// rejection (up to five offers).
+struct RentTask {
+    key: Keypair,
+    net: Client,
+    internal: mpsc::Sender<Internal>,
+    spec: BidSpec,
+    image: Option<ImageDigest>,
+}
+
+impl RentTask {
+    async fn run(self) -> Result<serde_json::Value, String> {
+        let mut excluded = BTreeSet::new();
+        let mut refusals = Vec::new();
+        for _ in 0..5 {
+            let (tx, rx) = oneshot::channel();
+            self.internal
+                .send(Internal::Match {
+                    spec: self.spec.clone(),
+                    excluded: excluded.clone(),
+                    reply: tx,
+                })
+                .await
+                .map_err(|_| "the node is shutting down".to_string())?;
+            let Some((allocation, offered_image)) = rx
+                .await
+                .map_err(|_| "the node is shutting down".to_string())?
+            else {
+                return Err(if refusals.is_empty() {
+                    "no offer in this node's view of the market satisfies the request".into()
+                } else {
+                    format!("no host accepted: {}", refusals.join("; "))
+                });
+            };
+            excluded.insert(allocation.offer);
+            // Without an image named, run the first one the offer lists.
+            let Some(image) = self.image.or(offered_image) else {
+                refusals.push(format!("{} lists no image", allocation.host.peer_id()));
+                continue;
+            };
+            match self.request(&allocation, image).await {
+                Ok(value) => return Ok(value),
+                Err(why) => refusals.push(why),
+            }
+        }
+        Err(format!("no host accepted: {}", refusals.join("; ")))
+    }
+
+    async fn request(
+        &self,
+        allocation: &Allocation,
+        image: ImageDigest,
+    ) -> Result<serde_json::Value, String> {
+        let t = now();
+        let mut escrow = [0u8; 16];
+        getrandom::fill(&mut escrow).map_err(|e| e.to_string())?;
+        let gpus = allocation.gpus.len() as u64;
+        let escrow_amount = money::cost(
+            gpus * u64::from(self.spec.duration_s).max(money::MIN_BILLED_SECONDS),
+            allocation.price_per_gpu_hour,
+        )
+        .map_err(|e| e.to_string())?;
+        let body = LeaseRequest {
+            created_at: t,
+            expires_at: t.plus_secs(30),
+            offer: allocation.offer,
+            host: allocation.host,
+            gpus: BoundedVec::new(allocation.gpus.clone()).map_err(|e| e.to_string())?,
+            price_per_gpu_hour: allocation.price_per_gpu_hour,
+            duration_s: self.spec.duration_s,
+            kind: self.spec.kind,
+            image,
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 256,
+                scratch_bytes: 1 << 28,
+            },
+            network: false,
+            escrow: EscrowId(escrow),
+            escrow_amount,
+            bid: None,
+            ext: Ext::new(),
+        };
+        let request = Signed::sign(&self.key, body).map_err(|e| e.to_string())?;
+        let peer = libp2p::PeerId::from_bytes(&allocation.host.peer_id().to_bytes())
+            .map_err(|e| e.to_string())?;
+        let answer = self
+            .net
+            .request(peer, request.as_bytes().to_vec())
+            .await
+            .map_err(|e| e.to_string())?;
+        match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
+            Ok(AnyVerified::LeaseAccept(accept)) => {
+                gpux_protocol::validate::accept_matches_request(&accept, &request)
+                    .map_err(|e| e.to_string())?;
+                let record = LeaseRecord {
+                    lease: request.id().0,
+                    role: Role::Renter,
+                    request: request.as_bytes().to_vec(),
+                    accept: Some(accept.as_bytes().to_vec()),
+                    state: LeaseState::Accepted,
+                    updated_at: t.0,
+                };
+                let (tx, rx) = oneshot::channel();
+                let _ = self
+                    .internal
+                    .send(Internal::Leased {
+                        record,
+                        allocation: allocation.clone(),
+                        reply: tx,
+                    })
+                    .await;
+                let _ = rx.await;
+                Ok(serde_json::json!({
+                    "lease": request.id().to_string(),
+                    "host": allocation.host.peer_id().to_string(),
+                    "offer": allocation.offer.to_string(),
+                    "gpus": allocation.gpus.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "price_per_gpu_hour": allocation.price_per_gpu_hour.amount_text(),
+                    "duration_s": self.spec.duration_s,
+                    "escrow_amount": escrow_amount.amount_text(),
+                }))
+            }
+            Ok(AnyVerified::LeaseReject(reject)) => Err(format!(
+                "{} refused: {:?} ({})",
+                allocation.host.peer_id(),
+                reject.reason,
+                reject.detail
+            )),
+            Ok(_) => Err("the host answered with an unexpected message".into()),
+            Err(e) => Err(format!("the host's answer does not verify: {e}")),
+        }
+    }
+}
