@@ -37,6 +37,11 @@ enum Command {
         #[command(subcommand)]
         action: NodeAction,
     },
+    /// A whole market on this machine: hosts with fake GPUs, renters, real processes.
+    Testnet {
+        #[command(subcommand)]
+        action: TestnetAction,
+    },
     /// The running node's status.
     Status,
     /// Offers in the running node's view of the market.
@@ -140,6 +145,30 @@ struct NodeRunArgs {
 }
 
 #[derive(Debug, Subcommand)]
+enum TestnetAction {
+    /// Start hosts and renters as separate processes on loopback, let offers spread and
+    /// renters rent, print a summary and (with --report) write a JSON report. Ctrl-C or the
+    /// end of --duration stops every process it started.
+    Up {
+        /// Host nodes (with fake GPUs of assorted models and prices).
+        #[arg(long, default_value_t = 3)]
+        hosts: usize,
+        /// Renter nodes.
+        #[arg(long, default_value_t = 2)]
+        renters: usize,
+        /// How long to run once the offers have spread (e.g. 20s, 2m).
+        #[arg(long, default_value = "20s")]
+        duration: String,
+        /// Write the JSON report here.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Keep the nodes' data dirs here (default: a temporary directory, removed).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum OffersAction {
     /// Search the running node's view of the market, e.g. 'gpu=H100 vram>=80 price<=2.5'
     /// (docs/query.md).
@@ -216,6 +245,18 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Node {
             action: NodeAction::Run(args),
         } => return node_run(dir, args),
+        Command::Testnet {
+            action:
+                TestnetAction::Up {
+                    hosts,
+                    renters,
+                    duration,
+                    report,
+                    dir,
+                },
+        } => {
+            return testnet_up(hosts, renters, &duration, report, dir);
+        }
         Command::Status => {
             let status =
                 gpux_node::api_client::ApiClient::for_data_dir(&dir)?.get("/v1/status", &[])?;
@@ -388,6 +429,83 @@ fn print_hits(hits: &serde_json::Value) {
                 .unwrap_or_default(),
         );
     }
+}
+
+fn testnet_up(
+    hosts: usize,
+    renters: usize,
+    duration: &str,
+    report_path: Option<PathBuf>,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let duration = std::time::Duration::from_secs(u64::from(parse_duration(duration)?));
+    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Ctrl-C and SIGTERM end the run early; every node is still stopped and reported.
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        flag.store(true, Ordering::Relaxed);
+    });
+    let started = std::time::Instant::now();
+    let config = gpux_testnet::TestnetConfig {
+        hosts,
+        renters,
+        duration,
+        gpux,
+        base_dir: dir,
+    };
+    let report = gpux_testnet::up(&config, stop, |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
+    })?;
+    println!(
+        "testnet: {} nodes, {} offers published, every renter saw at least {}",
+        report.nodes, report.offers_published, report.offers_seen_min
+    );
+    println!(
+        "propagation to renters: p50 {} ms, p95 {} ms",
+        report.propagation_ms_p50, report.propagation_ms_p95
+    );
+    println!(
+        "{} leases agreed, {} double allocations, {} messages rejected, {} errors",
+        report.leases_agreed,
+        report.double_allocations,
+        report.rejected_messages,
+        report.errors.len()
+    );
+    for e in &report.errors {
+        println!("error: {e}");
+    }
+    if let Some(path) = report_path {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("report written to {}", path.display());
+    }
+    Ok(
+        if report.errors.is_empty() && report.double_allocations == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
 }
 
 fn node_run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<ExitCode> {

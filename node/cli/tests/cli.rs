@@ -499,3 +499,95 @@ mod node {
 fn attest_lib() -> std::path::PathBuf {
     attest::lib_path()
 }
+
+mod testnet {
+    //! `gpux testnet up`: real processes, a report, nothing left running.
+
+    use std::process::Command;
+
+    /// Processes whose command line mentions `needle`.
+    fn processes_mentioning(needle: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+                let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                if text.contains(needle) {
+                    found.push(text);
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn a_testnet_runs_reports_and_leaves_nothing_behind() {
+        // The fake driver must sit next to gpux, as `cargo build --workspace` leaves it.
+        let lib = super::attest_lib();
+        let gpux = std::path::Path::new(env!("CARGO_BIN_EXE_gpux"));
+        let canon = |p: &std::path::Path| std::fs::canonicalize(p).unwrap();
+        assert_eq!(
+            canon(lib.parent().unwrap()),
+            canon(gpux.parent().unwrap()),
+            "the fake driver is not beside gpux"
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("net");
+        let report_path = tmp.path().join("r.json");
+        let out = Command::new(gpux)
+            .args([
+                "testnet",
+                "up",
+                "--hosts",
+                "3",
+                "--renters",
+                "2",
+                "--duration",
+                "6s",
+                "--report",
+            ])
+            .arg(&report_path)
+            .arg("--dir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+        assert_eq!(report["nodes"], 5);
+        assert_eq!(report["offers_published"], 3, "{report}");
+        assert_eq!(
+            report["offers_seen_min"], report["offers_published"],
+            "{report}"
+        );
+        assert!(report["leases_agreed"].as_u64().unwrap() >= 1, "{report}");
+        assert_eq!(report["double_allocations"], 0);
+        assert_eq!(report["errors"], serde_json::json!([]));
+        assert!(report["propagation_ms_p95"].as_u64().is_some());
+        let left = processes_mentioning(dir.to_str().unwrap());
+        assert!(left.is_empty(), "processes left running: {left:?}");
+    }
+
+    #[test]
+    fn a_missing_fake_driver_is_named() {
+        // A copy of gpux in a directory without the fake driver.
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("gpux");
+        std::fs::copy(env!("CARGO_BIN_EXE_gpux"), &copy).unwrap();
+        let out = Command::new(&copy)
+            .args(["testnet", "up", "--duration", "1s"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the fake NVML driver is missing")
+                && err.contains("cargo build --release --workspace"),
+            "{err}"
+        );
+    }
+}

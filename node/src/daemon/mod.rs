@@ -130,6 +130,8 @@ struct Daemon {
     started: Timestamp,
     last_publish: Timestamp,
     publish_pending: bool,
+    /// Delays from an offer's signing to its arrival here, ms (the last 10,000).
+    arrivals_ms: std::collections::VecDeque<u64>,
     rejected: u64,
     accepted: u64,
 }
@@ -168,6 +170,7 @@ pub async fn run(
         started: t,
         last_publish: Timestamp(0),
         publish_pending: false,
+        arrivals_ms: std::collections::VecDeque::new(),
         rejected: 0,
         accepted: 0,
     };
@@ -429,6 +432,7 @@ impl Daemon {
                     "own_offers": hosting,
                     "gossip_accepted": self.accepted,
                     "gossip_rejected": self.rejected,
+                    "arrivals_ms": self.arrivals_ms,
                     "uptime_s": now().ms_since(self.started) / 1000,
                 })));
             }
