@@ -21,9 +21,12 @@ struct TestNode {
 
 async fn start(index: usize, seen: Seen) -> TestNode {
     let key = Keypair::from_seed(&[index as u8 + 40; 32]);
+    // No kademlia: these tests need the line they build (kademlia would connect the nodes
+    // to each other, and a message could bypass the node under test).
     let config = NetConfig {
         listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
         heartbeat: Duration::from_millis(200),
+        kademlia: false,
         ..NetConfig::default()
     };
     let (client, mut events) = p2p::spawn(&key, config).await.unwrap();
@@ -95,6 +98,16 @@ async fn line(n: usize, seen: &Seen) -> Vec<TestNode> {
 }
 
 fn host_messages(t: Timestamp) -> (Verified<Attestation>, Verified<Offer>) {
+    host_messages_at(t, t, 1)
+}
+
+/// The host's attestation signed at `att_t`, and an offer signed at `offer_t` with `seq`.
+fn host_messages_at(
+    att_t: Timestamp,
+    offer_t: Timestamp,
+    seq: u64,
+) -> (Verified<Attestation>, Verified<Offer>) {
+    let t = att_t;
     let host = Keypair::from_seed(&[40; 32]);
     let gpu = GpuFacts {
         index: 0,
@@ -130,10 +143,10 @@ fn host_messages(t: Timestamp) -> (Verified<Attestation>, Verified<Offer>) {
     let offer = Signed::sign(
         &host,
         Offer {
-            seq: 1,
+            seq,
             slot: 0,
-            created_at: t,
-            expires_at: t.plus_secs(600),
+            created_at: offer_t,
+            expires_at: offer_t.plus_secs(600),
             attestation: att.id(),
             gpus: BoundedVec::new(vec![OfferGpu {
                 uuid: GpuUuid([3; 16]),
@@ -236,6 +249,126 @@ async fn an_offer_reaches_every_node_and_a_forgery_stops_at_the_first_hop() {
     let rogue = nodes[4].client.local_peer_id();
     let score = nodes[3].client.score(rogue).await.unwrap().unwrap_or(0.0);
     assert!(score < 0.0, "the forger's score is {score}");
+    for node in &nodes {
+        node.client.shutdown().await.unwrap();
+    }
+}
+
+/// An offer that several nodes saw, by verdict.
+fn verdicts(seen: &Seen, id: ContentId) -> Vec<(usize, &'static str)> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|&&(_, _, i, _)| i == id)
+        .map(|&(n, _, _, v)| (n, v))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_replayed_over_rate_and_oversized_offers_go_no_further() {
+    let seen: Seen = Arc::default();
+    let nodes = line(4, &seen).await;
+    let topic = topics::offers("h100").to_string();
+    let t = now();
+    let (att, offer) = host_messages(t);
+    nodes[0]
+        .client
+        .publish(topics::ATTESTATIONS, att.as_bytes().to_vec())
+        .await
+        .unwrap();
+    nodes[0]
+        .client
+        .publish(topic.clone(), offer.as_bytes().to_vec())
+        .await
+        .unwrap();
+    let id = offer.id();
+    assert!(
+        wait_for(&seen, |s| s
+            .iter()
+            .any(|&(n, _, i, v)| n == 3 && i == id && v == "accept"))
+        .await
+    );
+
+    // Expired: signed long ago (same attestation, a higher seq), so nobody forwards it.
+    let (_, expired) = host_messages_at(t, Timestamp(t.0 - 700_000), 2);
+    nodes[0]
+        .client
+        .publish(topic.clone(), expired.as_bytes().to_vec())
+        .await
+        .unwrap();
+    // Replayed: the first offer's content under a new gossip id is impossible (ids are the
+    // content hash), so a replay is an older seq signed again.
+    let (_, newer) = host_messages_at(t, t, 5);
+    nodes[0]
+        .client
+        .publish(topic.clone(), newer.as_bytes().to_vec())
+        .await
+        .unwrap();
+    assert!(
+        wait_for(&seen, |s| s
+            .iter()
+            .any(|&(n, _, i, v)| n == 3 && i == newer.id() && v == "accept"))
+        .await
+    );
+    let (_, replay) = host_messages_at(t, t.plus_ms(1), 4);
+    nodes[0]
+        .client
+        .publish(topic.clone(), replay.as_bytes().to_vec())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        verdicts(&seen, expired.id()),
+        vec![(1, "ignore")],
+        "the expired offer went further"
+    );
+    assert_eq!(
+        verdicts(&seen, replay.id()),
+        vec![(1, "ignore")],
+        "the replayed offer went further"
+    );
+
+    // Over the rate: 40 offers at once from one host; node 1 passes at most the limit on.
+    let mut burst = Vec::new();
+    for k in 0..40u64 {
+        let (_, o) = host_messages_at(t, t.plus_ms(10 + k), 100 + k);
+        burst.push(o.id());
+        nodes[0]
+            .client
+            .publish(topic.clone(), o.as_bytes().to_vec())
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let at = |node: usize| {
+        burst
+            .iter()
+            .filter(|id| verdicts(&seen, **id).iter().any(|&(n, _)| n == node))
+            .count()
+    };
+    let ignored_at_1 = burst
+        .iter()
+        .filter(|id| verdicts(&seen, **id).contains(&(1, "ignore")))
+        .count();
+    assert!(ignored_at_1 > 0, "node 1 ignored none of the burst");
+    assert_eq!(
+        at(2),
+        40 - ignored_at_1,
+        "node 2 received what node 1 ignored"
+    );
+
+    // Oversized: beyond the transport's limit, the message is refused before it travels.
+    let big = vec![0u8; 200 * 1024];
+    assert!(
+        nodes[0]
+            .client
+            .publish(topic.clone(), big.clone())
+            .await
+            .is_err()
+    );
+    let big_id = ContentId::of(&big);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(verdicts(&seen, big_id).is_empty());
     for node in &nodes {
         node.client.shutdown().await.unwrap();
     }
