@@ -20,6 +20,9 @@ pub struct Host<S> {
     key: Keypair,
     book: OrderBook,
     offers: Vec<Verified<Offer>>,
+    /// Offers replaced by newer ones but not expired: a renter whose view lags one
+    /// publication behind may still name them (its lease is booked on the current offer).
+    superseded: Vec<Verified<Offer>>,
     state: NodeState<S>,
     rules: Rules,
 }
@@ -71,6 +74,7 @@ impl<S: Store> Host<S> {
             key,
             book: OrderBook::new(BookConfig::default()),
             offers: Vec::new(),
+            superseded: Vec::new(),
             state,
             rules: Rules::default(),
         };
@@ -118,11 +122,21 @@ impl<S: Store> Host<S> {
 
     /// Publishes (remembers and stores) one of this host's offers.
     pub fn add_offer(&mut self, offer: Verified<Offer>, now: Timestamp) -> Result<(), StoreError> {
-        self.state.save_own_offer(&offer.id(), offer.as_bytes())?;
-        if self.book.insert(&offer, now).is_ok() {
-            self.offers.retain(|o| o.slot != offer.slot);
-            self.offers.push(offer);
+        if self.book.insert(&offer, now).is_err() {
+            return Ok(());
         }
+        self.state.save_own_offer(&offer.id(), offer.as_bytes())?;
+        // The store keeps only current offers; replaced ones stay answerable in memory until
+        // they expire.
+        if let Some(pos) = self.offers.iter().position(|o| o.slot == offer.slot) {
+            let old = self.offers.remove(pos);
+            self.state.remove_own_offer(&old.id())?;
+            self.superseded.push(old);
+        }
+        self.superseded.retain(|o| o.expires_at > now);
+        let excess = self.superseded.len().saturating_sub(64);
+        self.superseded.drain(..excess);
+        self.offers.push(offer);
         Ok(())
     }
 
@@ -202,7 +216,12 @@ impl<S: Store> Host<S> {
                 now,
             ));
         }
-        let Some(offer) = self.offers.iter().find(|o| o.id() == request.offer) else {
+        let Some(offer) = self
+            .offers
+            .iter()
+            .chain(&self.superseded)
+            .find(|o| o.id() == request.offer)
+        else {
             return Ok(self.reject(
                 id,
                 RejectReason::OfferUnknown,
@@ -216,7 +235,28 @@ impl<S: Store> Host<S> {
         if let Err(e) = lease_request_matches_offer(&request, offer) {
             return Ok(self.reject(id, reason_for(&e), &e.to_string(), now));
         }
-        let allocation = Self::allocation(&request, now);
+        // Book on the slot's current offer: bookings belong to the GPUs, so which of the
+        // slot's offers the renter saw does not matter.
+        let slot = offer.slot;
+        let Some(current) = self.offers.iter().find(|o| {
+            o.slot == slot
+                && request
+                    .gpus
+                    .iter()
+                    .all(|g| o.gpus.iter().any(|og| og.uuid == *g))
+        }) else {
+            return Ok(self.reject(
+                id,
+                RejectReason::OfferUnknown,
+                "the offer's GPUs are no longer offered",
+                now,
+            ));
+        };
+        let current = current.id();
+        let allocation = Allocation {
+            offer: current,
+            ..Self::allocation(&request, now)
+        };
         if let Err(e) = self.book.reserve(&allocation, id) {
             return Ok(self.reject(id, RejectReason::GpusUnavailable, &e.to_string(), now));
         }

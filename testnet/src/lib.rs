@@ -49,6 +49,10 @@ pub struct Report {
     pub double_allocations: usize,
     /// Gossip messages rejected by validation, over all nodes.
     pub rejected_messages: u64,
+    /// Median resident memory of the node processes once the offers had spread, KiB.
+    pub node_rss_kb_median: u64,
+    /// Largest resident memory of a node process at that time, KiB.
+    pub node_rss_kb_max: u64,
     /// Anything that went wrong.
     pub errors: Vec<String>,
     /// Seconds the whole run took.
@@ -296,6 +300,15 @@ pub fn up(
             "not every renter saw all {expected_offers} offers within 30 s"
         ));
     }
+    // Memory while idle: the market has spread, nobody has rented yet.
+    let mut rss: Vec<u64> = nodes
+        .children
+        .iter()
+        .filter_map(|(_, c)| rss_kb(c.id()))
+        .collect();
+    rss.sort_unstable();
+    report.node_rss_kb_median = percentile(&rss, 0.5);
+    report.node_rss_kb_max = rss.last().copied().unwrap_or(0);
 
     // Every renter rents one GPU, whatever is cheapest; then they keep the market busy until
     // the duration ends.
@@ -316,7 +329,7 @@ pub fn up(
                 }
                 // Once the market is busy, finding nothing free is the market working: the
                 // renter's view lists GPUs other renters hold, and their hosts say so.
-                Err(e) if round > 0 && is_busy_market(&e.to_string()) => {}
+                Err(e) if is_busy_market(&e.to_string(), round > 0) => {}
                 Err(e) => report.errors.push(format!("renter-{i}: {e:#}")),
             }
         }
@@ -363,9 +376,18 @@ pub fn up(
     Ok(report)
 }
 
-/// A rent that failed only because every matching GPU is taken.
-fn is_busy_market(message: &str) -> bool {
-    message.contains("no offer")
+/// Resident memory of a process, KiB (Linux: `VmRSS` in `/proc/<pid>/status`).
+fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A rent that failed only because every matching GPU is taken: hosts refused because other
+/// renters got there first (renters race from the first round on), or, once some leases
+/// exist, the renter's view holds nothing free.
+fn is_busy_market(message: &str, leases_exist: bool) -> bool {
+    (leases_exist && message.contains("no offer"))
         || (message.contains("no host accepted")
             && message
                 .split("; ")

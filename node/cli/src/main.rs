@@ -485,6 +485,11 @@ fn testnet_up(
         report.propagation_ms_p50, report.propagation_ms_p95
     );
     println!(
+        "node memory when idle: median {} MiB, max {} MiB",
+        report.node_rss_kb_median / 1024,
+        report.node_rss_kb_max / 1024
+    );
+    println!(
         "{} leases agreed, {} double allocations, {} messages rejected, {} errors",
         report.leases_agreed,
         report.double_allocations,

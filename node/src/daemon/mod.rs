@@ -28,6 +28,9 @@ use crate::p2p::{self, Client, NetConfig, NetworkEvent, topics};
 use crate::store::{LeaseRecord, LeaseState, NodeState, Role, SledStore};
 use crate::validation::{Validator, Verdict};
 
+/// The least time between publications triggered by new subscribers, ms.
+const SUBSCRIBE_PUBLISH_GAP_MS: u64 = 3000;
+
 /// What a host offers, and where its GPUs come from.
 #[derive(Debug, Clone)]
 pub struct HostOptions {
@@ -254,9 +257,9 @@ impl Daemon {
         }
     }
 
-    /// Publishes if a publication is pending and the last was a second ago or more.
+    /// Publishes if a publication is pending and the last was long enough ago.
     async fn publish_if_due(&mut self) {
-        if self.publish_pending && now().ms_since(self.last_publish) >= 1000 {
+        if self.publish_pending && now().ms_since(self.last_publish) >= SUBSCRIBE_PUBLISH_GAP_MS {
             self.publish_pending = false;
             if let Err(e) = self.publish_offers().await {
                 tracing::warn!("publishing offers: {e:#}");
@@ -287,8 +290,10 @@ impl Daemon {
         };
         let t = now();
         self.last_publish = t;
-        // The attestation is re-signed with the publication time: a new message that peers
-        // have not seen, and a fresh one (attestations go stale after a day).
+        // The attestation is re-signed with every publication: a new message, so peers that
+        // joined since receive it (they ignore offers whose attestation they have not seen).
+        // Publications are at least SUBSCRIBE_PUBLISH_GAP_MS apart, which keeps a host well
+        // under the per-signer gossip rate limit.
         let mut body = att.body().clone();
         body.created_at = t;
         *att = Signed::sign(&self.key, body).context("signing the attestation")?;
@@ -410,8 +415,9 @@ impl Daemon {
                 }
             }
             // A new peer fills its book from our next publication: publish soon (fresh
-            // signatures, so the messages are new), at most once a second; the pending tick
-            // sends what the limit held back.
+            // signatures, so the messages are new), at most every few seconds (subscribers
+            // arriving together share one publication); the pending tick sends what the gap
+            // held back.
             NetworkEvent::Subscribed { topic, .. }
                 if topic == topics::ATTESTATIONS && self.host.is_some() =>
             {

@@ -42,11 +42,22 @@ pub(crate) fn gossipsub(
         .max_transmit_size(config.max_transmit_size)
         .heartbeat_interval(config.heartbeat)
         .duplicate_cache_time(Duration::from_secs(120))
+        // Peers pruned from a mesh learn others to connect to (peer exchange).
+        .do_px()
         .build()
         .map_err(|e| e.to_string())?;
     let mut behaviour =
         gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gs_config)?;
     let mut params = gossipsub::PeerScoreParams::default();
+    // The IP-colocation penalty (many peers behind one address) protects against Sybils on
+    // the internet; loopback peers cannot come from elsewhere, and a local testnet runs every
+    // node on 127.0.0.1 (without this, more than 10 of them graylist each other).
+    params
+        .ip_colocation_factor_whitelist
+        .insert(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    params
+        .ip_colocation_factor_whitelist
+        .insert(std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
     for topic in topics::all() {
         params.topics.insert(topic.hash(), topic_score());
     }

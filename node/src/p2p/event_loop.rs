@@ -20,7 +20,11 @@ pub(crate) struct EventLoop {
     pending_dials: HashMap<PeerId, Vec<oneshot::Sender<Result<(), NetError>>>>,
     pending_requests: HashMap<OutboundRequestId, oneshot::Sender<Result<Vec<u8>, NetError>>>,
     pending_responses: HashMap<InboundRequestId, ResponseChannel<Vec<u8>>>,
+    bootstrapped: bool,
 }
+
+/// Peers this node dials on its own (found through kademlia), at most.
+const MAX_DISCOVERED_PEERS: usize = 50;
 
 /// Adds a bootstrap address to kademlia (when it names its peer) and dials it.
 pub(crate) fn add_bootstrap(swarm: &mut Swarm<Behaviour>, addr: &Multiaddr) {
@@ -47,12 +51,17 @@ impl EventLoop {
             pending_dials: HashMap::new(),
             pending_requests: HashMap::new(),
             pending_responses: HashMap::new(),
+            bootstrapped: false,
         }
     }
 
     pub(crate) async fn run(mut self) {
+        // Kademlia random walks find peers beyond the bootstrap nodes, so the gossip mesh is
+        // not a star around them.
+        let mut walk = tokio::time::interval(std::time::Duration::from_secs(30));
         loop {
             tokio::select! {
+                _ = walk.tick() => self.bootstrap_kad(),
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 command = self.commands.recv() => match command {
                     Some(Command::Shutdown { reply }) => {
@@ -159,6 +168,10 @@ impl EventLoop {
                 self.emit(NetworkEvent::Listening(address)).await
             }
             SwarmEvent::ConnectionEstablished { peer_id, .. } => {
+                if !self.bootstrapped {
+                    self.bootstrapped = true;
+                    self.bootstrap_kad();
+                }
                 for reply in self.pending_dials.remove(&peer_id).unwrap_or_default() {
                     let _ = reply.send(Ok(()));
                 }
@@ -219,11 +232,23 @@ impl EventLoop {
             }
             SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutingUpdated {
                 peer, ..
-            })) => {
-                tracing::debug!("kademlia routing updated with {peer}");
+            })) if !self.swarm.is_connected(&peer)
+                && self.swarm.connected_peers().count() < MAX_DISCOVERED_PEERS =>
+            {
+                // Dialing by peer id uses the addresses kademlia learned.
+                if let Err(e) = self.swarm.dial(peer) {
+                    tracing::debug!("cannot dial discovered peer {peer}: {e}");
+                }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Lease(event)) => self.on_lease_event(event).await,
             _ => {}
+        }
+    }
+
+    fn bootstrap_kad(&mut self) {
+        if let Some(kad) = self.swarm.behaviour_mut().kad.as_mut() {
+            // Fails only when the routing table is empty: nothing to walk yet.
+            let _ = kad.bootstrap();
         }
     }
 
