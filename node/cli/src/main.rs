@@ -109,9 +109,9 @@ struct NodeRunArgs {
     /// A peer to join through, with its `/p2p/PEER_ID` (repeatable).
     #[arg(long, value_name = "MULTIADDR")]
     bootstrap: Vec<String>,
-    /// The API address (loopback only; port 0 picks a free one).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
-    api: std::net::SocketAddr,
+    /// The API address, loopback only [default: 127.0.0.1:0, a free port].
+    #[arg(long, value_name = "ADDR")]
+    api: Option<std::net::SocketAddr>,
     /// Discover peers on the local network with mDNS.
     #[arg(long)]
     mdns: bool,
@@ -121,27 +121,27 @@ struct NodeRunArgs {
     /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
     #[arg(long, value_name = "PATH")]
     nvml_lib: Option<PathBuf>,
-    /// Price per GPU-hour, credits.
-    #[arg(long, value_name = "CREDITS", default_value = "1.00")]
-    price: String,
+    /// Price per GPU-hour, credits [default: 1.00].
+    #[arg(long, value_name = "CREDITS")]
+    price: Option<String>,
     /// Lowest spot bid accepted per GPU-hour (no spot leases without it).
     #[arg(long, value_name = "CREDITS")]
     spot_floor: Option<String>,
-    /// This host's region (eu, us-east, ...).
-    #[arg(long, default_value = "any")]
-    region: String,
+    /// This host's region (eu, us-east, ...) [default: any].
+    #[arg(long)]
+    region: Option<String>,
     /// An image the host has locally, by digest (repeatable; hosts need at least one).
     #[arg(long, value_name = "sha256:DIGEST")]
     image: Vec<String>,
-    /// Longest lease accepted, seconds.
-    #[arg(long, default_value_t = 86_400)]
-    max_duration: u32,
-    /// How long each published offer lives, seconds.
-    #[arg(long, default_value_t = 600)]
-    offer_ttl: u64,
-    /// How often offers are re-published, seconds.
-    #[arg(long, default_value_t = 120)]
-    republish: u64,
+    /// Longest lease accepted, seconds [default: 86400].
+    #[arg(long)]
+    max_duration: Option<u32>,
+    /// How long each published offer lives, seconds [default: 600].
+    #[arg(long)]
+    offer_ttl: Option<u64>,
+    /// How often offers are re-published, seconds [default: 120].
+    #[arg(long)]
+    republish: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -514,51 +514,23 @@ fn testnet_up(
 }
 
 fn node_run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<ExitCode> {
-    let parse_addrs = |list: &[String]| -> anyhow::Result<Vec<gpux_node::p2p::Multiaddr>> {
-        list.iter()
-            .map(|a| {
-                a.parse()
-                    .with_context(|| format!("invalid multiaddr '{a}'"))
-            })
-            .collect()
-    };
-    let host = if args.host {
-        if args.image.is_empty() {
-            anyhow::bail!(
-                "a host must list at least one image it has locally (--image sha256:...)"
-            );
-        }
-        Some(gpux_node::daemon::HostOptions {
-            nvml_lib: args.nvml_lib,
-            price: args.price.parse().context("--price")?,
-            spot_floor: args
-                .spot_floor
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .context("--spot-floor")?,
-            region: args.region,
-            images: args
-                .image
-                .iter()
-                .map(|i| i.parse())
-                .collect::<Result<_, _>>()
-                .context("--image")?,
-            max_duration_s: args.max_duration,
-            offer_ttl_s: args.offer_ttl,
-            republish_s: args.republish,
-        })
-    } else {
-        None
-    };
-    let config = gpux_node::daemon::DaemonConfig {
-        data_dir: dir,
-        listen: parse_addrs(&args.listen)?,
-        bootstrap: parse_addrs(&args.bootstrap)?,
+    // Flags override <data-dir>/config.toml, which overrides the defaults.
+    let flags = gpux_node::config::Flags {
+        listen: args.listen,
+        bootstrap: args.bootstrap,
         api: args.api,
         mdns: args.mdns,
-        host,
+        host: args.host,
+        price: args.price,
+        spot_floor: args.spot_floor,
+        region: args.region,
+        images: args.image,
+        nvml_lib: args.nvml_lib,
+        max_duration_s: args.max_duration,
+        offer_ttl_s: args.offer_ttl,
+        republish_s: args.republish,
     };
+    let config = gpux_node::config::resolve(&dir, flags)?;
     // Logs to stderr; RUST_LOG overrides the default level (info).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
