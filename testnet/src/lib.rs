@@ -43,6 +43,8 @@ pub struct Report {
     pub propagation_ms_p50: u64,
     /// 95th percentile of that delay, ms.
     pub propagation_ms_p95: u64,
+    /// Arrivals the percentiles are computed from.
+    pub propagation_samples: usize,
     /// Leases agreed (accepted by a host).
     pub leases_agreed: usize,
     /// GPUs booked for two overlapping leases (must be 0).
@@ -368,6 +370,7 @@ pub fn up(
         }
     }
     delays.sort_unstable();
+    report.propagation_samples = delays.len();
     report.propagation_ms_p50 = percentile(&delays, 0.50);
     report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);

@@ -69,6 +69,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Place a standing bid: signed and gossiped; this node rents as soon as an offer that
+    /// satisfies it arrives (or is already known).
+    Bid {
+        /// Constraints, e.g. 'gpu=H100 region=eu'.
+        query: String,
+        /// GPUs wanted (from one machine).
+        #[arg(long, default_value_t = 1)]
+        gpus: u16,
+        /// Most paid per GPU-hour, credits.
+        #[arg(long, value_name = "CREDITS")]
+        max_price: String,
+        /// Lease length: seconds, or a duration like 30m or 2h.
+        #[arg(long, default_value = "1h")]
+        duration: String,
+        /// How long the bid stands (at most 1h).
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+    },
     /// Leases this node is part of.
     Leases {
         /// Print JSON.
@@ -301,6 +319,24 @@ fn run() -> anyhow::Result<ExitCode> {
                     lease["escrow_amount"].as_str().unwrap_or("?"),
                 );
             }
+        }
+        Command::Bid {
+            query,
+            gpus,
+            max_price,
+            duration,
+            ttl,
+        } => {
+            let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
+            let body = serde_json::json!({
+                "query": query, "gpus": gpus, "max_price": max_price,
+                "duration_s": parse_duration(&duration)?, "ttl_s": parse_duration(&ttl)?,
+            });
+            let bid = client.post("/v1/bid", &body)?;
+            println!(
+                "standing bid {} placed; see `gpux leases` once it is filled",
+                bid["bid"].as_str().unwrap_or("?")
+            );
         }
         Command::Leases { json } => {
             let leases =

@@ -496,6 +496,108 @@ mod node {
     }
 }
 
+mod bids {
+    //! A standing bid placed before any offer exists is filled when one arrives.
+
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    fn gpux(args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpux"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_standing_bid_is_filled_when_a_matching_offer_arrives() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host_dir, renter_dir) = (tmp.path().join("host"), tmp.path().join("renter"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("/ip4/127.0.0.1/tcp/{port}");
+        let r = renter_dir.to_str().unwrap().to_string();
+        let mut renter = Command::new(env!("CARGO_BIN_EXE_gpux"))
+            .args(["node", "run", "--data-dir", &r, "--listen", &listen])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..100 {
+            if renter_dir.join("api.addr").exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let bid = gpux(&[
+            "bid",
+            "gpu=l4",
+            "--max-price",
+            "1",
+            "--duration",
+            "5m",
+            "--data-dir",
+            &r,
+        ]);
+        assert!(
+            bid.status.success(),
+            "{}",
+            String::from_utf8_lossy(&bid.stderr)
+        );
+        assert!(String::from_utf8_lossy(&bid.stdout).contains("standing bid"));
+        // Now a host appears, bootstrapping through the renter.
+        let config = tmp.path().join("gpus.toml");
+        std::fs::write(&config, "[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-21111111-2222-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n").unwrap();
+        let renter_id = String::from_utf8(gpux(&["id", "--data-dir", &r]).stdout).unwrap();
+        let image = format!("sha256:{}", "cd".repeat(32));
+        let lib = super::attest_lib();
+        let mut host = Command::new(env!("CARGO_BIN_EXE_gpux"))
+            .args([
+                "node",
+                "run",
+                "--host",
+                "--data-dir",
+                host_dir.to_str().unwrap(),
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+            ])
+            .args(["--bootstrap", &format!("{listen}/p2p/{}", renter_id.trim())])
+            .args([
+                "--nvml-lib",
+                lib.to_str().unwrap(),
+                "--image",
+                &image,
+                "--price",
+                "0.50",
+            ])
+            .env("GPUX_FAKE_NVML_CONFIG", &config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut filled = String::new();
+        for _ in 0..150 {
+            filled =
+                String::from_utf8_lossy(&gpux(&["leases", "--data-dir", &r]).stdout).to_string();
+            if filled.contains("renter") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = host.kill();
+        let _ = renter.kill();
+        let _ = host.wait();
+        let _ = renter.wait();
+        assert!(
+            filled.contains("renter") && filled.contains("accepted"),
+            "the bid was not filled: {filled:?}"
+        );
+    }
+}
+
 fn attest_lib() -> std::path::PathBuf {
     attest::lib_path()
 }
@@ -568,6 +670,10 @@ mod testnet {
         assert_eq!(report["double_allocations"], 0);
         assert_eq!(report["errors"], serde_json::json!([]));
         assert!(report["propagation_ms_p95"].as_u64().is_some());
+        assert!(
+            report["propagation_samples"].as_u64().unwrap() >= 6,
+            "{report}"
+        );
         let left = processes_mentioning(dir.to_str().unwrap());
         assert!(left.is_empty(), "processes left running: {left:?}");
     }

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ApiCommand, RentRequest};
+use super::{ApiCommand, BidRequest, RentRequest};
 
 /// The token file's name.
 pub const TOKEN_FILE: &str = "api.token";
@@ -113,6 +113,14 @@ async fn rent(
     ask(&state, |reply| ApiCommand::Rent { request, reply }).await
 }
 
+async fn bid(
+    _: Authorized,
+    State(state): State<AppState>,
+    Json(request): Json<BidRequest>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Bid { request, reply }).await
+}
+
 async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Shutdown { reply }).await
 }
@@ -172,6 +180,7 @@ pub(crate) async fn serve(
         .route("/v1/offers", get(offers))
         .route("/v1/leases", get(leases))
         .route("/v1/rent", post(rent))
+        .route("/v1/bid", post(bid))
         .route("/v1/shutdown", post(shutdown_node))
         .with_state(AppState { token, commands });
     let task = tokio::spawn(async move {

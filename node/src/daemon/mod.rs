@@ -86,8 +86,27 @@ pub struct RentRequest {
 
 pub(crate) type Reply = oneshot::Sender<Result<serde_json::Value, String>>;
 
+/// A renter's standing bid, to `/v1/bid`.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct BidRequest {
+    /// Constraints (query language).
+    pub query: String,
+    /// GPUs wanted.
+    pub gpus: u16,
+    /// Most paid per GPU-hour, credits.
+    pub max_price: String,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// How long the bid stands, seconds (at most an hour).
+    pub ttl_s: u64,
+}
+
 /// What the API asks of the node.
 pub(crate) enum ApiCommand {
+    Bid {
+        request: BidRequest,
+        reply: Reply,
+    },
     Status {
         reply: Reply,
     },
@@ -133,6 +152,9 @@ struct Daemon {
     started: Timestamp,
     last_publish: Timestamp,
     publish_pending: bool,
+    /// This node's own standing bids, filled automatically when an offer that satisfies one
+    /// arrives.
+    own_bids: Vec<Verified<gpux_protocol::Bid>>,
     /// Delays from an offer's signing to its arrival here, ms (the last 10,000).
     arrivals_ms: std::collections::VecDeque<u64>,
     rejected: u64,
@@ -174,6 +196,7 @@ pub async fn run(
         last_publish: Timestamp(0),
         publish_pending: false,
         arrivals_ms: std::collections::VecDeque::new(),
+        own_bids: Vec::new(),
         rejected: 0,
         accepted: 0,
     };
@@ -377,7 +400,12 @@ impl Daemon {
                             AnyVerified::Offer(offer)
                                 if self.book.insert(&offer, now()).is_ok() =>
                             {
+                                if self.arrivals_ms.len() >= 10_000 {
+                                    self.arrivals_ms.pop_front();
+                                }
+                                self.arrivals_ms.push_back(now().ms_since(offer.created_at));
                                 let _ = self.state.snapshot_offer(&offer.id(), &bytes);
+                                self.fill_own_bids(&offer.id());
                             }
                             AnyVerified::Attestation(att) => {
                                 let _ = self.state.snapshot_offer(&att.id(), &bytes);
@@ -477,6 +505,23 @@ impl Daemon {
                 let _ = reply.send(result);
             }
             ApiCommand::Rent { request, reply } => self.start_rent(request, reply),
+            ApiCommand::Bid { request, reply } => {
+                let result = self.place_bid(request);
+                let net = self.net.clone();
+                tokio::spawn(async move {
+                    match result {
+                        Ok((bid, value)) => {
+                            // With no peer yet, the bid still stands locally and fills from
+                            // offers as they arrive.
+                            let _ = net.publish(topics::BIDS, bid).await;
+                            let _ = reply.send(Ok(value));
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    }
+                });
+            }
             ApiCommand::Shutdown { .. } => {}
         }
     }
@@ -513,6 +558,83 @@ impl Daemon {
                 let _ = self.book.reserve(&allocation, ContentId(record.lease));
                 let _ = reply.send(());
             }
+        }
+    }
+
+    /// Signs a standing bid, keeps it, and returns its envelope (to publish) and a summary.
+    fn place_bid(&mut self, request: BidRequest) -> Result<(Vec<u8>, serde_json::Value), String> {
+        Query::parse(&request.query).map_err(|e| e.to_string())?;
+        let t = now();
+        let body = gpux_protocol::Bid {
+            seq: t.0,
+            created_at: t,
+            expires_at: t.plus_secs(request.ttl_s.clamp(1, 3600)),
+            query: BoundedString::new(request.query.clone()).map_err(|e| e.to_string())?,
+            gpus: request.gpus,
+            max_price_per_gpu_hour: request
+                .max_price
+                .parse::<MicroCredits>()
+                .map_err(|e| e.to_string())?,
+            duration_s: request.duration_s,
+            kind: LeaseKind::OnDemand,
+            allow_spread: false,
+            ext: Ext::new(),
+        };
+        let bid = Signed::sign(&self.key, body).map_err(|e| e.to_string())?;
+        self.book.add_bid(&bid, t).map_err(|e| e.to_string())?;
+        let bytes = bid.as_bytes().to_vec();
+        let value =
+            serde_json::json!({ "bid": bid.id().to_string(), "expires_at": bid.expires_at.0 });
+        self.own_bids.retain(|b| b.expires_at > t);
+        self.own_bids.push(bid);
+        // An offer already in the book may satisfy it.
+        let offers: Vec<ContentId> = self
+            .book
+            .search(&Query::default(), t, 1000)
+            .into_iter()
+            .map(|h| h.offer)
+            .collect();
+        for offer in offers {
+            self.fill_own_bids(&offer);
+        }
+        Ok((bytes, value))
+    }
+
+    /// Rents for this node's standing bids that `offer` can satisfy (best bid first); a bid
+    /// being filled leaves the book.
+    fn fill_own_bids(&mut self, offer: &ContentId) {
+        if self.own_bids.is_empty() {
+            return;
+        }
+        let t = now();
+        for bid_id in self.book.bids_for_offer(offer, t) {
+            let Some(pos) = self.own_bids.iter().position(|b| b.id() == bid_id) else {
+                continue;
+            };
+            let bid = self.own_bids.remove(pos);
+            self.book.remove_bid(&bid_id);
+            let Ok(spec) = BidSpec::from_bid(&bid) else {
+                continue;
+            };
+            let task = RentTask {
+                key: self.key.clone(),
+                net: self.net.clone(),
+                internal: self.internal_tx.clone(),
+                spec,
+                image: None,
+            };
+            tokio::spawn(async move {
+                match task.run().await {
+                    Ok(lease) => tracing::info!(
+                        "standing bid {} filled: lease {}",
+                        bid_id.short(),
+                        lease["lease"]
+                    ),
+                    Err(e) => {
+                        tracing::warn!("standing bid {} could not be filled: {e}", bid_id.short())
+                    }
+                }
+            });
         }
     }
 
