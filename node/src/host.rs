@@ -145,6 +145,28 @@ impl<S: Store> Host<S> {
         &self.offers
     }
 
+    /// GPUs booked for a lease running at `now`.
+    pub fn busy_gpus(&self, now: Timestamp) -> std::collections::BTreeSet<gpux_protocol::GpuUuid> {
+        self.book
+            .bookings()
+            .into_iter()
+            .filter(|b| b.3 <= now && now < b.4)
+            .map(|b| b.1)
+            .collect()
+    }
+
+    /// Forgets a slot's offer (its GPUs are all leased, or gone): it stays answerable until it
+    /// expires, like a replaced one. Returns the offer, to withdraw it from the market.
+    pub fn retire_slot(&mut self, slot: u16) -> Result<Option<Verified<Offer>>, StoreError> {
+        let Some(pos) = self.offers.iter().position(|o| o.slot == slot) else {
+            return Ok(None);
+        };
+        let old = self.offers.remove(pos);
+        self.state.remove_own_offer(&old.id())?;
+        self.superseded.push(old.clone());
+        Ok(Some(old))
+    }
+
     fn allocation(request: &Verified<LeaseRequest>, start: Timestamp) -> Allocation {
         let (start, end) = match request.kind {
             gpux_protocol::LeaseKind::Reserved { start, end } => (start, end),

@@ -467,6 +467,11 @@ mod node {
         // The GPU is taken: a second rent finds nothing.
         let again = gpux(&["rent", "gpu=l4", "--max-price", "1", "--data-dir", r]);
         assert!(!again.status.success());
+        // The host withdraws the leased GPU from the market: the offer leaves the renter's view.
+        wait_for("the leased GPU to leave the market", || {
+            let out = gpux(&["offers", "search", "gpu=l4", "--json", "--data-dir", r]);
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "[]"
+        });
         // The API refuses a request without the token (401) or with a wrong one.
         let addr = std::fs::read_to_string(renter_dir.join("api.addr")).unwrap();
         for auth in [None, Some("Bearer 00")] {

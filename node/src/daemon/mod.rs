@@ -333,8 +333,26 @@ impl Daemon {
                 None => groups.push(vec![gpu]),
             }
         }
+        // GPUs leased now are not offered: each publication lists what is free, and a slot
+        // whose GPUs are all leased is withdrawn until they come back.
+        let busy = host.busy_gpus(t);
         let mut offers = Vec::new();
+        let mut withdrawals = Vec::new();
         for (slot, group) in groups.iter().enumerate() {
+            let group: Vec<_> = group.iter().filter(|g| !busy.contains(&g.uuid)).collect();
+            if group.is_empty() {
+                if let Some(old) = host.retire_slot(slot as u16)? {
+                    let body = gpux_protocol::OfferWithdrawal {
+                        seq: t.0 * 64 + slot as u64,
+                        created_at: t,
+                        offer: old.id(),
+                        ext: Ext::new(),
+                    };
+                    let w = Signed::sign(&self.key, body).context("signing a withdrawal")?;
+                    withdrawals.push((topics::offers(old.topic_family()).to_string(), w));
+                }
+                continue;
+            }
             let gpus = group
                 .iter()
                 .map(|g| OfferGpu {
@@ -378,6 +396,13 @@ impl Daemon {
             let _ = self.book.insert(&offer, t);
             let topic = topics::offers(offer.topic_family()).to_string();
             let _ = self.net.publish(topic, offer.as_bytes().to_vec()).await;
+        }
+        for (topic, withdrawal) in withdrawals {
+            let _ = self.book.withdraw(&withdrawal);
+            let _ = self
+                .net
+                .publish(topic, withdrawal.as_bytes().to_vec())
+                .await;
         }
         Ok(())
     }
@@ -437,6 +462,11 @@ impl Daemon {
                 };
                 match answer {
                     Ok(answer) => {
+                        if matches!(answer, Answer::Accepted { .. }) {
+                            // The leased GPUs leave the published offers at the next
+                            // (paced) publication.
+                            self.publish_pending = true;
+                        }
                         let _ = self.net.respond(id, answer.envelope().to_vec()).await;
                     }
                     Err(e) => tracing::error!("cannot store a lease: {e}"),
