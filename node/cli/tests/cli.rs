@@ -666,7 +666,13 @@ mod testnet {
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
         assert_eq!(report["nodes"], 5);
-        assert_eq!(report["offers_published"], 3, "{report}");
+        // Offers live at the end: leased GPUs have been withdrawn, so there may be fewer than
+        // the 3 published at the start (all 3 reaching every renter is checked by the run and
+        // would be an error), but every renter holds every live one.
+        assert!(
+            report["offers_published"].as_u64().unwrap() <= 3,
+            "{report}"
+        );
         assert_eq!(
             report["offers_seen_min"], report["offers_published"],
             "{report}"
