@@ -267,12 +267,16 @@ impl<S: Store> Host<S> {
                     .iter()
                     .all(|g| o.gpus.iter().any(|og| og.uuid == *g))
         }) else {
-            return Ok(self.reject(
-                id,
-                RejectReason::OfferUnknown,
-                "the offer's GPUs are no longer offered",
-                now,
-            ));
+            // Leased GPUs leave the current offer; say so rather than "unknown offer".
+            let busy = self.busy_gpus(now);
+            let (reason, detail) = match request.gpus.iter().find(|g| busy.contains(g)) {
+                Some(g) => (RejectReason::GpusUnavailable, format!("GPU {g} is leased")),
+                None => (
+                    RejectReason::OfferUnknown,
+                    "the offer's GPUs are no longer offered".to_string(),
+                ),
+            };
+            return Ok(self.reject(id, reason, &detail, now));
         };
         let current = current.id();
         let allocation = Allocation {
