@@ -39,6 +39,10 @@ pub struct Report {
     pub offers_published: usize,
     /// The fewest of those any renter's book holds.
     pub offers_seen_min: usize,
+    /// Offers published before anyone rented (one per host).
+    pub offers_before_renting: usize,
+    /// The fewest of those any renter's book held before renting began.
+    pub offers_seen_min_before_renting: usize,
     /// Median delay from an offer's signing to its arrival at a renter, ms.
     pub propagation_ms_p50: u64,
     /// 95th percentile of that delay, ms.
@@ -297,6 +301,8 @@ pub fn up(
         renters.iter().map(seen).min().unwrap_or(0),
         started.elapsed().as_secs_f64()
     ));
+    report.offers_before_renting = expected_offers;
+    report.offers_seen_min_before_renting = renters.iter().map(seen).min().unwrap_or(0);
     if !spread {
         report.errors.push(format!(
             "not every renter saw all {expected_offers} offers within 30 s"

@@ -513,7 +513,11 @@ fn testnet_up(
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
     println!(
-        "testnet: {} nodes, {} offers published, every renter saw at least {}",
+        "before renting: {} offers published, every renter saw at least {}",
+        report.offers_before_renting, report.offers_seen_min_before_renting
+    );
+    println!(
+        "testnet: {} nodes, {} offers live at the end, every renter saw at least {}",
         report.nodes, report.offers_published, report.offers_seen_min
     );
     println!(

@@ -677,6 +677,8 @@ mod testnet {
             report["offers_seen_min"], report["offers_published"],
             "{report}"
         );
+        assert_eq!(report["offers_before_renting"], 3, "{report}");
+        assert_eq!(report["offers_seen_min_before_renting"], 3, "{report}");
         assert!(report["leases_agreed"].as_u64().unwrap() >= 1, "{report}");
         assert_eq!(report["double_allocations"], 0);
         assert_eq!(report["errors"], serde_json::json!([]));
