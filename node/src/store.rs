@@ -371,6 +371,11 @@ impl<S: Store> NodeState<S> {
         Ok(true)
     }
 
+    /// The values of a tree, in key order.
+    fn values(&self, tree: Tree) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(self.store.scan(tree)?.into_iter().map(|(_, v)| v).collect())
+    }
+
     /// Stores one of the host's own signed offers (flushed: offers are promises).
     pub fn save_own_offer(&self, id: &ContentId, envelope: &[u8]) -> Result<(), StoreError> {
         self.store
@@ -384,12 +389,7 @@ impl<S: Store> NodeState<S> {
 
     /// The host's own signed offers.
     pub fn own_offers(&self) -> Result<Vec<Vec<u8>>, StoreError> {
-        Ok(self
-            .store
-            .scan(Tree::OwnOffers)?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
+        self.values(Tree::OwnOffers)
     }
 
     /// Adds an offer to the market snapshot (not flushed: it is a cache).
@@ -405,12 +405,7 @@ impl<S: Store> NodeState<S> {
 
     /// The market snapshot: signed offers, to be verified again on load.
     pub fn market_snapshot(&self) -> Result<Vec<Vec<u8>>, StoreError> {
-        Ok(self
-            .store
-            .scan(Tree::Market)?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
+        self.values(Tree::Market)
     }
 
     /// A configuration value.

@@ -51,17 +51,8 @@ enum Command {
     },
     /// Rent GPUs: match locally, ask the host, retry the next-best offer on refusal.
     Rent {
-        /// Constraints, e.g. 'gpu=H100 region=eu'.
-        query: String,
-        /// GPUs wanted (from one machine).
-        #[arg(long, default_value_t = 1)]
-        gpus: u16,
-        /// Most paid per GPU-hour, credits.
-        #[arg(long, value_name = "CREDITS")]
-        max_price: String,
-        /// Lease length: seconds, or a duration like 30m or 2h.
-        #[arg(long, default_value = "1h")]
-        duration: String,
+        #[command(flatten)]
+        want: Want,
         /// The image to run, by digest.
         #[arg(long, value_name = "sha256:DIGEST")]
         image: Option<String>,
@@ -72,17 +63,8 @@ enum Command {
     /// Place a standing bid: signed and gossiped; this node rents as soon as an offer that
     /// satisfies it arrives (or is already known).
     Bid {
-        /// Constraints, e.g. 'gpu=H100 region=eu'.
-        query: String,
-        /// GPUs wanted (from one machine).
-        #[arg(long, default_value_t = 1)]
-        gpus: u16,
-        /// Most paid per GPU-hour, credits.
-        #[arg(long, value_name = "CREDITS")]
-        max_price: String,
-        /// Lease length: seconds, or a duration like 30m or 2h.
-        #[arg(long, default_value = "1h")]
-        duration: String,
+        #[command(flatten)]
+        want: Want,
         /// How long the bid stands (at most 1h).
         #[arg(long, default_value = "10m")]
         ttl: String,
@@ -160,6 +142,34 @@ struct NodeRunArgs {
     /// How often offers are re-published, seconds [default: 120].
     #[arg(long)]
     republish: Option<u64>,
+}
+
+/// What a renter wants, shared by `rent` and `bid`.
+#[derive(Debug, clap::Args)]
+struct Want {
+    /// Constraints, e.g. 'gpu=H100 region=eu'.
+    query: String,
+    /// GPUs wanted (from one machine).
+    #[arg(long, default_value_t = 1)]
+    gpus: u16,
+    /// Most paid per GPU-hour, credits.
+    #[arg(long, value_name = "CREDITS")]
+    max_price: String,
+    /// Lease length: seconds, or a duration like 30m or 2h.
+    #[arg(long, default_value = "1h")]
+    duration: String,
+}
+
+impl Want {
+    /// The JSON body fields the API's `/v1/rent` and `/v1/bid` share.
+    fn body(&self) -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::json!({
+            "query": self.query,
+            "gpus": self.gpus,
+            "max_price": self.max_price,
+            "duration_s": parse_duration(&self.duration)?,
+        }))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,17 +304,10 @@ fn run() -> anyhow::Result<ExitCode> {
                 print_hits(&hits);
             }
         }
-        Command::Rent {
-            query,
-            gpus,
-            max_price,
-            duration,
-            image,
-            json,
-        } => {
-            let duration = parse_duration(&duration)?;
+        Command::Rent { want, image, json } => {
             let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
-            let body = serde_json::json!({ "query": query, "gpus": gpus, "max_price": max_price, "duration_s": duration, "image": image });
+            let mut body = want.body()?;
+            body["image"] = serde_json::json!(image);
             let lease = client.post("/v1/rent", &body)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&lease)?);
@@ -320,18 +323,10 @@ fn run() -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        Command::Bid {
-            query,
-            gpus,
-            max_price,
-            duration,
-            ttl,
-        } => {
+        Command::Bid { want, ttl } => {
             let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
-            let body = serde_json::json!({
-                "query": query, "gpus": gpus, "max_price": max_price,
-                "duration_s": parse_duration(&duration)?, "ttl_s": parse_duration(&ttl)?,
-            });
+            let mut body = want.body()?;
+            body["ttl_s"] = serde_json::json!(parse_duration(&ttl)?);
             let bid = client.post("/v1/bid", &body)?;
             println!(
                 "standing bid {} placed; see `gpux leases` once it is filled",

@@ -646,13 +646,7 @@ impl Daemon {
             let Ok(spec) = BidSpec::from_bid(&bid) else {
                 continue;
             };
-            let task = RentTask {
-                key: self.key.clone(),
-                net: self.net.clone(),
-                internal: self.internal_tx.clone(),
-                spec,
-                image: None,
-            };
+            let task = self.rent_task(spec, None);
             tokio::spawn(async move {
                 match task.run().await {
                     Ok(lease) => tracing::info!(
@@ -665,6 +659,17 @@ impl Daemon {
                     }
                 }
             });
+        }
+    }
+
+    /// A renting task for `spec`, running outside the loop.
+    fn rent_task(&self, spec: BidSpec, image: Option<ImageDigest>) -> RentTask {
+        RentTask {
+            key: self.key.clone(),
+            net: self.net.clone(),
+            internal: self.internal_tx.clone(),
+            spec,
+            image,
         }
     }
 
@@ -702,13 +707,7 @@ impl Daemon {
                 return;
             }
         };
-        let task = RentTask {
-            key: self.key.clone(),
-            net: self.net.clone(),
-            internal: self.internal_tx.clone(),
-            spec,
-            image,
-        };
+        let task = self.rent_task(spec, image);
         tokio::spawn(async move {
             let _ = reply.send(task.run().await);
         });
