@@ -43,3 +43,20 @@ ensure_cargo_tool() {
         fi
     fi
 }
+
+# ensure_busybox: the testnet's workload image is `FROM scratch` with Debian's static busybox
+# at /bin/busybox; installs busybox-static when it is missing or dynamically linked.
+ensure_busybox() {
+    if [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing Debian's busybox-static (for the workload image)"
+    local sudo=
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=sudo
+    fi
+    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y busybox-static; then
+        $sudo apt-get update
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y busybox-static
+    fi
+}

@@ -19,6 +19,7 @@ pub mod attest;
 pub mod config;
 pub mod daemon;
 mod data_dir;
+pub mod executor;
 pub mod host;
 mod key_file;
 pub mod p2p;

@@ -1,6 +1,7 @@
 //! gpux-node integration tests: the key file on a real filesystem.
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod executor;
 mod lease;
 mod p2p;
 mod store;

@@ -1,0 +1,397 @@
+//! What a lease's container is made of: the spec the daemon fills in from a lease, and the
+//! pure translation of it into Docker's create body with every hardening option set.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig};
+use gpux_protocol::ImageDigest;
+
+use super::ExecError;
+
+/// Label naming the lease a container runs (its hex id).
+pub const LEASE_LABEL: &str = "gpux.lease";
+/// Label naming the node (peer id) that started a container.
+pub const NODE_LABEL: &str = "gpux.node";
+/// Where the writable tmpfs scratch is mounted in every container.
+pub const SCRATCH_DIR: &str = "/scratch";
+/// The user every workload runs as: `nobody:nogroup`, numeric so the image needs no
+/// `/etc/passwd`.
+pub const WORKLOAD_USER: &str = "65534:65534";
+/// Each log file's size before Docker rotates it, and how many it keeps: a workload that
+/// floods stdout cannot fill the host's disk.
+const LOG_MAX_SIZE: &str = "16m";
+const LOG_MAX_FILES: &str = "3";
+
+/// Which GPUs a container gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuBinding {
+    /// Simulated GPUs (testnet): no device request, no NVIDIA environment.
+    Fake,
+    /// Real GPUs, by UUID as NVML prints them (`GPU-xxxxxxxx-...`): only these are passed in.
+    Real(Vec<String>),
+}
+
+/// Everything the executor needs to start a lease's container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// The lease id (hex), stored in the `gpux.lease` label.
+    pub lease: String,
+    /// The image, by content digest (its image id): never a tag, so the host cannot swap it.
+    pub image: ImageDigest,
+    /// Command and arguments; empty runs the image's default.
+    pub command: Vec<String>,
+    /// The renter's environment. `NVIDIA_*` names are refused: the host sets those.
+    pub env: Vec<(String, String)>,
+    /// Memory limit, bytes; swap is not allowed on top of it.
+    pub memory_bytes: u64,
+    /// CPU limit in thousandths of a core.
+    pub cpu_millis: u32,
+    /// Most processes (and threads).
+    pub pids: u32,
+    /// Size of each writable tmpfs (`/scratch` and `/tmp`), bytes.
+    pub scratch_bytes: u64,
+    /// Whether the container gets a network (Docker's bridge) or none at all.
+    pub network: bool,
+    /// The GPUs passed in.
+    pub gpus: GpuBinding,
+}
+
+/// Whether an environment variable name is reserved for the host (`NVIDIA_*`, any case: the
+/// NVIDIA container toolkit reads these to decide which devices to mount).
+fn reserved_env(name: &str) -> bool {
+    name.get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("NVIDIA_"))
+}
+
+impl ContainerSpec {
+    /// Checks what [`container_config`] cannot express: no renter `NVIDIA_*` variable, a
+    /// lease label, and real GPUs named plainly.
+    pub fn check(&self) -> Result<(), ExecError> {
+        if let Some((name, _)) = self.env.iter().find(|(name, _)| reserved_env(name)) {
+            return Err(ExecError::ReservedEnv { name: name.clone() });
+        }
+        if let Some((name, _)) = self
+            .env
+            .iter()
+            .find(|(name, _)| name.is_empty() || name.contains('='))
+        {
+            return Err(ExecError::InvalidSpec {
+                reason: format!("environment variable name {name:?} is empty or contains '='"),
+            });
+        }
+        if self.lease.is_empty() {
+            return Err(ExecError::InvalidSpec {
+                reason: "the lease label is empty".into(),
+            });
+        }
+        if let GpuBinding::Real(uuids) = &self.gpus {
+            if uuids.is_empty() {
+                return Err(ExecError::InvalidSpec {
+                    reason: "no GPU UUID given for a real GPU binding".into(),
+                });
+            }
+            if let Some(bad) = uuids
+                .iter()
+                .find(|u| u.is_empty() || u.contains([',', ' ', '=']))
+            {
+                return Err(ExecError::InvalidSpec {
+                    reason: format!("invalid GPU UUID {bad:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Options for a tmpfs of `bytes`. Exec is allowed: JIT compilers (Triton, torch inductor)
+/// write code to the cache under `$HOME` or `/tmp` and load it; with all capabilities
+/// dropped and `no-new-privileges`, code run from there has no more power than the image's
+/// own. `nosuid,nodev` keep set-uid files and device nodes meaningless. Both tmpfs count
+/// against the container's memory limit, so together they never exceed it. Linux reads
+/// `size=0` as "unlimited", hence at least one page.
+fn tmpfs_options(bytes: u64) -> String {
+    format!("rw,nosuid,nodev,size={},mode=1777", bytes.max(4096))
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Docker's create body for `spec` on `node`: pure, so the hardening is unit-tested.
+///
+/// Every container gets the `gpux.lease` and `gpux.node` labels, all capabilities dropped,
+/// `no-new-privileges`, a read-only root with tmpfs at `/scratch` and `/tmp`, memory (no
+/// swap), CPU and pids limits, no network unless `spec.network` (then Docker's bridge), no
+/// bind mounts, an init process (signals reach the workload, zombies are reaped), and runs as
+/// uid 65534. Renter `NVIDIA_*` variables are never emitted ([`ContainerSpec::check`] refuses
+/// them before this is called). Real GPUs get a `DeviceRequest` (driver `nvidia`, capability
+/// `gpu`) for exactly the leased UUIDs, and the host sets `NVIDIA_VISIBLE_DEVICES` to them.
+pub fn container_config(spec: &ContainerSpec, node: &str) -> ContainerCreateBody {
+    let mut env: Vec<String> = spec
+        .env
+        .iter()
+        .filter(|(name, _)| !reserved_env(name))
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    // The root is read-only and uid 65534 has no home: caches (pip, torch, triton) go to the
+    // scratch unless the renter says otherwise.
+    if !spec.env.iter().any(|(name, _)| name == "HOME") {
+        env.push(format!("HOME={SCRATCH_DIR}"));
+    }
+    let device_requests = match &spec.gpus {
+        GpuBinding::Fake => None,
+        GpuBinding::Real(uuids) => {
+            env.push(format!("NVIDIA_VISIBLE_DEVICES={}", uuids.join(",")));
+            // Overrides whatever the image asks for (graphics, display): this is compute.
+            env.push("NVIDIA_DRIVER_CAPABILITIES=compute,utility".into());
+            Some(vec![DeviceRequest {
+                driver: Some("nvidia".into()),
+                device_ids: Some(uuids.clone()),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                ..Default::default()
+            }])
+        }
+    };
+    let labels = HashMap::from([
+        (LEASE_LABEL.to_string(), spec.lease.clone()),
+        (NODE_LABEL.to_string(), node.to_string()),
+    ]);
+    let tmpfs = HashMap::from([
+        (SCRATCH_DIR.to_string(), tmpfs_options(spec.scratch_bytes)),
+        ("/tmp".to_string(), tmpfs_options(spec.scratch_bytes)),
+    ]);
+    let memory = clamp_i64(spec.memory_bytes);
+    let host_config = HostConfig {
+        memory: Some(memory),
+        // Equal to `memory`: no swap on top of it.
+        memory_swap: Some(memory),
+        nano_cpus: Some(i64::from(spec.cpu_millis) * 1_000_000),
+        pids_limit: Some(i64::from(spec.pids)),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(tmpfs),
+        network_mode: Some(if spec.network { "bridge" } else { "none" }.into()),
+        privileged: Some(false),
+        init: Some(true),
+        ipc_mode: Some("private".into()),
+        // Never the nvidia runtime, even where it is the daemon's default: that runtime hands
+        // out GPUs to any container whose environment (the image's included) names them.
+        // Leased GPUs come only through the device request below.
+        runtime: Some("runc".into()),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), LOG_MAX_SIZE.to_string()),
+                ("max-file".to_string(), LOG_MAX_FILES.to_string()),
+            ])),
+        }),
+        device_requests,
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image.to_string()),
+        cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
+        env: Some(env),
+        user: Some(WORKLOAD_USER.into()),
+        labels: Some(labels),
+        tty: Some(false),
+        attach_stdin: Some(false),
+        open_stdin: Some(false),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// Covers each volume the image declares (`VOLUME` in its Dockerfile) with a scratch-sized
+/// tmpfs: otherwise Docker would create an anonymous volume on the host's disk, writable,
+/// unbounded and outliving the lease until removed.
+pub(crate) fn shadow_image_volumes(
+    body: &mut ContainerCreateBody,
+    volumes: impl IntoIterator<Item = String>,
+    scratch_bytes: u64,
+) {
+    if let Some(tmpfs) = body.host_config.as_mut().and_then(|h| h.tmpfs.as_mut()) {
+        for path in volumes {
+            tmpfs
+                .entry(path)
+                .or_insert_with(|| tmpfs_options(scratch_bytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(gpus: GpuBinding) -> ContainerSpec {
+        ContainerSpec {
+            lease: "ab".repeat(32),
+            image: ImageDigest([7; 32]),
+            command: vec!["sh".into(), "-c".into(), "true".into()],
+            env: vec![("FOO".into(), "bar=baz".into())],
+            memory_bytes: 512 << 20,
+            cpu_millis: 1500,
+            pids: 64,
+            scratch_bytes: 100 << 20,
+            network: false,
+            gpus,
+        }
+    }
+
+    fn host(body: &ContainerCreateBody) -> &HostConfig {
+        body.host_config.as_ref().unwrap()
+    }
+
+    #[test]
+    fn every_container_is_hardened_and_labelled() {
+        let s = spec(GpuBinding::Fake);
+        let body = container_config(&s, "node-1");
+        assert_eq!(body.image.as_deref(), Some(&*s.image.to_string()));
+        assert_eq!(body.cmd.as_ref(), Some(&s.command));
+        assert_eq!(body.user.as_deref(), Some("65534:65534"));
+        let labels = body.labels.as_ref().unwrap();
+        assert_eq!(labels.len(), 2);
+        assert_eq!(labels[LEASE_LABEL], s.lease);
+        assert_eq!(labels[NODE_LABEL], "node-1");
+
+        let h = host(&body);
+        assert_eq!(h.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert_eq!(h.cap_add, None);
+        assert_eq!(
+            h.security_opt.as_deref(),
+            Some(&["no-new-privileges".to_string()][..])
+        );
+        assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.privileged, Some(false));
+        let tmpfs = h.tmpfs.as_ref().unwrap();
+        for dir in ["/scratch", "/tmp"] {
+            assert_eq!(
+                tmpfs[dir],
+                format!("rw,nosuid,nodev,size={},mode=1777", 100 << 20)
+            );
+        }
+        assert_eq!(h.memory, Some(512 << 20));
+        assert_eq!(h.memory_swap, Some(512 << 20));
+        assert_eq!(h.nano_cpus, Some(1_500_000_000));
+        assert_eq!(h.pids_limit, Some(64));
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(h.runtime.as_deref(), Some("runc"));
+        // Nothing from the host's filesystem, least of all the Docker socket.
+        assert_eq!(h.binds, None);
+        assert_eq!(h.mounts, None);
+        assert_eq!(h.volumes_from, None);
+        assert_eq!(body.volumes, None);
+        assert_eq!(h.device_requests, None);
+        assert_eq!(h.devices, None);
+    }
+
+    #[test]
+    fn fake_gpus_get_no_device_and_no_nvidia_environment() {
+        let body = container_config(&spec(GpuBinding::Fake), "n");
+        let env = body.env.unwrap();
+        assert_eq!(env, ["FOO=bar=baz", "HOME=/scratch"]);
+        assert!(host_is_gpu_free(body.host_config.as_ref().unwrap()));
+    }
+
+    fn host_is_gpu_free(h: &HostConfig) -> bool {
+        h.device_requests.is_none() && h.devices.is_none()
+    }
+
+    #[test]
+    fn real_gpus_are_requested_by_uuid_and_named_by_the_host() {
+        let uuids = vec![
+            "GPU-11111111-2222-3333-4444-555555555555".to_string(),
+            "GPU-66666666-7777-8888-9999-000000000000".to_string(),
+        ];
+        let body = container_config(&spec(GpuBinding::Real(uuids.clone())), "n");
+        let requests = host(&body).device_requests.clone().unwrap();
+        assert_eq!(
+            requests,
+            [DeviceRequest {
+                driver: Some("nvidia".into()),
+                count: None,
+                device_ids: Some(uuids.clone()),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                options: None,
+            }]
+        );
+        let env = body.env.unwrap();
+        assert_eq!(
+            env,
+            [
+                "FOO=bar=baz".to_string(),
+                "HOME=/scratch".into(),
+                format!("NVIDIA_VISIBLE_DEVICES={},{}", uuids[0], uuids[1]),
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn renter_nvidia_variables_are_refused_and_never_emitted() {
+        for name in [
+            "NVIDIA_VISIBLE_DEVICES",
+            "nvidia_driver_capabilities",
+            "Nvidia_x",
+        ] {
+            let mut s = spec(GpuBinding::Real(vec!["GPU-1".into()]));
+            s.env.push((name.into(), "all".into()));
+            let err = s.check().unwrap_err();
+            assert!(matches!(err, ExecError::ReservedEnv { .. }), "{err}");
+            assert!(err.to_string().contains(name), "{err}");
+            let env = container_config(&s, "n").env.unwrap();
+            assert!(!env.iter().any(|e| e.contains("=all")), "{env:?}");
+            assert_eq!(
+                env.iter()
+                    .filter(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES="))
+                    .collect::<Vec<_>>(),
+                ["NVIDIA_VISIBLE_DEVICES=GPU-1"]
+            );
+        }
+        // Names that merely contain NVIDIA are the renter's.
+        let mut s = spec(GpuBinding::Fake);
+        s.env.push(("MY_NVIDIA_THING".into(), "1".into()));
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn odd_specs_are_refused() {
+        let mut s = spec(GpuBinding::Real(vec![]));
+        assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
+        s.gpus = GpuBinding::Real(vec!["GPU-1,GPU-2".into()]);
+        assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
+        s.gpus = GpuBinding::Fake;
+        s.check().unwrap();
+        s.lease.clear();
+        assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
+        let mut s = spec(GpuBinding::Fake);
+        s.env.push(("A=B".into(), "c".into()));
+        assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
+    }
+
+    #[test]
+    fn network_zero_scratch_default_command_and_home() {
+        let mut s = spec(GpuBinding::Fake);
+        s.network = true;
+        s.scratch_bytes = 0;
+        s.command.clear();
+        s.env.push(("HOME".into(), "/work".into()));
+        let body = container_config(&s, "n");
+        assert_eq!(host(&body).network_mode.as_deref(), Some("bridge"));
+        assert!(host(&body).tmpfs.as_ref().unwrap()["/scratch"].contains("size=4096,"));
+        assert_eq!(body.cmd, None);
+        assert_eq!(body.env.unwrap(), ["FOO=bar=baz", "HOME=/work"]);
+    }
+
+    #[test]
+    fn image_volumes_are_covered_by_tmpfs() {
+        let mut body = container_config(&spec(GpuBinding::Fake), "n");
+        shadow_image_volumes(&mut body, ["/data".to_string(), "/tmp".into()], 1 << 20);
+        let tmpfs = host(&body).tmpfs.clone().unwrap();
+        assert_eq!(tmpfs.len(), 3);
+        assert!(tmpfs["/data"].contains(&format!("size={}", 1 << 20)));
+        // An existing mount keeps its options.
+        assert!(tmpfs["/tmp"].contains(&format!("size={}", 100 << 20)));
+    }
+}
