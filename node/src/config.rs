@@ -6,13 +6,20 @@
 //! bootstrap = []                        # peers to join through, with /p2p/<peer id>
 //! api = "127.0.0.1:0"                   # local API (loopback only; port 0 picks one)
 //! mdns = false                          # discover peers on the LAN
+//! ledger = "/ip4/.../tcp/.../p2p/12D3..." # the ledger node this node settles with
+//! serve_ledger = false                  # run the ledger node here
+//! ledger_release_grace_s = 600          # ledger: idle time before a payer may release
+//! receipt_interval_s = 60               # host: how often receipts are signed
+//! ack_grace_s = 30                      # host: stop a lease this long after a missed ack
 //!
 //! [host]                                # present: share this machine's GPUs
 //! price = "1.00"                        # credits per GPU-hour
 //! spot_floor = "0.40"                   # optional; no spot leases without it
 //! region = "any"
-//! images = ["sha256:..."]               # required: images the host has locally
+//! images = ["sha256:..."]               # optional; default: every image Docker has
 //! nvml_lib = "/path/libnvidia-ml.so.1"  # optional; default: the driver's
+//! fake_gpus = false                     # simulated GPUs (testnet): no GPU device passed
+//! min_duration_s = 60                  # billing's minimum is 60 s regardless
 //! max_duration_s = 86400
 //! offer_ttl_s = 600
 //! republish_s = 120
@@ -23,7 +30,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::daemon::{DaemonConfig, HostOptions};
+use std::time::Duration;
+
+use crate::daemon::{DaemonConfig, HostOptions, LeaseTiming};
 use crate::p2p::Multiaddr;
 
 /// The file's name in the data directory.
@@ -43,6 +52,16 @@ pub struct FileConfig {
     pub mdns: Option<bool>,
     /// Host settings; present to run as a host.
     pub host: Option<FileHost>,
+    /// The ledger node's address.
+    pub ledger: Option<String>,
+    /// Serve the ledger.
+    pub serve_ledger: Option<bool>,
+    /// Ledger: idle seconds before a payer may release an escrow.
+    pub ledger_release_grace_s: Option<u64>,
+    /// Receipt interval, seconds.
+    pub receipt_interval_s: Option<u64>,
+    /// Acknowledgement grace, seconds.
+    pub ack_grace_s: Option<u64>,
 }
 
 /// The `[host]` table.
@@ -59,12 +78,16 @@ pub struct FileHost {
     pub images: Option<Vec<String>>,
     /// NVML library.
     pub nvml_lib: Option<PathBuf>,
+    /// Shortest lease, seconds.
+    pub min_duration_s: Option<u32>,
     /// Longest lease, seconds.
     pub max_duration_s: Option<u32>,
     /// Offer lifetime, seconds.
     pub offer_ttl_s: Option<u64>,
     /// Re-publication interval, seconds.
     pub republish_s: Option<u64>,
+    /// Simulated GPUs.
+    pub fake_gpus: Option<bool>,
 }
 
 /// What the command line gave (`None` / empty: not given).
@@ -90,12 +113,26 @@ pub struct Flags {
     pub images: Vec<String>,
     /// `--nvml-lib`.
     pub nvml_lib: Option<PathBuf>,
+    /// `--min-duration`.
+    pub min_duration_s: Option<u32>,
     /// `--max-duration`.
     pub max_duration_s: Option<u32>,
     /// `--offer-ttl`.
     pub offer_ttl_s: Option<u64>,
     /// `--republish`.
     pub republish_s: Option<u64>,
+    /// `--fake-gpus`.
+    pub fake_gpus: bool,
+    /// `--ledger`.
+    pub ledger: Option<String>,
+    /// `--serve-ledger`.
+    pub serve_ledger: bool,
+    /// `--ledger-release-grace`.
+    pub ledger_release_grace_s: Option<u64>,
+    /// `--receipt-interval`.
+    pub receipt_interval_s: Option<u64>,
+    /// `--ack-grace`.
+    pub ack_grace_s: Option<u64>,
 }
 
 /// Reads `<data-dir>/config.toml`; a missing file is the defaults.
@@ -139,11 +176,6 @@ pub fn resolve(data_dir: &Path, flags: Flags) -> anyhow::Result<DaemonConfig> {
         } else {
             flags.images
         };
-        if images.is_empty() {
-            bail!(
-                "a host must list at least one image it has locally (--image sha256:... or images = [...] in config.toml)"
-            );
-        }
         Some(HostOptions {
             nvml_lib: flags.nvml_lib.or(h.nvml_lib),
             price: flags
@@ -164,9 +196,11 @@ pub fn resolve(data_dir: &Path, flags: Flags) -> anyhow::Result<DaemonConfig> {
                 .map(|i| i.parse())
                 .collect::<Result<_, _>>()
                 .context("image")?,
+            min_duration_s: flags.min_duration_s.or(h.min_duration_s).unwrap_or(60),
             max_duration_s: flags.max_duration_s.or(h.max_duration_s).unwrap_or(86_400),
             offer_ttl_s: flags.offer_ttl_s.or(h.offer_ttl_s).unwrap_or(600),
             republish_s: flags.republish_s.or(h.republish_s).unwrap_or(120),
+            fake_gpus: flags.fake_gpus || h.fake_gpus.unwrap_or(false),
         })
     } else {
         None
@@ -181,6 +215,43 @@ pub fn resolve(data_dir: &Path, flags: Flags) -> anyhow::Result<DaemonConfig> {
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
         mdns: flags.mdns || file.mdns.unwrap_or(false),
         host,
+        ledger: flags
+            .ledger
+            .or(file.ledger)
+            .map(|a| {
+                a.parse()
+                    .with_context(|| format!("invalid ledger address '{a}'"))
+            })
+            .transpose()?,
+        serve_ledger: (flags.serve_ledger || file.serve_ledger.unwrap_or(false)).then(|| {
+            gpux_market::LedgerConfig {
+                release_grace_ms: flags
+                    .ledger_release_grace_s
+                    .or(file.ledger_release_grace_s)
+                    .unwrap_or(600)
+                    .saturating_mul(1000),
+            }
+        }),
+        timing: timing(
+            flags.receipt_interval_s.or(file.receipt_interval_s),
+            flags.ack_grace_s.or(file.ack_grace_s),
+        )?,
+    })
+}
+
+fn timing(interval_s: Option<u64>, grace_s: Option<u64>) -> anyhow::Result<LeaseTiming> {
+    let defaults = LeaseTiming::default();
+    let interval = interval_s.map_or(defaults.receipt_interval, Duration::from_secs);
+    let grace = grace_s.map_or(defaults.ack_grace, Duration::from_secs);
+    if interval.is_zero() || interval > Duration::from_secs(3600) {
+        bail!("receipt_interval_s must be between 1 and 3600");
+    }
+    if grace.is_zero() {
+        bail!("ack_grace_s must be at least 1");
+    }
+    Ok(LeaseTiming {
+        receipt_interval: interval,
+        ack_grace: grace,
     })
 }
 
@@ -226,8 +297,8 @@ mod tests {
             err.contains("config.toml") && err.contains("listn"),
             "{err}"
         );
-        std::fs::write(dir.path().join(CONFIG_FILE), "[host]\nprice = \"2\"\n").unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), "receipt_interval_s = 0\n").unwrap();
         let err = format!("{:#}", resolve(dir.path(), Flags::default()).unwrap_err());
-        assert!(err.contains("at least one image"), "{err}");
+        assert!(err.contains("receipt_interval_s"), "{err}");
     }
 }

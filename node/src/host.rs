@@ -336,6 +336,11 @@ impl<S: Store> Host<S> {
         )
     }
 
+    /// Frees a lease's GPUs (its record is left as it is).
+    pub fn release_gpus(&mut self, lease: &ContentId) {
+        self.book.release(lease);
+    }
+
     /// The node state.
     pub fn state(&self) -> &NodeState<S> {
         &self.state

@@ -22,6 +22,7 @@ mod data_dir;
 pub mod executor;
 pub mod host;
 mod key_file;
+pub mod ledger;
 pub mod p2p;
 pub mod store;
 pub mod validation;

@@ -1,7 +1,8 @@
 //! The node's durable state, on sled behind a small trait.
 //!
-//! Four trees: node configuration, the host's own offers (as signed), leases and their
-//! states, and a snapshot of the market view for a fast restart. Writes that change a lease
+//! Trees: node configuration, the host's own offers (as signed), leases and their states, a
+//! snapshot of the market view for a fast restart, each lease's run (container, receipts,
+//! settlement), receipts, container logs, and a ledger node's operation log. Writes that change a lease
 //! (or move money) are flushed to disk before the call returns; sled otherwise syncs every
 //! 500 ms, so a crash may lose at most the last half-second of market snapshot, never a
 //! lease. An unreadable or corrupt database is an error that names its path, never a panic.
@@ -22,6 +23,14 @@ pub enum Tree {
     Leases,
     /// The market view (signed offers), by offer id.
     Market,
+    /// Each lease's execution and settlement progress, by lease id.
+    Runs,
+    /// Receipts and their acknowledgements, by lease id and seq.
+    Receipts,
+    /// Container output received by a renter, by lease id and chunk seq.
+    Logs,
+    /// A ledger node's log of applied operations, by position.
+    LedgerLog,
 }
 
 impl Tree {
@@ -31,6 +40,10 @@ impl Tree {
             Tree::OwnOffers => "own-offers",
             Tree::Leases => "leases",
             Tree::Market => "market",
+            Tree::Runs => "runs",
+            Tree::Receipts => "receipts",
+            Tree::Logs => "logs",
+            Tree::LedgerLog => "ledger-log",
         }
     }
 }
@@ -98,6 +111,21 @@ pub trait Store: Send + Sync {
     fn scan(&self, tree: Tree) -> Result<Entries, StoreError>;
     /// Writes everything to disk.
     fn flush(&self) -> Result<(), StoreError>;
+    /// The entries whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError> {
+        Ok(self
+            .scan(tree)?
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .collect())
+    }
+}
+
+/// A key of a lease id followed by a big-endian sequence number (sorts by seq).
+fn seq_key(lease: &ContentId, seq: u64) -> Vec<u8> {
+    let mut key = lease.0.to_vec();
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
 }
 
 /// The sled store, in `<data-dir>/db`. Cloning shares the same open database.
@@ -222,6 +250,16 @@ impl Store for SledStore {
     fn flush(&self) -> Result<(), StoreError> {
         self.db.flush().map(drop).map_err(|e| self.io(e))
     }
+
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError> {
+        self.tree(tree)?
+            .scan_prefix(prefix)
+            .map(|r| {
+                r.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .map_err(|e| self.io(e))
+            })
+            .collect()
+    }
 }
 
 /// Which side of a lease this node is on.
@@ -273,6 +311,57 @@ pub struct LeaseRecord {
     pub state: LeaseState,
     /// When the state last changed (unix ms).
     pub updated_at: u64,
+}
+
+/// A lease's execution and settlement progress, on either side. Saved (flushed) before each
+/// step is acted on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct RunRecord {
+    /// The lease id.
+    #[serde(serialize_with = "serialize_hex")]
+    pub lease: [u8; 32],
+    /// Host: the container's id.
+    pub container: Option<String>,
+    /// Host: the container's start, from Docker (unix ms). Renter: when it asked the host to
+    /// start, an upper bound on the time the work can have run.
+    pub started_at: Option<u64>,
+    /// Host: the container's end, from Docker (unix ms).
+    pub finished_at: Option<u64>,
+    /// The workload's exit code.
+    pub exit_code: Option<i64>,
+    /// Why the lease ended, once it has.
+    pub end_reason: Option<String>,
+    /// Host: the last receipt seq signed. Renter: the last receipt seq seen.
+    pub last_seq: u64,
+    /// The last acknowledged receipt's seq and cumulative amount (micro-credits).
+    pub acked_seq: u64,
+    /// See `acked_seq`.
+    pub acked_amount: u64,
+    /// The last acknowledged receipt and its acknowledgement (envelopes), for redemption.
+    #[serde(skip)]
+    pub last_ack: Option<(Vec<u8>, Vec<u8>)>,
+    /// The last receipt seq redeemed at the ledger and the cumulative amount paid.
+    pub redeemed_seq: u64,
+    /// See `redeemed_seq`.
+    pub redeemed: u64,
+    /// Whether the escrow's remainder went back to the renter (the lease is settled).
+    pub released: bool,
+    /// Renter: when the host was last heard from (unix ms).
+    pub last_contact: u64,
+    /// Bytes of container output sent (host) or received (renter).
+    pub log_bytes: u64,
+    /// Log chunks sent (host) or received (renter).
+    pub log_chunks: u64,
+    /// Host: where the next read of the container's output starts (JSON).
+    #[serde(skip)]
+    pub log_cursor: Option<String>,
+    /// Host: the last usage summary measured.
+    #[serde(skip)]
+    pub peak_memory_bytes: u64,
+}
+
+fn serialize_hex<S: serde::Serializer>(bytes: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&gpux_protocol::hex(bytes))
 }
 
 /// The first byte of every stored record: its format version.
@@ -369,6 +458,81 @@ impl<S: Store> NodeState<S> {
         record.updated_at = now.0;
         self.save_lease(&record)?;
         Ok(true)
+    }
+
+    /// Stores a lease's run record, flushed.
+    pub fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.store.put(
+            Tree::Runs,
+            &run.lease,
+            &encode_record(run),
+            Durability::Flush,
+        )
+    }
+
+    /// A lease's run record.
+    pub fn run(&self, lease: &ContentId) -> Result<Option<RunRecord>, StoreError> {
+        match self.store.get(Tree::Runs, &lease.0)? {
+            Some(bytes) => self.decode(Tree::Runs, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every run record.
+    pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.values(Tree::Runs)?
+            .iter()
+            .map(|v| self.decode(Tree::Runs, v))
+            .collect()
+    }
+
+    /// Stores a receipt (and its acknowledgement, once there is one), flushed.
+    pub fn save_receipt(
+        &self,
+        lease: &ContentId,
+        seq: u64,
+        receipt: &[u8],
+        ack: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        let value = encode_record(&(receipt.to_vec(), ack.map(<[u8]>::to_vec)));
+        self.store.put(
+            Tree::Receipts,
+            &seq_key(lease, seq),
+            &value,
+            Durability::Flush,
+        )
+    }
+
+    /// A lease's receipts in seq order: (receipt, acknowledgement) envelopes.
+    #[allow(clippy::type_complexity)]
+    pub fn receipts(
+        &self,
+        lease: &ContentId,
+    ) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, StoreError> {
+        self.store
+            .scan_prefix(Tree::Receipts, &lease.0)?
+            .iter()
+            .map(|(_, v)| self.decode(Tree::Receipts, v))
+            .collect()
+    }
+
+    /// Appends a chunk of container output (lazily written: logs are not money).
+    pub fn append_log(&self, lease: &ContentId, seq: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.store
+            .put(Tree::Logs, &seq_key(lease, seq), data, Durability::Lazy)
+    }
+
+    /// A lease's log chunks from chunk `from` on: (seq, data).
+    pub fn logs(&self, lease: &ContentId, from: u64) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        Ok(self
+            .store
+            .scan_prefix(Tree::Logs, &lease.0)?
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let seq = u64::from_be_bytes(k.get(32..40)?.try_into().ok()?);
+                (seq >= from).then_some((seq, v))
+            })
+            .collect())
     }
 
     /// The values of a tree, in key order.

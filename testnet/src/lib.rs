@@ -59,11 +59,72 @@ pub struct Report {
     pub node_rss_kb_median: u64,
     /// Largest resident memory of a node process at that time, KiB.
     pub node_rss_kb_max: u64,
+    /// The workload image every host lists and every lease runs (built locally).
+    pub image: String,
+    /// Containers started for leases, over all hosts.
+    pub containers_started: usize,
+    /// Lease containers still present after the run (must be 0).
+    pub containers_left: usize,
+    /// Usage receipts the renters acknowledged.
+    pub receipts_acked: u64,
+    /// Leases whose escrow was settled (redeemed and released).
+    pub leases_settled: usize,
+    /// Credits held by all parties after the faucet, before any lease, micro-credits.
+    pub credits_before: u64,
+    /// Credits held by all parties at the end, micro-credits (must equal `credits_before`).
+    pub credits_after: u64,
+    /// Median time from a renter's `rent` call to its container running, ms.
+    pub rent_to_running_ms_p50: u64,
+    /// 95th percentile of that time, ms.
+    pub rent_to_running_ms_p95: u64,
+    /// Hosts' CPU use while idle (market up, no lease), % of one core, mean over hosts.
+    pub host_cpu_pct_idle: f64,
+    /// Hosts' CPU use while leases ran, % of one core, mean over hosts.
+    pub host_cpu_pct_leasing: f64,
+    /// The metering overhead of one running lease on its host: the CPU added per lease
+    /// running, % of one core.
+    pub metering_cpu_pct_per_lease: f64,
+    /// Every lease, as its host ran and settled it.
+    pub leases: Vec<LeaseReport>,
     /// Anything that went wrong.
     pub errors: Vec<String>,
     /// Seconds the whole run took.
     pub elapsed_s: f64,
 }
+
+/// One lease in the report.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LeaseReport {
+    /// Lease id.
+    pub lease: String,
+    /// Agreed price, micro-credits per GPU-hour.
+    pub price_per_gpu_hour: u64,
+    /// GPUs leased.
+    pub gpus: u64,
+    /// The container's runtime from Docker's own start and finish times, seconds.
+    pub runtime_s: f64,
+    /// What the ledger moved to the host, micro-credits.
+    pub charged: u64,
+    /// price × gpus × max(60, runtime_s) / 3600, micro-credits.
+    pub expected: f64,
+    /// Why it ended.
+    pub end_reason: String,
+    /// The workload's exit code.
+    pub exit_code: Option<i64>,
+    /// Whether the escrow is settled.
+    pub settled: bool,
+}
+
+/// Credits every node gets from the testnet faucet.
+const FAUCET_CREDITS: &str = "100";
+/// Receipt interval of the testnet's hosts, seconds.
+const RECEIPT_INTERVAL_S: &str = "2";
+/// How long a host waits for an acknowledgement, seconds.
+const ACK_GRACE_S: &str = "5";
+/// How long a renter's escrow must be idle before the renter may take it back, seconds.
+const LEDGER_RELEASE_GRACE_S: &str = "10";
+/// Each lease's length, seconds.
+const LEASE_S: u64 = 8;
 
 /// GPU models the fake hosts pretend to have: (NVML name, memory bytes, cc, base price).
 const MODELS: [(&str, u64, (u8, u8), &str); 5] = [
@@ -75,9 +136,49 @@ const MODELS: [(&str, u64, (u8, u8), &str); 5] = [
 ];
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "asia-east"];
 
-/// The image every testnet host lists (until hosts build and report real images).
-pub const TESTNET_IMAGE: &str =
-    "sha256:7e577e577e577e577e577e577e577e577e577e577e577e577e577e577e577e57";
+/// Builds (or finds, cached) the workload image through the local Docker daemon.
+pub fn build_image() -> anyhow::Result<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting an async runtime")?;
+    rt.block_on(async {
+        let exec = gpux_node::executor::Executor::connect("testnet").await?;
+        let image = gpux_node::executor::build_workload_image(
+            &exec,
+            Path::new(gpux_node::executor::BUSYBOX_PATH),
+        )
+        .await?;
+        Ok(image.to_string())
+    })
+}
+
+/// Lease containers of the given nodes that still exist.
+fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting an async runtime")?;
+    rt.block_on(async {
+        let mut n = 0;
+        for peer in peers {
+            let exec = gpux_node::executor::Executor::connect(peer).await?;
+            n += exec.containers().await?.len();
+        }
+        Ok(n)
+    })
+}
+
+/// CPU time a process has used, seconds (Linux: utime + stime in `/proc/<pid>/stat`).
+fn cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(ticks as f64 / 100.0)
+}
 
 /// Starts nodes and stops them all when dropped.
 struct Nodes {
@@ -184,19 +285,28 @@ pub fn up(
         children: Vec::new(),
     };
     let mut report = Report {
-        nodes: config.hosts + config.renters,
+        nodes: 1 + config.hosts + config.renters,
         ..Report::default()
     };
+    progress("building the workload image (FROM scratch + static busybox) through Docker");
+    let image = build_image().context("building the workload image")?;
+    report.image = image.clone();
+    progress(&format!("workload image {image}"));
     let mut bootstrap: Option<String> = None;
+    let mut ledger_dir = PathBuf::new();
     let mut host_dirs = Vec::new();
     let mut renter_dirs = Vec::new();
     let mut expected_offers = 0;
-    for i in 0..config.hosts + config.renters {
-        let is_host = i < config.hosts;
-        let name = if is_host {
-            format!("host-{i}")
+    // The ledger node first: everyone settles with it and joins through it.
+    for i in 0..1 + config.hosts + config.renters {
+        let is_ledger = i == 0;
+        let is_host = !is_ledger && i <= config.hosts;
+        let name = if is_ledger {
+            "ledger".to_string()
+        } else if is_host {
+            format!("host-{}", i - 1)
         } else {
-            format!("renter-{}", i - config.hosts)
+            format!("renter-{}", i - 1 - config.hosts)
         };
         let dir = base.join(&name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -210,32 +320,46 @@ pub fn up(
             "127.0.0.1:0",
         ]);
         if let Some(b) = &bootstrap {
-            cmd.args(["--bootstrap", b]);
+            cmd.args(["--bootstrap", b, "--ledger", b]);
         }
-        if is_host {
-            let (model, memory, cc, price) = MODELS[i % MODELS.len()];
-            let count = 1 + i % 4;
+        if is_ledger {
+            cmd.args([
+                "--serve-ledger",
+                "--ledger-release-grace",
+                LEDGER_RELEASE_GRACE_S,
+            ]);
+            ledger_dir = dir.clone();
+        } else if is_host {
+            let h = i - 1;
+            let (model, memory, cc, price) = MODELS[h % MODELS.len()];
+            let count = 1 + h % 4;
             let mut toml = String::new();
             for g in 0..count {
                 toml.push_str(&format!(
-                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{i:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\n\n",
+                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\n\n",
                     cc.0, cc.1
                 ));
             }
             let gpus = dir.join("gpus.toml");
             std::fs::write(&gpus, toml)?;
             cmd.env("GPUX_FAKE_NVML_CONFIG", &gpus)
-                .args(["--host", "--nvml-lib"])
+                .args(["--host", "--fake-gpus", "--nvml-lib"])
                 .arg(&fake)
                 .args([
                     "--image",
-                    TESTNET_IMAGE,
+                    &image,
                     "--price",
                     price,
                     "--region",
-                    REGIONS[i % REGIONS.len()],
+                    REGIONS[h % REGIONS.len()],
                     "--republish",
                     "5",
+                    "--min-duration",
+                    "1",
+                    "--receipt-interval",
+                    RECEIPT_INTERVAL_S,
+                    "--ack-grace",
+                    ACK_GRACE_S,
                 ]);
             expected_offers += 1;
             host_dirs.push(dir.clone());
@@ -276,7 +400,7 @@ pub fn up(
         }
     }
     progress(&format!(
-        "started {} hosts and {} renters in {}",
+        "started a ledger, {} hosts and {} renters in {}",
         config.hosts,
         config.renters,
         base.display()
@@ -318,19 +442,89 @@ pub fn up(
     report.node_rss_kb_median = percentile(&rss, 0.5);
     report.node_rss_kb_max = rss.last().copied().unwrap_or(0);
 
-    // Every renter rents one GPU, whatever is cheapest; then they keep the market busy until
-    // the duration ends.
+    // The faucet: every host and renter gets credits from the ledger.
+    let ledger = ApiClient::for_data_dir(&ledger_dir)?;
+    let mut peers = Vec::new();
+    for dir in host_dirs.iter().chain(&renter_dirs) {
+        let peer = gpux_node::load_key(dir)?.peer_id().to_string();
+        ledger
+            .post(
+                "/v1/ledger/mint",
+                &serde_json::json!({ "account": peer, "amount": FAUCET_CREDITS }),
+            )
+            .context("minting faucet credits")?;
+        peers.push(peer);
+    }
+    let host_peers: Vec<String> = peers[..hosts.len()].to_vec();
+    let credits = |errors: &mut Vec<String>| -> u64 {
+        hosts
+            .iter()
+            .chain(&renters)
+            .map(|c| match c.get("/v1/balance", &[]) {
+                Ok(b) => b["balance_micro"].as_u64().unwrap_or(0),
+                Err(e) => {
+                    errors.push(format!("reading a balance: {e:#}"));
+                    0
+                }
+            })
+            .sum()
+    };
+    report.credits_before = credits(&mut report.errors);
+    progress(&format!(
+        "faucet: {FAUCET_CREDITS} credits to each of {} nodes",
+        peers.len()
+    ));
+
+    // Hosts' CPU while idle, over a short window, as the metering baseline.
+    let host_pids: Vec<u32> = nodes
+        .children
+        .iter()
+        .filter(|(n, _)| n.starts_with("host-"))
+        .map(|(_, c)| c.id())
+        .collect();
+    let cpu_total = |pids: &[u32]| -> f64 { pids.iter().filter_map(|&p| cpu_s(p)).sum() };
+    let idle_from = (Instant::now(), cpu_total(&host_pids));
+    wait_until(Instant::now() + Duration::from_secs(3), &stop, || false);
+    let idle_to = (Instant::now(), cpu_total(&host_pids));
+    let pct = |from: (Instant, f64), to: (Instant, f64)| {
+        100.0 * (to.1 - from.1) / to.0.duration_since(from.0).as_secs_f64() / hosts.len() as f64
+    };
+    report.host_cpu_pct_idle = pct(idle_from, idle_to);
+
+    // Renters rent one GPU at a time, whatever is cheapest, for LEASE_S seconds, running the
+    // workload image; every third workload exits by itself (exit code 3) before its time.
     let end = Instant::now() + config.duration;
     let mut round = 0;
+    let mut next_rent = vec![Instant::now(); renters.len()];
+    let mut rent_ms = Vec::new();
+    let mut leases_started = 0u64;
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
         for (i, renter) in renters.iter().enumerate() {
-            let body =
-                serde_json::json!({ "query": "", "gpus": 1, "max_price": "10", "duration_s": 60 });
+            if Instant::now() < next_rent[i] {
+                continue;
+            }
+            let script = if leases_started % 3 == 2 {
+                "echo gpux workload: exiting early; sleep 3; echo bye; exit 3"
+            } else {
+                "echo gpux workload: started; i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done"
+            };
+            let body = serde_json::json!({
+                "query": "", "gpus": 1, "max_price": "10", "duration_s": LEASE_S,
+                "image": image, "command": ["sh", "-c", script],
+            });
+            let asked = Instant::now();
             match renter.post("/v1/rent", &body) {
                 Ok(lease) => {
+                    let ms = asked.elapsed().as_millis() as u64;
+                    rent_ms.push(ms);
+                    leases_started += 1;
                     report.leases_agreed += 1;
+                    next_rent[i] = Instant::now() + Duration::from_secs(LEASE_S + 1);
                     progress(&format!(
-                        "renter-{i} leased {} GPU at {} credits/h",
+                        "renter-{i}: container running {ms} ms after rent: lease {} on {} GPU at {} credits/h",
+                        lease["lease"]
+                            .as_str()
+                            .map_or("?", |l| &l[..12.min(l.len())]),
                         lease["gpus"].as_array().map_or(0, Vec::len),
                         lease["price_per_gpu_hour"].as_str().unwrap_or("?")
                     ));
@@ -342,9 +536,59 @@ pub fn up(
             }
         }
         round += 1;
-        let pause = Instant::now() + Duration::from_secs(2);
+        let pause = Instant::now() + Duration::from_secs(1);
         wait_until(pause.min(end), &stop, || false);
     }
+    let leasing_to = (Instant::now(), cpu_total(&host_pids));
+    report.host_cpu_pct_leasing = pct(idle_to, leasing_to);
+    rent_ms.sort_unstable();
+    report.rent_to_running_ms_p50 = percentile(&rent_ms, 0.5);
+    report.rent_to_running_ms_p95 = percentile(&rent_ms, 0.95);
+
+    // Every lease ends within its time; wait for all of them to settle.
+    progress("renting stopped; waiting for the last leases to end and settle");
+    let settled = |c: &ApiClient| -> (usize, usize) {
+        let leases = c.get("/v1/leases", &[]).unwrap_or_default();
+        let all = leases.as_array().map_or(0, Vec::len);
+        let done = leases
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| {
+                l["state"]["state"] == "settled"
+                    || l["state"]["state"] == "ended" && l["run"].is_null()
+            })
+            .count();
+        (done, all)
+    };
+    let all_settled = wait_until(
+        Instant::now() + Duration::from_secs(LEASE_S + 30),
+        &stop,
+        || {
+            hosts.iter().chain(&renters).all(|c| {
+                let (done, all) = settled(c);
+                done == all
+            })
+        },
+    );
+    if !all_settled {
+        report
+            .errors
+            .push("not every lease settled within 30 s of its end".into());
+    }
+    report.credits_after = credits(&mut report.errors);
+    collect_leases(&hosts, &renters, &mut report);
+    let lease_seconds: f64 = report.leases.iter().map(|l| l.runtime_s).sum();
+    let window = leasing_to.0.duration_since(idle_to.0).as_secs_f64();
+    let mean_leases_per_host = lease_seconds / window / hosts.len() as f64;
+    if mean_leases_per_host > 0.0 {
+        report.metering_cpu_pct_per_lease =
+            (report.host_cpu_pct_leasing - report.host_cpu_pct_idle) / mean_leases_per_host;
+    }
+    progress(&format!(
+        "{} leases settled; credits before {} / after {} micro-credits",
+        report.leases_settled, report.credits_before, report.credits_after
+    ));
 
     // Collect the figures.
     let published: usize = hosts
@@ -381,8 +625,81 @@ pub fn up(
     report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);
     report.errors.extend(nodes.stop());
+    match containers_of(&host_peers) {
+        Ok(n) => report.containers_left = n,
+        Err(e) => report.errors.push(format!("listing containers: {e:#}")),
+    }
+    if report.containers_left > 0 {
+        report.errors.push(format!(
+            "{} lease containers left behind",
+            report.containers_left
+        ));
+    }
+    if report.credits_before != report.credits_after {
+        report.errors.push(format!(
+            "credits not conserved: {} before, {} after",
+            report.credits_before, report.credits_after
+        ));
+    }
+    for l in &report.leases {
+        let second = l.price_per_gpu_hour as f64 * l.gpus as f64 / 3600.0;
+        if l.settled && (l.charged as f64 - l.expected).abs() > second + 1.0 {
+            report.errors.push(format!(
+                "lease {}: charged {} but {:.0} expected",
+                l.lease, l.charged, l.expected
+            ));
+        }
+    }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Per-lease figures from the hosts' records, and receipts acknowledged by the renters.
+fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Report) {
+    for host in hosts {
+        let Ok(leases) = host.get("/v1/leases", &[]) else {
+            continue;
+        };
+        for l in leases.as_array().into_iter().flatten() {
+            let run = &l["run"];
+            if l["role"] != "host" || run.is_null() {
+                continue;
+            }
+            let (Some(start), Some(end)) =
+                (run["started_at"].as_u64(), run["finished_at"].as_u64())
+            else {
+                continue;
+            };
+            report.containers_started += 1;
+            let price = l["price_per_gpu_hour_micro"].as_u64().unwrap_or(0);
+            let gpus = l["gpus"].as_array().map_or(0, Vec::len) as u64;
+            let runtime_s = end.saturating_sub(start) as f64 / 1000.0;
+            let settled = run["released"].as_bool() == Some(true);
+            report.leases_settled += usize::from(settled);
+            report.leases.push(LeaseReport {
+                lease: l["lease"].as_str().unwrap_or("?").to_string(),
+                price_per_gpu_hour: price,
+                gpus,
+                runtime_s,
+                charged: run["redeemed"].as_u64().unwrap_or(0),
+                expected: price as f64 * gpus as f64 * runtime_s.max(60.0) / 3600.0,
+                end_reason: run["end_reason"].as_str().unwrap_or("").to_string(),
+                exit_code: run["exit_code"].as_i64(),
+                settled,
+            });
+        }
+    }
+    for renter in renters {
+        let Ok(leases) = renter.get("/v1/leases", &[]) else {
+            continue;
+        };
+        report.receipts_acked += leases
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["run"]["acked_seq"].as_u64())
+            .sum::<u64>();
+    }
 }
 
 /// Resident memory of a process, KiB (Linux: `VmRSS` in `/proc/<pid>/status`).

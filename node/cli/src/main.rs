@@ -8,6 +8,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gpux_node::attest;
 
+mod lease_cmd;
+
 /// gpux: a peer-to-peer exchange for GPU compute.
 #[derive(Debug, Parser)]
 #[command(name = "gpux", version, about, long_about = None)]
@@ -56,9 +58,53 @@ enum Command {
         /// The image to run, by digest.
         #[arg(long, value_name = "sha256:DIGEST")]
         image: Option<String>,
+        /// An environment variable for the workload, NAME=VALUE (repeatable).
+        #[arg(long, value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Give the container a network (none by default).
+        #[arg(long)]
+        network: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The command to run in the container, after `--` [default: the image's].
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// A lease's container output (as the renter received it).
+    Logs {
+        /// The lease id.
+        lease: String,
+        /// Keep printing new output until the lease ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Stop a lease you rent: the host stops the container, bills the time used and
+    /// returns the rest of the escrow.
+    Stop {
+        /// The lease id.
+        lease: String,
+    },
+    /// A lease's usage receipts and their acknowledgements.
+    Receipts {
+        /// The lease id.
+        lease: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// This node's balance at its ledger.
+    Balance {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// On a node that serves the ledger: credit an account (the testnet faucet).
+    Mint {
+        /// The account's peer id.
+        account: String,
+        /// Credits.
+        amount: String,
     },
     /// Place a standing bid: signed and gossiped; this node rents as soon as an offer that
     /// satisfies it arrives (or is already known).
@@ -133,6 +179,9 @@ struct NodeRunArgs {
     /// An image the host has locally, by digest (repeatable; hosts need at least one).
     #[arg(long, value_name = "sha256:DIGEST")]
     image: Vec<String>,
+    /// Shortest lease accepted, seconds [default: 60; billing's minimum is 60 s regardless].
+    #[arg(long)]
+    min_duration: Option<u32>,
     /// Longest lease accepted, seconds [default: 86400].
     #[arg(long)]
     max_duration: Option<u32>,
@@ -142,6 +191,25 @@ struct NodeRunArgs {
     /// How often offers are re-published, seconds [default: 120].
     #[arg(long)]
     republish: Option<u64>,
+    /// The GPUs are simulated (fake NVML driver): containers get no GPU device.
+    #[arg(long)]
+    fake_gpus: bool,
+    /// The ledger node to settle with, ending in /p2p/PEER_ID.
+    #[arg(long, value_name = "MULTIADDR")]
+    ledger: Option<String>,
+    /// Serve the settlement ledger from this node.
+    #[arg(long)]
+    serve_ledger: bool,
+    /// Ledger: seconds an escrow must be idle before its payer may take it back [default: 600].
+    #[arg(long, value_name = "SECONDS")]
+    ledger_release_grace: Option<u64>,
+    /// Host: seconds between usage receipts [default: 60].
+    #[arg(long, value_name = "SECONDS")]
+    receipt_interval: Option<u64>,
+    /// Host: seconds to wait for a receipt's acknowledgement before stopping the lease
+    /// [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    ack_grace: Option<u64>,
 }
 
 /// What a renter wants, shared by `rent` and `bid`.
@@ -304,16 +372,34 @@ fn run() -> anyhow::Result<ExitCode> {
                 print_hits(&hits);
             }
         }
-        Command::Rent { want, image, json } => {
+        Command::Rent {
+            want,
+            image,
+            env,
+            network,
+            json,
+            command,
+        } => {
             let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
             let mut body = want.body()?;
             body["image"] = serde_json::json!(image);
+            body["command"] = serde_json::json!(command);
+            body["network"] = serde_json::json!(network);
+            let env: serde_json::Map<String, serde_json::Value> = env
+                .iter()
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+                        .with_context(|| format!("--env {kv}: expected NAME=VALUE"))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            body["env"] = serde_json::Value::Object(env);
             let lease = client.post("/v1/rent", &body)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&lease)?);
             } else {
                 println!(
-                    "lease {} with {}: {} GPU(s) at {} credits per GPU-hour for {} s (escrow {} credits)",
+                    "lease {} running with {}: {} GPU(s) at {} credits per GPU-hour for {} s (escrow {} credits)",
                     lease["lease"].as_str().unwrap_or("?"),
                     lease["host"].as_str().unwrap_or("?"),
                     lease["gpus"].as_array().map_or(0, Vec::len),
@@ -348,6 +434,36 @@ fn run() -> anyhow::Result<ExitCode> {
                     );
                 }
             }
+        }
+        Command::Logs { lease, follow } => return lease_cmd::logs(&dir, &lease, follow),
+        Command::Stop { lease } => {
+            let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
+            client.post(&format!("/v1/leases/{lease}/stop"), &serde_json::json!({}))?;
+            println!(
+                "lease {lease}: the host is stopping it; `gpux receipts {lease}` shows the bill"
+            );
+        }
+        Command::Receipts { lease, json } => return lease_cmd::receipts(&dir, &lease, json),
+        Command::Balance { json } => {
+            let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
+            let balance = client.get("/v1/balance", &[])?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&balance)?);
+            } else {
+                println!(
+                    "{} credits ({})",
+                    balance["balance"].as_str().unwrap_or("?"),
+                    balance["account"].as_str().unwrap_or("?")
+                );
+            }
+        }
+        Command::Mint { account, amount } => {
+            let client = gpux_node::api_client::ApiClient::for_data_dir(&dir)?;
+            let done = client.post(
+                "/v1/ledger/mint",
+                &serde_json::json!({ "account": account, "amount": amount }),
+            )?;
+            println!("{}", serde_json::to_string_pretty(&done)?);
         }
         Command::Attest { nvml_lib, json, .. } => {
             let (key, created) = gpux_node::init_key(&dir)?;
@@ -531,6 +647,43 @@ fn testnet_up(
         report.rejected_messages,
         report.errors.len()
     );
+    println!(
+        "containers: {} started, {} left; {} receipts acknowledged; {} leases settled",
+        report.containers_started,
+        report.containers_left,
+        report.receipts_acked,
+        report.leases_settled
+    );
+    println!(
+        "credits: {} before, {} after (micro-credits){}",
+        report.credits_before,
+        report.credits_after,
+        if report.credits_before == report.credits_after {
+            ", conserved"
+        } else {
+            ", NOT CONSERVED"
+        }
+    );
+    for l in &report.leases {
+        println!(
+            "  lease {}: {} GPU at {} µcr/h, ran {:.2} s ({}), charged {} µcr, expected {:.0}",
+            &l.lease[..12.min(l.lease.len())],
+            l.gpus,
+            l.price_per_gpu_hour,
+            l.runtime_s,
+            l.end_reason,
+            l.charged,
+            l.expected
+        );
+    }
+    println!(
+        "rent to running: p50 {} ms, p95 {} ms; host CPU idle {:.2}%, leasing {:.2}%, metering {:.2}% of a core per lease",
+        report.rent_to_running_ms_p50,
+        report.rent_to_running_ms_p95,
+        report.host_cpu_pct_idle,
+        report.host_cpu_pct_leasing,
+        report.metering_cpu_pct_per_lease
+    );
     for e in &report.errors {
         println!("error: {e}");
     }
@@ -561,9 +714,16 @@ fn node_run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<ExitCode> {
         region: args.region,
         images: args.image,
         nvml_lib: args.nvml_lib,
+        min_duration_s: args.min_duration,
         max_duration_s: args.max_duration,
         offer_ttl_s: args.offer_ttl,
         republish_s: args.republish,
+        fake_gpus: args.fake_gpus,
+        ledger: args.ledger,
+        serve_ledger: args.serve_ledger,
+        ledger_release_grace_s: args.ledger_release_grace,
+        receipt_interval_s: args.receipt_interval,
+        ack_grace_s: args.ack_grace,
     };
     let config = gpux_node::config::resolve(&dir, flags)?;
     // Logs to stderr; RUST_LOG overrides the default level (info).

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use axum::extract::{FromRequestParts, Query, State};
+use axum::extract::{FromRequestParts, Path as UrlPath, Query, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ApiCommand, BidRequest, RentRequest};
+use super::{ApiCommand, BidRequest, MintRequest, RentRequest};
 
 /// The token file's name.
 pub const TOKEN_FILE: &str = "api.token";
@@ -121,6 +121,53 @@ async fn bid(
     ask(&state, |reply| ApiCommand::Bid { request, reply }).await
 }
 
+#[derive(serde::Deserialize)]
+struct LogParams {
+    from: Option<u64>,
+}
+
+async fn logs(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    Query(p): Query<LogParams>,
+) -> Response {
+    let from = p.from.unwrap_or(0);
+    ask(&state, |reply| ApiCommand::Logs { lease, from, reply }).await
+}
+
+async fn receipts(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Receipts { lease, reply }).await
+}
+
+async fn stop(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Stop { lease, reply }).await
+}
+
+async fn balance(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Balance { reply }).await
+}
+
+async fn mint(
+    _: Authorized,
+    State(state): State<AppState>,
+    Json(request): Json<MintRequest>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Mint { request, reply }).await
+}
+
+async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Ledger { reply }).await
+}
+
 async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Shutdown { reply }).await
 }
@@ -179,6 +226,12 @@ pub(crate) async fn serve(
         .route("/v1/status", get(status))
         .route("/v1/offers", get(offers))
         .route("/v1/leases", get(leases))
+        .route("/v1/leases/{lease}/logs", get(logs))
+        .route("/v1/leases/{lease}/receipts", get(receipts))
+        .route("/v1/leases/{lease}/stop", post(stop))
+        .route("/v1/balance", get(balance))
+        .route("/v1/ledger", get(ledger))
+        .route("/v1/ledger/mint", post(mint))
         .route("/v1/rent", post(rent))
         .route("/v1/bid", post(bid))
         .route("/v1/shutdown", post(shutdown_node))

@@ -4,6 +4,10 @@
 //! back, so the loop never waits on a peer.
 
 pub mod api;
+mod leases;
+mod run;
+
+pub use run::LeaseTiming;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -44,12 +48,16 @@ pub struct HostOptions {
     pub region: String,
     /// Images the host has, by digest.
     pub images: Vec<ImageDigest>,
+    /// Shortest lease accepted, seconds (billing has a 60 s minimum regardless).
+    pub min_duration_s: u32,
     /// Longest lease accepted, seconds.
     pub max_duration_s: u32,
     /// How long each published offer lives, seconds.
     pub offer_ttl_s: u64,
     /// How often offers are re-published, seconds.
     pub republish_s: u64,
+    /// The GPUs are simulated (the fake NVML driver): containers get no GPU device.
+    pub fake_gpus: bool,
 }
 
 /// The daemon's settings.
@@ -67,6 +75,21 @@ pub struct DaemonConfig {
     pub mdns: bool,
     /// Set for a host.
     pub host: Option<HostOptions>,
+    /// The ledger node this node settles with (`.../p2p/<its peer id>`).
+    pub ledger: Option<Multiaddr>,
+    /// Set to serve the ledger (`/gpux/ledger/1`) from this node.
+    pub serve_ledger: Option<gpux_market::LedgerConfig>,
+    /// Receipt interval and acknowledgement grace.
+    pub timing: LeaseTiming,
+}
+
+/// A faucet order to a ledger node's API, `/v1/ledger/mint`.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct MintRequest {
+    /// The account: a peer id (`12D3KooW...`).
+    pub account: String,
+    /// Credits (`100.0`).
+    pub amount: String,
 }
 
 /// A renter's request to the API's `/v1/rent`.
@@ -82,6 +105,15 @@ pub struct RentRequest {
     pub duration_s: u32,
     /// Image to run (`sha256:...`); the first the host lists when absent.
     pub image: Option<String>,
+    /// The command to run in the container (empty: the image's default).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Environment for the workload (`NVIDIA_*` is the host's to set).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Whether the container may use the network.
+    #[serde(default)]
+    pub network: bool,
 }
 
 pub(crate) type Reply = oneshot::Sender<Result<serde_json::Value, String>>;
@@ -125,6 +157,29 @@ pub(crate) enum ApiCommand {
     Shutdown {
         reply: Reply,
     },
+    Logs {
+        lease: String,
+        from: u64,
+        reply: Reply,
+    },
+    Receipts {
+        lease: String,
+        reply: Reply,
+    },
+    Stop {
+        lease: String,
+        reply: Reply,
+    },
+    Balance {
+        reply: Reply,
+    },
+    Mint {
+        request: MintRequest,
+        reply: Reply,
+    },
+    Ledger {
+        reply: Reply,
+    },
 }
 
 /// What background tasks ask of the node.
@@ -139,6 +194,10 @@ enum Internal {
         allocation: Allocation,
         reply: oneshot::Sender<()>,
     },
+    /// A renter's lease was settled at the ledger (its escrow released).
+    Settled { lease: ContentId },
+    /// A renter's settlement pass finished.
+    SweepDone,
 }
 
 struct Daemon {
@@ -159,6 +218,19 @@ struct Daemon {
     arrivals_ms: std::collections::VecDeque<u64>,
     rejected: u64,
     accepted: u64,
+    /// The ledger this node settles with.
+    ledger: Option<crate::ledger::LedgerClient>,
+    /// The ledger this node serves.
+    ledger_service: Option<crate::ledger::LedgerService<SledStore>>,
+    /// Host: what lease tasks need.
+    run_ctx: Option<run::RunCtx>,
+    /// Host: running lease tasks, by lease.
+    runners: std::collections::BTreeMap<ContentId, run::StopTx>,
+    runner_tasks: tokio::task::JoinSet<()>,
+    timing: LeaseTiming,
+    /// A renter settlement pass is running.
+    sweeping: bool,
+    lease_ticks: u64,
 }
 
 /// Runs the node until `shutdown` resolves or the API asks it to stop.
@@ -199,11 +271,54 @@ pub async fn run(
         own_bids: Vec::new(),
         rejected: 0,
         accepted: 0,
+        ledger: None,
+        ledger_service: None,
+        run_ctx: None,
+        runners: std::collections::BTreeMap::new(),
+        runner_tasks: tokio::task::JoinSet::new(),
+        timing: config.timing,
+        sweeping: false,
+        lease_ticks: 0,
     };
     daemon.load_snapshot(t);
-    if let Some(options) = config.host.clone() {
+    if let Some(ledger_config) = config.serve_ledger {
+        daemon.ledger_service = Some(
+            crate::ledger::LedgerService::open(key.clone(), state.clone(), ledger_config)
+                .context("opening the ledger")?,
+        );
+    }
+    if let Some(addr) = config.ledger.clone() {
+        let client =
+            crate::ledger::LedgerClient::new(net.clone(), addr).map_err(|e| anyhow::anyhow!(e))?;
+        daemon.ledger = Some(client);
+    }
+    let (over_tx, mut over_rx) = mpsc::channel::<ContentId>(64);
+    if let Some(mut options) = config.host.clone() {
         let host = Host::new(key.clone(), state.clone(), t)?;
+        let exec = crate::executor::Executor::connect(&key.peer_id().to_string())
+            .await
+            .context("a host runs leases in Docker")?;
+        if options.images.is_empty() {
+            options.images = exec
+                .list_images()
+                .await
+                .context("listing the host's images")?;
+        }
+        let ledger = daemon.ledger.clone().context(
+            "a host needs a ledger to settle with (--ledger or `ledger` in config.toml)",
+        )?;
+        daemon.run_ctx = Some(run::RunCtx {
+            key: key.clone(),
+            net: net.clone(),
+            state: state.clone(),
+            exec,
+            ledger,
+            timing: config.timing,
+            fake_gpus: options.fake_gpus,
+            over_tx,
+        });
         daemon.host = Some((host, options, None));
+        daemon.recover_host_leases().await;
         daemon.attest_and_publish().await?;
     }
     let (api_tx, mut api_rx) = mpsc::channel(64);
@@ -222,6 +337,7 @@ pub async fn run(
     let mut republish_tick = tokio::time::interval(Duration::from_secs(republish));
     republish_tick.tick().await;
     let mut sweep_tick = tokio::time::interval(Duration::from_secs(10));
+    let mut lease_tick = tokio::time::interval(Duration::from_secs(1));
     let mut pending_tick = tokio::time::interval(Duration::from_millis(250));
     tokio::pin!(shutdown);
     loop {
@@ -236,6 +352,9 @@ pub async fn run(
                 daemon.on_api(command);
             }
             Some(internal) = internal_rx.recv() => daemon.on_internal(internal),
+            Some(lease) = over_rx.recv() => daemon.on_lease_over(&lease),
+            _ = lease_tick.tick() => daemon.sweep_leases(),
+            Some(_) = daemon.runner_tasks.join_next(), if !daemon.runner_tasks.is_empty() => {}
             _ = republish_tick.tick() => {
                 if let Err(e) = daemon.publish_offers().await {
                     tracing::warn!("re-publishing offers: {e:#}");
@@ -249,6 +368,7 @@ pub async fn run(
             }
         }
     }
+    daemon.stop_runners(&mut over_rx).await;
     let _ = api_stop_tx.send(());
     let _ = api_task.await;
     net.shutdown().await.ok();
@@ -374,7 +494,7 @@ impl Daemon {
                 gpus: BoundedVec::new(gpus).map_err(|e| anyhow::anyhow!("{e}"))?,
                 price_per_gpu_hour: options.price,
                 spot_floor_per_gpu_hour: options.spot_floor,
-                min_duration_s: 60,
+                min_duration_s: options.min_duration_s,
                 max_duration_s: options.max_duration_s,
                 region: BoundedString::new(options.region.clone())
                     .map_err(|e| anyhow::anyhow!("region: {e}"))?,
@@ -452,6 +572,14 @@ impl Daemon {
                 }
                 let _ = self.net.report(id, source, acceptance).await;
             }
+            NetworkEvent::Request {
+                id,
+                proto,
+                peer,
+                data,
+            } if proto != p2p::Proto::Lease || !is_lease_request(&data) => {
+                self.on_request(id, proto, peer, data).await;
+            }
             NetworkEvent::Request { id, data, .. } => {
                 let answer = match self.host.as_mut() {
                     Some((host, _, _)) => host.handle_request(data, now()),
@@ -513,26 +641,7 @@ impl Daemon {
                 let _ = reply.send(result);
             }
             ApiCommand::Leases { reply } => {
-                let result = self
-                    .state
-                    .leases()
-                    .map_err(|e| e.to_string())
-                    .map(|leases| {
-                        serde_json::Value::Array(
-                            leases
-                                .iter()
-                                .map(|l| {
-                                    serde_json::json!({
-                                        "lease": gpux_protocol::hex(&l.lease),
-                                        "role": l.role,
-                                        "state": l.state,
-                                        "updated_at": l.updated_at,
-                                    })
-                                })
-                                .collect(),
-                        )
-                    });
-                let _ = reply.send(result);
+                let _ = reply.send(self.leases_json());
             }
             ApiCommand::Rent { request, reply } => self.start_rent(request, reply),
             ApiCommand::Bid { request, reply } => {
@@ -553,6 +662,7 @@ impl Daemon {
                 });
             }
             ApiCommand::Shutdown { .. } => {}
+            other => self.on_lease_api(other),
         }
     }
 
@@ -588,6 +698,8 @@ impl Daemon {
                 let _ = self.book.reserve(&allocation, ContentId(record.lease));
                 let _ = reply.send(());
             }
+            Internal::Settled { lease } => self.on_renter_settled(&lease),
+            Internal::SweepDone => self.sweeping = false,
         }
     }
 
@@ -668,8 +780,11 @@ impl Daemon {
             key: self.key.clone(),
             net: self.net.clone(),
             internal: self.internal_tx.clone(),
+            state: self.state.clone(),
+            ledger: self.ledger.as_ref().map(crate::ledger::LedgerClient::key),
             spec,
             image,
+            workload: Workload::default(),
         }
     }
 
@@ -707,7 +822,35 @@ impl Daemon {
                 return;
             }
         };
-        let task = self.rent_task(spec, image);
+        let mut task = self.rent_task(spec, image);
+        let env: Result<Vec<_>, String> = request
+            .env
+            .iter()
+            .map(|(name, value)| {
+                Ok(gpux_protocol::EnvVar {
+                    name: BoundedString::new(name.clone()).map_err(|e| format!("{name}: {e}"))?,
+                    value: BoundedString::new(value.clone()).map_err(|e| format!("{name}: {e}"))?,
+                })
+            })
+            .collect();
+        let command: Result<Vec<_>, String> = request
+            .command
+            .iter()
+            .map(|a| BoundedString::new(a.clone()).map_err(|e| format!("command: {e}")))
+            .collect();
+        match (command, env) {
+            (Ok(command), Ok(env)) => {
+                task.workload = Workload {
+                    command,
+                    env,
+                    network: request.network,
+                };
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        }
         tokio::spawn(async move {
             let _ = reply.send(task.run().await);
         });
@@ -720,12 +863,33 @@ struct RentTask {
     key: Keypair,
     net: Client,
     internal: mpsc::Sender<Internal>,
+    state: NodeState<SledStore>,
+    /// The ledger's key (records of locked escrows must be signed by it).
+    ledger: Option<gpux_protocol::PublicKey>,
     spec: BidSpec,
     image: Option<ImageDigest>,
+    workload: Workload,
+}
+
+/// What a rented container runs.
+#[derive(Debug, Clone, Default)]
+struct Workload {
+    command: Vec<BoundedString<1024>>,
+    env: Vec<gpux_protocol::EnvVar>,
+    network: bool,
+}
+
+/// Whether a `/gpux/lease/1` frame is a `LeaseRequest` (handled by the host role's book)
+/// rather than an escrow lock or a lease end.
+fn is_lease_request(data: &[u8]) -> bool {
+    data.get(4) == Some(&(gpux_protocol::MessageKind::LeaseRequest as u8))
 }
 
 impl RentTask {
     async fn run(self) -> Result<serde_json::Value, String> {
+        if self.ledger.is_none() {
+            return Err("this node has no ledger to lock an escrow with (--ledger or `ledger` in config.toml)".into());
+        }
         let mut excluded = BTreeSet::new();
         let mut refusals = Vec::new();
         for _ in 0..5 {
@@ -762,6 +926,79 @@ impl RentTask {
         Err(format!("no host accepted: {}", refusals.join("; ")))
     }
 
+    /// Locks the escrow for an accepted lease through its host (which submits the lock to the
+    /// ledger and starts the container once the ledger confirms), and waits until the
+    /// container runs.
+    async fn lock_and_start(
+        &self,
+        request: &Verified<LeaseRequest>,
+        host: libp2p::PeerId,
+    ) -> Result<(), String> {
+        let lease = request.id();
+        let lock = Signed::sign(
+            &self.key,
+            gpux_protocol::EscrowLock {
+                escrow: request.escrow,
+                lease,
+                payer: self.key.public(),
+                payee: request.host,
+                amount: request.escrow_amount,
+                price_per_gpu_hour: request.price_per_gpu_hour,
+                created_at: now(),
+                ext: Ext::new(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        // The work cannot have started before this moment: receipts are checked against it.
+        let run = crate::store::RunRecord {
+            lease: lease.0,
+            started_at: Some(now().0),
+            last_contact: now().0,
+            ..Default::default()
+        };
+        self.state.save_run(&run).map_err(|e| e.to_string())?;
+        let ended = |reason: String| {
+            let _ = self
+                .state
+                .set_lease_state(&lease, LeaseState::Ended { reason }, now());
+        };
+        let answer = match self.net.request(host, lock.as_bytes().to_vec()).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                // The host may still have started it: the lease stays as it is, and receipts
+                // (or their absence) decide.
+                return Err(format!("the host did not confirm the start: {e}"));
+            }
+        };
+        match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
+            Ok(AnyVerified::LedgerRecord(record)) => {
+                if Some(record.signer()) != self.ledger
+                    || record.escrow != request.escrow
+                    || !matches!(record.entry, gpux_protocol::LedgerEntry::Locked { .. })
+                {
+                    ended("ContainerFailed".into());
+                    return Err(
+                        "the host's start confirmation is not the ledger's record of this escrow"
+                            .into(),
+                    );
+                }
+                let _ = self
+                    .state
+                    .set_lease_state(&lease, LeaseState::Running, now());
+                Ok(())
+            }
+            Ok(AnyVerified::LeaseReject(reject)) => {
+                ended(format!("{:?}", reject.reason));
+                Err(format!(
+                    "the host did not start the lease: {:?} ({})",
+                    reject.reason, reject.detail
+                ))
+            }
+            Ok(_) => Err("the host answered the escrow lock with an unexpected message".into()),
+            Err(e) => Err(format!("the host's answer does not verify: {e}")),
+        }
+    }
+
     async fn request(
         &self,
         allocation: &Allocation,
@@ -786,15 +1023,15 @@ impl RentTask {
             duration_s: self.spec.duration_s,
             kind: self.spec.kind,
             image,
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
+            command: BoundedVec::new(self.workload.command.clone()).map_err(|e| e.to_string())?,
+            env: BoundedVec::new(self.workload.env.clone()).map_err(|e| e.to_string())?,
             limits: ResourceLimits {
                 memory_bytes: 1 << 30,
                 cpu_millis: 1000,
                 pids: 256,
                 scratch_bytes: 1 << 28,
             },
-            network: false,
+            network: self.workload.network,
             escrow: EscrowId(escrow),
             escrow_amount,
             bid: None,
@@ -830,7 +1067,9 @@ impl RentTask {
                     })
                     .await;
                 let _ = rx.await;
+                self.lock_and_start(&request, peer).await?;
                 Ok(serde_json::json!({
+                    "running": true,
                     "lease": request.id().to_string(),
                     "host": allocation.host.peer_id().to_string(),
                     "offer": allocation.offer.to_string(),

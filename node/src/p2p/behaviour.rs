@@ -12,6 +12,10 @@ use super::{NetConfig, topics};
 
 /// The lease negotiation protocol.
 pub(crate) const LEASE_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/lease/1");
+/// Usage receipts, their acknowledgements, container logs and lease ends while a lease runs.
+pub(crate) const RECEIPT_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/receipt/1");
+/// The settlement ledger: escrow locks, redemptions, releases and balance queries.
+pub(crate) const LEDGER_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/ledger/1");
 /// Kademlia's protocol name for the gpux network (kept apart from the public IPFS DHT).
 pub(crate) const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/kad/1");
 
@@ -23,6 +27,15 @@ pub(crate) struct Behaviour {
     pub(crate) kad: Toggle<kad::Behaviour<kad::store::MemoryStore>>,
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
     pub(crate) lease: request_response::Behaviour<EnvelopeCodec>,
+    pub(crate) receipt: request_response::Behaviour<EnvelopeCodec>,
+    pub(crate) ledger: request_response::Behaviour<EnvelopeCodec>,
+}
+
+fn request_response(protocol: StreamProtocol) -> request_response::Behaviour<EnvelopeCodec> {
+    request_response::Behaviour::new(
+        [(protocol, request_response::ProtocolSupport::Full)],
+        request_response::Config::default().with_request_timeout(Duration::from_secs(15)),
+    )
 }
 
 /// Gossipsub as the design says: signed, strict, content-addressed ids (blake3 of the data),
@@ -112,9 +125,8 @@ pub(crate) fn build(
         ping: ping::Behaviour::new(ping::Config::new()),
         kad: Toggle::from(kad),
         mdns: Toggle::from(mdns),
-        lease: request_response::Behaviour::new(
-            [(LEASE_PROTOCOL, request_response::ProtocolSupport::Full)],
-            request_response::Config::default().with_request_timeout(Duration::from_secs(15)),
-        ),
+        lease: request_response(LEASE_PROTOCOL),
+        receipt: request_response(RECEIPT_PROTOCOL),
+        ledger: request_response(LEDGER_PROTOCOL),
     })
 }

@@ -29,6 +29,24 @@ pub enum NetError {
     Request(String),
 }
 
+/// The request-response protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// `/gpux/lease/1`: lease requests, escrow locks, lease ends.
+    Lease,
+    /// `/gpux/receipt/1`: receipts, log chunks and lease ends while a lease runs.
+    Receipt,
+    /// `/gpux/ledger/1`: the settlement ledger.
+    Ledger,
+}
+
+/// An inbound request's handle, unique across protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InboundId {
+    pub(crate) proto: Proto,
+    pub(crate) id: InboundRequestId,
+}
+
 /// What the network reports to the node.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -44,10 +62,12 @@ pub enum NetworkEvent {
         /// The data: a signed envelope, unverified.
         data: Vec<u8>,
     },
-    /// A request on `/gpux/lease/1`: answer with [`Client::respond`].
+    /// A request on one of the request-response protocols: answer with [`Client::respond`].
     Request {
-        /// Its id.
-        id: InboundRequestId,
+        /// Its id (answer with it).
+        id: InboundId,
+        /// The protocol it came on.
+        proto: Proto,
         /// Who sent it.
         peer: PeerId,
         /// The data: a signed envelope, unverified.
@@ -83,12 +103,13 @@ pub(crate) enum Command {
         acceptance: MessageAcceptance,
     },
     Request {
+        proto: Proto,
         peer: PeerId,
         data: Vec<u8>,
         reply: oneshot::Sender<Result<Vec<u8>, NetError>>,
     },
     Respond {
-        id: InboundRequestId,
+        id: InboundId,
         data: Vec<u8>,
     },
     ListenAddrs {
@@ -176,12 +197,27 @@ impl Client {
 
     /// Sends a request on `/gpux/lease/1` and waits for the answer.
     pub async fn request(&self, peer: PeerId, data: Vec<u8>) -> Result<Vec<u8>, NetError> {
-        self.ask(|reply| Command::Request { peer, data, reply })
-            .await?
+        self.request_on(Proto::Lease, peer, data).await
+    }
+
+    /// Sends a request on `proto` and waits for the answer.
+    pub async fn request_on(
+        &self,
+        proto: Proto,
+        peer: PeerId,
+        data: Vec<u8>,
+    ) -> Result<Vec<u8>, NetError> {
+        self.ask(|reply| Command::Request {
+            proto,
+            peer,
+            data,
+            reply,
+        })
+        .await?
     }
 
     /// Answers an inbound request.
-    pub async fn respond(&self, id: InboundRequestId, data: Vec<u8>) -> Result<(), NetError> {
+    pub async fn respond(&self, id: InboundId, data: Vec<u8>) -> Result<(), NetError> {
         self.tx
             .send(Command::Respond { id, data })
             .await

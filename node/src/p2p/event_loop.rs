@@ -5,21 +5,23 @@ use std::collections::HashMap;
 use futures::StreamExt;
 use libp2p::gossipsub::{self, IdentTopic, TopicHash};
 use libp2p::multiaddr::Protocol;
-use libp2p::request_response::{self, InboundRequestId, OutboundRequestId, ResponseChannel};
+use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::{DialError, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, Swarm, identify, kad, mdns};
 use tokio::sync::{mpsc, oneshot};
 
 use super::behaviour::{Behaviour, BehaviourEvent};
-use super::client::{Command, NetError, NetworkEvent};
+use super::client::{Command, InboundId, NetError, NetworkEvent, Proto};
+
+type ReplyTx = oneshot::Sender<Result<Vec<u8>, NetError>>;
 
 pub(crate) struct EventLoop {
     swarm: Swarm<Behaviour>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<NetworkEvent>,
     pending_dials: HashMap<PeerId, Vec<oneshot::Sender<Result<(), NetError>>>>,
-    pending_requests: HashMap<OutboundRequestId, oneshot::Sender<Result<Vec<u8>, NetError>>>,
-    pending_responses: HashMap<InboundRequestId, ResponseChannel<Vec<u8>>>,
+    pending_requests: HashMap<(Proto, OutboundRequestId), ReplyTx>,
+    pending_responses: HashMap<InboundId, ResponseChannel<Vec<u8>>>,
     bootstrapped: bool,
 }
 
@@ -124,18 +126,19 @@ impl EventLoop {
                     .gossipsub
                     .report_message_validation_result(&id, &source, acceptance);
             }
-            Command::Request { peer, data, reply } => {
-                let id = self.swarm.behaviour_mut().lease.send_request(&peer, data);
-                self.pending_requests.insert(id, reply);
+            Command::Request {
+                proto,
+                peer,
+                data,
+                reply,
+            } => {
+                let id = self.behaviour(proto).send_request(&peer, data);
+                self.pending_requests.insert((proto, id), reply);
             }
             Command::Respond { id, data } => {
                 if let Some(channel) = self.pending_responses.remove(&id) {
                     // The requester may have gone; then there is nobody to answer.
-                    let _ = self
-                        .swarm
-                        .behaviour_mut()
-                        .lease
-                        .send_response(channel, data);
+                    let _ = self.behaviour(id.proto).send_response(channel, data);
                 }
             }
             Command::ListenAddrs { reply } => {
@@ -240,7 +243,15 @@ impl EventLoop {
                     tracing::debug!("cannot dial discovered peer {peer}: {e}");
                 }
             }
-            SwarmEvent::Behaviour(BehaviourEvent::Lease(event)) => self.on_lease_event(event).await,
+            SwarmEvent::Behaviour(BehaviourEvent::Lease(event)) => {
+                self.on_request_event(Proto::Lease, event).await
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Receipt(event)) => {
+                self.on_request_event(Proto::Receipt, event).await
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ledger(event)) => {
+                self.on_request_event(Proto::Ledger, event).await
+            }
             _ => {}
         }
     }
@@ -252,7 +263,23 @@ impl EventLoop {
         }
     }
 
-    async fn on_lease_event(&mut self, event: request_response::Event<Vec<u8>, Vec<u8>>) {
+    fn behaviour(
+        &mut self,
+        proto: Proto,
+    ) -> &mut request_response::Behaviour<super::codec::EnvelopeCodec> {
+        let behaviour = self.swarm.behaviour_mut();
+        match proto {
+            Proto::Lease => &mut behaviour.lease,
+            Proto::Receipt => &mut behaviour.receipt,
+            Proto::Ledger => &mut behaviour.ledger,
+        }
+    }
+
+    async fn on_request_event(
+        &mut self,
+        proto: Proto,
+        event: request_response::Event<Vec<u8>, Vec<u8>>,
+    ) {
         match event {
             request_response::Event::Message { peer, message, .. } => match message {
                 request_response::Message::Request {
@@ -260,9 +287,14 @@ impl EventLoop {
                     request,
                     channel,
                 } => {
-                    self.pending_responses.insert(request_id, channel);
-                    self.emit(NetworkEvent::Request {
+                    let id = InboundId {
+                        proto,
                         id: request_id,
+                    };
+                    self.pending_responses.insert(id, channel);
+                    self.emit(NetworkEvent::Request {
+                        id,
+                        proto,
                         peer,
                         data: request,
                     })
@@ -272,7 +304,7 @@ impl EventLoop {
                     request_id,
                     response,
                 } => {
-                    if let Some(reply) = self.pending_requests.remove(&request_id) {
+                    if let Some(reply) = self.pending_requests.remove(&(proto, request_id)) {
                         let _ = reply.send(Ok(response));
                     }
                 }
@@ -283,12 +315,15 @@ impl EventLoop {
                 peer,
                 ..
             } => {
-                if let Some(reply) = self.pending_requests.remove(&request_id) {
+                if let Some(reply) = self.pending_requests.remove(&(proto, request_id)) {
                     let _ = reply.send(Err(NetError::Request(format!("{peer}: {error}"))));
                 }
             }
             request_response::Event::InboundFailure { request_id, .. } => {
-                self.pending_responses.remove(&request_id);
+                self.pending_responses.remove(&InboundId {
+                    proto,
+                    id: request_id,
+                });
             }
             request_response::Event::ResponseSent { .. } => {}
         }

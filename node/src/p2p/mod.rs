@@ -1,6 +1,7 @@
 //! The node's libp2p networking: TCP + noise + yamux, identify, ping, gossipsub (signed,
 //! strict, blake3 message ids, application validation, peer scoring), kademlia with bootstrap
-//! addresses, mDNS on LANs (off in tests), and request-response `/gpux/lease/1`.
+//! addresses, mDNS on LANs (off in tests), and request-response `/gpux/lease/1`,
+//! `/gpux/receipt/1` and `/gpux/ledger/1`.
 //!
 //! One task owns the `Swarm` (the event loop); the rest of the node holds a cloneable
 //! [`Client`] that sends commands over a bounded channel, and receives [`NetworkEvent`]s.
@@ -19,9 +20,9 @@ use gpux_protocol::Keypair;
 use libp2p::{noise, tcp, yamux};
 use tokio::sync::mpsc;
 
-pub use client::{Client, NetError, NetworkEvent};
+pub use client::{Client, InboundId, NetError, NetworkEvent, Proto};
 pub use libp2p::gossipsub::{MessageAcceptance, MessageId};
-pub use libp2p::{Multiaddr, PeerId, request_response::InboundRequestId};
+pub use libp2p::{Multiaddr, PeerId};
 
 /// Capacity of the command channel into the event loop.
 pub const COMMAND_CAPACITY: usize = 256;

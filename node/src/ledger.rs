@@ -1,0 +1,499 @@
+//! The ledger node and its clients, on `/gpux/ledger/1`.
+//!
+//! The settlement rules are `gpux_market::Ledger`, a pure state machine. A ledger node serves
+//! it: every operation it applies is appended to a log in sled and flushed *before* it is
+//! answered, and on start the log is replayed (every envelope verified again), so a restarted
+//! ledger has exactly the balances it had. Answers to applied operations are
+//! [`LedgerRecord`]s signed by the ledger's key, so a host can prove to itself that a renter's
+//! escrow is locked.
+//!
+//! Operations are idempotent: re-submitting an applied lock, a redemption of a receipt not
+//! newer than the last one redeemed, or a release of a closed escrow changes nothing and is
+//! answered [`LedgerResponse::Unchanged`]. That lets every party retry after a timeout
+//! without ever settling twice.
+//!
+//! The wire format (both directions, one frame each): bincode 2 (standard configuration) of
+//! [`LedgerRequest`] / [`LedgerResponse`], every byte consumed.
+
+use bincode::{Decode, Encode};
+use gpux_market::{Applied, Ledger, LedgerConfig, LedgerError, LedgerOp};
+use gpux_protocol::{
+    AnySigned, AnyVerified, EscrowId, Ext, Keypair, LedgerEntry, LedgerRecord, MicroCredits,
+    PublicKey, Signed, Timestamp, Verified,
+};
+use libp2p::{Multiaddr, PeerId};
+
+use crate::p2p::{Client, Proto};
+use crate::store::{Durability, NodeState, Store, StoreError, Tree};
+
+/// A request to the ledger node.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum LedgerRequest {
+    /// Apply a signed `EscrowLock`, `Redeem` or `Release` envelope.
+    Submit(Vec<u8>),
+    /// An account's balance.
+    Balance(PublicKey),
+    /// An escrow's state.
+    Escrow(EscrowId),
+}
+
+/// An escrow as the ledger reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct EscrowView {
+    /// Amount locked, micro-credits.
+    pub amount: u64,
+    /// Paid to the payee so far.
+    pub redeemed: u64,
+    /// Highest receipt seq redeemed.
+    pub last_seq: u64,
+    /// Whether the remainder went back to the payer.
+    pub released: bool,
+    /// Payer account.
+    pub payer: PublicKey,
+    /// Payee account.
+    pub payee: PublicKey,
+}
+
+/// The ledger node's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum LedgerResponse {
+    /// Applied: the ledger's signed record.
+    Record(Vec<u8>),
+    /// Already applied (a retry): nothing changed.
+    Unchanged(String),
+    /// A balance, micro-credits.
+    Balance(u64),
+    /// An escrow (None: unknown).
+    Escrow(Option<EscrowView>),
+    /// Refused, with the reason; nothing changed.
+    Refused(String),
+}
+
+/// The largest ledger frame accepted (a redemption carries two envelopes).
+const MAX_FRAME: usize = 8 * 1024;
+
+/// Encodes a ledger wire value.
+pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
+    bincode::encode_to_vec(value, bincode::config::standard()).unwrap_or_default()
+}
+
+/// Decodes a ledger wire value: bounded, and every byte must be consumed.
+pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, String> {
+    if bytes.len() > MAX_FRAME {
+        return Err(format!(
+            "frame of {} bytes exceeds {MAX_FRAME}",
+            bytes.len()
+        ));
+    }
+    let (value, used) =
+        bincode::decode_from_slice(bytes, bincode::config::standard().with_limit::<MAX_FRAME>())
+            .map_err(|e| format!("undecodable ledger frame: {e}"))?;
+    if used != bytes.len() {
+        return Err("trailing bytes after a ledger frame".into());
+    }
+    Ok(value)
+}
+
+/// One entry of the ledger's operation log.
+#[derive(Debug, Clone, Encode, Decode)]
+struct LogEntry {
+    at: Timestamp,
+    op: LogOp,
+}
+
+#[derive(Debug, Clone, Encode, Decode)]
+enum LogOp {
+    Mint {
+        account: PublicKey,
+        amount: MicroCredits,
+    },
+    Envelope(Vec<u8>),
+}
+
+/// Why a ledger operation was not applied.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The envelope is not a ledger operation or does not verify.
+    #[error("not a valid ledger operation: {0}")]
+    Invalid(String),
+    /// The ledger's rules refused it.
+    #[error(transparent)]
+    Refused(#[from] LedgerError),
+    /// The log could not be written (nothing was applied).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a submission did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Applied; the ledger's signed record.
+    Applied(Box<Verified<LedgerRecord>>),
+    /// Nothing to do (already applied).
+    Unchanged(String),
+}
+
+/// The ledger node's state: the state machine, its durable log and its key.
+pub struct LedgerService<S> {
+    key: Keypair,
+    ledger: Ledger,
+    state: NodeState<S>,
+    next: u64,
+}
+
+impl<S> std::fmt::Debug for LedgerService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerService")
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+fn op_of(verified: &AnyVerified) -> Option<LedgerOp<'_>> {
+    match verified {
+        AnyVerified::EscrowLock(lock) => Some(LedgerOp::Lock(lock)),
+        AnyVerified::Redeem(redeem) => Some(LedgerOp::Redeem(redeem)),
+        AnyVerified::Release(release) => Some(LedgerOp::Release(release)),
+        _ => None,
+    }
+}
+
+impl<S: Store> LedgerService<S> {
+    /// Opens the ledger over `state`, replaying its log.
+    pub fn open(
+        key: Keypair,
+        state: NodeState<S>,
+        config: LedgerConfig,
+    ) -> Result<Self, ServiceError> {
+        let mut ledger = Ledger::new(config);
+        let mut next = 1;
+        for (k, v) in state.store().scan(Tree::LedgerLog)? {
+            let entry: LogEntry = decode(&v).map_err(|e| {
+                ServiceError::Store(StoreError::Corrupt {
+                    path: std::path::PathBuf::from("ledger-log"),
+                    tree: "ledger-log",
+                    reason: e,
+                })
+            })?;
+            match entry.op {
+                LogOp::Mint { account, amount } => {
+                    ledger.apply(LedgerOp::Mint { account, amount }, entry.at)?;
+                }
+                LogOp::Envelope(bytes) => {
+                    let verified = AnySigned::from_bytes(bytes)
+                        .and_then(AnySigned::verify)
+                        .map_err(|e| ServiceError::Invalid(e.to_string()))?;
+                    let op = op_of(&verified)
+                        .ok_or_else(|| ServiceError::Invalid("not a ledger operation".into()))?;
+                    ledger.apply(op, entry.at)?;
+                }
+            }
+            let seq = k
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_be_bytes);
+            next = seq + 1;
+        }
+        Ok(Self {
+            key,
+            ledger,
+            state,
+            next,
+        })
+    }
+
+    /// The state machine (read-only).
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn log(&mut self, entry: &LogEntry) -> Result<u64, StoreError> {
+        let seq = self.next;
+        self.state.store().put(
+            Tree::LedgerLog,
+            &seq.to_be_bytes(),
+            &encode(entry),
+            Durability::Flush,
+        )?;
+        self.next += 1;
+        Ok(seq)
+    }
+
+    fn record(
+        &self,
+        seq: u64,
+        now: Timestamp,
+        op: gpux_protocol::ContentId,
+        escrow: EscrowId,
+        entry: LedgerEntry,
+    ) -> Result<Verified<LedgerRecord>, ServiceError> {
+        Signed::sign(
+            &self.key,
+            LedgerRecord {
+                seq,
+                created_at: now,
+                op,
+                escrow,
+                entry,
+                ext: Ext::new(),
+            },
+        )
+        .map_err(|e| ServiceError::Invalid(e.to_string()))
+    }
+
+    /// Mints credits (the testnet faucet), logged and flushed.
+    pub fn mint(
+        &mut self,
+        account: PublicKey,
+        amount: MicroCredits,
+        now: Timestamp,
+    ) -> Result<Verified<LedgerRecord>, ServiceError> {
+        // Applied to a copy first: the log must never hold an operation that fails.
+        let mut next = self.ledger.clone();
+        next.apply(LedgerOp::Mint { account, amount }, now)?;
+        let seq = self.log(&LogEntry {
+            at: now,
+            op: LogOp::Mint { account, amount },
+        })?;
+        self.ledger = next;
+        let op =
+            gpux_protocol::ContentId(*blake3::hash(&encode(&(account, amount, seq))).as_bytes());
+        self.record(
+            seq,
+            now,
+            op,
+            EscrowId([0; 16]),
+            LedgerEntry::Minted { account, amount },
+        )
+    }
+
+    /// Applies a signed ledger operation: verified, checked, logged (flushed), then applied.
+    pub fn submit(&mut self, envelope: Vec<u8>, now: Timestamp) -> Result<Outcome, ServiceError> {
+        let verified = AnySigned::from_bytes(envelope.clone())
+            .and_then(AnySigned::verify)
+            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        let op = op_of(&verified).ok_or_else(|| {
+            ServiceError::Invalid(
+                "only EscrowLock, Redeem and Release are ledger operations".into(),
+            )
+        })?;
+        if let Some(unchanged) = self.already_applied(&verified) {
+            return Ok(Outcome::Unchanged(unchanged));
+        }
+        let mut next = self.ledger.clone();
+        let applied = next.apply(op, now)?;
+        let (escrow, entry) = match (&verified, applied) {
+            (_, Applied::AlreadyRedeemed { seq, last_seq }) => {
+                return Ok(Outcome::Unchanged(format!(
+                    "receipt {seq} is not newer than the last one redeemed ({last_seq})"
+                )));
+            }
+            (AnyVerified::EscrowLock(lock), Applied::Locked { amount }) => (
+                lock.escrow,
+                LedgerEntry::Locked {
+                    payer: lock.payer,
+                    payee: lock.payee,
+                    amount,
+                },
+            ),
+            (
+                AnyVerified::Redeem(redeem),
+                Applied::Redeemed {
+                    amount,
+                    cumulative,
+                    seq,
+                },
+            ) => {
+                let payee = next
+                    .escrow(&redeem.escrow)
+                    .map_or(redeem.signer(), |e| e.payee);
+                (
+                    redeem.escrow,
+                    LedgerEntry::Redeemed {
+                        payee,
+                        amount,
+                        cumulative,
+                        receipt_seq: seq,
+                    },
+                )
+            }
+            (AnyVerified::Release(release), Applied::Released { refunded }) => {
+                let payer = next
+                    .escrow(&release.escrow)
+                    .map_or(release.signer(), |e| e.payer);
+                (
+                    release.escrow,
+                    LedgerEntry::Released {
+                        payer,
+                        amount: refunded,
+                    },
+                )
+            }
+            _ => return Err(ServiceError::Invalid("unexpected ledger outcome".into())),
+        };
+        let seq = self.log(&LogEntry {
+            at: now,
+            op: LogOp::Envelope(envelope),
+        })?;
+        self.ledger = next;
+        self.record(seq, now, verified_id(&verified), escrow, entry)
+            .map(|r| Outcome::Applied(Box::new(r)))
+    }
+
+    /// A lock already applied (same escrow, lease, payer and amount) or a release of a closed
+    /// escrow: retries, answered without change.
+    fn already_applied(&self, verified: &AnyVerified) -> Option<String> {
+        match verified {
+            AnyVerified::EscrowLock(lock) => {
+                let e = self.ledger.escrow(&lock.escrow)?;
+                (e.lease == lock.lease && e.payer == lock.payer && e.amount == lock.amount)
+                    .then(|| format!("escrow {} is already locked", lock.escrow))
+            }
+            AnyVerified::Release(release) => {
+                let e = self.ledger.escrow(&release.escrow)?;
+                (e.released && e.lease == release.lease)
+                    .then(|| format!("escrow {} is already released", release.escrow))
+            }
+            _ => None,
+        }
+    }
+
+    /// Answers one request frame.
+    pub fn handle(&mut self, frame: &[u8], now: Timestamp) -> LedgerResponse {
+        let request: LedgerRequest = match decode(frame) {
+            Ok(r) => r,
+            Err(e) => return LedgerResponse::Refused(e),
+        };
+        match request {
+            LedgerRequest::Submit(envelope) => match self.submit(envelope, now) {
+                Ok(Outcome::Applied(record)) => LedgerResponse::Record(record.as_bytes().to_vec()),
+                Ok(Outcome::Unchanged(why)) => LedgerResponse::Unchanged(why),
+                Err(e) => LedgerResponse::Refused(e.to_string()),
+            },
+            LedgerRequest::Balance(account) => {
+                LedgerResponse::Balance(self.ledger.balance(&account).0)
+            }
+            LedgerRequest::Escrow(id) => {
+                LedgerResponse::Escrow(self.ledger.escrow(&id).map(|e| EscrowView {
+                    amount: e.amount.0,
+                    redeemed: e.redeemed.0,
+                    last_seq: e.last_seq,
+                    released: e.released,
+                    payer: e.payer,
+                    payee: e.payee,
+                }))
+            }
+        }
+    }
+}
+
+fn verified_id(verified: &AnyVerified) -> gpux_protocol::ContentId {
+    match verified {
+        AnyVerified::EscrowLock(v) => v.id(),
+        AnyVerified::Redeem(v) => v.id(),
+        AnyVerified::Release(v) => v.id(),
+        _ => gpux_protocol::ContentId([0; 32]),
+    }
+}
+
+/// A party's connection to the ledger node it trusts.
+#[derive(Debug, Clone)]
+pub struct LedgerClient {
+    net: Client,
+    addr: Multiaddr,
+    peer: PeerId,
+    key: PublicKey,
+}
+
+impl LedgerClient {
+    /// The ledger at `addr`, which must end with `/p2p/<peer id>` (the ledger's key).
+    pub fn new(net: Client, addr: Multiaddr) -> Result<Self, String> {
+        let Some(libp2p::multiaddr::Protocol::P2p(peer)) = addr.iter().last() else {
+            return Err(format!(
+                "the ledger address {addr} must end with /p2p/<the ledger's peer id>"
+            ));
+        };
+        let key = peer
+            .to_base58()
+            .parse::<gpux_protocol::PeerId>()
+            .map_err(|e| format!("the ledger's peer id: {e}"))?
+            .public_key();
+        Ok(Self {
+            net,
+            addr,
+            peer,
+            key,
+        })
+    }
+
+    /// The ledger's public key.
+    pub fn key(&self) -> PublicKey {
+        self.key
+    }
+
+    /// Sends a request; when the ledger is not connected, dials it and tries once more.
+    pub async fn call(&self, request: &LedgerRequest) -> Result<LedgerResponse, String> {
+        let frame = encode(request);
+        let answer = match self
+            .net
+            .request_on(Proto::Ledger, self.peer, frame.clone())
+            .await
+        {
+            Ok(answer) => answer,
+            Err(_) => {
+                let _ = self.net.dial(self.addr.clone()).await;
+                self.net
+                    .request_on(Proto::Ledger, self.peer, frame)
+                    .await
+                    .map_err(|e| format!("the ledger at {} did not answer: {e}", self.addr))?
+            }
+        };
+        decode(&answer)
+    }
+
+    /// Submits a signed operation; an applied one comes back as the ledger's verified record.
+    pub async fn submit(&self, envelope: Vec<u8>) -> Result<SubmitResult, String> {
+        match self.call(&LedgerRequest::Submit(envelope)).await? {
+            LedgerResponse::Record(bytes) => {
+                let record = Signed::<LedgerRecord>::from_bytes(bytes)
+                    .and_then(Signed::verify)
+                    .map_err(|e| format!("the ledger's record does not verify: {e}"))?;
+                if record.signer() != self.key {
+                    return Err("the ledger's record is not signed by the ledger".into());
+                }
+                Ok(SubmitResult::Applied(Box::new(record)))
+            }
+            LedgerResponse::Unchanged(why) => Ok(SubmitResult::Unchanged(why)),
+            LedgerResponse::Refused(why) => Err(format!("the ledger refused: {why}")),
+            _ => Err("the ledger answered with an unexpected message".into()),
+        }
+    }
+
+    /// An account's balance.
+    pub async fn balance(&self, account: PublicKey) -> Result<MicroCredits, String> {
+        match self.call(&LedgerRequest::Balance(account)).await? {
+            LedgerResponse::Balance(b) => Ok(MicroCredits(b)),
+            LedgerResponse::Refused(why) => Err(format!("the ledger refused: {why}")),
+            _ => Err("the ledger answered with an unexpected message".into()),
+        }
+    }
+
+    /// An escrow's state.
+    pub async fn escrow(&self, id: EscrowId) -> Result<Option<EscrowView>, String> {
+        match self.call(&LedgerRequest::Escrow(id)).await? {
+            LedgerResponse::Escrow(e) => Ok(e),
+            LedgerResponse::Refused(why) => Err(format!("the ledger refused: {why}")),
+            _ => Err("the ledger answered with an unexpected message".into()),
+        }
+    }
+}
+
+/// What a submission through [`LedgerClient::submit`] did.
+#[derive(Debug)]
+pub enum SubmitResult {
+    /// Applied: the ledger's record, verified against its key.
+    Applied(Box<Verified<LedgerRecord>>),
+    /// Already applied before.
+    Unchanged(String),
+}
