@@ -195,6 +195,16 @@ impl Ledger {
         self.escrows.get(id)
     }
 
+    /// Every account with its balance, in key order.
+    pub fn accounts(&self) -> impl Iterator<Item = (PublicKey, MicroCredits)> + '_ {
+        self.balances.iter().map(|(k, &b)| (*k, MicroCredits(b)))
+    }
+
+    /// Every escrow, open or closed, in id order.
+    pub fn escrows(&self) -> impl Iterator<Item = (&EscrowId, &Escrow)> {
+        self.escrows.iter()
+    }
+
     /// All credits ever minted.
     pub fn minted(&self) -> MicroCredits {
         MicroCredits(self.minted)

@@ -320,7 +320,14 @@ pub fn up(
             "127.0.0.1:0",
         ]);
         if let Some(b) = &bootstrap {
-            cmd.args(["--bootstrap", b, "--ledger", b]);
+            // Everyone runs with the network's receipt timing: hosts sign receipts at that
+            // interval, renters' watchdogs expect them.
+            cmd.args(["--bootstrap", b, "--ledger", b]).args([
+                "--receipt-interval",
+                RECEIPT_INTERVAL_S,
+                "--ack-grace",
+                ACK_GRACE_S,
+            ]);
         }
         if is_ledger {
             cmd.args([
@@ -356,10 +363,6 @@ pub fn up(
                     "5",
                     "--min-duration",
                     "1",
-                    "--receipt-interval",
-                    RECEIPT_INTERVAL_S,
-                    "--ack-grace",
-                    ACK_GRACE_S,
                 ]);
             expected_offers += 1;
             host_dirs.push(dir.clone());

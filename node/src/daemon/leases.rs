@@ -414,10 +414,21 @@ impl Daemon {
             ApiCommand::Ledger { reply } => {
                 let result = match self.ledger_service.as_ref() {
                     None => Err("this node does not serve a ledger".to_string()),
-                    Some(service) => Ok(serde_json::json!({
-                        "minted_micro": service.ledger().minted().0,
-                        "total_micro": service.ledger().total().to_string(),
-                    })),
+                    Some(service) => {
+                        let ledger = service.ledger();
+                        let balances: serde_json::Map<String, serde_json::Value> = ledger
+                            .accounts()
+                            .map(|(k, b)| (k.peer_id().to_string(), serde_json::json!(b.0)))
+                            .collect();
+                        let open = ledger.escrows().filter(|(_, e)| !e.released).count();
+                        Ok(serde_json::json!({
+                            "minted_micro": ledger.minted().0,
+                            "total_micro": u64::try_from(ledger.total()).unwrap_or(u64::MAX),
+                            "balances": balances,
+                            "escrows": ledger.escrows().count(),
+                            "open_escrows": open,
+                        }))
+                    }
                 };
                 let _ = reply.send(result);
             }

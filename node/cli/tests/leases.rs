@@ -1,0 +1,369 @@
+//! Leases end to end, with real processes, real Docker and a real ledger node: the container
+//! as inspected, logs at the renter, stop, settlement, and the chaos cases (renter killed,
+//! host killed, ledger restarted, restarts that resume). Every test checks that credits are
+//! conserved exactly.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::market::{
+    FAUCET_MICRO, LEDGER_GRACE_S, Market, RECEIPT_INTERVAL_S, docker_containers, docker_inspect,
+    docker_volumes, wait_for,
+};
+
+/// A workload that prints a line every second until stopped.
+const TICKER: &str =
+    "echo hello from gpux; i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done";
+
+fn run_of(lease: &Value) -> &Value {
+    &lease["run"]
+}
+
+fn state(lease: &Value) -> String {
+    lease["state"]["state"].as_str().unwrap_or("").to_string()
+}
+
+#[test]
+fn a_lease_runs_hardened_streams_logs_stops_and_settles_and_the_ledger_survives_a_restart() {
+    let market = Market::start(1, 1, 10);
+    let (host, renter) = (&market.hosts[0], &market.renters[0]);
+    let lease = market.rent(renter, 300, TICKER);
+
+    // The container, as Docker reports it.
+    let ids = docker_containers(&lease);
+    assert_eq!(ids.len(), 1, "one container per lease");
+    let c = docker_inspect(&ids[0]);
+    let hc = &c["HostConfig"];
+    assert_eq!(hc["CapDrop"], serde_json::json!(["ALL"]), "{hc}");
+    assert!(hc["CapAdd"].is_null() || hc["CapAdd"] == serde_json::json!([]));
+    assert!(
+        hc["SecurityOpt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o.as_str().unwrap().starts_with("no-new-privileges")),
+        "{hc}"
+    );
+    assert_eq!(hc["ReadonlyRootfs"], true);
+    assert_eq!(hc["NetworkMode"], "none");
+    assert_eq!(hc["Memory"], 1u64 << 30);
+    assert_eq!(hc["MemorySwap"], 1u64 << 30, "no swap beyond the limit");
+    assert_eq!(hc["NanoCpus"], 1_000_000_000u64);
+    assert_eq!(hc["PidsLimit"], 256);
+    assert!(hc["Binds"].is_null(), "no host paths: {}", hc["Binds"]);
+    assert!(hc["Tmpfs"]["/scratch"].is_string(), "{}", hc["Tmpfs"]);
+    assert_eq!(c["Config"]["Labels"]["gpux.lease"], lease.as_str());
+    assert_eq!(c["Config"]["Labels"]["gpux.node"], host.peer.as_str());
+    assert_eq!(c["Config"]["User"], "65534:65534");
+    assert!(
+        !c["Mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["Source"].as_str().unwrap_or("").contains("docker.sock")),
+        "never the Docker socket"
+    );
+
+    // Its output reaches the renter.
+    wait_for("the logs at the renter", 20, || {
+        let out = renter.gpux(&["logs", &lease]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.contains("hello from gpux") && text.contains("tick 2")
+    });
+    // Receipts flow and are acknowledged.
+    wait_for("two acknowledged receipts", 20, || {
+        run_of(&renter.lease(&lease))["acked_seq"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    // The ledger node restarts mid-lease: balances and escrows intact.
+    let before = market.ledger_state();
+    let mut market = market;
+    market.ledger.restart();
+    let after = market.ledger_state();
+    assert_eq!(before["balances"], after["balances"]);
+    assert_eq!(before["open_escrows"], after["open_escrows"]);
+    assert_eq!(after["open_escrows"], 1);
+    market.assert_conserved();
+    let (host, renter) = (&market.hosts[0], &market.renters[0]);
+
+    // The renter stops it.
+    let stop = renter.gpux(&["stop", &lease]);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    wait_for("the lease to settle on both sides", 30, || {
+        state(&renter.lease(&lease)) == "settled" && state(&host.lease(&lease)) == "settled"
+    });
+    let hosted = host.lease(&lease);
+    let run = run_of(&hosted);
+    assert_eq!(run["end_reason"], "RenterStopped", "{hosted}");
+    assert!(
+        docker_containers(&lease).is_empty(),
+        "the container is erased"
+    );
+    assert!(docker_volumes(&lease).is_empty(), "its volumes are erased");
+    // The bill: 1 GPU at 1000 µcr/s, under a minute: the 60-second minimum.
+    let runtime_ms = run["finished_at"].as_u64().unwrap() - run["started_at"].as_u64().unwrap();
+    let expected = 1000 * (runtime_ms / 1000).max(60);
+    assert_eq!(run["redeemed"].as_u64().unwrap(), expected, "{hosted}");
+    assert_eq!(market.balance(host), FAUCET_MICRO + expected);
+    assert_eq!(market.balance(renter), FAUCET_MICRO - expected);
+    market.assert_conserved();
+    assert_eq!(market.ledger_state()["open_escrows"], 0);
+    // The renter's receipts: the last acknowledged one is what was paid.
+    let out = renter.gpux(&["receipts", &lease, "--json"]);
+    let receipts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let last = receipts["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|r| r["acked"] == true)
+        .unwrap()
+        .clone();
+    assert_eq!(last["amount_due_micro"].as_u64().unwrap(), expected);
+    // `logs --follow` ends once the lease has.
+    let follow = renter.gpux(&["logs", "--follow", &lease]);
+    assert!(follow.status.success());
+    assert!(String::from_utf8_lossy(&follow.stdout).contains("tick 1"));
+    // The balance command.
+    let balance = renter.gpux(&["balance", "--json"]);
+    let balance: Value = serde_json::from_slice(&balance.stdout).unwrap();
+    assert_eq!(balance["balance_micro"], FAUCET_MICRO - expected);
+}
+
+#[test]
+fn a_killed_renter_gets_its_lease_stopped_and_the_host_is_paid_exactly_to_the_last_ack() {
+    let grace = 3;
+    let mut market = Market::start(1, 1, grace);
+    let lease = market.rent(&market.renters[0], 300, TICKER);
+    let host = &market.hosts[0];
+    wait_for("two acknowledged receipts at the host", 20, || {
+        run_of(&host.lease(&lease))["acked_seq"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    market.renters[0].kill9();
+    let killed = Instant::now();
+    let host = &market.hosts[0];
+    wait_for("the host to stop the lease", 30, || {
+        run_of(&host.lease(&lease))["end_reason"] == "ReceiptNotAcknowledged"
+    });
+    // Within the grace period (plus the interval in which the missed receipt was sent and
+    // the time to notice).
+    let bound = Duration::from_secs(grace + RECEIPT_INTERVAL_S + 5);
+    assert!(killed.elapsed() <= bound, "took {:?}", killed.elapsed());
+    wait_for("the container to go", 20, || {
+        docker_containers(&lease).is_empty()
+    });
+    wait_for("the host to settle", 20, || {
+        state(&host.lease(&lease)) == "settled"
+    });
+    let hosted = host.lease(&lease);
+    let run = run_of(&hosted);
+    let acked = run["acked_amount"].as_u64().unwrap();
+    assert!(acked > 0);
+    assert!(
+        run["last_seq"].as_u64().unwrap() > run["acked_seq"].as_u64().unwrap(),
+        "receipts went unacknowledged: {hosted}"
+    );
+    assert_eq!(run["redeemed"].as_u64().unwrap(), acked, "{hosted}");
+    assert_eq!(market.balance(host), FAUCET_MICRO + acked);
+    assert_eq!(market.balance(&market.renters[0]), FAUCET_MICRO - acked);
+    market.assert_conserved();
+    assert_eq!(market.ledger_state()["open_escrows"], 0);
+}
+
+#[test]
+fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() {
+    let mut market = Market::start(1, 1, 10);
+    let lease = market.rent(&market.renters[0], 300, TICKER);
+    let renter = &market.renters[0];
+    wait_for("two acknowledged receipts at the renter", 20, || {
+        run_of(&renter.lease(&lease))["acked_seq"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    market.hosts[0].kill9();
+    // The renter notices the silence, waits out the ledger's grace and takes the rest of its
+    // escrow back.
+    let renter = &market.renters[0];
+    wait_for(
+        "the renter to settle without the host",
+        40 + LEDGER_GRACE_S,
+        || state(&renter.lease(&lease)) == "settled",
+    );
+    let rented = renter.lease(&lease);
+    assert_eq!(run_of(&rented)["end_reason"], "HostSilent", "{rented}");
+    let acked = run_of(&rented)["acked_amount"].as_u64().unwrap();
+    let paid = FAUCET_MICRO - market.balance(renter);
+    assert!(
+        paid > 0 && paid <= acked,
+        "paid {paid}, acknowledged {acked}"
+    );
+    assert_eq!(market.balance(&market.hosts[0]), FAUCET_MICRO + paid);
+    market.assert_conserved();
+    assert_eq!(market.ledger_state()["open_escrows"], 0);
+    // The host's container outlived it (SIGKILL); on restart the host finds it by its label,
+    // sees the escrow closed, and erases it; nothing is paid twice.
+    assert_eq!(docker_containers(&lease).len(), 1);
+    market.hosts[0].restart();
+    wait_for("the restarted host to erase the container", 30, || {
+        docker_containers(&lease).is_empty()
+    });
+    let host = &market.hosts[0];
+    wait_for("the host to close the lease", 20, || {
+        state(&host.lease(&lease)) == "settled"
+    });
+    assert_eq!(market.balance(host), FAUCET_MICRO + paid, "settled twice");
+    assert_eq!(market.balance(&market.renters[0]), FAUCET_MICRO - paid);
+    market.assert_conserved();
+}
+
+#[test]
+fn restarted_hosts_resume_metering_and_restarted_renters_resume_acknowledging() {
+    let mut market = Market::start(1, 1, 15);
+    let lease = market.rent(&market.renters[0], 30, TICKER);
+    let acked = |m: &Market| {
+        run_of(&m.renters[0].lease(&lease))["acked_seq"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    wait_for("two acknowledged receipts", 20, || acked(&market) >= 2);
+    market.hosts[0].kill9();
+    market.hosts[0].restart();
+    let at_restart = acked(&market);
+    wait_for("receipts after the host's restart", 20, || {
+        acked(&market) >= at_restart + 2
+    });
+    assert!(
+        market.hosts[0].log().contains("resuming"),
+        "{}",
+        market.hosts[0].log()
+    );
+    market.renters[0].kill9();
+    market.renters[0].restart();
+    let at_restart = acked(&market);
+    wait_for("acknowledgements after the renter's restart", 20, || {
+        acked(&market) >= at_restart + 2
+    });
+    // It runs to its end and settles.
+    let host = &market.hosts[0];
+    wait_for("the lease to end and settle", 45, || {
+        state(&host.lease(&lease)) == "settled"
+    });
+    let hosted = host.lease(&lease);
+    let run = run_of(&hosted);
+    assert_eq!(run["end_reason"], "DurationReached", "{hosted}");
+    let runtime_ms = run["finished_at"].as_u64().unwrap() - run["started_at"].as_u64().unwrap();
+    assert!(
+        (30_000..32_000).contains(&runtime_ms),
+        "ran {runtime_ms} ms for a 30 s lease"
+    );
+    assert_eq!(
+        run["redeemed"].as_u64().unwrap(),
+        60_000,
+        "the 60 s minimum"
+    );
+    assert!(docker_containers(&lease).is_empty());
+    market.assert_conserved();
+}
+
+#[test]
+fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
+    let market = Market::start(1, 1, 10);
+    let (host, renter) = (&market.hosts[0], &market.renters[0]);
+    let search = renter.gpux(&["offers", "search", "gpu=l4 region=eu", "--json"]);
+    assert!(String::from_utf8_lossy(&search.stdout).contains("\"family\": \"l4\""));
+    let lease = market.rent(renter, 300, TICKER);
+    for node in [renter, host] {
+        let out = String::from_utf8(node.gpux(&["leases"]).stdout).unwrap();
+        assert!(out.contains(&lease) && out.contains("running"), "{out}");
+    }
+    // The GPU is taken: a second rent finds nothing.
+    let again = renter.gpux(&["rent", "gpu=l4", "--max-price", "5"]);
+    assert!(!again.status.success());
+    // The host withdraws the leased GPU from the market.
+    wait_for("the leased GPU to leave the market", 30, || {
+        let out = renter.gpux(&["offers", "search", "gpu=l4", "--json"]);
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "[]"
+    });
+    // The API refuses a request without the token (401) or with a wrong one.
+    let addr = std::fs::read_to_string(renter.dir.join("api.addr")).unwrap();
+    for auth in [None, Some("Bearer 00")] {
+        let mut stream = std::net::TcpStream::connect(addr.trim()).unwrap();
+        let header = auth
+            .map(|a| format!("Authorization: {a}\r\n"))
+            .unwrap_or_default();
+        use std::io::{Read, Write};
+        write!(
+            stream,
+            "GET /v1/status HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+    }
+    for file in ["node.key", "api.token", "api.addr"] {
+        let mode = std::fs::metadata(renter.dir.join(file))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
+    }
+}
+
+#[test]
+fn a_standing_bid_is_filled_when_a_matching_offer_arrives() {
+    let mut market = Market::start(0, 1, 10);
+    let renter = &market.renters[0];
+    let bid = renter.gpux(&["bid", "gpu=l4", "--max-price", "5", "--duration", "5m"]);
+    assert!(
+        bid.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bid.stderr)
+    );
+    assert!(String::from_utf8_lossy(&bid.stdout).contains("standing bid"));
+    market.add_host();
+    let renter = &market.renters[0];
+    wait_for("the bid to be filled", 30, || {
+        renter
+            .leases()
+            .iter()
+            .any(|l| l["role"] == "renter" && state(l) == "running")
+    });
+}
+
+#[test]
+fn a_lease_for_an_image_the_host_lacks_is_refused_before_any_charge() {
+    let market = Market::start(1, 1, 10);
+    let renter = &market.renters[0];
+    let missing = format!("sha256:{}", "ee".repeat(32));
+    let out = renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image",
+        &missing,
+        "--",
+        "sh",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ImageMissing"), "{err}");
+    assert_eq!(market.balance(renter), FAUCET_MICRO);
+    market.assert_conserved();
+}

@@ -1,0 +1,373 @@
+//! A small market of real `gpux node run` processes on loopback for the lease tests: one
+//! ledger node, hosts with fake GPUs (real NVML code path, real Docker), and renters. Nodes
+//! can be killed with SIGKILL and started again on the same data dir and port.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpux_node::api_client::ApiClient;
+use serde_json::Value;
+
+/// Timing the market's nodes run with (seconds).
+pub const RECEIPT_INTERVAL_S: u64 = 1;
+pub const LEDGER_GRACE_S: u64 = 5;
+/// Credits each node gets from the faucet.
+pub const FAUCET_MICRO: u64 = 100_000_000;
+
+pub struct Node {
+    pub name: String,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, PathBuf)>,
+    child: Option<Child>,
+    pub peer: String,
+    pub addr: String,
+}
+
+impl Node {
+    fn spawn(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join("api.addr"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("node.log"))
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpux"));
+        cmd.args(["node", "run", "--data-dir"])
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().unwrap());
+        let dir = self.dir.clone();
+        wait_for(&format!("{}'s API", self.name), 30, || {
+            dir.join("api.addr").exists()
+        });
+        self.peer = gpux_node::load_key(&self.dir)
+            .unwrap()
+            .peer_id()
+            .to_string();
+    }
+
+    /// SIGKILL: no shutdown, no flush beyond what was already flushed.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the node again on the same data dir and port.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn api(&self) -> ApiClient {
+        ApiClient::for_data_dir(&self.dir).unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+    }
+
+    /// This node's leases (`/v1/leases`).
+    pub fn leases(&self) -> Vec<Value> {
+        self.api()
+            .get("/v1/leases", &[])
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    pub fn lease(&self, id: &str) -> Value {
+        self.leases()
+            .into_iter()
+            .find(|l| l["lease"] == id)
+            .unwrap_or(Value::Null)
+    }
+
+    /// Runs a `gpux` command against this node's data dir.
+    pub fn gpux(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpux"))
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub struct Market {
+    pub ledger: Node,
+    pub hosts: Vec<Node>,
+    pub renters: Vec<Node>,
+    pub image: String,
+    ledger_addr: String,
+    ack_grace_s: u64,
+    _tmp: tempfile::TempDir,
+}
+
+fn new_node(base: &Path, name: &str, args: Vec<String>, env: Vec<(String, PathBuf)>) -> Node {
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let mut all = vec!["--listen".to_string(), format!("/ip4/127.0.0.1/tcp/{port}")];
+    all.extend(args);
+    Node {
+        name: name.into(),
+        dir,
+        args: all,
+        env,
+        child: None,
+        peer: String::new(),
+        addr: format!("/ip4/127.0.0.1/tcp/{port}"),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("timed out after {secs} s waiting for {what}");
+}
+
+fn fake_lib() -> PathBuf {
+    super::attest_lib()
+}
+
+impl Market {
+    /// A ledger, `hosts` hosts with one fake L4 each (price 3.60/h: 1000 µcr per second),
+    /// and `renters` renters, every one funded by the faucet; returns once every renter
+    /// sees every host's offer. Hosts wait `ack_grace_s` for an acknowledgement.
+    pub fn start(hosts: usize, renters: usize, ack_grace_s: u64) -> Market {
+        let image = gpux_testnet::build_image().expect("building the workload image (Docker)");
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ledger = new_node(
+            tmp.path(),
+            "ledger",
+            vec![
+                "--serve-ledger".into(),
+                "--ledger-release-grace".into(),
+                LEDGER_GRACE_S.to_string(),
+            ],
+            vec![],
+        );
+        ledger.spawn();
+        let ledger_addr = format!("{}/p2p/{}", ledger.addr, ledger.peer);
+        let mut market = Market {
+            ledger,
+            hosts: Vec::new(),
+            renters: Vec::new(),
+            image,
+            ledger_addr,
+            ack_grace_s,
+            _tmp: tmp,
+        };
+        for _ in 0..hosts {
+            market.add_host();
+        }
+        for r in 0..renters {
+            let mut n = new_node(
+                market._tmp.path(),
+                &format!("renter-{r}"),
+                market.common(),
+                vec![],
+            );
+            n.spawn();
+            market.fund(&n);
+            market.renters.push(n);
+        }
+        for r in &market.renters {
+            wait_for("the offers to reach the renters", 30, || {
+                r.api()
+                    .get("/v1/status", &[])
+                    .ok()
+                    .and_then(|s| s["offers_in_book"].as_u64())
+                    .is_some_and(|n| n as usize >= hosts)
+            });
+        }
+        market
+    }
+
+    /// Every party runs with the network's receipt timing (a renter's watchdog uses it).
+    fn common(&self) -> Vec<String> {
+        vec![
+            "--bootstrap".to_string(),
+            self.ledger_addr.clone(),
+            "--ledger".into(),
+            self.ledger_addr.clone(),
+            "--receipt-interval".into(),
+            RECEIPT_INTERVAL_S.to_string(),
+            "--ack-grace".into(),
+            self.ack_grace_s.to_string(),
+        ]
+    }
+
+    fn fund(&self, n: &Node) {
+        let done = self.ledger.api().post(
+            "/v1/ledger/mint",
+            &serde_json::json!({ "account": n.peer, "amount": "100" }),
+        );
+        assert!(done.is_ok(), "{done:?}");
+    }
+
+    /// Starts (and funds) one more host with one fake L4.
+    pub fn add_host(&mut self) {
+        let h = self.hosts.len();
+        let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
+        std::fs::write(&gpus, format!("[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-{h:08x}-2222-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n")).unwrap();
+        let mut args = self.common();
+        args.extend(
+            [
+                "--host",
+                "--fake-gpus",
+                "--nvml-lib",
+                fake_lib().to_str().unwrap(),
+                "--image",
+                &self.image,
+                "--price",
+                "3.60",
+                "--region",
+                "eu-west",
+                "--min-duration",
+                "1",
+                "--republish",
+                "3",
+            ]
+            .map(String::from),
+        );
+        let mut n = new_node(
+            self._tmp.path(),
+            &format!("host-{h}"),
+            args,
+            vec![("GPUX_FAKE_NVML_CONFIG".into(), gpus)],
+        );
+        n.spawn();
+        self.fund(&n);
+        self.hosts.push(n);
+    }
+
+    /// The ledger node's view: balances by peer id, totals.
+    pub fn ledger_state(&self) -> Value {
+        self.ledger.api().get("/v1/ledger", &[]).unwrap()
+    }
+
+    pub fn balance(&self, node: &Node) -> u64 {
+        self.ledger_state()["balances"][&node.peer]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Every credit minted is held by someone or in an open escrow, exactly.
+    pub fn assert_conserved(&self) {
+        let state = self.ledger_state();
+        let sum: u64 = state["balances"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        let minted = state["minted_micro"].as_u64().unwrap();
+        let total = state["total_micro"].as_u64().unwrap();
+        assert_eq!(total, minted, "{state}");
+        if state["open_escrows"] == 0 {
+            assert_eq!(sum, minted, "credits not conserved: {state}");
+        }
+    }
+
+    /// Rents one GPU running `script` for `duration_s`; returns the lease id.
+    pub fn rent(&self, renter: &Node, duration_s: u64, script: &str) -> String {
+        let out = renter.gpux(&[
+            "rent",
+            "gpu=l4",
+            "--max-price",
+            "5",
+            "--duration",
+            &duration_s.to_string(),
+            "--image",
+            &self.image,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        assert!(
+            out.status.success(),
+            "rent failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lease: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(lease["running"], true, "{lease}");
+        lease["lease"].as_str().unwrap().to_string()
+    }
+}
+
+/// Lease containers (any state) Docker has for a lease label.
+pub fn docker_containers(lease: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=gpux.lease={lease}"),
+        ])
+        .output()
+        .expect("the docker CLI");
+    assert!(out.status.success(), "docker ps: {:?}", out);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// Volumes Docker has with a lease's label.
+pub fn docker_volumes(lease: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=gpux.lease={lease}"),
+        ])
+        .output()
+        .expect("the docker CLI");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// `docker inspect` of one container.
+pub fn docker_inspect(id: &str) -> Value {
+    let out = Command::new("docker")
+        .args(["inspect", id])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0].clone()
+}
