@@ -82,6 +82,15 @@ pub enum ProbeError {
     TooManyGpus(u32),
 }
 
+/// A reading of leased GPUs for metering.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuUsage {
+    /// Mean utilisation over the GPUs, permille.
+    pub util_permille: u16,
+    /// Memory in use on them together, bytes.
+    pub memory_used_bytes: u64,
+}
+
 /// An open NVML library.
 pub struct Probe {
     nvml: Nvml,
@@ -166,6 +175,35 @@ impl Probe {
                 },
             })?;
         Ok(Probe { nvml, path })
+    }
+
+    /// What the GPUs named by `uuids` are doing now, for metering: utilisation averaged over
+    /// them (permille) and the memory they use together. A GPU not found is an error.
+    pub fn usage(&self, uuids: &[String]) -> Result<GpuUsage, ProbeError> {
+        let sys = |field, source| ProbeError::System { field, source };
+        let count = self.nvml.device_count().map_err(|e| sys("GPU count", e))?;
+        let mut found = 0u64;
+        let mut util_sum = 0u64;
+        let mut memory_used = 0u64;
+        for index in 0..count {
+            let device = required(self.nvml.device_by_index(index), index, "handle")?;
+            let uuid = required(device.uuid(), index, "UUID")?;
+            if !uuids.contains(&uuid) {
+                continue;
+            }
+            found += 1;
+            if let Some(u) = optional(device.utilization_rates(), index, "utilization")? {
+                util_sum += u64::from(u.gpu.min(100));
+            }
+            memory_used += required(device.memory_info(), index, "memory")?.used;
+        }
+        if found != uuids.len() as u64 {
+            return Err(ProbeError::NoGpu);
+        }
+        Ok(GpuUsage {
+            util_permille: u16::try_from(util_sum * 10 / found.max(1)).unwrap_or(1000),
+            memory_used_bytes: memory_used,
+        })
     }
 
     /// The library this probe opened.

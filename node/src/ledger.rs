@@ -497,3 +497,223 @@ pub enum SubmitResult {
     /// Already applied before.
     Unchanged(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use gpux_protocol::{
+        BoundedBytes, ContentId, EscrowLock, Redeem, Release, UsageReceipt, UsageSummary,
+    };
+
+    use super::*;
+    use crate::store::{NodeState, SledStore};
+
+    const PRICE: MicroCredits = MicroCredits(3_600_000);
+
+    struct Parties {
+        ledger: Keypair,
+        renter: Keypair,
+        host: Keypair,
+        lease: ContentId,
+        escrow: EscrowId,
+    }
+
+    fn parties() -> Parties {
+        Parties {
+            ledger: Keypair::from_seed(&[1; 32]),
+            renter: Keypair::from_seed(&[2; 32]),
+            host: Keypair::from_seed(&[3; 32]),
+            lease: ContentId([4; 32]),
+            escrow: EscrowId([5; 16]),
+        }
+    }
+
+    fn open(dir: &std::path::Path, p: &Parties) -> LedgerService<SledStore> {
+        let state = NodeState::open(dir).unwrap();
+        LedgerService::open(p.ledger.clone(), state, LedgerConfig::default()).unwrap()
+    }
+
+    fn lock(p: &Parties, amount: u64) -> Vec<u8> {
+        Signed::sign(
+            &p.renter,
+            EscrowLock {
+                escrow: p.escrow,
+                lease: p.lease,
+                payer: p.renter.public(),
+                payee: p.host.public(),
+                amount: MicroCredits(amount),
+                price_per_gpu_hour: PRICE,
+                created_at: Timestamp(1),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn redeem(p: &Parties, seq: u64, gpu_seconds: u64) -> Vec<u8> {
+        let receipt = Signed::sign(
+            &p.host,
+            UsageReceipt {
+                lease: p.lease,
+                escrow: p.escrow,
+                price_per_gpu_hour: PRICE,
+                gpus: 1,
+                seq,
+                created_at: Timestamp(2),
+                gpu_seconds,
+                amount_due: gpux_protocol::money::cost(gpu_seconds, PRICE).unwrap(),
+                usage: UsageSummary::default(),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap();
+        let ack = Signed::sign(
+            &p.renter,
+            gpux_protocol::ReceiptAck {
+                receipt: receipt.id(),
+                lease: p.lease,
+                seq,
+                amount_due: receipt.amount_due,
+                created_at: Timestamp(3),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap();
+        Signed::sign(
+            &p.host,
+            Redeem {
+                escrow: p.escrow,
+                lease: p.lease,
+                receipt: BoundedBytes::new(receipt.as_bytes().to_vec()).unwrap(),
+                ack: BoundedBytes::new(ack.as_bytes().to_vec()).unwrap(),
+                created_at: Timestamp(4),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn release(p: &Parties) -> Vec<u8> {
+        Signed::sign(
+            &p.host,
+            Release {
+                escrow: p.escrow,
+                lease: p.lease,
+                created_at: Timestamp(5),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec()
+    }
+
+    #[test]
+    fn retries_change_nothing_and_a_restart_replays_to_the_same_balances() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = parties();
+        {
+            let mut s = open(tmp.path(), &p);
+            s.mint(p.renter.public(), MicroCredits(1_000_000), Timestamp(0))
+                .unwrap();
+            let record = match s.submit(lock(&p, 300_000), Timestamp(1)).unwrap() {
+                Outcome::Applied(r) => r,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(record.signer(), p.ledger.public());
+            assert!(matches!(record.entry, LedgerEntry::Locked { .. }));
+            // The same lock again (a retry) is answered without change.
+            assert!(matches!(
+                s.submit(lock(&p, 300_000), Timestamp(1)).unwrap(),
+                Outcome::Unchanged(_)
+            ));
+            assert!(matches!(
+                s.submit(redeem(&p, 1, 60), Timestamp(2)).unwrap(),
+                Outcome::Applied(_)
+            ));
+            assert!(matches!(
+                s.submit(redeem(&p, 2, 90), Timestamp(3)).unwrap(),
+                Outcome::Applied(_)
+            ));
+            // An older receipt, or the same one again: nothing paid twice.
+            assert!(matches!(
+                s.submit(redeem(&p, 1, 60), Timestamp(4)).unwrap(),
+                Outcome::Unchanged(_)
+            ));
+            assert!(matches!(
+                s.submit(redeem(&p, 2, 90), Timestamp(4)).unwrap(),
+                Outcome::Unchanged(_)
+            ));
+            assert!(matches!(
+                s.submit(release(&p), Timestamp(5)).unwrap(),
+                Outcome::Applied(_)
+            ));
+            assert!(matches!(
+                s.submit(release(&p), Timestamp(6)).unwrap(),
+                Outcome::Unchanged(_)
+            ));
+            assert_eq!(s.ledger().balance(&p.host.public()), MicroCredits(90_000));
+            assert_eq!(
+                s.ledger().balance(&p.renter.public()),
+                MicroCredits(910_000)
+            );
+            // A lock beyond the balance is refused and logs nothing.
+            let mut other = parties();
+            other.escrow = EscrowId([6; 16]);
+            assert!(matches!(
+                s.submit(lock(&other, 5_000_000), Timestamp(7)),
+                Err(ServiceError::Refused(LedgerError::InsufficientFunds { .. }))
+            ));
+        }
+        let s = open(tmp.path(), &p);
+        assert_eq!(s.ledger().balance(&p.host.public()), MicroCredits(90_000));
+        assert_eq!(
+            s.ledger().balance(&p.renter.public()),
+            MicroCredits(910_000)
+        );
+        assert_eq!(s.ledger().total(), 1_000_000);
+        assert!(s.ledger().escrow(&p.escrow).unwrap().released);
+    }
+
+    #[test]
+    fn frames_with_trailing_or_garbage_bytes_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = parties();
+        let mut s = open(tmp.path(), &p);
+        let mut frame = encode(&LedgerRequest::Balance(p.renter.public()));
+        assert_eq!(s.handle(&frame, Timestamp(0)), LedgerResponse::Balance(0));
+        frame.push(0);
+        assert!(matches!(
+            s.handle(&frame, Timestamp(0)),
+            LedgerResponse::Refused(why) if why.contains("trailing")
+        ));
+        assert!(matches!(
+            s.handle(&[0xff; 9], Timestamp(0)),
+            LedgerResponse::Refused(_)
+        ));
+        assert!(matches!(
+            s.handle(&vec![0; MAX_FRAME + 1], Timestamp(0)),
+            LedgerResponse::Refused(_)
+        ));
+        // A valid envelope of the wrong kind is not a ledger operation.
+        let not_op = Signed::sign(
+            &p.renter,
+            gpux_protocol::LeaseEnd {
+                lease: p.lease,
+                created_at: Timestamp(1),
+                reason: gpux_protocol::EndReason::RenterStopped,
+                exit_code: None,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap();
+        let frame = encode(&LedgerRequest::Submit(not_op.as_bytes().to_vec()));
+        assert!(matches!(
+            s.handle(&frame, Timestamp(1)),
+            LedgerResponse::Refused(_)
+        ));
+    }
+}

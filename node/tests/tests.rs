@@ -4,6 +4,7 @@
 mod executor;
 mod lease;
 mod p2p;
+mod renter;
 mod store;
 mod validation;
 

@@ -343,7 +343,7 @@ pub fn up(
             let mut toml = String::new();
             for g in 0..count {
                 toml.push_str(&format!(
-                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\n\n",
+                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n\n",
                     cc.0, cc.1
                 ));
             }

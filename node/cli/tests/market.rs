@@ -238,7 +238,7 @@ impl Market {
     pub fn add_host(&mut self) {
         let h = self.hosts.len();
         let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
-        std::fs::write(&gpus, format!("[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-{h:08x}-2222-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n")).unwrap();
+        std::fs::write(&gpus, format!("[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-{h:08x}-2222-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\nutilization_gpu = 87\n")).unwrap();
         let mut args = self.common();
         args.extend(
             [

@@ -240,11 +240,8 @@ impl Daemon {
                 receipt.seq,
                 receipt.lease.short()
             );
-            if let Ok(Some(mut run)) = daemon.state.run(&receipt.lease) {
-                run.end_reason
-                    .get_or_insert(format!("ReceiptDisputed: {why}"));
-                let _ = daemon.state.save_run(&run);
-            }
+            // Nothing is recorded: anyone can send a bad receipt; only the lease's host can
+            // end the lease, and it does so itself when no acknowledgement comes.
             let end = LeaseEnd {
                 lease: receipt.lease,
                 created_at: t,
@@ -477,6 +474,8 @@ impl Daemon {
                     "amount_due": r.amount_due.amount_text(),
                     "amount_due_micro": r.amount_due.0,
                     "memory_peak_bytes": r.usage.memory_peak_bytes,
+                    "gpu_util_permille": r.usage.gpu_util_permille,
+                    "gpu_memory_peak_bytes": r.usage.gpu_memory_peak_bytes,
                     "cpu_millis_avg": r.usage.cpu_millis_avg,
                     "acked": ack.is_some(),
                 }))

@@ -315,6 +315,13 @@ pub async fn run(
             ledger,
             timing: config.timing,
             fake_gpus: options.fake_gpus,
+            nvml: match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
+                Ok(probe) => Some(std::sync::Arc::new(probe)),
+                Err(e) => {
+                    tracing::warn!("no NVML for metering GPU use: {e}");
+                    None
+                }
+            },
             over_tx,
         });
         daemon.host = Some((host, options, None));

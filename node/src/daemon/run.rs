@@ -59,6 +59,8 @@ pub(crate) struct RunCtx {
     pub(crate) ledger: LedgerClient,
     pub(crate) timing: LeaseTiming,
     pub(crate) fake_gpus: bool,
+    /// NVML, for per-GPU utilisation and memory (fake or real driver alike).
+    pub(crate) nvml: Option<std::sync::Arc<gpux_attestation::Probe>>,
     /// Told when a lease is over (its GPUs are free again).
     pub(crate) over_tx: mpsc::Sender<ContentId>,
 }
@@ -212,6 +214,13 @@ impl RunCtx {
                     }
                     if let Ok(sample) = self.exec.sample(&container).await {
                         usage.add(sample, now().ms_since(Timestamp(started)));
+                    }
+                    if let Some(nvml) = &self.nvml {
+                        let uuids: Vec<String> =
+                            lease.request.gpus.iter().map(ToString::to_string).collect();
+                        if let Ok(gpu) = nvml.usage(&uuids) {
+                            usage.add_gpu(gpu);
+                        }
                     }
                     cursor = self.ship_logs(&mut lease, &container, cursor).await;
                 }
@@ -499,6 +508,9 @@ struct Meter {
     peak_memory: u64,
     cpu_ns: u64,
     runtime_ms: u64,
+    gpu_util_sum: u64,
+    gpu_samples: u64,
+    gpu_memory_peak: u64,
 }
 
 impl Meter {
@@ -508,14 +520,71 @@ impl Meter {
         self.runtime_ms = runtime_ms;
     }
 
+    fn add_gpu(&mut self, gpu: gpux_attestation::GpuUsage) {
+        self.gpu_util_sum += u64::from(gpu.util_permille);
+        self.gpu_samples += 1;
+        self.gpu_memory_peak = self.gpu_memory_peak.max(gpu.memory_used_bytes);
+    }
+
     fn summary(&self) -> UsageSummary {
         UsageSummary {
-            gpu_util_permille: 0,
-            gpu_memory_peak_bytes: 0,
+            gpu_util_permille: self
+                .gpu_util_sum
+                .checked_div(self.gpu_samples)
+                .map_or(0, |v| u16::try_from(v.min(1000)).unwrap_or(1000)),
+            gpu_memory_peak_bytes: self.gpu_memory_peak,
             memory_peak_bytes: self.peak_memory,
             cpu_millis_avg: (self.cpu_ns / 1000)
                 .checked_div(self.runtime_ms.max(1))
                 .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpux_protocol::*;
+
+    use super::gpu_seconds;
+
+    fn request(gpus: u8, duration_s: u32) -> LeaseRequest {
+        LeaseRequest {
+            created_at: Timestamp(0),
+            expires_at: Timestamp(1),
+            offer: ContentId([0; 32]),
+            host: Keypair::from_seed(&[1; 32]).public(),
+            gpus: BoundedVec::new((0..gpus).map(|g| GpuUuid([g; 16])).collect()).unwrap(),
+            price_per_gpu_hour: MicroCredits(3_600_000),
+            duration_s,
+            kind: LeaseKind::OnDemand,
+            image: ImageDigest([0; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1,
+                cpu_millis: 1,
+                pids: 1,
+                scratch_bytes: 1,
+            },
+            network: false,
+            escrow: EscrowId([0; 16]),
+            escrow_amount: MicroCredits(0),
+            bid: None,
+            ext: Ext::new(),
+        }
+    }
+
+    #[test]
+    fn billing_is_per_whole_second_with_a_minute_minimum_and_the_agreed_cap() {
+        let r = request(2, 600);
+        assert_eq!(gpu_seconds(&r, 0), 2 * 60);
+        assert_eq!(gpu_seconds(&r, 59_999), 2 * 60);
+        assert_eq!(gpu_seconds(&r, 61_999), 2 * 61, "seconds round down");
+        assert_eq!(gpu_seconds(&r, 125_000), 2 * 125);
+        assert_eq!(
+            gpu_seconds(&r, 10_000_000),
+            2 * 600,
+            "never past the duration"
+        );
     }
 }

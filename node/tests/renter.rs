@@ -1,0 +1,197 @@
+//! A renter daemon against a rogue host (a raw libp2p peer holding the host's key): the
+//! renter countersigns only receipts within what it agreed, measured by its own clock.
+
+use std::time::Duration;
+
+use gpux_node::attest::now;
+use gpux_node::daemon::{DaemonConfig, LeaseTiming};
+use gpux_node::p2p::{self, NetConfig, Proto};
+use gpux_node::store::{LeaseRecord, LeaseState, NodeState, Role, RunRecord};
+use gpux_protocol::*;
+use libp2p::multiaddr::Protocol;
+
+/// 3.60 credits per GPU-hour: 1000 micro-credits per GPU-second.
+const PRICE: MicroCredits = MicroCredits(3_600_000);
+
+fn receipt(
+    host: &Keypair,
+    lease: ContentId,
+    escrow: EscrowId,
+    price: MicroCredits,
+    seq: u64,
+    gpu_seconds: u64,
+) -> Vec<u8> {
+    Signed::sign(
+        host,
+        UsageReceipt {
+            lease,
+            escrow,
+            price_per_gpu_hour: price,
+            gpus: 1,
+            seq,
+            created_at: now(),
+            gpu_seconds,
+            amount_due: money::cost(gpu_seconds, price).unwrap(),
+            usage: UsageSummary::default(),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+    .as_bytes()
+    .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("renter");
+    let (renter_key, _) = gpux_node::init_key(&dir).unwrap();
+    let host_key = Keypair::from_seed(&[7; 32]);
+    let t = now();
+    let escrow = EscrowId([5; 16]);
+    let request = Signed::sign(
+        &renter_key,
+        LeaseRequest {
+            created_at: t,
+            expires_at: t.plus_secs(30),
+            offer: ContentId([1; 32]),
+            host: host_key.public(),
+            gpus: BoundedVec::new(vec![GpuUuid([3; 16])]).unwrap(),
+            price_per_gpu_hour: PRICE,
+            duration_s: 120,
+            kind: LeaseKind::OnDemand,
+            image: ImageDigest([1; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 64,
+                scratch_bytes: 1 << 20,
+            },
+            network: false,
+            escrow,
+            escrow_amount: money::cost(120, PRICE).unwrap(),
+            bid: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let lease = request.id();
+    {
+        // The renter agreed this lease and asked the host to start it 10 s ago.
+        let state = NodeState::open(&dir).unwrap();
+        state
+            .save_lease(&LeaseRecord {
+                lease: lease.0,
+                role: Role::Renter,
+                request: request.as_bytes().to_vec(),
+                accept: None,
+                state: LeaseState::Running,
+                updated_at: t.0,
+            })
+            .unwrap();
+        state
+            .save_run(&RunRecord {
+                lease: lease.0,
+                started_at: Some(t.0 - 10_000),
+                last_contact: t.0,
+                ..RunRecord::default()
+            })
+            .unwrap();
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen: libp2p::Multiaddr = format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap();
+    let config = DaemonConfig {
+        data_dir: dir.clone(),
+        listen: vec![listen.clone()],
+        bootstrap: vec![],
+        api: "127.0.0.1:0".parse().unwrap(),
+        mdns: false,
+        host: None,
+        ledger: None,
+        serve_ledger: None,
+        timing: LeaseTiming::default(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(gpux_node::daemon::run(config, async {
+        let _ = stop_rx.await;
+    }));
+    for _ in 0..100 {
+        if dir.join("api.addr").exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The rogue host.
+    let (net, mut events) = p2p::spawn(
+        &host_key,
+        NetConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+            ..NetConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let renter_peer = libp2p::PeerId::from_bytes(&renter_key.peer_id().to_bytes()).unwrap();
+    net.dial(listen.with(Protocol::P2p(renter_peer)))
+        .await
+        .unwrap();
+    let send = |bytes: Vec<u8>| {
+        let net = net.clone();
+        async move {
+            let answer = net
+                .request_on(Proto::Receipt, renter_peer, bytes)
+                .await
+                .unwrap();
+            AnySigned::from_bytes(answer)
+                .and_then(AnySigned::verify)
+                .unwrap()
+        }
+    };
+    let disputed = |answer: &AnyVerified| matches!(answer, AnyVerified::LeaseEnd(end) if end.reason == EndReason::ReceiptDisputed);
+
+    // A fair receipt: the 60 s minimum at the agreed price.
+    match send(receipt(&host_key, lease, escrow, PRICE, 1, 60)).await {
+        AnyVerified::ReceiptAck(ack) => {
+            assert_eq!(ack.signer(), renter_key.public());
+            assert_eq!((ack.seq, ack.amount_due), (1, MicroCredits(60_000)));
+        }
+        other => panic!("a fair receipt was not acknowledged: {other:?}"),
+    }
+    // Above the agreed price.
+    let doubled = MicroCredits(PRICE.0 * 2);
+    let answer = send(receipt(&host_key, lease, escrow, doubled, 2, 60)).await;
+    assert!(disputed(&answer), "{answer:?}");
+    // More time than the renter's own clock allows (about 10 s have passed: at most the
+    // 60 s minimum can be due).
+    let answer = send(receipt(&host_key, lease, escrow, PRICE, 2, 100)).await;
+    assert!(disputed(&answer), "{answer:?}");
+    // Signed by someone else than the lease's host.
+    let stranger = Keypair::from_seed(&[8; 32]);
+    let answer = send(receipt(&stranger, lease, escrow, PRICE, 2, 60)).await;
+    assert!(disputed(&answer), "{answer:?}");
+    // Another escrow.
+    let answer = send(receipt(&host_key, lease, EscrowId([6; 16]), PRICE, 2, 60)).await;
+    assert!(disputed(&answer), "{answer:?}");
+
+    // Only the fair receipt was countersigned and stored.
+    let api = gpux_node::api_client::ApiClient::for_data_dir(&dir).unwrap();
+    let receipts = tokio::task::spawn_blocking(move || {
+        api.get(&format!("/v1/leases/{lease}/receipts"), &[])
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let rows = receipts["receipts"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{receipts}");
+    assert_eq!(rows[0]["acked"], true);
+    assert_eq!(receipts["run"]["acked_amount"], 60_000);
+    let _ = stop_tx.send(());
+    daemon.await.unwrap().unwrap();
+}
