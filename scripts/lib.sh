@@ -60,3 +60,15 @@ ensure_busybox() {
         $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y busybox-static
     fi
 }
+
+# The lease tests and the testnet run containers: a Docker daemon must be running.
+ensure_docker() {
+    if ! command -v docker >/dev/null 2>&1; then
+        say "Docker is not installed: install Docker Engine (e.g. apt-get install docker.io) and start it"
+        exit 1
+    fi
+    if ! docker info >/dev/null 2>&1; then
+        say "the Docker daemon is not reachable (docker info fails): start it (e.g. systemctl start docker) or set DOCKER_HOST"
+        exit 1
+    fi
+}

@@ -56,10 +56,10 @@ pub(crate) fn receipts(dir: &Path, lease: &str, json: bool) -> anyhow::Result<Ex
     let run = &doc["run"];
     if !run.is_null() {
         println!(
-            "ended: {}; exit code: {}; redeemed by the host: {} micro-credits; settled: {}",
+            "ended: {}; exit code: {}; acknowledged: {} micro-credits; settled: {}",
             run["end_reason"].as_str().unwrap_or("not yet"),
             run["exit_code"],
-            run["redeemed"],
+            run["acked_amount"],
             run["released"]
         );
     }

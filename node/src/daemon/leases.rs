@@ -26,6 +26,8 @@ use crate::store::{LeaseRecord, LeaseState, Role, RunRecord};
 const LOCK_WAIT_MS: u64 = 60_000;
 /// How often the renter tries to settle ended leases, in lease ticks (seconds).
 const SETTLE_EVERY_TICKS: u64 = 2;
+/// How often a host retries releasing escrows the ledger did not confirm, in lease ticks.
+const RETRY_RELEASE_EVERY_TICKS: u64 = 30;
 
 fn reject(
     ctx_key: &gpux_protocol::Keypair,
@@ -76,7 +78,7 @@ impl Daemon {
             },
             Proto::Lease | Proto::Receipt => {
                 match AnySigned::from_bytes(data).and_then(AnySigned::verify) {
-                    Ok(AnyVerified::EscrowLock(lock)) => {
+                    Ok(AnyVerified::EscrowLock(lock)) if proto == Proto::Lease => {
                         // Answered by the lease task once the container runs.
                         self.on_escrow_lock(id, lock);
                         return;
@@ -580,9 +582,42 @@ impl Daemon {
                         );
                     }
                 }
+                // The host never confirmed the start and never sent a receipt: not started.
+                (Role::Renter, LeaseState::Accepted)
+                    if t.ms_since(Timestamp(record.updated_at)) > LOCK_WAIT_MS =>
+                {
+                    let _ = self.state.set_lease_state(
+                        &lease,
+                        LeaseState::Ended {
+                            reason: "NotStarted".into(),
+                        },
+                        t,
+                    );
+                }
                 (Role::Renter, LeaseState::Ended { .. }) => {
                     if let Some(request) = verified_request(&record) {
                         to_settle.push(request);
+                    }
+                }
+                // Ended, but the ledger did not confirm the release (it was unreachable):
+                // try again now and then.
+                (Role::Host, LeaseState::Ended { .. })
+                    if !self.runners.contains_key(&lease)
+                        && self.lease_ticks.is_multiple_of(RETRY_RELEASE_EVERY_TICKS) =>
+                {
+                    if let (Some(ctx), Some(request), Ok(Some(run))) = (
+                        self.run_ctx.clone(),
+                        verified_request(&record),
+                        self.state.run(&lease),
+                    ) && !run.released
+                    {
+                        let (stop_tx, _) = mpsc::channel(1);
+                        self.runners.insert(lease, stop_tx);
+                        self.runner_tasks.spawn(async move {
+                            let mut lease = Lease { request, run };
+                            ctx.release(&mut lease).await;
+                            let _ = ctx.over_tx.send(lease.request.id()).await;
+                        });
                     }
                 }
                 (Role::Host, LeaseState::Accepted)

@@ -227,7 +227,19 @@ impl RunCtx {
                 _ = receipt_tick.tick() => {
                     let t = now();
                     let gs = gpu_seconds(&lease.request, t.ms_since(Timestamp(started)));
+                    let due = money::cost(gs, lease.request.price_per_gpu_hour)
+                        .unwrap_or(MicroCredits(u64::MAX));
+                    let full = money::cost(
+                        gpu_seconds(&lease.request, u64::MAX),
+                        lease.request.price_per_gpu_hour,
+                    )
+                    .unwrap_or(MicroCredits(u64::MAX));
                     match self.receipt(&mut lease, gs, usage.summary(), t).await {
+                        // The escrow pays for no more: the work stops here.
+                        Ok(true) if due >= lease.request.escrow_amount
+                            && lease.request.escrow_amount < full => {
+                            break EndReason::EscrowExhausted;
+                        }
                         Ok(true) => unacked_since = None,
                         Ok(false) | Err(_) => {
                             let since = *unacked_since.get_or_insert(t);
