@@ -185,6 +185,11 @@ impl Ledger {
         }
     }
 
+    /// The ledger's tuning.
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
+    }
+
     /// An account's balance.
     pub fn balance(&self, account: &PublicKey) -> MicroCredits {
         MicroCredits(self.balances.get(account).copied().unwrap_or(0))

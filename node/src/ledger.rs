@@ -71,6 +71,16 @@ pub enum LedgerResponse {
 
 /// The largest ledger frame accepted (a redemption carries two envelopes).
 const MAX_FRAME: usize = 8 * 1024;
+/// The largest envelope submitted: room is left in a frame, and in a log entry (which adds
+/// a timestamp and tags), so whatever is accepted can always be replayed.
+const MAX_SUBMITTED: usize = MAX_FRAME - 64;
+/// The largest log entry read back.
+const MAX_LOG_ENTRY: usize = 16 * 1024;
+/// How old an `EscrowLock` may be when the ledger applies it (by the ledger's clock): a
+/// lock held back cannot freeze a renter's money after the renter has given up on it.
+pub const MAX_LOCK_AGE_MS: u64 = 120_000;
+/// How long a party waits for the ledger to answer.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Encodes a ledger wire value.
 pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
@@ -79,14 +89,15 @@ pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
 
 /// Decodes a ledger wire value: bounded, and every byte must be consumed.
 pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, String> {
-    if bytes.len() > MAX_FRAME {
-        return Err(format!(
-            "frame of {} bytes exceeds {MAX_FRAME}",
-            bytes.len()
-        ));
+    decode_bounded::<T, MAX_FRAME>(bytes)
+}
+
+fn decode_bounded<T: Decode<()>, const LIMIT: usize>(bytes: &[u8]) -> Result<T, String> {
+    if bytes.len() > LIMIT {
+        return Err(format!("frame of {} bytes exceeds {LIMIT}", bytes.len()));
     }
     let (value, used) =
-        bincode::decode_from_slice(bytes, bincode::config::standard().with_limit::<MAX_FRAME>())
+        bincode::decode_from_slice(bytes, bincode::config::standard().with_limit::<LIMIT>())
             .map_err(|e| format!("undecodable ledger frame: {e}"))?;
     if used != bytes.len() {
         return Err("trailing bytes after a ledger frame".into());
@@ -140,6 +151,8 @@ pub struct LedgerService<S> {
     ledger: Ledger,
     state: NodeState<S>,
     next: u64,
+    /// The signed record of each escrow's lock, returned again when a lock is retried.
+    locks: std::collections::BTreeMap<EscrowId, Vec<u8>>,
 }
 
 impl<S> std::fmt::Debug for LedgerService<S> {
@@ -166,19 +179,41 @@ impl<S: Store> LedgerService<S> {
         state: NodeState<S>,
         config: LedgerConfig,
     ) -> Result<Self, ServiceError> {
-        let mut ledger = Ledger::new(config);
-        let mut next = 1;
-        for (k, v) in state.store().scan(Tree::LedgerLog)? {
-            let entry: LogEntry = decode(&v).map_err(|e| {
-                ServiceError::Store(StoreError::Corrupt {
-                    path: std::path::PathBuf::from("ledger-log"),
-                    tree: "ledger-log",
-                    reason: e,
-                })
-            })?;
+        let mut service = Self {
+            key,
+            ledger: Ledger::new(config),
+            state,
+            next: 1,
+            locks: std::collections::BTreeMap::new(),
+        };
+        service.replay()?;
+        Ok(service)
+    }
+
+    /// Rebuilds the state machine from the log.
+    fn replay(&mut self) -> Result<(), ServiceError> {
+        let config = *self.ledger.config();
+        self.ledger = Ledger::new(config);
+        self.locks.clear();
+        self.next = 1;
+        let corrupt = |reason: String| {
+            ServiceError::Store(StoreError::Corrupt {
+                path: std::path::PathBuf::from("ledger-log"),
+                tree: "ledger-log",
+                reason,
+            })
+        };
+        for (k, v) in self.state.store().scan(Tree::LedgerLog)? {
+            let entry: LogEntry = decode_bounded::<_, MAX_LOG_ENTRY>(&v).map_err(corrupt)?;
+            let seq = k
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| corrupt("a key is not a log position".into()))?;
             match entry.op {
                 LogOp::Mint { account, amount } => {
-                    ledger.apply(LedgerOp::Mint { account, amount }, entry.at)?;
+                    self.ledger
+                        .apply(LedgerOp::Mint { account, amount }, entry.at)?;
                 }
                 LogOp::Envelope(bytes) => {
                     let verified = AnySigned::from_bytes(bytes)
@@ -186,21 +221,17 @@ impl<S: Store> LedgerService<S> {
                         .map_err(|e| ServiceError::Invalid(e.to_string()))?;
                     let op = op_of(&verified)
                         .ok_or_else(|| ServiceError::Invalid("not a ledger operation".into()))?;
-                    ledger.apply(op, entry.at)?;
+                    self.ledger.apply(op, entry.at)?;
+                    if let AnyVerified::EscrowLock(lock) = &verified {
+                        // Signing is deterministic: the same record as first returned.
+                        let record = self.lock_record(seq, entry.at, lock)?;
+                        self.locks.insert(lock.escrow, record.as_bytes().to_vec());
+                    }
                 }
             }
-            let seq = k
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_be_bytes);
-            next = seq + 1;
+            self.next = seq + 1;
         }
-        Ok(Self {
-            key,
-            ledger,
-            state,
-            next,
-        })
+        Ok(())
     }
 
     /// The state machine (read-only).
@@ -208,14 +239,20 @@ impl<S: Store> LedgerService<S> {
         &self.ledger
     }
 
-    fn log(&mut self, entry: &LogEntry) -> Result<u64, StoreError> {
+    /// Appends an applied operation to the log (flushed). If the disk refuses, the state
+    /// machine (already changed) is rebuilt from the log, so memory never runs ahead of disk.
+    fn log(&mut self, entry: &LogEntry) -> Result<u64, ServiceError> {
         let seq = self.next;
-        self.state.store().put(
+        let written = self.state.store().put(
             Tree::LedgerLog,
             &seq.to_be_bytes(),
             &encode(entry),
             Durability::Flush,
-        )?;
+        );
+        if let Err(e) = written {
+            self.replay()?;
+            return Err(e.into());
+        }
         self.next += 1;
         Ok(seq)
     }
@@ -242,6 +279,25 @@ impl<S: Store> LedgerService<S> {
         .map_err(|e| ServiceError::Invalid(e.to_string()))
     }
 
+    fn lock_record(
+        &self,
+        seq: u64,
+        at: Timestamp,
+        lock: &Verified<gpux_protocol::EscrowLock>,
+    ) -> Result<Verified<LedgerRecord>, ServiceError> {
+        self.record(
+            seq,
+            at,
+            lock.id(),
+            lock.escrow,
+            LedgerEntry::Locked {
+                payer: lock.payer,
+                payee: lock.payee,
+                amount: lock.amount,
+            },
+        )
+    }
+
     /// Mints credits (the testnet faucet), logged and flushed.
     pub fn mint(
         &mut self,
@@ -249,14 +305,12 @@ impl<S: Store> LedgerService<S> {
         amount: MicroCredits,
         now: Timestamp,
     ) -> Result<Verified<LedgerRecord>, ServiceError> {
-        // Applied to a copy first: the log must never hold an operation that fails.
-        let mut next = self.ledger.clone();
-        next.apply(LedgerOp::Mint { account, amount }, now)?;
+        // `apply` changes nothing when it fails; `log` undoes it when the disk refuses.
+        self.ledger.apply(LedgerOp::Mint { account, amount }, now)?;
         let seq = self.log(&LogEntry {
             at: now,
             op: LogOp::Mint { account, amount },
         })?;
-        self.ledger = next;
         let op =
             gpux_protocol::ContentId(*blake3::hash(&encode(&(account, amount, seq))).as_bytes());
         self.record(
@@ -268,8 +322,15 @@ impl<S: Store> LedgerService<S> {
         )
     }
 
-    /// Applies a signed ledger operation: verified, checked, logged (flushed), then applied.
+    /// Applies a signed ledger operation: verified, checked, applied, logged (flushed) before
+    /// it is answered.
     pub fn submit(&mut self, envelope: Vec<u8>, now: Timestamp) -> Result<Outcome, ServiceError> {
+        if envelope.len() > MAX_SUBMITTED {
+            return Err(ServiceError::Invalid(format!(
+                "an envelope of {} bytes; the ledger takes at most {MAX_SUBMITTED}",
+                envelope.len()
+            )));
+        }
         let verified = AnySigned::from_bytes(envelope.clone())
             .and_then(AnySigned::verify)
             .map_err(|e| ServiceError::Invalid(e.to_string()))?;
@@ -278,11 +339,28 @@ impl<S: Store> LedgerService<S> {
                 "only EscrowLock, Redeem and Release are ledger operations".into(),
             )
         })?;
+        if let AnyVerified::EscrowLock(lock) = &verified {
+            if let Some(record) = self.locks.get(&lock.escrow)
+                && self.already_applied(&verified).is_some()
+            {
+                // A retried lock gets the record it got the first time.
+                let record = Signed::<LedgerRecord>::from_bytes(record.clone())
+                    .and_then(Signed::verify)
+                    .map_err(|e| ServiceError::Invalid(e.to_string()))?;
+                return Ok(Outcome::Applied(Box::new(record)));
+            }
+            if now.ms_since(lock.created_at) > MAX_LOCK_AGE_MS {
+                return Err(ServiceError::Invalid(format!(
+                    "the escrow lock is older than {} s",
+                    MAX_LOCK_AGE_MS / 1000
+                )));
+            }
+        }
         if let Some(unchanged) = self.already_applied(&verified) {
             return Ok(Outcome::Unchanged(unchanged));
         }
-        let mut next = self.ledger.clone();
-        let applied = next.apply(op, now)?;
+        // `apply` changes nothing when it fails; `log` undoes it when the disk refuses.
+        let applied = self.ledger.apply(op, now)?;
         let (escrow, entry) = match (&verified, applied) {
             (_, Applied::AlreadyRedeemed { seq, last_seq }) => {
                 return Ok(Outcome::Unchanged(format!(
@@ -305,7 +383,8 @@ impl<S: Store> LedgerService<S> {
                     seq,
                 },
             ) => {
-                let payee = next
+                let payee = self
+                    .ledger
                     .escrow(&redeem.escrow)
                     .map_or(redeem.signer(), |e| e.payee);
                 (
@@ -319,7 +398,8 @@ impl<S: Store> LedgerService<S> {
                 )
             }
             (AnyVerified::Release(release), Applied::Released { refunded }) => {
-                let payer = next
+                let payer = self
+                    .ledger
                     .escrow(&release.escrow)
                     .map_or(release.signer(), |e| e.payer);
                 (
@@ -336,9 +416,11 @@ impl<S: Store> LedgerService<S> {
             at: now,
             op: LogOp::Envelope(envelope),
         })?;
-        self.ledger = next;
-        self.record(seq, now, verified_id(&verified), escrow, entry)
-            .map(|r| Outcome::Applied(Box::new(r)))
+        let record = self.record(seq, now, verified_id(&verified), escrow, entry)?;
+        if matches!(verified, AnyVerified::EscrowLock(_)) {
+            self.locks.insert(escrow, record.as_bytes().to_vec());
+        }
+        Ok(Outcome::Applied(Box::new(record)))
     }
 
     /// A lock already applied (same escrow, lease, payer and amount) or a release of a closed
@@ -434,6 +516,12 @@ impl LedgerClient {
 
     /// Sends a request; when the ledger is not connected, dials it and tries once more.
     pub async fn call(&self, request: &LedgerRequest) -> Result<LedgerResponse, String> {
+        tokio::time::timeout(CALL_TIMEOUT, self.call_once(request))
+            .await
+            .map_err(|_| format!("the ledger at {} did not answer in time", self.addr))?
+    }
+
+    async fn call_once(&self, request: &LedgerRequest) -> Result<LedgerResponse, String> {
         let frame = encode(request);
         let answer = match self
             .net
@@ -453,6 +541,7 @@ impl LedgerClient {
     }
 
     /// Submits a signed operation; an applied one comes back as the ledger's verified record.
+    /// `Err` means no verdict (the ledger did not answer, or answered nonsense).
     pub async fn submit(&self, envelope: Vec<u8>) -> Result<SubmitResult, String> {
         match self.call(&LedgerRequest::Submit(envelope)).await? {
             LedgerResponse::Record(bytes) => {
@@ -465,7 +554,7 @@ impl LedgerClient {
                 Ok(SubmitResult::Applied(Box::new(record)))
             }
             LedgerResponse::Unchanged(why) => Ok(SubmitResult::Unchanged(why)),
-            LedgerResponse::Refused(why) => Err(format!("the ledger refused: {why}")),
+            LedgerResponse::Refused(why) => Ok(SubmitResult::Refused(why)),
             _ => Err("the ledger answered with an unexpected message".into()),
         }
     }
@@ -496,6 +585,8 @@ pub enum SubmitResult {
     Applied(Box<Verified<LedgerRecord>>),
     /// Already applied before.
     Unchanged(String),
+    /// The ledger's rules refused it (nothing changed).
+    Refused(String),
 }
 
 #[cfg(test)]
@@ -625,11 +716,15 @@ mod tests {
             };
             assert_eq!(record.signer(), p.ledger.public());
             assert!(matches!(record.entry, LedgerEntry::Locked { .. }));
-            // The same lock again (a retry) is answered without change.
-            assert!(matches!(
-                s.submit(lock(&p, 300_000), Timestamp(1)).unwrap(),
-                Outcome::Unchanged(_)
-            ));
+            // The same lock again (a retry) changes nothing and gets the same record.
+            match s.submit(lock(&p, 300_000), Timestamp(1)).unwrap() {
+                Outcome::Applied(again) => assert_eq!(again.as_bytes(), record.as_bytes()),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(
+                s.ledger().balance(&p.renter.public()),
+                MicroCredits(700_000)
+            );
             assert!(matches!(
                 s.submit(redeem(&p, 1, 60), Timestamp(2)).unwrap(),
                 Outcome::Applied(_)
@@ -668,7 +763,15 @@ mod tests {
                 Err(ServiceError::Refused(LedgerError::InsufficientFunds { .. }))
             ));
         }
-        let s = open(tmp.path(), &p);
+        let mut s = open(tmp.path(), &p);
+        // After a restart a retried lock still gets its original record.
+        match s.submit(lock(&p, 300_000), Timestamp(9)).unwrap() {
+            Outcome::Applied(again) => {
+                assert!(matches!(again.entry, LedgerEntry::Locked { .. }));
+                assert_eq!(again.seq, 2);
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(s.ledger().balance(&p.host.public()), MicroCredits(90_000));
         assert_eq!(
             s.ledger().balance(&p.renter.public()),
@@ -676,6 +779,23 @@ mod tests {
         );
         assert_eq!(s.ledger().total(), 1_000_000);
         assert!(s.ledger().escrow(&p.escrow).unwrap().released);
+    }
+
+    #[test]
+    fn a_lock_held_back_too_long_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = parties();
+        let mut s = open(tmp.path(), &p);
+        s.mint(p.renter.public(), MicroCredits(1_000_000), Timestamp(0))
+            .unwrap();
+        // The lock was signed at 1 ms; the ledger sees it MAX_LOCK_AGE_MS later.
+        let late = Timestamp(2 + MAX_LOCK_AGE_MS);
+        let err = s.submit(lock(&p, 300_000), late).unwrap_err();
+        assert!(err.to_string().contains("older than"), "{err}");
+        assert_eq!(
+            s.ledger().balance(&p.renter.public()),
+            MicroCredits(1_000_000)
+        );
     }
 
     #[test]

@@ -358,6 +358,9 @@ pub struct RunRecord {
     /// Host: the last usage summary measured.
     #[serde(skip)]
     pub peak_memory_bytes: u64,
+    /// Renter: when it asked the host to stop the lease (unix ms); receipts billing much
+    /// past it are disputed.
+    pub stop_requested_at: Option<u64>,
 }
 
 fn serialize_hex<S: serde::Serializer>(bytes: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {

@@ -172,10 +172,30 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
     // 60 s minimum can be due).
     let answer = send(receipt(&host_key, lease, escrow, PRICE, 2, 100)).await;
     assert!(disputed(&answer), "{answer:?}");
-    // Signed by someone else than the lease's host.
-    let stranger = Keypair::from_seed(&[8; 32]);
-    let answer = send(receipt(&stranger, lease, escrow, PRICE, 2, 60)).await;
+    // Dated ahead of the renter's clock, claiming the whole lease at once.
+    let mut body =
+        Signed::<UsageReceipt>::from_bytes(receipt(&host_key, lease, escrow, PRICE, 2, 120))
+            .unwrap()
+            .verify()
+            .unwrap()
+            .body()
+            .clone();
+    body.created_at = now().plus_secs(110);
+    let ahead = Signed::sign(&host_key, body).unwrap().as_bytes().to_vec();
+    let answer = send(ahead).await;
     assert!(disputed(&answer), "{answer:?}");
+    // Signed by someone else than the lease's host: no answer at all (a signed dispute
+    // could be replayed to the host to stop the lease).
+    let stranger = Keypair::from_seed(&[8; 32]);
+    let answer = net
+        .request_on(
+            Proto::Receipt,
+            renter_peer,
+            receipt(&stranger, lease, escrow, PRICE, 2, 60),
+        )
+        .await
+        .unwrap();
+    assert!(answer.is_empty());
     // Another escrow.
     let answer = send(receipt(&host_key, lease, EscrowId([6; 16]), PRICE, 2, 60)).await;
     assert!(disputed(&answer), "{answer:?}");

@@ -24,6 +24,10 @@ use crate::store::{LeaseRecord, LeaseState, Role, RunRecord};
 
 /// An accepted lease whose escrow is not locked within this time is dropped (its GPUs freed).
 const LOCK_WAIT_MS: u64 = 60_000;
+/// How far ahead of the renter's clock a receipt may be dated, ms.
+const RECEIPT_SKEW_MS: u64 = 2_000;
+/// Most container output a renter keeps per lease.
+const MAX_LOG_BYTES: u64 = 64 << 20;
 /// How often the renter tries to settle ended leases, in lease ticks (seconds).
 const SETTLE_EVERY_TICKS: u64 = 2;
 /// How often a host retries releasing escrows the ledger did not confirm, in lease ticks.
@@ -140,10 +144,15 @@ impl Daemon {
             .set_lease_state(&lease_id, LeaseState::Starting, now());
         let (stop_tx, stop_rx) = mpsc::channel(4);
         self.runners.insert(lease_id, stop_tx);
+        // Recorded before the lock goes to the ledger: after a crash, recovery settles it.
+        ctx.save_new(&RunRecord {
+            lease: lease_id.0,
+            ..RunRecord::default()
+        });
         self.runner_tasks.spawn(async move {
             let answer = match ctx.ledger.submit(lock.as_bytes().to_vec()).await {
                 Ok(SubmitResult::Applied(record)) => Ok(record.as_bytes().to_vec()),
-                Ok(SubmitResult::Unchanged(why)) => Err(why),
+                Ok(SubmitResult::Unchanged(why) | SubmitResult::Refused(why)) => Err(why),
                 Err(why) => Err(why),
             };
             let mut lease = Lease {
@@ -173,7 +182,6 @@ impl Daemon {
                     return;
                 }
             };
-            ctx.save_new(&lease.run);
             match ctx.start(&mut lease).await {
                 Ok(()) => {
                     let _ = ctx.net.respond(id, record).await;
@@ -205,7 +213,9 @@ impl Daemon {
             return Vec::new();
         };
         match record.role {
-            Role::Host if end.signer() == request.signer() => {
+            Role::Host
+                if end.signer() == request.signer() && end.reason == EndReason::RenterStopped =>
+            {
                 if let Some(stop) = self.runners.get(&end.lease) {
                     let _ = stop.try_send(EndReason::RenterStopped);
                 }
@@ -259,25 +269,40 @@ impl Daemon {
             self.state.lease(&receipt.lease),
             self.state.run(&receipt.lease),
         ) else {
-            return dispute(self, "no such lease here".into());
+            return Vec::new();
         };
         let Some(request) = verified_request(&record) else {
-            return dispute(self, "the stored request does not verify".into());
+            return Vec::new();
         };
-        if record.role != Role::Renter {
-            return dispute(self, "this node is not the lease's renter".into());
+        // Only the lease's host gets an answer: a signed dispute handed to anyone else could
+        // be replayed to the host.
+        if record.role != Role::Renter || receipt.signer() != request.host {
+            return Vec::new();
+        }
+        if matches!(record.state, LeaseState::Ended { .. } | LeaseState::Settled) {
+            return dispute(self, "the lease has ended".into());
+        }
+        // The receipt's time is the host's word: it may not be ahead of this node's clock.
+        if receipt.created_at > t.plus_ms(RECEIPT_SKEW_MS) {
+            return dispute(self, "the receipt is dated in the future".into());
         }
         let started = Timestamp(run.started_at.unwrap_or(t.0));
         if let Err(e) = receipt_matches_lease(receipt, &request, started) {
             return dispute(self, e.to_string());
         }
-        let max =
-            (request.gpus.len() as u64) * money::billed_seconds(u64::from(request.duration_s));
+        // This node's own measure: whole seconds since it asked for the start (one more for
+        // rounding), never past the agreed duration, nor much past a stop it asked for.
+        let mut until = t;
+        if let Some(stop) = run.stop_requested_at {
+            until = until.min(Timestamp(stop).plus_ms(self.timing.ack_grace.as_millis() as u64));
+        }
+        let own_s = (until.ms_since(started) / 1000 + 1).min(u64::from(request.duration_s));
+        let max = (request.gpus.len() as u64) * money::billed_seconds(own_s);
         if receipt.gpu_seconds > max {
             return dispute(
                 self,
                 format!(
-                    "{} GPU-seconds exceed the {max} agreed",
+                    "{} GPU-seconds exceed the {max} this node measured",
                     receipt.gpu_seconds
                 ),
             );
@@ -333,13 +358,17 @@ impl Daemon {
             Some(request) if request.host == chunk.signer() && record.role == Role::Renter => {}
             _ => return,
         }
+        // Bounded: a host cannot fill the renter's disk.
+        if run.log_bytes >= MAX_LOG_BYTES {
+            return;
+        }
         if self
             .state
             .append_log(&chunk.lease, chunk.seq, &chunk.data)
             .is_ok()
             && chunk.seq >= run.log_chunks
         {
-            run.log_chunks = chunk.seq + 1;
+            run.log_chunks = chunk.seq.saturating_add(1);
             run.log_bytes += chunk.data.len() as u64;
             run.last_contact = now().0;
             let _ = self.state.save_run(&run);
@@ -508,6 +537,14 @@ impl Daemon {
             let _ = reply.send(Err(format!("no lease {lease} here")));
             return;
         };
+        // Recorded first: whatever happens to the message, receipts billing past the stop
+        // (and its grace) are disputed.
+        if let Ok(Some(mut run)) = self.state.run(&lease)
+            && run.stop_requested_at.is_none()
+        {
+            run.stop_requested_at = Some(now().0);
+            let _ = self.state.save_run(&run);
+        }
         let end = LeaseEnd {
             lease,
             created_at: now(),
@@ -647,7 +684,9 @@ impl Daemon {
             for request in to_settle {
                 let lease = request.id();
                 let settled = match ledger.escrow(request.escrow).await {
-                    Ok(None) => true,
+                    // Never locked, and too old to be locked now (the ledger refuses locks
+                    // older than MAX_LOCK_AGE_MS): nothing to settle.
+                    Ok(None) => now().ms_since(request.created_at) > crate::ledger::MAX_LOCK_AGE_MS,
                     Ok(Some(escrow)) if escrow.released => true,
                     Ok(Some(_)) => {
                         // The host has not released it (gone?): the renter may, once the
@@ -659,7 +698,10 @@ impl Daemon {
                             ext: Ext::new(),
                         };
                         match Signed::sign(&key, body) {
-                            Ok(release) => ledger.submit(release.as_bytes().to_vec()).await.is_ok(),
+                            Ok(release) => matches!(
+                                ledger.submit(release.as_bytes().to_vec()).await,
+                                Ok(SubmitResult::Applied(_) | SubmitResult::Unchanged(_))
+                            ),
                             Err(_) => false,
                         }
                     }
@@ -713,10 +755,12 @@ impl Daemon {
                 Some(c) => ctx.exec.inspect(c).await.ok().flatten(),
                 None => None,
             };
-            let escrow_open = matches!(
-                ctx.ledger.escrow(request.escrow).await,
-                Ok(Some(e)) if !e.released
-            );
+            // A ledger that does not answer now is no reason to stop healthy work.
+            let escrow_open = match ctx.ledger.escrow(request.escrow).await {
+                Ok(Some(e)) => !e.released,
+                Ok(None) => false,
+                Err(_) => true,
+            };
             let within_time = run.started_at.is_some_and(|s| {
                 now().ms_since(Timestamp(s)) < u64::from(request.duration_s) * 1000
             });

@@ -878,6 +878,20 @@ struct RentTask {
     workload: Workload,
 }
 
+/// Why a host did not give a running lease.
+enum RentFailure {
+    /// Refused before anything was agreed: try another offer.
+    Refused(String),
+    /// Agreed, but the start was not confirmed.
+    Unconfirmed(String),
+}
+
+impl From<String> for RentFailure {
+    fn from(why: String) -> Self {
+        RentFailure::Refused(why)
+    }
+}
+
 /// What a rented container runs.
 #[derive(Debug, Clone, Default)]
 struct Workload {
@@ -927,7 +941,10 @@ impl RentTask {
             };
             match self.request(&allocation, image).await {
                 Ok(value) => return Ok(value),
-                Err(why) => refusals.push(why),
+                Err(RentFailure::Refused(why)) => refusals.push(why),
+                // Accepted, but the start was not confirmed: the lease may still run, so no
+                // other host is asked (that could start a second lease).
+                Err(RentFailure::Unconfirmed(why)) => return Err(why),
             }
         }
         Err(format!("no host accepted: {}", refusals.join("; ")))
@@ -1010,7 +1027,7 @@ impl RentTask {
         &self,
         allocation: &Allocation,
         image: ImageDigest,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, RentFailure> {
         let t = now();
         let mut escrow = [0u8; 16];
         getrandom::fill(&mut escrow).map_err(|e| e.to_string())?;
@@ -1074,7 +1091,9 @@ impl RentTask {
                     })
                     .await;
                 let _ = rx.await;
-                self.lock_and_start(&request, peer).await?;
+                self.lock_and_start(&request, peer)
+                    .await
+                    .map_err(RentFailure::Unconfirmed)?;
                 Ok(serde_json::json!({
                     "running": true,
                     "lease": request.id().to_string(),
@@ -1086,14 +1105,18 @@ impl RentTask {
                     "escrow_amount": escrow_amount.amount_text(),
                 }))
             }
-            Ok(AnyVerified::LeaseReject(reject)) => Err(format!(
+            Ok(AnyVerified::LeaseReject(reject)) => Err(RentFailure::Refused(format!(
                 "{} refused: {:?} ({})",
                 allocation.host.peer_id(),
                 reject.reason,
                 reject.detail
+            ))),
+            Ok(_) => Err(RentFailure::Refused(
+                "the host answered with an unexpected message".into(),
             )),
-            Ok(_) => Err("the host answered with an unexpected message".into()),
-            Err(e) => Err(format!("the host's answer does not verify: {e}")),
+            Err(e) => Err(RentFailure::Refused(format!(
+                "the host's answer does not verify: {e}"
+            ))),
         }
     }
 }

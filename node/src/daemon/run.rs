@@ -223,6 +223,13 @@ impl RunCtx {
                         }
                     }
                     cursor = self.ship_logs(&mut lease, &container, cursor).await;
+                    // An acknowledgement late by more than the grace ends the lease, checked
+                    // every second (not only at the next receipt).
+                    if let Some(since) = unacked_since
+                        && now().ms_since(since) >= self.timing.ack_grace.as_millis() as u64
+                    {
+                        break EndReason::ReceiptNotAcknowledged;
+                    }
                 }
                 _ = receipt_tick.tick() => {
                     let t = now();
@@ -235,18 +242,24 @@ impl RunCtx {
                     )
                     .unwrap_or(MicroCredits(u64::MAX));
                     match self.receipt(&mut lease, gs, usage.summary(), t).await {
-                        // The escrow pays for no more: the work stops here.
-                        Ok(true) if due >= lease.request.escrow_amount
-                            && lease.request.escrow_amount < full => {
+                        // The ledger will pay no more for this lease (its escrow was closed):
+                        // the work stops.
+                        Ok(Answer::Acked(Redeemed::Refused(why))) => {
+                            tracing::warn!("lease {}: stopping: {why}", lease.id().short());
                             break EndReason::EscrowExhausted;
                         }
-                        Ok(true) => unacked_since = None,
-                        Ok(false) | Err(_) => {
-                            let since = *unacked_since.get_or_insert(t);
-                            let grace = self.timing.ack_grace.as_millis() as u64;
-                            if now().ms_since(since) >= grace {
-                                break EndReason::ReceiptNotAcknowledged;
-                            }
+                        // The escrow pays for no more: the work stops here.
+                        Ok(Answer::Acked(_))
+                            if due >= lease.request.escrow_amount
+                                && lease.request.escrow_amount < full =>
+                        {
+                            break EndReason::EscrowExhausted;
+                        }
+                        Ok(Answer::Acked(_)) => unacked_since = None,
+                        // A dispute costs at most this interval: stop now.
+                        Ok(Answer::Disputed) => break EndReason::ReceiptDisputed,
+                        Err(_) => {
+                            unacked_since.get_or_insert(t);
                         }
                     }
                 }
@@ -295,14 +308,14 @@ impl RunCtx {
     }
 
     /// Signs, stores and sends the next cumulative receipt; on a valid acknowledgement,
-    /// stores it and redeems it. Ok(true) when acknowledged.
+    /// stores it and redeems it.
     async fn receipt(
         &self,
         lease: &mut Lease,
         gpu_seconds: u64,
         usage: UsageSummary,
         t: Timestamp,
-    ) -> Result<bool, String> {
+    ) -> Result<Answer, String> {
         let request = &lease.request;
         let body = UsageReceipt {
             lease: lease.id(),
@@ -344,17 +357,16 @@ impl RunCtx {
                 lease.run.acked_amount = receipt.amount_due.0;
                 lease.run.last_ack = Some((receipt.as_bytes().to_vec(), ack.as_bytes().to_vec()));
                 self.save(&lease.run);
-                self.redeem(lease).await;
-                Ok(true)
+                Ok(Answer::Acked(self.redeem(lease).await))
             }
-            Ok(AnyVerified::LeaseEnd(end)) => {
+            Ok(AnyVerified::LeaseEnd(end)) if end.signer() == lease.request.signer() => {
                 tracing::warn!(
                     "lease {}: the renter refused receipt {} ({:?})",
                     lease.id().short(),
                     receipt.seq,
                     end.reason
                 );
-                Ok(false)
+                Ok(Answer::Disputed)
             }
             Ok(_) => Err("the renter answered with an unexpected message".into()),
             Err(e) => Err(format!("the renter's answer does not verify: {e}")),
@@ -362,16 +374,16 @@ impl RunCtx {
     }
 
     /// Redeems the last acknowledged receipt, if newer than the last redeemed.
-    async fn redeem(&self, lease: &mut Lease) {
+    async fn redeem(&self, lease: &mut Lease) -> Redeemed {
         let Some((receipt, ack)) = lease.run.last_ack.clone() else {
-            return;
+            return Redeemed::UpToDate;
         };
         if lease.run.acked_seq <= lease.run.redeemed_seq {
-            return;
+            return Redeemed::UpToDate;
         }
         let (Ok(receipt_b), Ok(ack_b)) = (BoundedBytes::new(receipt), BoundedBytes::new(ack))
         else {
-            return;
+            return Redeemed::Refused("the receipt or ack is too large".into());
         };
         let body = Redeem {
             escrow: lease.request.escrow,
@@ -381,8 +393,9 @@ impl RunCtx {
             created_at: now(),
             ext: Ext::new(),
         };
-        let Ok(redeem) = Signed::sign(&self.key, body) else {
-            return;
+        let redeem = match Signed::sign(&self.key, body) {
+            Ok(r) => r,
+            Err(e) => return Redeemed::Refused(e.to_string()),
         };
         match self.ledger.submit(redeem.as_bytes().to_vec()).await {
             Ok(SubmitResult::Applied(record)) => {
@@ -391,12 +404,24 @@ impl RunCtx {
                 }
                 lease.run.redeemed_seq = lease.run.acked_seq;
                 self.save(&lease.run);
+                Redeemed::UpToDate
             }
             Ok(SubmitResult::Unchanged(_)) => {
                 lease.run.redeemed_seq = lease.run.acked_seq;
                 self.save(&lease.run);
+                Redeemed::UpToDate
             }
-            Err(e) => tracing::warn!("lease {}: redeeming: {e}", lease.id().short()),
+            Ok(SubmitResult::Refused(why)) => {
+                tracing::warn!(
+                    "lease {}: the ledger refused a redemption: {why}",
+                    lease.id().short()
+                );
+                Redeemed::Refused(why)
+            }
+            Err(e) => {
+                tracing::warn!("lease {}: redeeming: {e}", lease.id().short());
+                Redeemed::Pending
+            }
         }
     }
 
@@ -448,13 +473,17 @@ impl RunCtx {
             let gs = gpu_seconds(&lease.request, end.saturating_sub(start));
             let amount =
                 money::cost(gs, lease.request.price_per_gpu_hour).unwrap_or(MicroCredits(0));
-            if amount.0 > lease.run.acked_amount && reason != EndReason::ReceiptNotAcknowledged {
+            let renter_answers = !matches!(
+                reason,
+                EndReason::ReceiptNotAcknowledged | EndReason::ReceiptDisputed
+            );
+            if amount.0 > lease.run.acked_amount && renter_answers {
                 let _ = self
                     .receipt(lease, gs, UsageSummary::default(), now())
                     .await;
             }
         }
-        self.redeem(lease).await;
+        let _ = self.redeem(lease).await;
         if let Ok(peer) = lease.renter() {
             let end = LeaseEnd {
                 lease: id,
@@ -477,13 +506,22 @@ impl RunCtx {
         self.release(lease).await;
     }
 
-    /// Returns the rest of the escrow to the renter (the payee may release at any time);
-    /// retried until the ledger confirms.
+    /// Returns the rest of the escrow to the renter (the payee may release at any time), but
+    /// only once every acknowledged receipt is redeemed: releasing first would refund work
+    /// the renter agreed to pay for. Retried for a while; the daemon retries later and after
+    /// a restart.
     pub(crate) async fn release(&self, lease: &mut Lease) {
         let id = lease.id();
         for attempt in 0..10u64 {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(500 * attempt)).await;
+            }
+            match self.redeem(lease).await {
+                Redeemed::UpToDate => {}
+                // Nothing more can be redeemed (closed by the renter after the ledger's
+                // grace, say): release what is left.
+                Redeemed::Refused(_) => {}
+                Redeemed::Pending => continue,
             }
             let body = Release {
                 escrow: lease.request.escrow,
@@ -494,24 +532,50 @@ impl RunCtx {
             let Ok(release) = Signed::sign(&self.key, body) else {
                 return;
             };
-            match self.ledger.submit(release.as_bytes().to_vec()).await {
-                Ok(_) => {
-                    lease.run.released = true;
-                    self.save(&lease.run);
-                    self.set_state(&id, LeaseState::Settled);
-                    return;
+            let settled = match self.ledger.submit(release.as_bytes().to_vec()).await {
+                Ok(SubmitResult::Applied(_) | SubmitResult::Unchanged(_)) => true,
+                // Never locked (the lock was refused): nothing to settle.
+                Ok(SubmitResult::Refused(why)) if why.contains("unknown escrow") => true,
+                Ok(SubmitResult::Refused(why)) => {
+                    tracing::warn!(
+                        "lease {}: the ledger refused the release: {why}",
+                        id.short()
+                    );
+                    false
                 }
-                Err(e) if e.contains("unknown escrow") => {
-                    // Never locked: nothing to settle.
-                    lease.run.released = true;
-                    self.save(&lease.run);
-                    self.set_state(&id, LeaseState::Settled);
-                    return;
+                Err(e) => {
+                    tracing::warn!("lease {}: releasing the escrow: {e}", id.short());
+                    false
                 }
-                Err(e) => tracing::warn!("lease {}: releasing the escrow: {e}", id.short()),
+            };
+            if settled {
+                lease.run.released = true;
+                self.save(&lease.run);
+                self.set_state(&id, LeaseState::Settled);
+                return;
             }
         }
     }
+}
+
+/// The renter's answer to a receipt.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Acknowledged; then the redemption's outcome.
+    Acked(Redeemed),
+    /// Disputed by the renter.
+    Disputed,
+}
+
+/// What a redemption attempt came to.
+#[derive(Debug)]
+pub(crate) enum Redeemed {
+    /// Everything acknowledged is redeemed.
+    UpToDate,
+    /// The ledger did not answer: try again.
+    Pending,
+    /// The ledger refused (the escrow is closed, say): redeeming again will not help.
+    Refused(String),
 }
 
 /// Usage measured over a lease.
