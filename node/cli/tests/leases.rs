@@ -273,7 +273,7 @@ fn restarted_hosts_resume_metering_and_restarted_renters_resume_acknowledging() 
     assert_eq!(run["end_reason"], "DurationReached", "{hosted}");
     let runtime_ms = run["finished_at"].as_u64().unwrap() - run["started_at"].as_u64().unwrap();
     assert!(
-        (30_000..32_000).contains(&runtime_ms),
+        (29_000..31_000).contains(&runtime_ms),
         "ran {runtime_ms} ms for a 30 s lease"
     );
     assert_eq!(
@@ -344,11 +344,16 @@ fn a_standing_bid_is_filled_when_a_matching_offer_arrives() {
     assert!(String::from_utf8_lossy(&bid.stdout).contains("standing bid"));
     market.add_host();
     let renter = &market.renters[0];
+    // The bid names no command: the image's default (`sh`, no input) exits at once, so the
+    // lease may already be over; what matters is that it was agreed and its container ran.
     wait_for("the bid to be filled", 30, || {
-        renter
-            .leases()
+        renter.leases().iter().any(|l| l["role"] == "renter")
+    });
+    let host = &market.hosts[0];
+    wait_for("the filled bid's container to run", 30, || {
+        host.leases()
             .iter()
-            .any(|l| l["role"] == "renter" && state(l) == "running")
+            .any(|l| l["role"] == "host" && run_of(l)["started_at"].is_u64())
     });
 }
 

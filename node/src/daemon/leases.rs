@@ -23,7 +23,10 @@ use crate::p2p::{InboundId, PeerId, Proto};
 use crate::store::{LeaseRecord, LeaseState, Role, RunRecord};
 
 /// An accepted lease whose escrow is not locked within this time is dropped (its GPUs freed).
-const LOCK_WAIT_MS: u64 = 60_000;
+const LOCK_WAIT_MS: u64 = 30_000;
+/// A lock must come this soon after the acceptance (the renter sends it at once): the
+/// GPUs' booking runs from the acceptance, and the work must fit in it.
+const LOCK_WINDOW_MS: u64 = 10_000;
 /// How far ahead of the renter's clock a receipt may be dated, ms.
 const RECEIPT_SKEW_MS: u64 = 2_000;
 /// Most container output a renter keeps per lease.
@@ -122,6 +125,7 @@ impl Daemon {
         };
         let record = match self.state.lease(&lease_id) {
             Ok(Some(r)) if r.role == Role::Host && r.state == LeaseState::Accepted => r,
+            Ok(Some(r)) if r.role == Role::Host && r.state == LeaseState::Accepted => r,
             _ => {
                 return refuse(
                     RejectReason::Invalid,
@@ -135,6 +139,12 @@ impl Daemon {
                 "the stored lease request does not verify",
             );
         };
+        if now().ms_since(Timestamp(record.updated_at)) > LOCK_WINDOW_MS {
+            return refuse(
+                RejectReason::RequestExpired,
+                "the escrow lock came too long after the acceptance; request the lease again",
+            );
+        }
         if let Err(e) = escrow_lock_matches_request(&lock, &request) {
             return refuse(RejectReason::EscrowInsufficient, &e.to_string());
         }

@@ -129,6 +129,15 @@ impl RunCtx {
         }
     }
 
+    /// When the host accepted the lease (its GPUs are booked from then).
+    fn accepted_at(&self, lease: &ContentId) -> Option<Timestamp> {
+        let record = self.state.lease(lease).ok().flatten()?;
+        let accept = Signed::<gpux_protocol::LeaseAccept>::from_bytes(record.accept?)
+            .and_then(Signed::verify)
+            .ok()?;
+        Some(accept.created_at)
+    }
+
     async fn send(&self, peer: libp2p::PeerId, envelope: Vec<u8>) -> Result<Vec<u8>, String> {
         tokio::time::timeout(
             PEER_TIMEOUT,
@@ -185,7 +194,17 @@ impl RunCtx {
             self.finish(&mut lease, EndReason::ContainerFailed).await;
             return;
         };
-        let deadline = Timestamp(started).plus_secs(u64::from(lease.request.duration_s));
+        // The lease's time runs from the container's start, but never past the window its
+        // GPUs are booked for (from the acceptance): after that they may be someone else's.
+        let duration_ms = u64::from(lease.request.duration_s) * 1000;
+        let booked_until = match lease.request.kind {
+            gpux_protocol::LeaseKind::Reserved { end, .. } => end,
+            _ => self
+                .accepted_at(&lease.id())
+                .unwrap_or(Timestamp(started))
+                .plus_ms(duration_ms),
+        };
+        let deadline = Timestamp(started).plus_ms(duration_ms).min(booked_until);
         let until_deadline = Duration::from_millis(deadline.ms_since(now()));
         let end_at = tokio::time::Instant::now() + until_deadline;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
