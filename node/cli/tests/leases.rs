@@ -329,6 +329,20 @@ fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
             & 0o777;
         assert_eq!(mode, 0o600, "{file}");
     }
+    // A host shutting down (SIGTERM) ends its leases, erases their containers and settles.
+    let mut market = market;
+    market.hosts[0].stop(25);
+    assert!(
+        docker_containers(&lease).is_empty(),
+        "a host shutting down erases its containers"
+    );
+    let renter = &market.renters[0];
+    wait_for("the renter to settle", 20, || {
+        state(&renter.lease(&lease)) == "settled"
+    });
+    assert_eq!(run_of(&renter.lease(&lease))["end_reason"], "HostShutdown");
+    market.assert_conserved();
+    assert_eq!(market.ledger_state()["open_escrows"], 0);
 }
 
 #[test]

@@ -61,6 +61,27 @@ impl Node {
         }
     }
 
+    /// SIGTERM, then SIGKILL if it has not exited within `secs`: a host ends and settles its
+    /// leases on the way out.
+    pub fn stop(&mut self, secs: u64) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+            }
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < deadline {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Starts the node again on the same data dir and port.
     pub fn restart(&mut self) {
         self.kill9();
@@ -105,6 +126,36 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Stops hosts first (they settle their leases while the renters and the ledger still run),
+/// then everyone else; then erases any container a host of this market left behind (a test
+/// that failed half-way), so the machine stays clean.
+impl Drop for Market {
+    fn drop(&mut self) {
+        for host in &mut self.hosts {
+            host.stop(25);
+        }
+        for renter in &mut self.renters {
+            renter.stop(5);
+        }
+        self.ledger.stop(5);
+        for host in &self.hosts {
+            let ids = Command::new("docker")
+                .args([
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("label=gpux.node={}", host.peer),
+                ])
+                .output();
+            if let Ok(out) = ids {
+                for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("docker").args(["rm", "-f", id]).output();
+                }
+            }
+        }
     }
 }
 
