@@ -84,6 +84,13 @@ pub struct Report {
     /// The metering overhead of one running lease on its host: the CPU added per lease
     /// running, % of one core.
     pub metering_cpu_pct_per_lease: f64,
+    /// The Docker daemon's CPU while idle and while leases ran, % of one core (it answers
+    /// the hosts' inspect, stats and log calls; the workloads themselves are not counted).
+    pub dockerd_cpu_pct_idle: f64,
+    /// See `dockerd_cpu_pct_idle`.
+    pub dockerd_cpu_pct_leasing: f64,
+    /// The Docker daemon's CPU added per running lease, % of one core.
+    pub dockerd_cpu_pct_per_lease: f64,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
     /// Anything that went wrong.
@@ -166,6 +173,15 @@ fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
             n += exec.containers().await?.len();
         }
         Ok(n)
+    })
+}
+
+/// The Docker daemon's pid, when it runs on this machine (found by name in `/proc`).
+fn dockerd_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "dockerd").then_some(pid)
     })
 }
 
@@ -486,13 +502,18 @@ pub fn up(
         .map(|(_, c)| c.id())
         .collect();
     let cpu_total = |pids: &[u32]| -> f64 { pids.iter().filter_map(|&p| cpu_s(p)).sum() };
+    let dockerd: Vec<u32> = dockerd_pid().into_iter().collect();
     let idle_from = (Instant::now(), cpu_total(&host_pids));
+    let docker_idle_from = (Instant::now(), cpu_total(&dockerd));
     wait_until(Instant::now() + Duration::from_secs(3), &stop, || false);
     let idle_to = (Instant::now(), cpu_total(&host_pids));
-    let pct = |from: (Instant, f64), to: (Instant, f64)| {
-        100.0 * (to.1 - from.1) / to.0.duration_since(from.0).as_secs_f64() / hosts.len() as f64
+    let docker_idle_to = (Instant::now(), cpu_total(&dockerd));
+    let pct_of = |from: (Instant, f64), to: (Instant, f64), n: usize| {
+        100.0 * (to.1 - from.1) / to.0.duration_since(from.0).as_secs_f64() / n.max(1) as f64
     };
+    let pct = |from, to| pct_of(from, to, hosts.len());
     report.host_cpu_pct_idle = pct(idle_from, idle_to);
+    report.dockerd_cpu_pct_idle = pct_of(docker_idle_from, docker_idle_to, 1);
 
     // Renters rent one GPU at a time, whatever is cheapest, for LEASE_S seconds, running the
     // workload image; every third workload exits by itself (exit code 3) before its time.
@@ -543,7 +564,9 @@ pub fn up(
         wait_until(pause.min(end), &stop, || false);
     }
     let leasing_to = (Instant::now(), cpu_total(&host_pids));
+    let docker_leasing_to = (Instant::now(), cpu_total(&dockerd));
     report.host_cpu_pct_leasing = pct(idle_to, leasing_to);
+    report.dockerd_cpu_pct_leasing = pct_of(docker_idle_to, docker_leasing_to, 1);
     rent_ms.sort_unstable();
     report.rent_to_running_ms_p50 = percentile(&rent_ms, 0.5);
     report.rent_to_running_ms_p95 = percentile(&rent_ms, 0.95);
@@ -587,6 +610,9 @@ pub fn up(
     if mean_leases_per_host > 0.0 {
         report.metering_cpu_pct_per_lease =
             (report.host_cpu_pct_leasing - report.host_cpu_pct_idle) / mean_leases_per_host;
+        report.dockerd_cpu_pct_per_lease = (report.dockerd_cpu_pct_leasing
+            - report.dockerd_cpu_pct_idle)
+            / (mean_leases_per_host * hosts.len() as f64);
     }
     progress(&format!(
         "{} leases settled; credits before {} / after {} micro-credits",

@@ -677,12 +677,13 @@ fn testnet_up(
         );
     }
     println!(
-        "rent to running: p50 {} ms, p95 {} ms; host CPU idle {:.2}%, leasing {:.2}%, metering {:.2}% of a core per lease",
+        "rent to running: p50 {} ms, p95 {} ms; host CPU idle {:.2}%, leasing {:.2}%, metering {:.2}% of a core per lease (+{:.2}% in dockerd)",
         report.rent_to_running_ms_p50,
         report.rent_to_running_ms_p95,
         report.host_cpu_pct_idle,
         report.host_cpu_pct_leasing,
-        report.metering_cpu_pct_per_lease
+        report.metering_cpu_pct_per_lease,
+        report.dockerd_cpu_pct_per_lease
     );
     for e in &report.errors {
         println!("error: {e}");
