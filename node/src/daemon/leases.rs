@@ -139,6 +139,15 @@ impl Daemon {
                 "the stored lease request does not verify",
             );
         };
+        // Execution starts at once: a reserved window in the future cannot be honoured yet.
+        if let gpux_protocol::LeaseKind::Reserved { start, .. } = request.kind
+            && start > now().plus_ms(LOCK_WINDOW_MS)
+        {
+            return refuse(
+                RejectReason::Invalid,
+                "this host starts leases at once; reserved windows in the future are not run yet",
+            );
+        }
         if now().ms_since(Timestamp(record.updated_at)) > LOCK_WINDOW_MS {
             return refuse(
                 RejectReason::RequestExpired,
