@@ -5,8 +5,10 @@
 
 pub mod api;
 mod leases;
+mod rent;
 mod run;
 
+use rent::{RentTask, Workload};
 pub use run::LeaseTiming;
 
 use std::collections::BTreeSet;
@@ -19,9 +21,9 @@ use gpux_market::query::Query;
 use gpux_market::{Allocation, BidSpec, BookConfig, OrderBook};
 use gpux_protocol::validate::Rules;
 use gpux_protocol::{
-    AnySigned, AnyVerified, Attestation, BoundedString, BoundedVec, ContentId, EscrowId,
-    EvidenceTier, Ext, GpuFamily, ImageDigest, Keypair, LeaseKind, LeaseRequest, MicroCredits,
-    Offer, OfferGpu, ResourceLimits, Signed, Timestamp, Verified, money,
+    AnySigned, AnyVerified, Attestation, BoundedString, BoundedVec, ContentId, EvidenceTier, Ext,
+    GpuFamily, ImageDigest, Keypair, LeaseKind, MicroCredits, Offer, OfferGpu, Signed, Timestamp,
+    Verified,
 };
 use libp2p::Multiaddr;
 use tokio::sync::{mpsc, oneshot};
@@ -29,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::attest::now;
 use crate::host::{Answer, Host};
 use crate::p2p::{self, Client, NetConfig, NetworkEvent, topics};
-use crate::store::{LeaseRecord, LeaseState, NodeState, Role, SledStore};
+use crate::store::{LeaseRecord, NodeState, SledStore};
 use crate::validation::{Validator, Verdict};
 
 /// The least time between publications triggered by new subscribers, ms.
@@ -864,259 +866,8 @@ impl Daemon {
     }
 }
 
-/// Rents: match locally, request the lease from the host, retry the next-best offer on
-/// rejection (up to five offers).
-struct RentTask {
-    key: Keypair,
-    net: Client,
-    internal: mpsc::Sender<Internal>,
-    state: NodeState<SledStore>,
-    /// The ledger's key (records of locked escrows must be signed by it).
-    ledger: Option<gpux_protocol::PublicKey>,
-    spec: BidSpec,
-    image: Option<ImageDigest>,
-    workload: Workload,
-}
-
-/// Why a host did not give a running lease.
-enum RentFailure {
-    /// Refused before anything was agreed: try another offer.
-    Refused(String),
-    /// Agreed, but the start was not confirmed.
-    Unconfirmed(String),
-}
-
-impl From<String> for RentFailure {
-    fn from(why: String) -> Self {
-        RentFailure::Refused(why)
-    }
-}
-
-/// What a rented container runs.
-#[derive(Debug, Clone, Default)]
-struct Workload {
-    command: Vec<BoundedString<1024>>,
-    env: Vec<gpux_protocol::EnvVar>,
-    network: bool,
-}
-
 /// Whether a `/gpux/lease/1` frame is a `LeaseRequest` (handled by the host role's book)
 /// rather than an escrow lock or a lease end.
 fn is_lease_request(data: &[u8]) -> bool {
     data.get(4) == Some(&(gpux_protocol::MessageKind::LeaseRequest as u8))
-}
-
-impl RentTask {
-    async fn run(self) -> Result<serde_json::Value, String> {
-        if self.ledger.is_none() {
-            return Err("this node has no ledger to lock an escrow with (--ledger or `ledger` in config.toml)".into());
-        }
-        let mut excluded = BTreeSet::new();
-        let mut refusals = Vec::new();
-        for _ in 0..5 {
-            let (tx, rx) = oneshot::channel();
-            self.internal
-                .send(Internal::Match {
-                    spec: self.spec.clone(),
-                    excluded: excluded.clone(),
-                    reply: tx,
-                })
-                .await
-                .map_err(|_| "the node is shutting down".to_string())?;
-            let Some((allocation, offered_image)) = rx
-                .await
-                .map_err(|_| "the node is shutting down".to_string())?
-            else {
-                return Err(if refusals.is_empty() {
-                    "no offer in this node's view of the market satisfies the request".into()
-                } else {
-                    format!("no host accepted: {}", refusals.join("; "))
-                });
-            };
-            excluded.insert(allocation.offer);
-            // Without an image named, run the first one the offer lists.
-            let Some(image) = self.image.or(offered_image) else {
-                refusals.push(format!("{} lists no image", allocation.host.peer_id()));
-                continue;
-            };
-            match self.request(&allocation, image).await {
-                Ok(value) => return Ok(value),
-                Err(RentFailure::Refused(why)) => refusals.push(why),
-                // Accepted, but the start was not confirmed: the lease may still run, so no
-                // other host is asked (that could start a second lease).
-                Err(RentFailure::Unconfirmed(why)) => return Err(why),
-            }
-        }
-        Err(format!("no host accepted: {}", refusals.join("; ")))
-    }
-
-    /// Locks the escrow for an accepted lease through its host (which submits the lock to the
-    /// ledger and starts the container once the ledger confirms), and waits until the
-    /// container runs.
-    async fn lock_and_start(
-        &self,
-        request: &Verified<LeaseRequest>,
-        host: libp2p::PeerId,
-    ) -> Result<(), String> {
-        let lease = request.id();
-        let lock = Signed::sign(
-            &self.key,
-            gpux_protocol::EscrowLock {
-                escrow: request.escrow,
-                lease,
-                payer: self.key.public(),
-                payee: request.host,
-                amount: request.escrow_amount,
-                price_per_gpu_hour: request.price_per_gpu_hour,
-                created_at: now(),
-                ext: Ext::new(),
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        // The work cannot have started before this moment: receipts are checked against it.
-        let run = crate::store::RunRecord {
-            lease: lease.0,
-            started_at: Some(now().0),
-            last_contact: now().0,
-            ..Default::default()
-        };
-        self.state.save_run(&run).map_err(|e| e.to_string())?;
-        let ended = |reason: String| {
-            let _ = self
-                .state
-                .set_lease_state(&lease, LeaseState::Ended { reason }, now());
-        };
-        let answer = match self.net.request(host, lock.as_bytes().to_vec()).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                // The host may still have started it: the lease stays as it is, and receipts
-                // (or their absence) decide.
-                return Err(format!("the host did not confirm the start: {e}"));
-            }
-        };
-        match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
-            Ok(AnyVerified::LedgerRecord(record)) => {
-                if Some(record.signer()) != self.ledger
-                    || record.escrow != request.escrow
-                    || !matches!(record.entry, gpux_protocol::LedgerEntry::Locked { .. })
-                {
-                    ended("ContainerFailed".into());
-                    return Err(
-                        "the host's start confirmation is not the ledger's record of this escrow"
-                            .into(),
-                    );
-                }
-                let _ = self
-                    .state
-                    .set_lease_state(&lease, LeaseState::Running, now());
-                Ok(())
-            }
-            Ok(AnyVerified::LeaseReject(reject)) => {
-                ended(format!("{:?}", reject.reason));
-                Err(format!(
-                    "the host did not start the lease: {:?} ({})",
-                    reject.reason, reject.detail
-                ))
-            }
-            Ok(_) => Err("the host answered the escrow lock with an unexpected message".into()),
-            Err(e) => Err(format!("the host's answer does not verify: {e}")),
-        }
-    }
-
-    async fn request(
-        &self,
-        allocation: &Allocation,
-        image: ImageDigest,
-    ) -> Result<serde_json::Value, RentFailure> {
-        let t = now();
-        let mut escrow = [0u8; 16];
-        getrandom::fill(&mut escrow).map_err(|e| e.to_string())?;
-        let gpus = allocation.gpus.len() as u64;
-        let escrow_amount = money::cost(
-            gpus * u64::from(self.spec.duration_s).max(money::MIN_BILLED_SECONDS),
-            allocation.price_per_gpu_hour,
-        )
-        .map_err(|e| e.to_string())?;
-        let body = LeaseRequest {
-            created_at: t,
-            expires_at: t.plus_secs(30),
-            offer: allocation.offer,
-            host: allocation.host,
-            gpus: BoundedVec::new(allocation.gpus.clone()).map_err(|e| e.to_string())?,
-            price_per_gpu_hour: allocation.price_per_gpu_hour,
-            duration_s: self.spec.duration_s,
-            kind: self.spec.kind,
-            image,
-            command: BoundedVec::new(self.workload.command.clone()).map_err(|e| e.to_string())?,
-            env: BoundedVec::new(self.workload.env.clone()).map_err(|e| e.to_string())?,
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 256,
-                scratch_bytes: 1 << 28,
-            },
-            network: self.workload.network,
-            escrow: EscrowId(escrow),
-            escrow_amount,
-            bid: None,
-            ext: Ext::new(),
-        };
-        let request = Signed::sign(&self.key, body).map_err(|e| e.to_string())?;
-        let peer = libp2p::PeerId::from_bytes(&allocation.host.peer_id().to_bytes())
-            .map_err(|e| e.to_string())?;
-        let answer = self
-            .net
-            .request(peer, request.as_bytes().to_vec())
-            .await
-            .map_err(|e| e.to_string())?;
-        match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
-            Ok(AnyVerified::LeaseAccept(accept)) => {
-                gpux_protocol::validate::accept_matches_request(&accept, &request)
-                    .map_err(|e| e.to_string())?;
-                let record = LeaseRecord {
-                    lease: request.id().0,
-                    role: Role::Renter,
-                    request: request.as_bytes().to_vec(),
-                    accept: Some(accept.as_bytes().to_vec()),
-                    state: LeaseState::Accepted,
-                    updated_at: t.0,
-                };
-                let (tx, rx) = oneshot::channel();
-                let _ = self
-                    .internal
-                    .send(Internal::Leased {
-                        record,
-                        allocation: allocation.clone(),
-                        reply: tx,
-                    })
-                    .await;
-                let _ = rx.await;
-                self.lock_and_start(&request, peer)
-                    .await
-                    .map_err(RentFailure::Unconfirmed)?;
-                Ok(serde_json::json!({
-                    "running": true,
-                    "lease": request.id().to_string(),
-                    "host": allocation.host.peer_id().to_string(),
-                    "offer": allocation.offer.to_string(),
-                    "gpus": allocation.gpus.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                    "price_per_gpu_hour": allocation.price_per_gpu_hour.amount_text(),
-                    "duration_s": self.spec.duration_s,
-                    "escrow_amount": escrow_amount.amount_text(),
-                }))
-            }
-            Ok(AnyVerified::LeaseReject(reject)) => Err(RentFailure::Refused(format!(
-                "{} refused: {:?} ({})",
-                allocation.host.peer_id(),
-                reject.reason,
-                reject.detail
-            ))),
-            Ok(_) => Err(RentFailure::Refused(
-                "the host answered with an unexpected message".into(),
-            )),
-            Err(e) => Err(RentFailure::Refused(format!(
-                "the host's answer does not verify: {e}"
-            ))),
-        }
-    }
 }
