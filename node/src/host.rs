@@ -25,6 +25,25 @@ pub struct Host<S> {
     superseded: Vec<Verified<Offer>>,
     state: NodeState<S>,
     rules: Rules,
+    /// Receipt timing announced in every `LeaseAccept` (ext keys 1 and 2), ms.
+    timing: Option<(u64, u64)>,
+}
+
+/// `LeaseAccept` ext key: the host's receipt interval, ms (u64 little endian).
+pub const EXT_RECEIPT_INTERVAL_MS: u16 = 1;
+/// `LeaseAccept` ext key: the host's acknowledgement grace, ms (u64 little endian).
+pub const EXT_ACK_GRACE_MS: u16 = 2;
+
+/// The receipt timing a `LeaseAccept` announces: (interval, grace) in ms.
+pub fn announced_timing(accept: &LeaseAccept) -> Option<(u64, u64)> {
+    let read = |key| {
+        accept
+            .ext
+            .get(key)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+    };
+    Some((read(EXT_RECEIPT_INTERVAL_MS)?, read(EXT_ACK_GRACE_MS)?))
 }
 
 /// The host's answer to a request: the signed envelope to send back.
@@ -77,6 +96,7 @@ impl<S: Store> Host<S> {
             superseded: Vec::new(),
             state,
             rules: Rules::default(),
+            timing: None,
         };
         for bytes in host.state.own_offers()? {
             if let Ok(offer) = Signed::<Offer>::from_bytes(bytes).and_then(Signed::verify)
@@ -182,6 +202,16 @@ impl<S: Store> Host<S> {
             end,
             preempts: Vec::new(),
         }
+    }
+
+    fn accept_ext(&self) -> Ext {
+        let mut ext = Ext::new();
+        if let Some((interval, grace)) = self.timing {
+            // Two 8-byte values: always within the ext map's limits.
+            let _ = ext.insert(EXT_RECEIPT_INTERVAL_MS, interval.to_le_bytes().to_vec());
+            let _ = ext.insert(EXT_ACK_GRACE_MS, grace.to_le_bytes().to_vec());
+        }
+        ext
     }
 
     fn reject(
@@ -291,7 +321,7 @@ impl<S: Store> Host<S> {
             LeaseAccept {
                 request: id,
                 created_at: now,
-                ext: Ext::new(),
+                ext: self.accept_ext(),
             },
         ) {
             Ok(a) => a,
@@ -334,6 +364,12 @@ impl<S: Store> Host<S> {
             },
             now,
         )
+    }
+
+    /// Announces this receipt timing (ms) in every acceptance, so the renter's watchdog
+    /// knows when the host has fallen silent.
+    pub fn set_receipt_timing(&mut self, interval_ms: u64, grace_ms: u64) {
+        self.timing = Some((interval_ms, grace_ms));
     }
 
     /// Frees a lease's GPUs (its record is left as it is).

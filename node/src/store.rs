@@ -361,6 +361,9 @@ pub struct RunRecord {
     /// Renter: when it asked the host to stop the lease (unix ms); receipts billing much
     /// past it are disputed.
     pub stop_requested_at: Option<u64>,
+    /// Renter: the receipt interval and acknowledgement grace the host announced in its
+    /// acceptance (ms), which the renter's watchdog uses.
+    pub host_timing: Option<(u64, u64)>,
 }
 
 fn serialize_hex<S: serde::Serializer>(bytes: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {

@@ -72,6 +72,12 @@ fn a_lease_runs_hardened_streams_logs_stops_and_settles_and_the_ledger_survives_
         let text = String::from_utf8_lossy(&out.stdout);
         text.contains("hello from gpux") && text.contains("tick 2")
     });
+    // The host announced its receipt timing in its acceptance (1 s interval, 10 s grace);
+    // the renter, on the default settings, keeps it for its watchdog.
+    assert_eq!(
+        run_of(&renter.lease(&lease))["host_timing"],
+        serde_json::json!([1000, 10000])
+    );
     // Receipts flow and are acknowledged.
     wait_for("two acknowledged receipts", 20, || {
         run_of(&renter.lease(&lease))["acked_seq"]

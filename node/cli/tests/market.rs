@@ -263,17 +263,14 @@ impl Market {
         market
     }
 
-    /// Every party runs with the network's receipt timing (a renter's watchdog uses it).
+    /// Renters keep the default receipt timing (60 s, 30 s): their watchdogs must go by the
+    /// timing each host announces in its acceptance.
     fn common(&self) -> Vec<String> {
         vec![
             "--bootstrap".to_string(),
             self.ledger_addr.clone(),
             "--ledger".into(),
             self.ledger_addr.clone(),
-            "--receipt-interval".into(),
-            RECEIPT_INTERVAL_S.to_string(),
-            "--ack-grace".into(),
-            self.ack_grace_s.to_string(),
         ]
     }
 
@@ -307,6 +304,10 @@ impl Market {
                 "1",
                 "--republish",
                 "3",
+                "--receipt-interval",
+                &RECEIPT_INTERVAL_S.to_string(),
+                "--ack-grace",
+                &self.ack_grace_s.to_string(),
             ]
             .map(String::from),
         );

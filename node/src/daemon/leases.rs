@@ -616,15 +616,23 @@ impl Daemon {
         let Ok(leases) = self.state.leases() else {
             return;
         };
-        let silence =
-            (self.timing.receipt_interval + self.timing.ack_grace).as_millis() as u64 + 5_000;
+        // Silence is measured against the timing the host announced in its acceptance (this
+        // node's own settings when it announced none).
+        let own_timing = (
+            self.timing.receipt_interval.as_millis() as u64,
+            self.timing.ack_grace.as_millis() as u64,
+        );
+        let silence = |run: &RunRecord| {
+            let (interval, grace) = run.host_timing.unwrap_or(own_timing);
+            interval.saturating_add(grace).saturating_add(5_000)
+        };
         let mut to_settle = Vec::new();
         for record in leases {
             let lease = ContentId(record.lease);
             match (record.role, &record.state) {
                 (Role::Renter, LeaseState::Running) => {
                     if let Ok(Some(mut run)) = self.state.run(&lease)
-                        && t.ms_since(Timestamp(run.last_contact)) > silence
+                        && t.ms_since(Timestamp(run.last_contact)) > silence(&run)
                     {
                         tracing::warn!("lease {}: the host fell silent; ending it", lease.short());
                         run.end_reason.get_or_insert("HostSilent".into());

@@ -296,7 +296,11 @@ pub async fn run(
     }
     let (over_tx, mut over_rx) = mpsc::channel::<ContentId>(64);
     if let Some(mut options) = config.host.clone() {
-        let host = Host::new(key.clone(), state.clone(), t)?;
+        let mut host = Host::new(key.clone(), state.clone(), t)?;
+        host.set_receipt_timing(
+            config.timing.receipt_interval.as_millis() as u64,
+            config.timing.ack_grace.as_millis() as u64,
+        );
         let exec = crate::executor::Executor::connect(&key.peer_id().to_string())
             .await
             .context("a host runs leases in Docker")?;

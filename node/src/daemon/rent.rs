@@ -120,10 +120,23 @@ impl RentTask {
         )
         .map_err(|e| e.to_string())?;
         // The work cannot have started before this moment: receipts are checked against it.
+        let host_timing = self
+            .state
+            .lease(&lease)
+            .ok()
+            .flatten()
+            .and_then(|r| r.accept)
+            .and_then(|a| {
+                Signed::<gpux_protocol::LeaseAccept>::from_bytes(a)
+                    .and_then(Signed::verify)
+                    .ok()
+            })
+            .and_then(|a| crate::host::announced_timing(&a));
         let run = crate::store::RunRecord {
             lease: lease.0,
             started_at: Some(now().0),
             last_contact: now().0,
+            host_timing,
             ..Default::default()
         };
         self.state.save_run(&run).map_err(|e| e.to_string())?;
