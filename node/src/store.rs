@@ -355,9 +355,6 @@ pub struct RunRecord {
     /// Host: where the next read of the container's output starts (JSON).
     #[serde(skip)]
     pub log_cursor: Option<String>,
-    /// Host: the last usage summary measured.
-    #[serde(skip)]
-    pub peak_memory_bytes: u64,
     /// Renter: when it asked the host to stop the lease (unix ms); receipts billing much
     /// past it are disputed.
     pub stop_requested_at: Option<u64>,
@@ -423,31 +420,41 @@ impl<S: Store> NodeState<S> {
         }
     }
 
-    /// Stores a lease record, flushed to disk before returning.
-    pub fn save_lease(&self, record: &LeaseRecord) -> Result<(), StoreError> {
-        self.store.put(
-            Tree::Leases,
-            &record.lease,
-            &encode_record(record),
-            Durability::Flush,
-        )
+    /// A versioned record, flushed to disk before returning.
+    fn put_record<T: Encode>(&self, tree: Tree, key: &[u8], value: &T) -> Result<(), StoreError> {
+        self.store
+            .put(tree, key, &encode_record(value), Durability::Flush)
     }
 
-    /// One lease.
-    pub fn lease(&self, lease: &ContentId) -> Result<Option<LeaseRecord>, StoreError> {
-        match self.store.get(Tree::Leases, &lease.0)? {
-            Some(bytes) => self.decode(Tree::Leases, &bytes).map(Some),
+    /// One versioned record.
+    fn record<T: Decode<()>>(&self, tree: Tree, key: &[u8]) -> Result<Option<T>, StoreError> {
+        match self.store.get(tree, key)? {
+            Some(bytes) => self.decode(tree, &bytes).map(Some),
             None => Ok(None),
         }
     }
 
+    /// Every versioned record of a tree, in key order.
+    fn records<T: Decode<()>>(&self, tree: Tree) -> Result<Vec<T>, StoreError> {
+        self.values(tree)?
+            .iter()
+            .map(|v| self.decode(tree, v))
+            .collect()
+    }
+
+    /// Stores a lease record, flushed to disk before returning.
+    pub fn save_lease(&self, record: &LeaseRecord) -> Result<(), StoreError> {
+        self.put_record(Tree::Leases, &record.lease, record)
+    }
+
+    /// One lease.
+    pub fn lease(&self, lease: &ContentId) -> Result<Option<LeaseRecord>, StoreError> {
+        self.record(Tree::Leases, &lease.0)
+    }
+
     /// Every lease.
     pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.store
-            .scan(Tree::Leases)?
-            .iter()
-            .map(|(_, v)| self.decode(Tree::Leases, v))
-            .collect()
+        self.records(Tree::Leases)
     }
 
     /// Moves a lease to `state` at `now`, flushed.
@@ -468,28 +475,17 @@ impl<S: Store> NodeState<S> {
 
     /// Stores a lease's run record, flushed.
     pub fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        self.store.put(
-            Tree::Runs,
-            &run.lease,
-            &encode_record(run),
-            Durability::Flush,
-        )
+        self.put_record(Tree::Runs, &run.lease, run)
     }
 
     /// A lease's run record.
     pub fn run(&self, lease: &ContentId) -> Result<Option<RunRecord>, StoreError> {
-        match self.store.get(Tree::Runs, &lease.0)? {
-            Some(bytes) => self.decode(Tree::Runs, &bytes).map(Some),
-            None => Ok(None),
-        }
+        self.record(Tree::Runs, &lease.0)
     }
 
     /// Every run record.
     pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        self.values(Tree::Runs)?
-            .iter()
-            .map(|v| self.decode(Tree::Runs, v))
-            .collect()
+        self.records(Tree::Runs)
     }
 
     /// Stores a receipt (and its acknowledgement, once there is one), flushed.
@@ -500,12 +496,10 @@ impl<S: Store> NodeState<S> {
         receipt: &[u8],
         ack: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        let value = encode_record(&(receipt.to_vec(), ack.map(<[u8]>::to_vec)));
-        self.store.put(
+        self.put_record(
             Tree::Receipts,
             &seq_key(lease, seq),
-            &value,
-            Durability::Flush,
+            &(receipt.to_vec(), ack.map(<[u8]>::to_vec)),
         )
     }
 

@@ -15,7 +15,7 @@ use gpux_protocol::{
 };
 use tokio::sync::mpsc;
 
-use super::run::{Lease, RunCtx};
+use super::run::Lease;
 use super::{ApiCommand, Daemon, Internal, Reply};
 use crate::attest::now;
 use crate::ledger::SubmitResult;
@@ -164,7 +164,7 @@ impl Daemon {
         let (stop_tx, stop_rx) = mpsc::channel(4);
         self.runners.insert(lease_id, stop_tx);
         // Recorded before the lock goes to the ledger: after a crash, recovery settles it.
-        ctx.save_new(&RunRecord {
+        ctx.save(&RunRecord {
             lease: lease_id.0,
             ..RunRecord::default()
         });
@@ -844,15 +844,6 @@ impl Daemon {
                 _ = self.runner_tasks.join_next() => {}
                 Some(_) = over_rx.recv() => {}
             }
-        }
-    }
-}
-
-impl RunCtx {
-    /// Stores a lease's first run record.
-    pub(crate) fn save_new(&self, run: &RunRecord) {
-        if let Err(e) = self.state.save_run(run) {
-            tracing::error!("cannot store lease {}: {e}", gpux_protocol::hex(&run.lease));
         }
     }
 }

@@ -117,7 +117,8 @@ pub(crate) fn gpu_seconds(request: &LeaseRequest, runtime_ms: u64) -> u64 {
 }
 
 impl RunCtx {
-    fn save(&self, run: &RunRecord) {
+    /// Stores a lease's run record (flushed); a failure is logged.
+    pub(crate) fn save(&self, run: &RunRecord) {
         if let Err(e) = self.state.save_run(run) {
             tracing::error!("cannot store lease {}: {e}", gpux_protocol::hex(&run.lease));
         }
@@ -207,6 +208,16 @@ impl RunCtx {
         let deadline = Timestamp(started).plus_ms(duration_ms).min(booked_until);
         let until_deadline = Duration::from_millis(deadline.ms_since(now()));
         let end_at = tokio::time::Instant::now() + until_deadline;
+        // The work is killed exactly at its deadline by a task of its own, whatever this loop
+        // is waiting for (a slow renter, the ledger): every second past it would be unpaid.
+        let killer = {
+            let exec = self.exec.clone();
+            let container = container.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(end_at).await;
+                let _ = exec.stop(&container, 0).await;
+            })
+        };
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut receipt_tick = tokio::time::interval(self.timing.receipt_interval);
@@ -227,7 +238,13 @@ impl RunCtx {
                 () = tokio::time::sleep_until(end_at) => break EndReason::DurationReached,
                 _ = tick.tick() => {
                     match self.exec.inspect(&container).await {
-                        Ok(Some(info)) if !info.running => break EndReason::ContainerExited,
+                        Ok(Some(info)) if !info.running => {
+                            break if now() >= deadline {
+                                EndReason::DurationReached
+                            } else {
+                                EndReason::ContainerExited
+                            };
+                        }
                         Ok(None) => break EndReason::ContainerFailed,
                         _ => {}
                     }
@@ -284,6 +301,7 @@ impl RunCtx {
                 }
             }
         };
+        killer.abort();
         lease.run.log_cursor = serde_json::to_string(&cursor).ok();
         self.finish(&mut lease, reason).await;
     }
