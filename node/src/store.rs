@@ -483,11 +483,6 @@ impl<S: Store> NodeState<S> {
         self.record(Tree::Runs, &lease.0)
     }
 
-    /// Every run record.
-    pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        self.records(Tree::Runs)
-    }
-
     /// Stores a receipt (and its acknowledgement, once there is one), flushed.
     pub fn save_receipt(
         &self,
