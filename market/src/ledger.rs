@@ -13,7 +13,11 @@
 //! **Release rule**: the payee (host) may release an escrow at any time (it has redeemed
 //! what it will). The payer may release only after `release_grace_ms` without a lock or
 //! redemption, so a renter cannot reclaim money the host is about to redeem; a host that
-//! redeems every receipt interval loses at most one interval.
+//! redeems every receipt interval loses at most one interval. A release may carry a
+//! *voucher* (the payer's latest acknowledged receipt and its acknowledgement): the ledger
+//! pays the payee up to it before refunding the rest, so however late the payee's own
+//! redemptions come (a ledger outage, a crashed host) a payer's release never takes back
+//! what the payer acknowledged.
 
 use std::collections::BTreeMap;
 
@@ -108,10 +112,13 @@ pub enum Applied {
         /// The last seq redeemed.
         last_seq: u64,
     },
-    /// The escrow closed and `refunded` went back to the payer.
+    /// The escrow closed: `voucher_paid` went to the payee (the release's voucher) and
+    /// `refunded` back to the payer.
     Released {
         /// Amount returned.
         refunded: MicroCredits,
+        /// Paid to the payee by the voucher the release carried (zero without one).
+        voucher_paid: MicroCredits,
     },
 }
 
@@ -295,6 +302,42 @@ impl Ledger {
         Ok(escrow)
     }
 
+    /// Checks a voucher (a receipt signed by the escrow's payee and the payer's
+    /// acknowledgement of it) against an escrow: its receipt seq and cumulative amount due.
+    fn check_voucher(
+        escrow: &Escrow,
+        id: &EscrowId,
+        receipt: &[u8],
+        ack: &[u8],
+    ) -> Result<(u64, MicroCredits), LedgerError> {
+        let bad = |what| move |source| LedgerError::BadEnvelope { what, source };
+        // The ledger's verdicts must be the same everywhere: strict verification, one by one.
+        let receipt = Signed::<UsageReceipt>::from_bytes(receipt.to_vec())
+            .and_then(Signed::verify)
+            .map_err(bad("the receipt"))?;
+        let ack = Signed::<ReceiptAck>::from_bytes(ack.to_vec())
+            .and_then(Signed::verify)
+            .map_err(bad("the acknowledgement"))?;
+        let mismatch = |field| LedgerError::Mismatch(RuleError::ReceiptMismatch { field });
+        if receipt.signer() != escrow.payee {
+            return Err(LedgerError::WrongSigner {
+                what: "the receipt",
+                who: "the escrow's payee",
+            });
+        }
+        if receipt.escrow != *id {
+            return Err(mismatch("escrow"));
+        }
+        if receipt.lease != escrow.lease {
+            return Err(mismatch("lease"));
+        }
+        if receipt.price_per_gpu_hour != escrow.price_per_gpu_hour {
+            return Err(mismatch("price_per_gpu_hour"));
+        }
+        gpux_protocol::validate::ack_matches_receipt(&ack, &receipt, escrow.payer)?;
+        Ok((receipt.seq, receipt.amount_due))
+    }
+
     fn redeem(
         &mut self,
         redeem: &Verified<Redeem>,
@@ -307,45 +350,27 @@ impl Ledger {
                 who: "the escrow's payee",
             });
         }
-        let bad = |what| move |source| LedgerError::BadEnvelope { what, source };
-        // The ledger's verdicts must be the same everywhere: strict verification, one by one.
-        let receipt = Signed::<UsageReceipt>::from_bytes(redeem.receipt.to_vec())
-            .and_then(Signed::verify)
-            .map_err(bad("the receipt"))?;
-        let ack = Signed::<ReceiptAck>::from_bytes(redeem.ack.to_vec())
-            .and_then(Signed::verify)
-            .map_err(bad("the acknowledgement"))?;
-        let mismatch = |field| LedgerError::Mismatch(RuleError::ReceiptMismatch { field });
-        if receipt.signer() != escrow.payee {
-            return Err(LedgerError::WrongSigner {
-                what: "the receipt",
-                who: "the escrow's payee",
-            });
+        if redeem.lease != escrow.lease {
+            return Err(LedgerError::Mismatch(RuleError::ReceiptMismatch {
+                field: "lease",
+            }));
         }
-        if receipt.escrow != redeem.escrow {
-            return Err(mismatch("escrow"));
-        }
-        if receipt.lease != escrow.lease || redeem.lease != escrow.lease {
-            return Err(mismatch("lease"));
-        }
-        if receipt.price_per_gpu_hour != escrow.price_per_gpu_hour {
-            return Err(mismatch("price_per_gpu_hour"));
-        }
-        gpux_protocol::validate::ack_matches_receipt(&ack, &receipt, escrow.payer)?;
-        if receipt.seq <= escrow.last_seq {
+        let (seq, amount_due) =
+            Self::check_voucher(escrow, &redeem.escrow, &redeem.receipt, &redeem.ack)?;
+        if seq <= escrow.last_seq {
             return Ok(Applied::AlreadyRedeemed {
-                seq: receipt.seq,
+                seq,
                 last_seq: escrow.last_seq,
             });
         }
-        let cumulative = receipt.amount_due.min(escrow.amount).max(escrow.redeemed);
+        let cumulative = amount_due.min(escrow.amount).max(escrow.redeemed);
         let pay = cumulative.0 - escrow.redeemed.0;
         let payee = escrow.payee;
         let balance = add(self.balance(&payee).0, pay)?;
         self.balances.insert(payee, balance);
         if let Some(escrow) = self.escrows.get_mut(&redeem.escrow) {
             escrow.redeemed = cumulative;
-            escrow.last_seq = receipt.seq;
+            escrow.last_seq = seq;
             // Never backwards: an operation applied with an older clock must not shorten the
             // payee's grace.
             escrow.last_activity = escrow.last_activity.max(now);
@@ -353,7 +378,7 @@ impl Ledger {
         Ok(Applied::Redeemed {
             amount: MicroCredits(pay),
             cumulative,
-            seq: receipt.seq,
+            seq,
         })
     }
 
@@ -380,15 +405,36 @@ impl Ledger {
                 who: "the escrow's payer or payee",
             });
         }
-        let refund = escrow.amount.0 - escrow.redeemed.0;
-        let payer = escrow.payer;
-        let balance = add(self.balance(&payer).0, refund)?;
-        self.balances.insert(payer, balance);
+        // A voucher carried by the release is honoured first: the payee is paid up to the
+        // latest receipt the payer acknowledged, whoever closes the escrow and whenever.
+        let mut cumulative = escrow.redeemed;
+        let mut last_seq = escrow.last_seq;
+        if let Some((receipt, ack)) = release.voucher() {
+            let (seq, amount_due) = Self::check_voucher(escrow, &release.escrow, receipt, ack)?;
+            if seq > escrow.last_seq {
+                cumulative = amount_due.min(escrow.amount).max(escrow.redeemed);
+                last_seq = seq;
+            }
+        }
+        let paid = cumulative.0 - escrow.redeemed.0;
+        let refund = escrow.amount.0 - cumulative.0;
+        let (payer, payee) = (escrow.payer, escrow.payee);
+        let payee_balance = add(self.balance(&payee).0, paid)?;
+        let payer_balance = if payer == payee {
+            add(payee_balance, refund)?
+        } else {
+            add(self.balance(&payer).0, refund)?
+        };
+        self.balances.insert(payee, payee_balance);
+        self.balances.insert(payer, payer_balance);
         if let Some(escrow) = self.escrows.get_mut(&release.escrow) {
+            escrow.redeemed = cumulative;
+            escrow.last_seq = last_seq;
             escrow.released = true;
         }
         Ok(Applied::Released {
             refunded: MicroCredits(refund),
+            voucher_paid: MicroCredits(paid),
         })
     }
 }

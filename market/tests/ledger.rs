@@ -86,6 +86,18 @@ impl Lease {
         .unwrap()
     }
 
+    /// A payer's release carrying the voucher of `redeem` (its receipt and ack).
+    fn release_with_voucher(&self, voucher: &Verified<Redeem>) -> Verified<Release> {
+        let mut body = Release {
+            escrow: self.escrow,
+            lease: self.lease,
+            created_at: T0,
+            ext: Ext::new(),
+        };
+        body.set_voucher(&voucher.receipt, &voucher.ack).unwrap();
+        Signed::sign(&self.renter, body).unwrap()
+    }
+
     fn release(&self, by: &Keypair) -> Verified<Release> {
         Signed::sign(
             by,
@@ -172,7 +184,8 @@ fn a_lease_settles_exactly_once() {
             .apply(LedgerOp::Release(&l.release(&l.host)), T0)
             .unwrap(),
         Applied::Released {
-            refunded: MicroCredits(0)
+            refunded: MicroCredits(0),
+            voucher_paid: MicroCredits(0),
         }
     );
     assert_eq!(ledger.total(), u128::from(ledger.minted().0));
@@ -265,7 +278,8 @@ fn refusals_leave_the_ledger_unchanged() {
             .apply(LedgerOp::Release(&l.release(&l.renter)), T0.plus_secs(600))
             .unwrap(),
         Applied::Released {
-            refunded: MicroCredits(100)
+            refunded: MicroCredits(100),
+            voucher_paid: MicroCredits(0),
         }
     );
     assert_eq!(ledger.balance(&l.renter.public()), MicroCredits(100));
@@ -361,4 +375,74 @@ fn r007_activity_never_moves_backwards() {
         ledger.apply(LedgerOp::Release(&l.release(&l.renter)), hour.plus_secs(1)),
         Err(LedgerError::TooEarly(_))
     ));
+}
+
+#[test]
+fn a_payers_release_pays_the_payee_up_to_the_voucher_it_carries() {
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    let l = Lease::new(
+        9,
+        Keypair::from_seed(&[1; 32]),
+        Keypair::from_seed(&[2; 32]),
+    );
+    minted(&mut ledger, &l.renter, 1_000);
+    ledger.apply(LedgerOp::Lock(&l.lock(1_000)), T0).unwrap();
+    ledger
+        .apply(LedgerOp::Redeem(&l.redeem(1, 100)), T0)
+        .unwrap();
+    // The host never redeemed receipt 3 (the ledger was down); the renter's release carries it.
+    let late = T0.plus_secs(600);
+    let applied = ledger
+        .apply(
+            LedgerOp::Release(&l.release_with_voucher(&l.redeem(3, 400))),
+            late,
+        )
+        .unwrap();
+    assert_eq!(
+        applied,
+        Applied::Released {
+            refunded: MicroCredits(600),
+            voucher_paid: MicroCredits(300),
+        }
+    );
+    assert_eq!(ledger.balance(&l.host.public()), MicroCredits(400));
+    assert_eq!(ledger.balance(&l.renter.public()), MicroCredits(600));
+    assert_eq!(ledger.total(), u128::from(ledger.minted().0));
+
+    // An older voucher than the one redeemed pays nothing more; a forged one is refused.
+    let m = Lease::new(
+        10,
+        Keypair::from_seed(&[1; 32]),
+        Keypair::from_seed(&[2; 32]),
+    );
+    minted(&mut ledger, &m.renter, 1_000);
+    ledger.apply(LedgerOp::Lock(&m.lock(1_000)), T0).unwrap();
+    ledger
+        .apply(LedgerOp::Redeem(&m.redeem(5, 500)), T0)
+        .unwrap();
+    let stranger = Lease::new(
+        10,
+        Keypair::from_seed(&[1; 32]),
+        Keypair::from_seed(&[3; 32]),
+    );
+    assert!(matches!(
+        ledger.apply(
+            LedgerOp::Release(&m.release_with_voucher(&stranger.redeem(9, 900))),
+            late
+        ),
+        Err(LedgerError::WrongSigner { .. })
+    ));
+    assert_eq!(
+        ledger
+            .apply(
+                LedgerOp::Release(&m.release_with_voucher(&m.redeem(2, 200))),
+                late
+            )
+            .unwrap(),
+        Applied::Released {
+            refunded: MicroCredits(500),
+            voucher_paid: MicroCredits(0),
+        }
+    );
+    assert_eq!(ledger.total(), u128::from(ledger.minted().0));
 }

@@ -397,7 +397,7 @@ impl<S: Store> LedgerService<S> {
                     },
                 )
             }
-            (AnyVerified::Release(release), Applied::Released { refunded }) => {
+            (AnyVerified::Release(release), Applied::Released { refunded, .. }) => {
                 let payer = self
                     .ledger
                     .escrow(&release.escrow)

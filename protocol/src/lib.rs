@@ -36,6 +36,7 @@ mod codec;
 mod envelope;
 pub mod family;
 mod key;
+pub mod ledger_wire;
 pub mod messages;
 pub mod money;
 mod types;

@@ -113,3 +113,59 @@ fn an_offer_book_entry_stays_under_one_kib() {
         bytes.len()
     );
 }
+
+/// The frames of `/gpux/ledger/2` (docs/protocol.md, section 11): one line per sample,
+/// `name: hex`, in `golden/ledger2.frames`.
+#[test]
+fn ledger_frames_are_pinned_and_decode_exactly() {
+    use gpux_protocol::ledger_wire::{self, LedgerRequest, LedgerResponse};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/ledger2.frames");
+    let frames = samples::ledger_frames();
+    let text: String = frames
+        .iter()
+        .map(|(name, bytes)| format!("{name}: {}\n", hex(bytes)))
+        .collect();
+    if std::env::var_os("GPUX_BLESS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with GPUX_BLESS=1 once)", path.display()));
+    assert_eq!(pinned, text, "a /gpux/ledger/2 frame's encoding changed");
+    for (name, bytes) in &frames {
+        let request = ledger_wire::decode::<LedgerRequest>(bytes);
+        let response = ledger_wire::decode::<LedgerResponse>(bytes);
+        assert!(
+            request.is_ok() || response.is_ok(),
+            "{name} does not decode"
+        );
+        // Trailing bytes are refused.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(ledger_wire::decode::<LedgerRequest>(&longer).is_err() || request.is_err());
+        assert!(ledger_wire::decode::<LedgerResponse>(&longer).is_err() || response.is_err());
+    }
+    // The voucher the sample release carries is the sample redemption's.
+    let LedgerRequest::Submit(envelope) = ledger_wire::decode(&frames[0].1).unwrap() else {
+        panic!("the first sample is a submission");
+    };
+    let release = Signed::<Release>::from_bytes(envelope)
+        .unwrap()
+        .verify()
+        .unwrap();
+    let (receipt, ack) = release.voucher().unwrap();
+    assert!(
+        Signed::<UsageReceipt>::from_bytes(receipt.to_vec())
+            .unwrap()
+            .verify()
+            .is_ok()
+    );
+    assert!(
+        Signed::<ReceiptAck>::from_bytes(ack.to_vec())
+            .unwrap()
+            .verify()
+            .is_ok()
+    );
+    assert!(
+        ledger_wire::decode::<LedgerRequest>(&vec![0; ledger_wire::MAX_LEDGER_FRAME + 1]).is_err()
+    );
+}

@@ -408,3 +408,77 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
     );
     all
 }
+
+/// One sample of each `/gpux/ledger/2` frame, named, with optional fields filled; the
+/// submitted `Release` carries a voucher (the sample receipt and its acknowledgement).
+pub fn ledger_frames() -> Vec<(&'static str, Vec<u8>)> {
+    use gpux_protocol::ledger_wire::{
+        self, EscrowView, LedgerRequest, LedgerResponse, RefusalCode,
+    };
+    let signed = all_signed();
+    let of = |kind| signed.iter().find(|(k, _)| *k == kind).unwrap().1.clone();
+    let redeem = Signed::<Redeem>::from_bytes(of(MessageKind::Redeem))
+        .unwrap()
+        .verify()
+        .unwrap();
+    let release = Signed::<Release>::from_bytes(of(MessageKind::Release))
+        .unwrap()
+        .verify()
+        .unwrap();
+    let mut body = release.body().clone();
+    body.set_voucher(&redeem.receipt, &redeem.ack).unwrap();
+    let with_voucher = Signed::sign(&renter(), body).unwrap();
+    let escrow = release.escrow;
+    vec![
+        (
+            "Submit(Release with voucher)",
+            ledger_wire::encode(&LedgerRequest::Submit(with_voucher.as_bytes().to_vec())),
+        ),
+        (
+            "Balance",
+            ledger_wire::encode(&LedgerRequest::Balance(host().public())),
+        ),
+        (
+            "Escrow",
+            ledger_wire::encode(&LedgerRequest::Escrow(escrow)),
+        ),
+        (
+            "Record",
+            ledger_wire::encode(&LedgerResponse::Record(of(MessageKind::LedgerRecord))),
+        ),
+        (
+            "Unchanged",
+            ledger_wire::encode(&LedgerResponse::Unchanged("already released".into())),
+        ),
+        (
+            "Balance answer",
+            ledger_wire::encode(&LedgerResponse::Balance(1_250_000)),
+        ),
+        (
+            "Escrow answer",
+            ledger_wire::encode(&LedgerResponse::Escrow(Some(EscrowView {
+                amount: 2_100_000,
+                redeemed: 35_000,
+                last_seq: 1,
+                released: false,
+                payer: renter().public(),
+                payee: host().public(),
+            }))),
+        ),
+        (
+            "Refused(TooEarly)",
+            ledger_wire::encode(&LedgerResponse::Refused {
+                code: RefusalCode::TooEarly,
+                detail: "the payer may release the escrow only after ...".into(),
+                retry_at: Some(T0.plus_secs(700)),
+            }),
+        ),
+        (
+            "NotLeader",
+            ledger_wire::encode(&LedgerResponse::NotLeader {
+                leader: Some(ledger().peer_id().to_bytes().to_vec()),
+                addrs: vec!["/ip4/10.0.0.3/tcp/4001".into()],
+            }),
+        ),
+    ]
+}

@@ -1,0 +1,31 @@
+//! Billing: what a span of work costs under a lease's terms.
+//!
+//! Per second, rounded down (in the renter's favour), with a minimum of
+//! [`MIN_BILLED_SECONDS`](gpux_protocol::money::MIN_BILLED_SECONDS), never past the agreed
+//! duration, at the agreed price. Amounts are recomputed from cumulative GPU-seconds, so
+//! rounding never accumulates.
+
+use gpux_protocol::{LeaseRequest, MicroCredits, money};
+
+/// Billed GPU-seconds for `runtime_ms` of work on `gpus` GPUs under a lease of
+/// `duration_s` seconds.
+pub fn gpu_seconds(gpus: u64, duration_s: u32, runtime_ms: u64) -> u64 {
+    let secs = money::billed_seconds((runtime_ms / 1000).min(u64::from(duration_s)));
+    gpus.saturating_mul(secs)
+}
+
+/// Billed GPU-seconds for `runtime_ms` of work under `request`.
+pub fn request_gpu_seconds(request: &LeaseRequest, runtime_ms: u64) -> u64 {
+    gpu_seconds(request.gpus.len() as u64, request.duration_s, runtime_ms)
+}
+
+/// What `gpu_seconds` cost at the request's price (saturating: an amount that overflows is
+/// refused by every check downstream).
+pub fn amount(request: &LeaseRequest, gpu_seconds: u64) -> MicroCredits {
+    money::cost(gpu_seconds, request.price_per_gpu_hour).unwrap_or(MicroCredits(u64::MAX))
+}
+
+/// What the whole agreed duration costs.
+pub fn full_amount(request: &LeaseRequest) -> MicroCredits {
+    amount(request, request_gpu_seconds(request, u64::MAX))
+}

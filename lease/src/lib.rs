@@ -1,0 +1,293 @@
+//! The lease lifecycle as pure state machines.
+//!
+//! Every rule of a lease lives here, for both sides, and the ledger service's own decisions
+//! too: [`HostLease`] (the host's side of one lease: the lock, the container's life, receipts,
+//! the ack deadline, the final bill, settlement, recovery), [`RenterLease`] (the renter's
+//! side: receipt checks against its own clock, acknowledgements, its host-silent watchdog,
+//! stopping, settlement after the ledger's grace) and [`LedgerMachine`] (the ledger node:
+//! the lock window, stale locks, retried operations and their records).
+//!
+//! Each machine is a plain struct with `handle(now, input) -> effects`, in the style of
+//! iroh-gossip's `proto`: it never reads a clock, sleeps, draws random numbers or does I/O.
+//! Time comes in as `now`; timers go out as [`HostEffect::Schedule`] /
+//! [`RenterEffect::Schedule`] and come back as inputs; everything slow (Docker, the network,
+//! the ledger, the disk) is done by the node's shell and reported back as an input. The
+//! crate's `clippy.toml` refuses clocks and sleeps, so that purity is checked. Because of it
+//! the whole life of a lease runs in a deterministic simulator (`lease/tests/sim.rs`) over
+//! thousands of random schedules: lossy buses, slow samples, crashes, ledger outages.
+//!
+//! ```
+//! use gpux_lease::{Timing, bill};
+//!
+//! // Billing: whole seconds, rounded down, at least the minute, never past the agreed time.
+//! assert_eq!(bill::gpu_seconds(2, 600, 59_999), 120);
+//! assert_eq!(bill::gpu_seconds(2, 600, 61_999), 122);
+//! assert_eq!(bill::gpu_seconds(2, 600, 10_000_000), 1200);
+//!
+//! // The one loss bound: a host is never owed more than one receipt interval plus the grace.
+//! let timing = Timing { receipt_interval_ms: 60_000, ack_grace_ms: 30_000 };
+//! assert_eq!(timing.loss_bound_ms(), 90_000);
+//! ```
+
+pub mod bill;
+mod host;
+mod ledger;
+mod renter;
+
+pub use host::{
+    ContainerState, EXIT_NOTICE_MS, HostEffect, HostInput, HostLease, HostPhase, HostRecord,
+    HostTimer, RenterAnswer, StartFailure, UsageSample,
+};
+pub use ledger::{
+    LedgerMachine, LedgerOutput, LogAppend, LogEntry, LogOp, MAX_LOCK_AGE_MS, ReplayError,
+};
+pub use renter::{
+    LockOutcome, RentReport, RenterEffect, RenterInput, RenterLease, RenterPhase, RenterRecord,
+    RenterTimer, StopError,
+};
+
+use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};
+use gpux_protocol::{
+    EndReason, Ext, LeaseAccept, LedgerRecord, MicroCredits, PublicKey, Signed, Timestamp, Verified,
+};
+
+/// `LeaseAccept` ext key: the host's receipt interval, ms (u64 little endian).
+pub const EXT_RECEIPT_INTERVAL_MS: u16 = 1;
+/// `LeaseAccept` ext key: the host's acknowledgement grace, ms (u64 little endian).
+pub const EXT_ACK_GRACE_MS: u16 = 2;
+
+/// Receipt timing: a term of the lease, announced by the host in its `LeaseAccept`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Timing {
+    /// How often the host signs a cumulative receipt, ms.
+    pub receipt_interval_ms: u64,
+    /// How long past an interval the host waits for an acknowledgement before it stops the
+    /// work, ms; also how long past an interval a renter waits before it counts the host gone.
+    pub ack_grace_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            receipt_interval_ms: 60_000,
+            ack_grace_ms: 30_000,
+        }
+    }
+}
+
+impl Timing {
+    /// The most a host can be owed for work it ran while its node was up: one receipt
+    /// interval plus the acknowledgement grace (counted in whole billed seconds; add the
+    /// moment Docker takes to kill a container).
+    pub const fn loss_bound_ms(&self) -> u64 {
+        self.receipt_interval_ms.saturating_add(self.ack_grace_ms)
+    }
+
+    /// The `LeaseAccept` ext fields that announce this timing.
+    pub fn to_ext(&self) -> Ext {
+        let mut ext = Ext::new();
+        // Two 8-byte values: always within the ext map's limits.
+        let _ = ext.insert(
+            EXT_RECEIPT_INTERVAL_MS,
+            self.receipt_interval_ms.to_le_bytes().to_vec(),
+        );
+        let _ = ext.insert(EXT_ACK_GRACE_MS, self.ack_grace_ms.to_le_bytes().to_vec());
+        ext
+    }
+
+    /// The timing a `LeaseAccept` announces, if it announces one.
+    pub fn from_accept(accept: &LeaseAccept) -> Option<Timing> {
+        let read = |key| {
+            accept
+                .ext
+                .get(key)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_le_bytes)
+        };
+        Some(Timing {
+            receipt_interval_ms: read(EXT_RECEIPT_INTERVAL_MS)?.max(1),
+            ack_grace_ms: read(EXT_ACK_GRACE_MS)?,
+        })
+    }
+}
+
+/// Why a lease ended: the wire's [`EndReason`]s and the outcomes only one side can see.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum End {
+    /// The renter stopped it.
+    RenterStopped,
+    /// Its duration was reached.
+    DurationReached,
+    /// The renter did not acknowledge a receipt in time.
+    ReceiptNotAcknowledged,
+    /// The renter disputed a receipt.
+    ReceiptDisputed,
+    /// The escrow pays for no more.
+    EscrowExhausted,
+    /// A spot lease was preempted.
+    Preempted,
+    /// The host shut down.
+    HostShutdown,
+    /// The workload exited by itself.
+    ContainerExited,
+    /// The container could not start, or vanished.
+    ContainerFailed,
+    /// The image was not on the host.
+    ImageMissing,
+    /// The escrow was never locked (or not in time): nothing ran.
+    EscrowNotLocked,
+    /// Renter: the host refused to start it.
+    NotStarted,
+    /// Renter: the host did not confirm the start; the renter gave up (and pays nothing).
+    StartUnconfirmed,
+    /// Renter: the host fell silent.
+    HostSilent,
+}
+
+impl End {
+    /// The reason sent in a `LeaseEnd`.
+    pub const fn wire(self) -> EndReason {
+        match self {
+            End::RenterStopped | End::StartUnconfirmed => EndReason::RenterStopped,
+            End::DurationReached => EndReason::DurationReached,
+            End::ReceiptNotAcknowledged | End::HostSilent => EndReason::ReceiptNotAcknowledged,
+            End::ReceiptDisputed => EndReason::ReceiptDisputed,
+            End::EscrowExhausted | End::EscrowNotLocked => EndReason::EscrowExhausted,
+            End::Preempted => EndReason::Preempted,
+            End::HostShutdown => EndReason::HostShutdown,
+            End::ContainerExited => EndReason::ContainerExited,
+            End::ContainerFailed | End::ImageMissing | End::NotStarted => {
+                EndReason::ContainerFailed
+            }
+        }
+    }
+
+    /// The end a `LeaseEnd` reports.
+    pub fn from_wire(reason: EndReason) -> End {
+        match reason {
+            EndReason::RenterStopped => End::RenterStopped,
+            EndReason::DurationReached => End::DurationReached,
+            EndReason::ReceiptNotAcknowledged => End::ReceiptNotAcknowledged,
+            EndReason::ReceiptDisputed => End::ReceiptDisputed,
+            EndReason::EscrowExhausted => End::EscrowExhausted,
+            EndReason::Preempted => End::Preempted,
+            EndReason::HostShutdown => End::HostShutdown,
+            EndReason::ContainerExited => End::ContainerExited,
+            EndReason::ContainerFailed => End::ContainerFailed,
+            // A reason from a newer peer: the nearest this build knows.
+            _ => End::ContainerFailed,
+        }
+    }
+}
+
+/// A ledger operation a machine asked for, named so the verdict finds its way back.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+)]
+pub enum LedgerCall {
+    /// The renter's `EscrowLock` (submitted by the host).
+    Lock,
+    /// A `Redeem` of the acknowledged receipt with this seq.
+    Redeem {
+        /// The receipt's seq.
+        seq: u64,
+    },
+    /// A `Release` (with the latest voucher, when there is one).
+    Release,
+}
+
+/// What became of a ledger operation, as the shell reports it.
+#[derive(Debug, Clone)]
+pub enum LedgerVerdict {
+    /// Applied: the ledger's record, verified against the ledger's key by the shell.
+    Applied(Box<Verified<LedgerRecord>>),
+    /// Already applied before (a retry).
+    Unchanged,
+    /// Refused by the ledger's rules; nothing changed.
+    Refused {
+        /// Why.
+        code: RefusalCode,
+        /// When it may be sent again ([`RefusalCode::TooEarly`]).
+        retry_at: Option<Timestamp>,
+    },
+    /// No verdict: the ledger did not answer (or answered nonsense). Try again later.
+    Unreachable,
+}
+
+impl LedgerVerdict {
+    /// The verdict a ledger's response gives on a submission: an applied record counts only
+    /// when it verifies and is signed by `ledger`; anything else that is not a verdict
+    /// (a redirect, nonsense) is no verdict.
+    pub fn from_response(response: LedgerResponse, ledger: PublicKey) -> LedgerVerdict {
+        match response {
+            LedgerResponse::Record(bytes) => {
+                match Signed::<LedgerRecord>::from_bytes(bytes).and_then(Signed::verify) {
+                    Ok(record) if record.signer() == ledger => {
+                        LedgerVerdict::Applied(Box::new(record))
+                    }
+                    _ => LedgerVerdict::Unreachable,
+                }
+            }
+            LedgerResponse::Unchanged(_) => LedgerVerdict::Unchanged,
+            LedgerResponse::Refused { code, retry_at, .. } => {
+                LedgerVerdict::Refused { code, retry_at }
+            }
+            _ => LedgerVerdict::Unreachable,
+        }
+    }
+}
+
+/// The latest acknowledged receipt: both envelopes exactly as signed, redeemable at the
+/// ledger by either party.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode, serde::Serialize)]
+pub struct Voucher {
+    /// The receipt's seq.
+    pub seq: u64,
+    /// Its cumulative amount due.
+    pub amount: MicroCredits,
+    /// Its cumulative GPU-seconds.
+    pub gpu_seconds: u64,
+    /// The `UsageReceipt` envelope.
+    #[serde(skip)]
+    pub receipt: Vec<u8>,
+    /// The `ReceiptAck` envelope.
+    #[serde(skip)]
+    pub ack: Vec<u8>,
+}
+
+/// Delay before the `attempt`-th retry of a ledger operation (from 0): 1 s, 2 s, 4 s, ...
+/// up to 30 s.
+pub(crate) fn backoff_ms(attempt: u32) -> u64 {
+    1000u64.saturating_mul(1 << attempt.min(5)).min(30_000)
+}

@@ -1,0 +1,728 @@
+//! The renter's side of one lease.
+//!
+//! After the host's `LeaseAccept`, the renter signs its `EscrowLock` and sends it to the host,
+//! which relays it to the ledger and starts the container; the renter learns the lease runs
+//! from the ledger's signed `Locked` record. Every receipt is checked against the terms and
+//! against the renter's own clock (never billing more than the renter has measured since it
+//! asked for the start, nor much past a stop it asked for) before it is countersigned. A host
+//! that falls silent ends the lease. Once over, the renter closes the escrow after the
+//! ledger's grace with its latest voucher, so the host is paid exactly what the renter
+//! acknowledged, and the rest comes back.
+//!
+//! A rent the renter reported as failed is never paid: from then on every receipt is
+//! disputed and the host is asked to stop.
+
+use gpux_protocol::ledger_wire::RefusalCode;
+use gpux_protocol::validate::receipt_matches_lease;
+use gpux_protocol::{
+    ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd, LeaseReject, LeaseRequest,
+    LedgerEntry, LedgerRecord, PublicKey, ReceiptAck, Release, Signed, Timestamp, UsageReceipt,
+    Verified, money,
+};
+
+use crate::{End, LedgerCall, LedgerVerdict, MAX_LOCK_AGE_MS, Timing, Voucher, backoff_ms};
+
+/// How far ahead of the renter's clock a receipt may be dated, ms.
+const RECEIPT_SKEW_MS: u64 = 2_000;
+/// Silence beyond interval + grace, before the host counts as gone, ms.
+const SILENCE_MARGIN_MS: u64 = 5_000;
+/// Delay before the first settlement attempt after the end (the host usually closes the
+/// escrow itself first).
+const SETTLE_DELAY_MS: u64 = 2_000;
+/// While the ledger says it is too early, how often the renter looks again (the host may
+/// close the escrow in the meantime).
+const SETTLE_POLL_MS: u64 = 5_000;
+
+/// Where the renter's side of a lease is.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum RenterPhase {
+    /// The escrow lock went to the host; the start is not confirmed yet.
+    Starting,
+    /// The host confirmed the start (the ledger's record) or sent a valid receipt.
+    Running,
+    /// Over; the escrow is not closed yet.
+    Ended,
+    /// The escrow is closed.
+    Settled,
+}
+
+/// The renter's whole record of one lease (persisted on [`RenterEffect::Persist`]).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct RenterRecord {
+    /// The signed `LeaseRequest`, as sent.
+    pub request: Vec<u8>,
+    /// The host's signed `LeaseAccept`.
+    pub accept: Vec<u8>,
+    /// The signed `EscrowLock`.
+    pub lock: Vec<u8>,
+    /// The ledger whose records count.
+    pub ledger: PublicKey,
+    /// The receipt timing the host announced (or the default).
+    pub timing: Timing,
+    /// Where the lease is.
+    pub phase: RenterPhase,
+    /// When the renter asked for the start: the work cannot have run before.
+    pub lock_sent_at: Timestamp,
+    /// The ledger's record of the lock, once the host forwarded it.
+    pub confirmed: bool,
+    /// The renter reported the rent as failed: it pays nothing, disputes every receipt.
+    pub gave_up: bool,
+    /// The last receipt seq seen.
+    pub last_seq: u64,
+    /// The latest receipt acknowledged (the voucher).
+    pub acked: Option<Voucher>,
+    /// When the host was last heard from.
+    pub last_contact: Timestamp,
+    /// When the renter asked the host to stop.
+    pub stop_requested_at: Option<Timestamp>,
+    /// Why it ended (the host's reason when the host said; else the renter's own).
+    pub end: Option<End>,
+    /// When it ended.
+    pub ended_at: Option<Timestamp>,
+    /// What the host said ended it, when it did.
+    pub host_end: Option<End>,
+    /// The workload's exit code, as the host reported it.
+    pub exit_code: Option<i32>,
+    /// Log chunks received.
+    pub log_chunks: u64,
+    /// Log bytes received.
+    pub log_bytes: u64,
+}
+
+/// What came back for the escrow lock the renter sent to the host.
+#[derive(Debug, Clone)]
+pub enum LockOutcome {
+    /// A ledger record (verified as an envelope by the shell).
+    Record(Box<Verified<LedgerRecord>>),
+    /// The host refused to start it.
+    Rejected(Box<Verified<LeaseReject>>),
+    /// No answer, or one that is neither.
+    Unanswered,
+}
+
+/// What can happen to a lease on the renter.
+#[derive(Debug, Clone)]
+pub enum RenterInput {
+    /// The answer to the escrow lock.
+    Lock(LockOutcome),
+    /// A receipt from the host (verified as an envelope); answered with
+    /// [`RenterEffect::Respond`].
+    Receipt(Verified<UsageReceipt>),
+    /// A `LeaseEnd` (verified as an envelope).
+    HostEnd(Verified<LeaseEnd>),
+    /// The host was heard from otherwise (a log chunk).
+    HostHeard {
+        /// Bytes of output received.
+        log_bytes: u64,
+    },
+    /// The ledger's verdict.
+    Ledger {
+        /// Which operation.
+        call: LedgerCall,
+        /// What became of it.
+        verdict: LedgerVerdict,
+    },
+    /// A timer fired.
+    Timer(RenterTimer),
+}
+
+/// The renter's timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RenterTimer {
+    /// Check whether the host fell silent.
+    Watchdog,
+    /// Try to close the escrow.
+    Settle,
+}
+
+/// How a rent came out, for whoever asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RentReport {
+    /// The lease runs.
+    Running,
+    /// It does not run, and nothing is paid.
+    Failed {
+        /// Why.
+        end: End,
+        /// For people.
+        detail: String,
+    },
+}
+
+/// What the shell must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenterEffect {
+    /// Store [`RenterLease::record`] (flushed) before the effects after it.
+    Persist,
+    /// Send the escrow lock to the host; report [`RenterInput::Lock`].
+    SendLock {
+        /// The signed `EscrowLock`.
+        envelope: Vec<u8>,
+    },
+    /// Answer the request being handled (a receipt) with this envelope.
+    Respond {
+        /// The answer.
+        envelope: Vec<u8>,
+    },
+    /// Send a signed `LeaseEnd` to the host (no answer expected).
+    SendEnd {
+        /// The envelope.
+        envelope: Vec<u8>,
+    },
+    /// Submit to the ledger; report [`RenterInput::Ledger`].
+    Ledger {
+        /// Which.
+        call: LedgerCall,
+        /// The signed envelope.
+        envelope: Vec<u8>,
+    },
+    /// Report [`RenterInput::Timer`] at `at`.
+    Schedule {
+        /// When.
+        at: Timestamp,
+        /// Which.
+        timer: RenterTimer,
+    },
+    /// Tell whoever asked for the rent how it came out.
+    Report(RentReport),
+}
+
+/// Why a stop was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StopError {
+    /// The lease is already over.
+    #[error("the lease has already ended")]
+    Ended,
+}
+
+/// The renter's side of one lease. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct RenterLease {
+    key: Keypair,
+    request: Verified<LeaseRequest>,
+    lock: Verified<EscrowLock>,
+    rec: RenterRecord,
+    ledger_busy: bool,
+    ledger_failures: u32,
+    reported: bool,
+}
+
+fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Result<Verified<T>, RestoreError> {
+    Signed::<T>::from_bytes(bytes.to_vec())
+        .and_then(Signed::verify)
+        .map_err(|e| RestoreError(e.to_string()))
+}
+
+/// Why a stored renter record cannot be restored.
+#[derive(Debug, thiserror::Error)]
+#[error("the stored lease does not verify: {0}")]
+pub struct RestoreError(String);
+
+impl RenterLease {
+    /// A lease the host has accepted: signs the escrow lock and sends it. `ledger` is the key
+    /// of the ledger whose records count; `now` is when the lock goes out (the work cannot
+    /// have started before).
+    pub fn accepted(
+        key: Keypair,
+        request: Verified<LeaseRequest>,
+        accept: &Verified<LeaseAccept>,
+        ledger: PublicKey,
+        now: Timestamp,
+    ) -> Result<(Self, Vec<RenterEffect>), gpux_protocol::SignError> {
+        let lock = Signed::sign(
+            &key,
+            EscrowLock {
+                escrow: request.escrow,
+                lease: request.id(),
+                payer: key.public(),
+                payee: request.host,
+                amount: request.escrow_amount,
+                price_per_gpu_hour: request.price_per_gpu_hour,
+                created_at: now,
+                ext: Ext::new(),
+            },
+        )?;
+        let rec = RenterRecord {
+            request: request.as_bytes().to_vec(),
+            accept: accept.as_bytes().to_vec(),
+            lock: lock.as_bytes().to_vec(),
+            ledger,
+            timing: Timing::from_accept(accept).unwrap_or_default(),
+            phase: RenterPhase::Starting,
+            lock_sent_at: now,
+            confirmed: false,
+            gave_up: false,
+            last_seq: 0,
+            acked: None,
+            last_contact: now,
+            stop_requested_at: None,
+            end: None,
+            ended_at: None,
+            host_end: None,
+            exit_code: None,
+            log_chunks: 0,
+            log_bytes: 0,
+        };
+        let effects = vec![
+            RenterEffect::Persist,
+            RenterEffect::SendLock {
+                envelope: lock.as_bytes().to_vec(),
+            },
+        ];
+        Ok((Self::from_parts(key, request, lock, rec), effects))
+    }
+
+    fn from_parts(
+        key: Keypair,
+        request: Verified<LeaseRequest>,
+        lock: Verified<EscrowLock>,
+        rec: RenterRecord,
+    ) -> Self {
+        Self {
+            key,
+            request,
+            lock,
+            rec,
+            ledger_busy: false,
+            ledger_failures: 0,
+            reported: false,
+        }
+    }
+
+    /// A lease from its stored record after a restart.
+    pub fn restore(
+        key: Keypair,
+        rec: RenterRecord,
+        now: Timestamp,
+    ) -> Result<(Self, Vec<RenterEffect>), RestoreError> {
+        let request = verify::<LeaseRequest>(&rec.request)?;
+        let lock = verify::<EscrowLock>(&rec.lock)?;
+        let mut lease = Self::from_parts(key, request, lock, rec);
+        let mut out = Vec::new();
+        match lease.rec.phase {
+            // Whoever asked for the start was told it failed when this node stopped.
+            RenterPhase::Starting => lease.give_up(
+                now,
+                "the renter restarted before the start was confirmed",
+                &mut out,
+            ),
+            RenterPhase::Running => {
+                // Silence is counted from now: this node was not listening.
+                lease.rec.last_contact = lease.rec.last_contact.max(now);
+                out.push(RenterEffect::Persist);
+                out.push(RenterEffect::Schedule {
+                    at: lease.silent_at(),
+                    timer: RenterTimer::Watchdog,
+                });
+            }
+            RenterPhase::Ended => out.push(RenterEffect::Schedule {
+                at: now,
+                timer: RenterTimer::Settle,
+            }),
+            RenterPhase::Settled => {}
+        }
+        lease.reported = true;
+        Ok((lease, out))
+    }
+
+    /// The lease id.
+    pub fn id(&self) -> ContentId {
+        self.request.id()
+    }
+
+    /// The signed request.
+    pub fn request(&self) -> &Verified<LeaseRequest> {
+        &self.request
+    }
+
+    /// The record to persist.
+    pub fn record(&self) -> &RenterRecord {
+        &self.rec
+    }
+
+    /// Where the lease is.
+    pub fn phase(&self) -> RenterPhase {
+        self.rec.phase
+    }
+
+    /// Asks the host to stop the lease at `now`.
+    pub fn stop(&mut self, now: Timestamp) -> Result<Vec<RenterEffect>, StopError> {
+        if matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled) {
+            return Err(StopError::Ended);
+        }
+        let mut out = Vec::new();
+        // Recorded first: whatever happens to the message, receipts billing past the stop
+        // (and its grace) are disputed.
+        self.rec.stop_requested_at.get_or_insert(now);
+        out.push(RenterEffect::Persist);
+        self.send_end(now, gpux_protocol::EndReason::RenterStopped, &mut out);
+        Ok(out)
+    }
+
+    fn silent_at(&self) -> Timestamp {
+        self.rec
+            .last_contact
+            .plus_ms(self.rec.timing.loss_bound_ms() + SILENCE_MARGIN_MS)
+    }
+
+    fn sign_end(&self, now: Timestamp, reason: gpux_protocol::EndReason) -> Vec<u8> {
+        let body = LeaseEnd {
+            lease: self.id(),
+            created_at: now,
+            reason,
+            exit_code: None,
+            ext: Ext::new(),
+        };
+        Signed::sign(&self.key, body)
+            .map(|v| v.as_bytes().to_vec())
+            .unwrap_or_default()
+    }
+
+    fn send_end(
+        &self,
+        now: Timestamp,
+        reason: gpux_protocol::EndReason,
+        out: &mut Vec<RenterEffect>,
+    ) {
+        out.push(RenterEffect::SendEnd {
+            envelope: self.sign_end(now, reason),
+        });
+    }
+
+    fn report(&mut self, report: RentReport, out: &mut Vec<RenterEffect>) {
+        if !self.reported {
+            self.reported = true;
+            out.push(RenterEffect::Report(report));
+        }
+    }
+
+    /// Handles one input at `now`.
+    pub fn handle(&mut self, now: Timestamp, input: RenterInput) -> Vec<RenterEffect> {
+        let mut out = Vec::new();
+        match input {
+            RenterInput::Lock(outcome) => self.on_lock(now, outcome, &mut out),
+            RenterInput::Receipt(receipt) => self.on_receipt(now, &receipt, &mut out),
+            RenterInput::HostEnd(end) => self.on_host_end(now, &end, &mut out),
+            RenterInput::HostHeard { log_bytes } => {
+                if self.rec.phase == RenterPhase::Running {
+                    self.rec.last_contact = now;
+                }
+                self.rec.log_chunks += 1;
+                self.rec.log_bytes += log_bytes;
+                out.push(RenterEffect::Persist);
+            }
+            RenterInput::Ledger { call, verdict } => self.on_ledger(now, call, verdict, &mut out),
+            RenterInput::Timer(RenterTimer::Watchdog) => {
+                if self.rec.phase != RenterPhase::Running {
+                    return out;
+                }
+                if now >= self.silent_at() {
+                    self.end(now, End::HostSilent, &mut out);
+                } else {
+                    out.push(RenterEffect::Schedule {
+                        at: self.silent_at(),
+                        timer: RenterTimer::Watchdog,
+                    });
+                }
+            }
+            RenterInput::Timer(RenterTimer::Settle) => self.settle(now, &mut out),
+        }
+        out
+    }
+
+    fn on_lock(&mut self, now: Timestamp, outcome: LockOutcome, out: &mut Vec<RenterEffect>) {
+        if self.rec.gave_up {
+            return;
+        }
+        match outcome {
+            LockOutcome::Record(record)
+                if record.signer() == self.rec.ledger
+                    && record.escrow == self.request.escrow
+                    && matches!(record.entry, LedgerEntry::Locked { .. }) =>
+            {
+                self.rec.confirmed = true;
+                if self.rec.phase == RenterPhase::Starting {
+                    self.rec.phase = RenterPhase::Running;
+                    self.rec.last_contact = now;
+                    out.push(RenterEffect::Schedule {
+                        at: self.silent_at(),
+                        timer: RenterTimer::Watchdog,
+                    });
+                }
+                out.push(RenterEffect::Persist);
+                self.report(RentReport::Running, out);
+            }
+            LockOutcome::Rejected(reject)
+                if reject.signer() == self.request.host && reject.request == self.id() =>
+            {
+                if self.rec.acked.is_some() {
+                    // A receipt was already acknowledged: it ran, whatever the answer says.
+                    return self.report(RentReport::Running, out);
+                }
+                let detail = format!(
+                    "the host did not start the lease: {:?} ({})",
+                    reject.reason, reject.detail
+                );
+                self.end(now, End::NotStarted, out);
+                self.report(
+                    RentReport::Failed {
+                        end: End::NotStarted,
+                        detail,
+                    },
+                    out,
+                );
+            }
+            _ => {
+                if self.rec.acked.is_some() {
+                    // A valid receipt came first: the lease ran (and is paid for), and is
+                    // reported so.
+                    return self.report(RentReport::Running, out);
+                }
+                self.give_up(now, "the host did not confirm the start", out);
+            }
+        }
+    }
+
+    /// The rent is reported as failed: the host is told to stop, every receipt is
+    /// disputed, and the escrow comes back whole.
+    fn give_up(&mut self, now: Timestamp, why: &str, out: &mut Vec<RenterEffect>) {
+        self.rec.gave_up = true;
+        self.end(now, End::StartUnconfirmed, out);
+        self.send_end(now, gpux_protocol::EndReason::RenterStopped, out);
+        self.report(
+            RentReport::Failed {
+                end: End::StartUnconfirmed,
+                detail: format!("{why}; the lease will not be paid for"),
+            },
+            out,
+        );
+    }
+
+    fn dispute(&self, now: Timestamp, out: &mut Vec<RenterEffect>) {
+        // Nothing is recorded: the host ends the lease itself when no acknowledgement comes.
+        out.push(RenterEffect::Respond {
+            envelope: self.sign_end(now, gpux_protocol::EndReason::ReceiptDisputed),
+        });
+    }
+
+    fn on_receipt(
+        &mut self,
+        now: Timestamp,
+        receipt: &Verified<UsageReceipt>,
+        out: &mut Vec<RenterEffect>,
+    ) {
+        // Only the lease's host gets an answer: a signed dispute handed to anyone else could
+        // be replayed to the host.
+        if receipt.signer() != self.request.host || receipt.lease != self.id() {
+            return out.push(RenterEffect::Respond {
+                envelope: Vec::new(),
+            });
+        }
+        if self.rec.gave_up || matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled) {
+            return self.dispute(now, out);
+        }
+        // The receipt's time is the host's word: it may not be ahead of this node's clock.
+        if receipt.created_at > now.plus_ms(RECEIPT_SKEW_MS) {
+            return self.dispute(now, out);
+        }
+        let started = self.rec.lock_sent_at;
+        if receipt_matches_lease(receipt, &self.request, started).is_err() {
+            return self.dispute(now, out);
+        }
+        // This node's own measure: whole seconds since it asked for the start (one more for
+        // rounding), never past the agreed duration, nor much past a stop it asked for.
+        let mut until = now;
+        if let Some(stop) = self.rec.stop_requested_at {
+            until = until.min(stop.plus_ms(self.rec.timing.ack_grace_ms));
+        }
+        let own_s = (until.ms_since(started) / 1000 + 1).min(u64::from(self.request.duration_s));
+        let max = (self.request.gpus.len() as u64) * money::billed_seconds(own_s);
+        if receipt.gpu_seconds > max {
+            return self.dispute(now, out);
+        }
+        if let Some(v) = &self.rec.acked {
+            if receipt.seq < v.seq || receipt.amount_due < v.amount {
+                return self.dispute(now, out);
+            }
+            if receipt.seq == v.seq {
+                // The same receipt again (a retry): the same acknowledgement.
+                if receipt.as_bytes() == v.receipt.as_slice() {
+                    return out.push(RenterEffect::Respond {
+                        envelope: v.ack.clone(),
+                    });
+                }
+                return self.dispute(now, out);
+            }
+        }
+        let body = ReceiptAck {
+            receipt: receipt.id(),
+            lease: receipt.lease,
+            seq: receipt.seq,
+            amount_due: receipt.amount_due,
+            created_at: now,
+            ext: Ext::new(),
+        };
+        let Ok(ack) = Signed::sign(&self.key, body) else {
+            return;
+        };
+        self.rec.last_seq = self.rec.last_seq.max(receipt.seq);
+        self.rec.acked = Some(Voucher {
+            seq: receipt.seq,
+            amount: receipt.amount_due,
+            gpu_seconds: receipt.gpu_seconds,
+            receipt: receipt.as_bytes().to_vec(),
+            ack: ack.as_bytes().to_vec(),
+        });
+        self.rec.last_contact = now;
+        if self.rec.phase == RenterPhase::Starting {
+            // The host started it (its confirmation may be on its way, or lost).
+            self.rec.phase = RenterPhase::Running;
+            out.push(RenterEffect::Schedule {
+                at: self.silent_at(),
+                timer: RenterTimer::Watchdog,
+            });
+        }
+        // Stored (flushed) before the host hears of it: a restarted renter knows what it
+        // agreed to pay.
+        out.push(RenterEffect::Persist);
+        out.push(RenterEffect::Respond {
+            envelope: ack.as_bytes().to_vec(),
+        });
+    }
+
+    fn on_host_end(
+        &mut self,
+        now: Timestamp,
+        end: &Verified<LeaseEnd>,
+        out: &mut Vec<RenterEffect>,
+    ) {
+        if end.signer() != self.request.host || end.lease != self.id() {
+            return;
+        }
+        let reason = End::from_wire(end.reason);
+        self.rec.host_end = Some(reason);
+        self.rec.exit_code = end.exit_code;
+        if self.rec.phase == RenterPhase::Starting {
+            self.report(
+                RentReport::Failed {
+                    end: reason,
+                    detail: format!("the host ended the lease as it started ({:?})", end.reason),
+                },
+                out,
+            );
+        }
+        // Both sides record the same reason: the host's, unless this side ended it first for
+        // a reason of its own.
+        if !matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled) {
+            self.end(now, reason, out);
+        } else {
+            out.push(RenterEffect::Persist);
+        }
+    }
+
+    fn end(&mut self, now: Timestamp, end: End, out: &mut Vec<RenterEffect>) {
+        if matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled) {
+            return;
+        }
+        self.rec.end = Some(end);
+        self.rec.ended_at = Some(now);
+        self.rec.phase = RenterPhase::Ended;
+        out.push(RenterEffect::Persist);
+        out.push(RenterEffect::Schedule {
+            at: now.plus_ms(SETTLE_DELAY_MS),
+            timer: RenterTimer::Settle,
+        });
+    }
+
+    fn settle(&mut self, now: Timestamp, out: &mut Vec<RenterEffect>) {
+        if self.rec.phase != RenterPhase::Ended || self.ledger_busy {
+            return;
+        }
+        let mut body = Release {
+            escrow: self.request.escrow,
+            lease: self.id(),
+            created_at: now,
+            ext: Ext::new(),
+        };
+        if let Some(v) = &self.rec.acked {
+            let _ = body.set_voucher(&v.receipt, &v.ack);
+        }
+        let Ok(release) = Signed::sign(&self.key, body) else {
+            return;
+        };
+        self.ledger_busy = true;
+        out.push(RenterEffect::Ledger {
+            call: LedgerCall::Release,
+            envelope: release.as_bytes().to_vec(),
+        });
+    }
+
+    fn on_ledger(
+        &mut self,
+        now: Timestamp,
+        call: LedgerCall,
+        verdict: LedgerVerdict,
+        out: &mut Vec<RenterEffect>,
+    ) {
+        if call != LedgerCall::Release || !self.ledger_busy {
+            return;
+        }
+        self.ledger_busy = false;
+        if !matches!(verdict, LedgerVerdict::Unreachable) {
+            self.ledger_failures = 0;
+        }
+        let again_at = match verdict {
+            LedgerVerdict::Applied(_)
+            | LedgerVerdict::Unchanged
+            | LedgerVerdict::Refused {
+                code: RefusalCode::EscrowClosed,
+                ..
+            } => {
+                self.rec.phase = RenterPhase::Settled;
+                out.push(RenterEffect::Persist);
+                return;
+            }
+            LedgerVerdict::Refused {
+                code: RefusalCode::UnknownEscrow,
+                ..
+            } => {
+                // Never locked, and too old to be locked now: nothing to settle.
+                if now.ms_since(self.lock.created_at) > MAX_LOCK_AGE_MS {
+                    self.rec.phase = RenterPhase::Settled;
+                    out.push(RenterEffect::Persist);
+                    return;
+                }
+                now.plus_ms(SETTLE_POLL_MS)
+            }
+            LedgerVerdict::Refused {
+                code: RefusalCode::TooEarly,
+                retry_at,
+            } => retry_at
+                .unwrap_or(now)
+                .min(now.plus_ms(SETTLE_POLL_MS))
+                .max(now),
+            LedgerVerdict::Refused { .. } => now.plus_ms(SETTLE_POLL_MS),
+            LedgerVerdict::Unreachable => {
+                let delay = backoff_ms(self.ledger_failures);
+                self.ledger_failures = self.ledger_failures.saturating_add(1);
+                now.plus_ms(delay)
+            }
+        };
+        out.push(RenterEffect::Schedule {
+            at: again_at,
+            timer: RenterTimer::Settle,
+        });
+    }
+}

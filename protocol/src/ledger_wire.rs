@@ -1,0 +1,195 @@
+//! The frames of `/gpux/ledger/2`: requests to a ledger member and its answers.
+//!
+//! Frames are not envelopes: they are bincode 2 (the standard configuration: little-endian
+//! varints) of [`LedgerRequest`] and [`LedgerResponse`], at most [`MAX_LEDGER_FRAME`] bytes,
+//! every byte consumed. What moves money inside them is signed (the submitted envelope, the
+//! ledger's `LedgerRecord`); the frame itself is not.
+//!
+//! Version 2 replaces version 1's refusal *text* with a [`RefusalCode`] (a human detail
+//! beside it), so no party branches on the wording of an error, and adds
+//! [`LedgerResponse::NotLeader`], the redirect a replicated ledger's followers give.
+//!
+//! ```
+//! use gpux_protocol::ledger_wire::{self, LedgerRequest, LedgerResponse, RefusalCode};
+//! use gpux_protocol::EscrowId;
+//!
+//! let frame = ledger_wire::encode(&LedgerRequest::Escrow(EscrowId([7; 16])));
+//! let back: LedgerRequest = ledger_wire::decode(&frame)?;
+//! assert_eq!(back, LedgerRequest::Escrow(EscrowId([7; 16])));
+//!
+//! let refused = LedgerResponse::refused(RefusalCode::UnknownEscrow, "unknown escrow 0707…");
+//! assert_eq!(refused.refusal(), Some(RefusalCode::UnknownEscrow));
+//! # Ok::<(), gpux_protocol::ledger_wire::FrameError>(())
+//! ```
+
+use bincode::{Decode, Encode};
+
+use crate::key::PublicKey;
+use crate::types::{EscrowId, Timestamp};
+
+/// The protocol name.
+pub const LEDGER_PROTOCOL: &str = "/gpux/ledger/2";
+
+/// The largest ledger frame, either way (a redemption carries two envelopes; a release may
+/// carry a voucher).
+pub const MAX_LEDGER_FRAME: usize = 8 * 1024;
+
+/// Longest detail text in a refusal (longer text is cut when the frame is built).
+pub const MAX_DETAIL_CHARS: usize = 200;
+
+/// A request to a ledger member.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum LedgerRequest {
+    /// Apply a signed `EscrowLock`, `Redeem` or `Release` envelope.
+    Submit(Vec<u8>),
+    /// An account's balance.
+    Balance(PublicKey),
+    /// An escrow's state.
+    Escrow(EscrowId),
+}
+
+/// An escrow as the ledger reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct EscrowView {
+    /// Amount locked, micro-credits.
+    pub amount: u64,
+    /// Paid to the payee so far.
+    pub redeemed: u64,
+    /// Highest receipt seq redeemed.
+    pub last_seq: u64,
+    /// Whether the remainder went back to the payer.
+    pub released: bool,
+    /// Payer account.
+    pub payer: PublicKey,
+    /// Payee account.
+    pub payee: PublicKey,
+}
+
+/// Why a ledger refused an operation. Nothing changed; the code says whether trying again
+/// can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Encode, Decode, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RefusalCode {
+    /// The frame did not decode, or was too large.
+    Malformed,
+    /// The envelope is not a ledger operation, or it does not verify.
+    Invalid,
+    /// The payer's balance is too small.
+    InsufficientFunds,
+    /// No escrow with that id.
+    UnknownEscrow,
+    /// An escrow with that id already exists (for another lock).
+    EscrowExists,
+    /// The escrow is closed (released).
+    EscrowClosed,
+    /// Signed by someone who may not perform the operation.
+    WrongSigner,
+    /// A nested receipt or acknowledgement does not verify.
+    BadEnvelope,
+    /// The receipt or acknowledgement is not for this escrow, lease or price.
+    Mismatch,
+    /// The payer may not release yet; `retry_at` says when it may.
+    TooEarly,
+    /// The escrow lock was signed too long ago.
+    StaleLock,
+    /// An amount would overflow.
+    Overflow,
+    /// The member could not write its log; nothing was applied.
+    Storage,
+    /// This node serves no ledger.
+    NotServed,
+}
+
+impl RefusalCode {
+    /// Whether the same operation, sent again later, may succeed (the verdict depends on the
+    /// ledger's state or time, not on the operation itself).
+    pub const fn is_transient(self) -> bool {
+        matches!(self, Self::TooEarly | Self::Storage | Self::UnknownEscrow)
+    }
+}
+
+/// A ledger member's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum LedgerResponse {
+    /// Applied: the ledger's signed `LedgerRecord`.
+    Record(Vec<u8>),
+    /// Already applied (a retry): nothing changed.
+    Unchanged(String),
+    /// A balance, micro-credits.
+    Balance(u64),
+    /// An escrow (None: unknown).
+    Escrow(Option<EscrowView>),
+    /// Refused; nothing changed.
+    Refused {
+        /// The rule that refused it.
+        code: RefusalCode,
+        /// For people.
+        detail: String,
+        /// With [`RefusalCode::TooEarly`]: when the operation may be sent again.
+        retry_at: Option<Timestamp>,
+    },
+    /// This member is not the leader of a replicated ledger: ask the leader.
+    NotLeader {
+        /// The leader's peer id (its 38-byte binary form), when known.
+        leader: Option<Vec<u8>>,
+        /// The leader's addresses (multiaddr text), when known.
+        addrs: Vec<String>,
+    },
+}
+
+impl LedgerResponse {
+    /// A refusal with a detail (cut to [`MAX_DETAIL_CHARS`]).
+    pub fn refused(code: RefusalCode, detail: impl AsRef<str>) -> Self {
+        Self::Refused {
+            code,
+            detail: detail.as_ref().chars().take(MAX_DETAIL_CHARS).collect(),
+            retry_at: None,
+        }
+    }
+
+    /// The refusal code, when this is a refusal.
+    pub fn refusal(&self) -> Option<RefusalCode> {
+        match self {
+            Self::Refused { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// A ledger frame that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// Larger than [`MAX_LEDGER_FRAME`].
+    #[error("a ledger frame of {0} bytes exceeds {MAX_LEDGER_FRAME}")]
+    TooLarge(usize),
+    /// Not bincode of the expected type.
+    #[error("undecodable ledger frame: {0}")]
+    Undecodable(String),
+    /// Bytes left after the value.
+    #[error("{0} trailing bytes after a ledger frame")]
+    Trailing(usize),
+}
+
+/// Encodes a ledger frame.
+pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
+    // Encoding plain values into a Vec cannot fail.
+    bincode::encode_to_vec(value, bincode::config::standard()).unwrap_or_default()
+}
+
+/// Decodes a ledger frame: bounded, and every byte must be consumed.
+pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, FrameError> {
+    if bytes.len() > MAX_LEDGER_FRAME {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    let (value, used) = bincode::decode_from_slice(
+        bytes,
+        bincode::config::standard().with_limit::<MAX_LEDGER_FRAME>(),
+    )
+    .map_err(|e| FrameError::Undecodable(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(FrameError::Trailing(bytes.len() - used));
+    }
+    Ok(value)
+}
