@@ -22,7 +22,7 @@ use gpux_protocol::{
     RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
 };
 
-use crate::{End, LedgerCall, LedgerVerdict, Timing, Voucher, backoff_ms, bill};
+use crate::{End, LedgerCall, LedgerVerdict, RestoreError, Timing, Voucher, backoff_ms, bill};
 
 /// An escrow lock must come this soon after the acceptance: the GPUs are booked from the
 /// acceptance, and the work must fit in the booking.
@@ -335,11 +335,6 @@ pub enum HostEffect {
     /// The lease's GPUs are free again (the booking is released).
     FreeGpus,
 }
-
-/// Why a stored record cannot be restored.
-#[derive(Debug, thiserror::Error)]
-#[error("the stored lease does not verify: {0}")]
-pub struct RestoreError(String);
 
 /// The host's side of one lease. See the [module docs](self).
 #[derive(Debug, Clone)]

@@ -1,7 +1,8 @@
 //! The lease lifecycle as pure state machines.
 //!
 //! Every rule of a lease lives here, for both sides, and the ledger service's own decisions
-//! too: [`HostLease`] (the host's side of one lease: the lock, the container's life, receipts,
+//! too: [`HostBook`] (the host's offers, the bookings of its GPUs, and its answer to a
+//! request), [`HostLease`] (the host's side of one lease: the lock, the container's life, receipts,
 //! the ack deadline, the final bill, settlement, recovery), [`RenterLease`] (the renter's
 //! side: receipt checks against its own clock, acknowledgements, its host-silent watchdog,
 //! stopping, settlement after the ledger's grace) and [`LedgerMachine`] (the ledger node:
@@ -30,10 +31,12 @@
 //! ```
 
 pub mod bill;
+mod book;
 mod host;
 mod ledger;
 mod renter;
 
+pub use book::{Answer, HostBook, OfferChange};
 pub use host::{
     ContainerState, EXIT_NOTICE_MS, HostEffect, HostInput, HostLease, HostPhase, HostRecord,
     HostTimer, RenterAnswer, StartFailure, UsageSample,
@@ -285,6 +288,11 @@ pub struct Voucher {
     #[serde(skip)]
     pub ack: Vec<u8>,
 }
+
+/// A stored lease record that cannot be restored (its envelopes do not verify).
+#[derive(Debug, thiserror::Error)]
+#[error("the stored lease does not verify: {0}")]
+pub struct RestoreError(pub(crate) String);
 
 /// Delay before the `attempt`-th retry of a ledger operation (from 0): 1 s, 2 s, 4 s, ...
 /// up to 30 s.

@@ -20,7 +20,9 @@ use gpux_protocol::{
     Verified, money,
 };
 
-use crate::{End, LedgerCall, LedgerVerdict, MAX_LOCK_AGE_MS, Timing, Voucher, backoff_ms};
+use crate::{
+    End, LedgerCall, LedgerVerdict, MAX_LOCK_AGE_MS, RestoreError, Timing, Voucher, backoff_ms,
+};
 
 /// How far ahead of the renter's clock a receipt may be dated, ms.
 const RECEIPT_SKEW_MS: u64 = 2_000;
@@ -224,11 +226,6 @@ fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Result<Verified<T>, Restor
         .and_then(Signed::verify)
         .map_err(|e| RestoreError(e.to_string()))
 }
-
-/// Why a stored renter record cannot be restored.
-#[derive(Debug, thiserror::Error)]
-#[error("the stored lease does not verify: {0}")]
-pub struct RestoreError(String);
 
 impl RenterLease {
     /// A lease the host has accepted: signs the escrow lock and sends it. `ledger` is the key

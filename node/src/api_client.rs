@@ -1,12 +1,53 @@
-//! The CLI's client of the local API: finds the running node through `<data-dir>/api.addr`
-//! and authenticates with `<data-dir>/api.token`.
+//! A client of a running node's local API, typed by `gpux-api`: finds the node through
+//! `<data-dir>/api.addr` and authenticates with `<data-dir>/api.token`. The CLI and the
+//! testnet use it; neither builds nor reads JSON by hand.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use gpux_api::{ApiError, ErrorCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::daemon::api::{ADDR_FILE, TOKEN_FILE};
+
+/// Why a call to the API gave no answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No node runs on that data directory (its address or token file is missing).
+    #[error("no node is running on {} (start one with `gpux node run --data-dir {}`)", .0.display(), .0.display())]
+    NotRunning(PathBuf),
+    /// The node did not answer.
+    #[error("cannot reach the node's API at {base} (is it running?): {why}")]
+    Unreachable {
+        /// The API's address.
+        base: String,
+        /// Why.
+        why: String,
+    },
+    /// The node answered with an error.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The answer is not what the API promises (a node of another version?).
+    #[error("the answer to {path} does not read: {why}")]
+    Decode {
+        /// The API path.
+        path: String,
+        /// Why.
+        why: String,
+    },
+}
+
+impl ClientError {
+    /// The API error code, when the node answered with one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Api(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
 
 /// A client of one node's API.
 #[derive(Debug)]
@@ -18,16 +59,10 @@ pub struct ApiClient {
 
 impl ApiClient {
     /// The client of the node running on `data_dir`.
-    pub fn for_data_dir(data_dir: &Path) -> anyhow::Result<Self> {
-        let not_running = || {
-            format!(
-                "no node is running on {} (start one with `gpux node run --data-dir {}`)",
-                data_dir.display(),
-                data_dir.display()
-            )
-        };
-        let addr = std::fs::read_to_string(data_dir.join(ADDR_FILE)).with_context(not_running)?;
-        let token = std::fs::read_to_string(data_dir.join(TOKEN_FILE)).with_context(not_running)?;
+    pub fn for_data_dir(data_dir: &Path) -> Result<Self, ClientError> {
+        let not_running = |_| ClientError::NotRunning(data_dir.to_path_buf());
+        let addr = std::fs::read_to_string(data_dir.join(ADDR_FILE)).map_err(not_running)?;
+        let token = std::fs::read_to_string(data_dir.join(TOKEN_FILE)).map_err(not_running)?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(60)))
@@ -40,31 +75,47 @@ impl ApiClient {
         })
     }
 
-    fn finish(
+    fn finish<T: DeserializeOwned>(
         &self,
         path: &str,
         response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> anyhow::Result<serde_json::Value> {
-        let mut response = response.with_context(|| {
-            format!(
-                "cannot reach the node's API at {} (is it running?)",
-                self.base
-            )
+    ) -> Result<T, ClientError> {
+        let mut response = response.map_err(|e| ClientError::Unreachable {
+            base: self.base.clone(),
+            why: e.to_string(),
         })?;
         let status = response.status();
-        let body: serde_json::Value = response
+        let text = response
             .body_mut()
-            .read_json()
-            .with_context(|| format!("reading the answer to {path}"))?;
+            .read_to_string()
+            .map_err(|e| ClientError::Decode {
+                path: path.into(),
+                why: e.to_string(),
+            })?;
         if !status.is_success() {
-            let message = body["error"].as_str().unwrap_or("unknown error");
-            bail!("{message}");
+            let error = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| {
+                ApiError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "HTTP {status}: {}",
+                        text.chars().take(200).collect::<String>()
+                    ),
+                )
+            });
+            return Err(ClientError::Api(error));
         }
-        Ok(body)
+        serde_json::from_str(&text).map_err(|e| ClientError::Decode {
+            path: path.into(),
+            why: e.to_string(),
+        })
     }
 
     /// `GET path`.
-    pub fn get(&self, path: &str, query: &[(&str, &str)]) -> anyhow::Result<serde_json::Value> {
+    pub fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<T, ClientError> {
         let mut request = self
             .agent
             .get(format!("{}{path}", self.base))
@@ -76,11 +127,82 @@ impl ApiClient {
     }
 
     /// `POST path` with a JSON body.
-    pub fn post(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+    pub fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
         let request = self
             .agent
             .post(format!("{}{path}", self.base))
             .header("Authorization", format!("Bearer {}", self.token));
         self.finish(path, request.send_json(body))
+    }
+
+    /// `GET /v1/status`.
+    pub fn status(&self) -> Result<gpux_api::Status, ClientError> {
+        self.get("/v1/status", &[])
+    }
+
+    /// `GET /v1/leases`.
+    pub fn leases(&self) -> Result<Vec<gpux_api::LeaseView>, ClientError> {
+        self.get("/v1/leases", &[])
+    }
+
+    /// `POST /v1/rent`.
+    pub fn rent(&self, request: &gpux_api::RentRequest) -> Result<gpux_api::Rented, ClientError> {
+        self.post("/v1/rent", request)
+    }
+
+    /// `GET /v1/balance`.
+    pub fn balance(&self) -> Result<gpux_api::Balance, ClientError> {
+        self.get("/v1/balance", &[])
+    }
+
+    /// `POST /v1/ledger/mint`.
+    pub fn mint(&self, request: &gpux_api::MintRequest) -> Result<gpux_api::Minted, ClientError> {
+        self.post("/v1/ledger/mint", request)
+    }
+
+    /// `GET /v1/ledger`.
+    pub fn ledger(&self) -> Result<gpux_api::LedgerTotals, ClientError> {
+        self.get("/v1/ledger", &[])
+    }
+
+    /// `POST /v1/leases/{lease}/stop`.
+    pub fn stop(&self, lease: &str) -> Result<gpux_api::Stopping, ClientError> {
+        self.post(&format!("/v1/leases/{lease}/stop"), &serde_json::json!({}))
+    }
+
+    /// `GET /v1/leases/{lease}/receipts`.
+    pub fn receipts(&self, lease: &str) -> Result<gpux_api::Receipts, ClientError> {
+        self.get(&format!("/v1/leases/{lease}/receipts"), &[])
+    }
+
+    /// `GET /v1/leases/{lease}/logs?from=N`.
+    pub fn logs(&self, lease: &str, from: u64) -> Result<gpux_api::LogsPage, ClientError> {
+        self.get(
+            &format!("/v1/leases/{lease}/logs"),
+            &[("from", &from.to_string())],
+        )
+    }
+
+    /// `GET /v1/offers`.
+    pub fn offers(
+        &self,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<gpux_api::OfferHit>, ClientError> {
+        self.get("/v1/offers", &[("q", query), ("limit", &limit.to_string())])
+    }
+
+    /// `POST /v1/bid`.
+    pub fn bid(&self, request: &gpux_api::BidRequest) -> Result<gpux_api::BidPlaced, ClientError> {
+        self.post("/v1/bid", request)
+    }
+
+    /// `POST /v1/shutdown`.
+    pub fn shutdown(&self) -> Result<gpux_api::ShuttingDown, ClientError> {
+        self.post("/v1/shutdown", &serde_json::json!({}))
     }
 }

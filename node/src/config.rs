@@ -32,8 +32,9 @@ use anyhow::{Context, bail};
 
 use std::time::Duration;
 
-use crate::daemon::{DaemonConfig, HostOptions, LeaseTiming};
+use crate::daemon::{DaemonConfig, HostOptions};
 use crate::p2p::Multiaddr;
+use gpux_lease::Timing;
 
 /// The file's name in the data directory.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -239,19 +240,25 @@ pub fn resolve(data_dir: &Path, flags: Flags) -> anyhow::Result<DaemonConfig> {
     })
 }
 
-fn timing(interval_s: Option<u64>, grace_s: Option<u64>) -> anyhow::Result<LeaseTiming> {
-    let defaults = LeaseTiming::default();
-    let interval = interval_s.map_or(defaults.receipt_interval, Duration::from_secs);
-    let grace = grace_s.map_or(defaults.ack_grace, Duration::from_secs);
+fn timing(interval_s: Option<u64>, grace_s: Option<u64>) -> anyhow::Result<Timing> {
+    let defaults = Timing::default();
+    let interval = interval_s.map_or(
+        Duration::from_millis(defaults.receipt_interval_ms),
+        Duration::from_secs,
+    );
+    let grace = grace_s.map_or(
+        Duration::from_millis(defaults.ack_grace_ms),
+        Duration::from_secs,
+    );
     if interval.is_zero() || interval > Duration::from_secs(3600) {
         bail!("receipt_interval_s must be between 1 and 3600");
     }
     if grace.is_zero() {
         bail!("ack_grace_s must be at least 1");
     }
-    Ok(LeaseTiming {
-        receipt_interval: interval,
-        ack_grace: grace,
+    Ok(Timing {
+        receipt_interval_ms: interval.as_millis() as u64,
+        ack_grace_ms: grace.as_millis() as u64,
     })
 }
 

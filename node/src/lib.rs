@@ -20,7 +20,6 @@ pub mod config;
 pub mod daemon;
 mod data_dir;
 pub mod executor;
-pub mod host;
 mod key_file;
 pub mod ledger;
 pub mod p2p;

@@ -1,8 +1,9 @@
 //! The node's durable state, on sled behind a small trait.
 //!
-//! Trees: node configuration, the host's own offers (as signed), leases and their states, a
-//! snapshot of the market view for a fast restart, each lease's run (container, receipts,
-//! settlement), receipts, container logs, and a ledger node's operation log. Writes that change a lease
+//! Trees: node configuration, the host's own offers (as signed), the host's and the renter's
+//! records of their leases (the lease machines' state, `gpux_lease::HostRecord` and
+//! `RenterRecord`), a snapshot of the market view for a fast restart, receipts, container
+//! logs, and a ledger node's operation log. Writes that change a lease
 //! (or move money) are flushed to disk before the call returns; sled otherwise syncs every
 //! 500 ms, so a crash may lose at most the last half-second of market snapshot, never a
 //! lease. An unreadable or corrupt database is an error that names its path, never a panic.
@@ -10,7 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use bincode::{Decode, Encode};
-use gpux_protocol::{ContentId, Timestamp};
+use gpux_lease::{HostRecord, RenterRecord};
+use gpux_protocol::ContentId;
 
 /// The named trees of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,12 +21,12 @@ pub enum Tree {
     Config,
     /// The host's own signed offers, by offer id.
     OwnOffers,
-    /// Leases, by lease id.
-    Leases,
+    /// The host's side of its leases ([`HostRecord`]), by lease id.
+    HostLeases,
+    /// The renter's side of its leases ([`RenterRecord`]), by lease id.
+    RenterLeases,
     /// The market view (signed offers), by offer id.
     Market,
-    /// Each lease's execution and settlement progress, by lease id.
-    Runs,
     /// Receipts and their acknowledgements, by lease id and seq.
     Receipts,
     /// Container output received by a renter, by lease id and chunk seq.
@@ -38,9 +40,9 @@ impl Tree {
         match self {
             Tree::Config => "config",
             Tree::OwnOffers => "own-offers",
-            Tree::Leases => "leases",
+            Tree::HostLeases => "host-leases",
+            Tree::RenterLeases => "renter-leases",
             Tree::Market => "market",
-            Tree::Runs => "runs",
             Tree::Receipts => "receipts",
             Tree::Logs => "logs",
             Tree::LedgerLog => "ledger-log",
@@ -180,7 +182,13 @@ impl SledStore {
         })?;
         let store = SledStore { path, db };
         // Open every tree now, so that damage shows here rather than mid-operation.
-        for tree in [Tree::Config, Tree::OwnOffers, Tree::Leases, Tree::Market] {
+        for tree in [
+            Tree::Config,
+            Tree::OwnOffers,
+            Tree::HostLeases,
+            Tree::RenterLeases,
+            Tree::Market,
+        ] {
             store.tree(tree)?;
         }
         Ok(store)
@@ -262,111 +270,6 @@ impl Store for SledStore {
     }
 }
 
-/// Which side of a lease this node is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// This node runs the work.
-    Host,
-    /// This node pays for it.
-    Renter,
-}
-
-/// A lease's life, as in the design: every transition is stored (flushed) before it is acted
-/// on, so a restarted node resumes or cleans up each lease.
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
-#[serde(rename_all = "kebab-case", tag = "state")]
-pub enum LeaseState {
-    /// The renter sent the request.
-    Requested,
-    /// The host signed `LeaseAccept`.
-    Accepted,
-    /// The container is being created.
-    Starting,
-    /// The workload runs.
-    Running,
-    /// The container is being stopped.
-    Stopping,
-    /// The lease is over.
-    Ended {
-        /// Why (the `EndReason` name).
-        reason: String,
-    },
-    /// The escrow is settled.
-    Settled,
-}
-
-/// One lease as the node keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
-pub struct LeaseRecord {
-    /// The lease id (the `LeaseRequest` envelope id).
-    pub lease: [u8; 32],
-    /// This node's side.
-    pub role: Role,
-    /// The signed `LeaseRequest`, exactly as received or sent.
-    pub request: Vec<u8>,
-    /// The signed `LeaseAccept`, once there is one.
-    pub accept: Option<Vec<u8>>,
-    /// Where the lease is.
-    pub state: LeaseState,
-    /// When the state last changed (unix ms).
-    pub updated_at: u64,
-}
-
-/// A lease's execution and settlement progress, on either side. Saved (flushed) before each
-/// step is acted on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode, serde::Serialize)]
-pub struct RunRecord {
-    /// The lease id.
-    #[serde(serialize_with = "serialize_hex")]
-    pub lease: [u8; 32],
-    /// Host: the container's id.
-    pub container: Option<String>,
-    /// Host: the container's start, from Docker (unix ms). Renter: when it asked the host to
-    /// start, an upper bound on the time the work can have run.
-    pub started_at: Option<u64>,
-    /// Host: the container's end, from Docker (unix ms).
-    pub finished_at: Option<u64>,
-    /// The workload's exit code.
-    pub exit_code: Option<i64>,
-    /// Why the lease ended, once it has.
-    pub end_reason: Option<String>,
-    /// Host: the last receipt seq signed. Renter: the last receipt seq seen.
-    pub last_seq: u64,
-    /// The last acknowledged receipt's seq and cumulative amount (micro-credits).
-    pub acked_seq: u64,
-    /// See `acked_seq`.
-    pub acked_amount: u64,
-    /// The last acknowledged receipt and its acknowledgement (envelopes), for redemption.
-    #[serde(skip)]
-    pub last_ack: Option<(Vec<u8>, Vec<u8>)>,
-    /// The last receipt seq redeemed at the ledger and the cumulative amount paid.
-    pub redeemed_seq: u64,
-    /// See `redeemed_seq`.
-    pub redeemed: u64,
-    /// Whether the escrow's remainder went back to the renter (the lease is settled).
-    pub released: bool,
-    /// Renter: when the host was last heard from (unix ms).
-    pub last_contact: u64,
-    /// Bytes of container output sent (host) or received (renter).
-    pub log_bytes: u64,
-    /// Log chunks sent (host) or received (renter).
-    pub log_chunks: u64,
-    /// Host: where the next read of the container's output starts (JSON).
-    #[serde(skip)]
-    pub log_cursor: Option<String>,
-    /// Renter: when it asked the host to stop the lease (unix ms); receipts billing much
-    /// past it are disputed.
-    pub stop_requested_at: Option<u64>,
-    /// Renter: the receipt interval and acknowledgement grace the host announced in its
-    /// acceptance (ms), which the renter's watchdog uses.
-    pub host_timing: Option<(u64, u64)>,
-}
-
-fn serialize_hex<S: serde::Serializer>(bytes: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&gpux_protocol::hex(bytes))
-}
-
 /// The first byte of every stored record: its format version.
 const RECORD_VERSION: u8 = 1;
 
@@ -434,53 +337,58 @@ impl<S: Store> NodeState<S> {
         }
     }
 
-    /// Every versioned record of a tree, in key order.
-    fn records<T: Decode<()>>(&self, tree: Tree) -> Result<Vec<T>, StoreError> {
-        self.values(tree)?
-            .iter()
-            .map(|v| self.decode(tree, v))
-            .collect()
-    }
-
-    /// Stores a lease record, flushed to disk before returning.
-    pub fn save_lease(&self, record: &LeaseRecord) -> Result<(), StoreError> {
-        self.put_record(Tree::Leases, &record.lease, record)
-    }
-
-    /// One lease.
-    pub fn lease(&self, lease: &ContentId) -> Result<Option<LeaseRecord>, StoreError> {
-        self.record(Tree::Leases, &lease.0)
-    }
-
-    /// Every lease.
-    pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.records(Tree::Leases)
-    }
-
-    /// Moves a lease to `state` at `now`, flushed.
-    pub fn set_lease_state(
+    /// Stores the host's record of a lease, flushed to disk before returning.
+    pub fn save_host_lease(
         &self,
         lease: &ContentId,
-        state: LeaseState,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        let Some(mut record) = self.lease(lease)? else {
-            return Ok(false);
-        };
-        record.state = state;
-        record.updated_at = now.0;
-        self.save_lease(&record)?;
-        Ok(true)
+        record: &HostRecord,
+    ) -> Result<(), StoreError> {
+        self.put_record(Tree::HostLeases, &lease.0, record)
     }
 
-    /// Stores a lease's run record, flushed.
-    pub fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        self.put_record(Tree::Runs, &run.lease, run)
+    /// The host's record of one lease.
+    pub fn host_lease(&self, lease: &ContentId) -> Result<Option<HostRecord>, StoreError> {
+        self.record(Tree::HostLeases, &lease.0)
     }
 
-    /// A lease's run record.
-    pub fn run(&self, lease: &ContentId) -> Result<Option<RunRecord>, StoreError> {
-        self.record(Tree::Runs, &lease.0)
+    /// Every lease this node hosts.
+    pub fn host_leases(&self) -> Result<Vec<(ContentId, HostRecord)>, StoreError> {
+        self.keyed_records(Tree::HostLeases)
+    }
+
+    /// Stores the renter's record of a lease, flushed to disk before returning.
+    pub fn save_renter_lease(
+        &self,
+        lease: &ContentId,
+        record: &RenterRecord,
+    ) -> Result<(), StoreError> {
+        self.put_record(Tree::RenterLeases, &lease.0, record)
+    }
+
+    /// The renter's record of one lease.
+    pub fn renter_lease(&self, lease: &ContentId) -> Result<Option<RenterRecord>, StoreError> {
+        self.record(Tree::RenterLeases, &lease.0)
+    }
+
+    /// Every lease this node rents.
+    pub fn renter_leases(&self) -> Result<Vec<(ContentId, RenterRecord)>, StoreError> {
+        self.keyed_records(Tree::RenterLeases)
+    }
+
+    /// Every versioned record of a tree keyed by lease id, in key order.
+    fn keyed_records<T: Decode<()>>(&self, tree: Tree) -> Result<Vec<(ContentId, T)>, StoreError> {
+        self.store
+            .scan(tree)?
+            .into_iter()
+            .map(|(k, v)| {
+                let id = <[u8; 32]>::try_from(k.as_slice()).map_err(|_| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    tree: tree.name(),
+                    reason: "a key is not a lease id".into(),
+                })?;
+                Ok((ContentId(id), self.decode(tree, &v)?))
+            })
+            .collect()
     }
 
     /// Stores a receipt (and its acknowledgement, once there is one), flushed.
@@ -585,5 +493,66 @@ impl NodeState<SledStore> {
         let path = data_dir.join("db");
         let store = SledStore::open(&path)?;
         Ok(Self::new(store, path))
+    }
+}
+
+/// The trees of a [`MemStore`].
+type MemTrees =
+    std::collections::BTreeMap<&'static str, std::collections::BTreeMap<Vec<u8>, Vec<u8>>>;
+
+/// An in-memory store for tests: the same trees, nothing on disk.
+#[derive(Debug, Clone, Default)]
+pub struct MemStore {
+    trees: std::sync::Arc<std::sync::Mutex<MemTrees>>,
+}
+
+impl MemStore {
+    fn with<T>(&self, f: impl FnOnce(&mut MemTrees) -> T) -> T {
+        // A poisoned lock only means another test thread panicked mid-write; the maps are
+        // still whole (every operation is one insert or remove).
+        let mut guard = self
+            .trees
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+}
+
+impl Store for MemStore {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.with(|t| t.get(tree.name()).and_then(|m| m.get(key).cloned())))
+    }
+
+    fn put(&self, tree: Tree, key: &[u8], value: &[u8], _: Durability) -> Result<(), StoreError> {
+        self.with(|t| {
+            t.entry(tree.name())
+                .or_default()
+                .insert(key.to_vec(), value.to_vec())
+        });
+        Ok(())
+    }
+
+    fn delete(&self, tree: Tree, key: &[u8], _: Durability) -> Result<(), StoreError> {
+        self.with(|t| t.entry(tree.name()).or_default().remove(key));
+        Ok(())
+    }
+
+    fn scan(&self, tree: Tree) -> Result<Entries, StoreError> {
+        Ok(self.with(|t| {
+            t.get(tree.name())
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default()
+        }))
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+impl NodeState<MemStore> {
+    /// A node state in memory (tests).
+    pub fn in_memory() -> Self {
+        Self::new(MemStore::default(), PathBuf::from("(memory)"))
     }
 }

@@ -1,9 +1,9 @@
 //! Lease negotiation: the host is the authority over its GPUs.
 
+use gpux_lease::{Answer, ContainerState, HostBook, HostLease, HostPhase, Timing};
 use gpux_node::attest::now;
-use gpux_node::host::{Answer, Host};
 use gpux_node::p2p::{self, NetConfig, NetworkEvent};
-use gpux_node::store::{LeaseState, NodeState};
+use gpux_node::store::NodeState;
 use gpux_protocol::*;
 use libp2p::multiaddr::Protocol;
 use tokio::sync::mpsc;
@@ -82,6 +82,48 @@ fn request(
     .unwrap()
 }
 
+/// A host book and its store, as the node's shell keeps them: offers and leases are stored
+/// as the book decides, and a new process restores them.
+fn open_host(
+    key: &Keypair,
+    dir: &std::path::Path,
+    t: Timestamp,
+) -> (HostBook, NodeState<gpux_node::store::SledStore>) {
+    let state = NodeState::open(dir).unwrap();
+    let mut book = HostBook::new(key.clone(), Timing::default());
+    let offers = state
+        .own_offers()
+        .unwrap()
+        .into_iter()
+        .map(|b| Signed::<Offer>::from_bytes(b).unwrap().verify().unwrap())
+        .collect();
+    let leases: Vec<HostLease> = state
+        .host_leases()
+        .unwrap()
+        .into_iter()
+        .map(|(_, rec)| {
+            HostLease::restore(key.clone(), rec, ContainerState::Absent, t)
+                .unwrap()
+                .0
+        })
+        .collect();
+    book.restore(offers, &leases, t);
+    (book, state)
+}
+
+fn handle(
+    book: &mut HostBook,
+    state: &NodeState<gpux_node::store::SledStore>,
+    request: &Verified<LeaseRequest>,
+    t: Timestamp,
+) -> Answer {
+    let answer = book.handle_request(request.clone(), t);
+    if let Answer::Accepted { lease, .. } = &answer {
+        state.save_host_lease(&lease.id(), lease.record()).unwrap();
+    }
+    answer
+}
+
 #[test]
 fn a_restarted_host_keeps_its_leases_and_offers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -89,33 +131,34 @@ fn a_restarted_host_keeps_its_leases_and_offers() {
     let t = now();
     let o = offer(&key, t, 2);
     let first = {
-        let mut host = Host::new(key.clone(), NodeState::open(tmp.path()).unwrap(), t).unwrap();
-        host.add_offer(o.clone(), t).unwrap();
-        let answer = host
-            .handle_request(
-                request(&Keypair::from_seed(&[22; 32]), &o, t, 1)
-                    .as_bytes()
-                    .to_vec(),
-                t,
-            )
-            .unwrap();
-        assert!(matches!(answer, Answer::Accepted { .. }), "{answer:?}");
-        answer
-    };
-    // A new process on the same data dir.
-    let mut host = Host::new(key, NodeState::open(tmp.path()).unwrap(), t).unwrap();
-    assert_eq!(host.offers().len(), 1);
-    let leases = host.state().leases().unwrap();
-    assert_eq!(leases.len(), 1);
-    assert_eq!(leases[0].state, LeaseState::Accepted);
-    let again = host
-        .handle_request(
-            request(&Keypair::from_seed(&[23; 32]), &o, t, 2)
-                .as_bytes()
-                .to_vec(),
+        let (mut book, state) = open_host(&key, tmp.path(), t);
+        let change = book.add_offer(o.clone(), t);
+        let (id, bytes) = change.store.unwrap();
+        state.save_own_offer(&id, &bytes).unwrap();
+        let answer = handle(
+            &mut book,
+            &state,
+            &request(&Keypair::from_seed(&[22; 32]), &o, t, 1),
             t,
-        )
-        .unwrap();
+        );
+        let Answer::Accepted { lease, .. } = answer else {
+            panic!("{answer:?}");
+        };
+        lease.id()
+    };
+    // A new process on the same data dir: the lease still holds its GPUs (it waits for its
+    // escrow lock), so the same GPUs are not leased twice.
+    let (mut book, state) = open_host(&key, tmp.path(), t);
+    assert_eq!(book.offers().len(), 1);
+    let leases = state.host_leases().unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].1.phase, HostPhase::AwaitingLock);
+    let again = handle(
+        &mut book,
+        &state,
+        &request(&Keypair::from_seed(&[23; 32]), &o, t, 2),
+        t,
+    );
     assert!(
         matches!(
             again,
@@ -126,30 +169,41 @@ fn a_restarted_host_keeps_its_leases_and_offers() {
         ),
         "{again:?}"
     );
-    // The same request twice is not a second lease.
-    let Answer::Accepted { lease, .. } = first else {
-        unreachable!()
-    };
-    assert!(host.end_lease(&lease, "renter-stopped", t).unwrap());
-    let after = host
-        .handle_request(
-            request(&Keypair::from_seed(&[23; 32]), &o, t, 3)
-                .as_bytes()
-                .to_vec(),
-            t,
-        )
-        .unwrap();
+    // Once the lease frees its GPUs, they can be leased again.
+    book.release(&first);
+    let after = handle(
+        &mut book,
+        &state,
+        &request(&Keypair::from_seed(&[23; 32]), &o, t, 3),
+        t,
+    );
     assert!(matches!(after, Answer::Accepted { .. }));
+    // The same request twice is not a second lease.
+    let twice = handle(
+        &mut book,
+        &state,
+        &request(&Keypair::from_seed(&[23; 32]), &o, t, 3),
+        t,
+    );
+    assert!(
+        matches!(
+            twice,
+            Answer::Rejected {
+                reason: RejectReason::Invalid,
+                ..
+            }
+        ),
+        "{twice:?}"
+    );
 }
 
 #[test]
 fn bad_requests_get_typed_rejections() {
-    let tmp = tempfile::tempdir().unwrap();
     let key = Keypair::from_seed(&[31; 32]);
     let t = now();
     let o = offer(&key, t, 1);
-    let mut host = Host::new(key, NodeState::open(tmp.path()).unwrap(), t).unwrap();
-    host.add_offer(o.clone(), t).unwrap();
+    let mut host = HostBook::new(key, Timing::default());
+    host.add_offer(o.clone(), t);
     let renter = Keypair::from_seed(&[32; 32]);
     let reason = |a: Answer| match a {
         Answer::Rejected { reason, envelope } => {
@@ -158,32 +212,22 @@ fn bad_requests_get_typed_rejections() {
         }
         other => panic!("accepted: {other:?}"),
     };
-    assert_eq!(
-        reason(host.handle_request(vec![1, 2, 3], t).unwrap()),
-        RejectReason::Invalid
-    );
     let mut cheap = request(&renter, &o, t, 1).body().clone();
     cheap.price_per_gpu_hour = MicroCredits(1);
     cheap.escrow_amount = MicroCredits(1_000_000);
     let cheap = Signed::sign(&renter, cheap).unwrap();
     assert_eq!(
-        reason(host.handle_request(cheap.as_bytes().to_vec(), t).unwrap()),
+        reason(host.handle_request(cheap, t)),
         RejectReason::PriceTooLow
     );
     let late = request(&renter, &o, t, 2);
     assert_eq!(
-        reason(
-            host.handle_request(late.as_bytes().to_vec(), t.plus_secs(31))
-                .unwrap()
-        ),
+        reason(host.handle_request(late, t.plus_secs(31))),
         RejectReason::RequestExpired
     );
     let other_host = offer(&Keypair::from_seed(&[33; 32]), t, 1);
     let wrong = request(&renter, &other_host, t, 3);
-    assert_eq!(
-        reason(host.handle_request(wrong.as_bytes().to_vec(), t).unwrap()),
-        RejectReason::Invalid
-    );
+    assert_eq!(reason(host.handle_request(wrong, t)), RejectReason::Invalid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,8 +236,9 @@ async fn two_renters_racing_for_the_same_gpus_get_exactly_one_lease_each_time() 
     let host_key = Keypair::from_seed(&[41; 32]);
     let t = now();
     let o = offer(&host_key, t, 2);
-    let mut host = Host::new(host_key.clone(), NodeState::open(tmp.path()).unwrap(), t).unwrap();
-    host.add_offer(o.clone(), t).unwrap();
+    let _ = &tmp;
+    let mut host = HostBook::new(host_key.clone(), Timing::default());
+    host.add_offer(o.clone(), t);
 
     let config = || NetConfig {
         listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
@@ -213,12 +258,13 @@ async fn two_renters_racing_for_the_same_gpus_get_exactly_one_lease_each_time() 
             tokio::select! {
                 Some(event) = host_events.recv() => {
                     if let NetworkEvent::Request { id, data, .. } = event {
-                        let answer = host.handle_request(data, now()).unwrap();
+                        let request = Signed::<LeaseRequest>::from_bytes(data).unwrap().verify().unwrap();
+                        let answer = host.handle_request(request, now());
                         responder.respond(id, answer.envelope().to_vec()).await.unwrap();
                     }
                 }
                 Some((lease, done)) = end_rx.recv() => {
-                    host.end_lease(&lease, "renter-stopped", now()).unwrap();
+                    host.release(&lease);
                     let _ = done.send(());
                 }
                 else => break,

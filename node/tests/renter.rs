@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use gpux_lease::{RenterLease, RenterPhase, Timing};
 use gpux_node::attest::now;
-use gpux_node::daemon::{DaemonConfig, LeaseTiming};
+use gpux_node::daemon::DaemonConfig;
 use gpux_node::p2p::{self, NetConfig, Proto};
-use gpux_node::store::{LeaseRecord, LeaseState, NodeState, Role, RunRecord};
+use gpux_node::store::NodeState;
 use gpux_protocol::*;
 use libp2p::multiaddr::Protocol;
 
@@ -81,24 +82,29 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
     {
         // The renter agreed this lease and asked the host to start it 10 s ago.
         let state = NodeState::open(&dir).unwrap();
-        state
-            .save_lease(&LeaseRecord {
-                lease: lease.0,
-                role: Role::Renter,
-                request: request.as_bytes().to_vec(),
-                accept: None,
-                state: LeaseState::Running,
-                updated_at: t.0,
-            })
-            .unwrap();
-        state
-            .save_run(&RunRecord {
-                lease: lease.0,
-                started_at: Some(t.0 - 10_000),
-                last_contact: t.0,
-                ..RunRecord::default()
-            })
-            .unwrap();
+        let accept = Signed::sign(
+            &host_key,
+            LeaseAccept {
+                request: lease,
+                created_at: t,
+                ext: Timing::default().to_ext(),
+            },
+        )
+        .unwrap();
+        let ledger = Keypair::from_seed(&[9; 32]).public();
+        let (renter, _) = RenterLease::accepted(
+            renter_key.clone(),
+            request.clone(),
+            &accept,
+            ledger,
+            Timestamp(t.0 - 10_000),
+        )
+        .unwrap();
+        let mut record = renter.record().clone();
+        record.phase = RenterPhase::Running;
+        record.confirmed = true;
+        record.last_contact = t;
+        state.save_renter_lease(&lease, &record).unwrap();
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -115,7 +121,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
         host: None,
         ledger: None,
         serve_ledger: None,
-        timing: LeaseTiming::default(),
+        timing: Timing::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(gpux_node::daemon::run(config, async {
@@ -202,16 +208,12 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
 
     // Only the fair receipt was countersigned and stored.
     let api = gpux_node::api_client::ApiClient::for_data_dir(&dir).unwrap();
-    let receipts = tokio::task::spawn_blocking(move || {
-        api.get(&format!("/v1/leases/{lease}/receipts"), &[])
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let rows = receipts["receipts"].as_array().unwrap();
-    assert_eq!(rows.len(), 1, "{receipts}");
-    assert_eq!(rows[0]["acked"], true);
-    assert_eq!(receipts["run"]["acked_amount"], 60_000);
+    let receipts = tokio::task::spawn_blocking(move || api.receipts(&lease.to_string()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(receipts.receipts.len(), 1, "{receipts:?}");
+    assert!(receipts.receipts[0].acked);
+    assert_eq!(receipts.lease.acked_amount, 60_000);
     let _ = stop_tx.send(());
     daemon.await.unwrap().unwrap();
 }

@@ -1,44 +1,65 @@
 //! The node database on a real sled on disk.
 
-use gpux_node::store::{
-    LeaseRecord, LeaseState, NodeState, Role, SledStore, Store, StoreError, Tree,
-};
-use gpux_protocol::{ContentId, Timestamp};
+use gpux_lease::{HostLease, HostPhase, HostRecord, Timing};
+use gpux_node::store::{NodeState, SledStore, Store, StoreError, Tree};
+use gpux_protocol::*;
 
-fn record(n: u8) -> LeaseRecord {
-    LeaseRecord {
-        lease: [n; 32],
-        role: Role::Host,
-        request: vec![1, 2, 3, n],
-        accept: None,
-        state: LeaseState::Accepted,
-        updated_at: 1000,
-    }
+/// A host's record of lease `n`, as accepted.
+fn record(n: u8) -> (ContentId, HostRecord) {
+    let host = Keypair::from_seed(&[1; 32]);
+    let renter = Keypair::from_seed(&[2; 32]);
+    let request = Signed::sign(
+        &renter,
+        LeaseRequest {
+            created_at: Timestamp(1000),
+            expires_at: Timestamp(31_000),
+            offer: ContentId([n; 32]),
+            host: host.public(),
+            gpus: BoundedVec::new(vec![GpuUuid([n; 16])]).unwrap(),
+            price_per_gpu_hour: MicroCredits(3_600_000),
+            duration_s: 60,
+            kind: LeaseKind::OnDemand,
+            image: ImageDigest([4; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 64,
+                scratch_bytes: 1 << 20,
+            },
+            network: false,
+            escrow: EscrowId([n; 16]),
+            escrow_amount: MicroCredits(60_000),
+            bid: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let accept = Signed::sign(
+        &host,
+        LeaseAccept {
+            request: request.id(),
+            created_at: Timestamp(1001),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let (lease, _) = HostLease::accepted(host, request, &accept, Timing::default());
+    (lease.id(), lease.record().clone())
 }
 
 #[test]
 fn leases_offers_and_snapshot_survive_a_reopen() {
     let tmp = tempfile::tempdir().unwrap();
+    let (one, mut first) = record(1);
+    let (two, second) = record(2);
     {
         let state = NodeState::open(tmp.path()).unwrap();
-        state.save_lease(&record(1)).unwrap();
-        state.save_lease(&record(2)).unwrap();
-        assert!(
-            state
-                .set_lease_state(
-                    &ContentId([1; 32]),
-                    LeaseState::Ended {
-                        reason: "renter-stopped".into()
-                    },
-                    Timestamp(2000)
-                )
-                .unwrap()
-        );
-        assert!(
-            !state
-                .set_lease_state(&ContentId([9; 32]), LeaseState::Running, Timestamp(2000))
-                .unwrap()
-        );
+        state.save_host_lease(&one, &first).unwrap();
+        state.save_host_lease(&two, &second).unwrap();
+        first.phase = HostPhase::Settled;
+        state.save_host_lease(&one, &first).unwrap();
         state
             .save_own_offer(&ContentId([5; 32]), b"offer-envelope")
             .unwrap();
@@ -49,16 +70,16 @@ fn leases_offers_and_snapshot_survive_a_reopen() {
         state.store().flush().unwrap();
     }
     let state = NodeState::open(tmp.path()).unwrap();
-    let leases = state.leases().unwrap();
-    assert_eq!(leases.len(), 2);
+    let mut leases = state.host_leases().unwrap();
+    leases.sort_by_key(|(id, _)| id.0);
+    let mut expected = vec![(one, first), (two, second)];
+    expected.sort_by_key(|(id, _)| id.0);
+    assert_eq!(leases, expected);
     assert_eq!(
-        leases[0].state,
-        LeaseState::Ended {
-            reason: "renter-stopped".into()
-        }
+        state.host_lease(&one).unwrap().unwrap().phase,
+        HostPhase::Settled
     );
-    assert_eq!(leases[0].updated_at, 2000);
-    assert_eq!(leases[1], record(2));
+    assert!(state.renter_leases().unwrap().is_empty());
     assert_eq!(
         state.own_offers().unwrap(),
         vec![b"offer-envelope".to_vec()]
@@ -70,6 +91,21 @@ fn leases_offers_and_snapshot_survive_a_reopen() {
     assert_eq!(
         state.config("listen").unwrap().as_deref(),
         Some(&b"/ip4/127.0.0.1/tcp/0"[..])
+    );
+}
+
+#[test]
+fn the_in_memory_store_keeps_what_sled_keeps() {
+    let state = NodeState::in_memory();
+    let (id, rec) = record(3);
+    state.save_host_lease(&id, &rec).unwrap();
+    assert_eq!(state.host_leases().unwrap(), vec![(id, rec)]);
+    state
+        .save_receipt(&id, 1, b"receipt", Some(b"ack"))
+        .unwrap();
+    assert_eq!(
+        state.receipts(&id).unwrap(),
+        vec![(b"receipt".to_vec(), Some(b"ack".to_vec()))]
     );
 }
 
@@ -93,15 +129,21 @@ fn a_damaged_record_is_an_error_naming_the_database() {
     state
         .store()
         .put(
-            Tree::Leases,
+            Tree::HostLeases,
             &[7; 32],
             &[9, 9, 9],
             gpux_node::store::Durability::Flush,
         )
         .unwrap();
-    let err = state.leases().unwrap_err();
+    let err = state.host_leases().unwrap_err();
     assert!(
-        matches!(err, StoreError::Corrupt { tree: "leases", .. }),
+        matches!(
+            err,
+            StoreError::Corrupt {
+                tree: "host-leases",
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(
@@ -111,14 +153,14 @@ fn a_damaged_record_is_an_error_naming_the_database() {
     state
         .store()
         .put(
-            Tree::Leases,
+            Tree::HostLeases,
             &[7; 32],
             &[1, 0xff, 0xff],
             gpux_node::store::Durability::Flush,
         )
         .unwrap();
     assert!(matches!(
-        state.leases().unwrap_err(),
+        state.host_leases().unwrap_err(),
         StoreError::Corrupt { .. }
     ));
 }
@@ -129,7 +171,8 @@ fn a_damaged_database_is_an_error_not_a_panic() {
     {
         let state = NodeState::open(tmp.path()).unwrap();
         for n in 0..50 {
-            state.save_lease(&record(n)).unwrap();
+            let (id, rec) = record(n);
+            state.save_host_lease(&id, &rec).unwrap();
         }
     }
     // Overwrite every file of the database with garbage.
@@ -146,7 +189,7 @@ fn a_damaged_database_is_an_error_not_a_panic() {
         // sled may treat fully unreadable segments as empty; then the data is gone but the
         // node did not panic, and reading must not panic either.
         Ok(store) => {
-            let _ = store.scan(Tree::Leases);
+            let _ = store.scan(Tree::HostLeases);
         }
     }
 }

@@ -426,16 +426,14 @@ pub fn up(
     ));
 
     let clients = |dirs: &[PathBuf]| -> anyhow::Result<Vec<ApiClient>> {
-        dirs.iter().map(|d| ApiClient::for_data_dir(d)).collect()
+        Ok(dirs
+            .iter()
+            .map(|d| ApiClient::for_data_dir(d))
+            .collect::<Result<_, _>>()?)
     };
     let hosts = clients(&host_dirs)?;
     let renters = clients(&renter_dirs)?;
-    let seen = |c: &ApiClient| {
-        c.get("/v1/status", &[])
-            .ok()
-            .and_then(|s| s["offers_in_book"].as_u64())
-            .unwrap_or(0) as usize
-    };
+    let seen = |c: &ApiClient| c.status().map_or(0, |s| s.offers_in_book);
     let spread = wait_until(Instant::now() + Duration::from_secs(30), &stop, || {
         renters.iter().all(|r| seen(r) >= expected_offers)
     });
@@ -467,10 +465,10 @@ pub fn up(
     for dir in host_dirs.iter().chain(&renter_dirs) {
         let peer = gpux_node::load_key(dir)?.peer_id().to_string();
         ledger
-            .post(
-                "/v1/ledger/mint",
-                &serde_json::json!({ "account": peer, "amount": FAUCET_CREDITS }),
-            )
+            .mint(&gpux_api::MintRequest {
+                account: peer.clone(),
+                amount: FAUCET_CREDITS.into(),
+            })
             .context("minting faucet credits")?;
         peers.push(peer);
     }
@@ -479,8 +477,8 @@ pub fn up(
         hosts
             .iter()
             .chain(&renters)
-            .map(|c| match c.get("/v1/balance", &[]) {
-                Ok(b) => b["balance_micro"].as_u64().unwrap_or(0),
+            .map(|c| match c.balance() {
+                Ok(b) => b.balance_micro,
                 Err(e) => {
                     errors.push(format!("reading a balance: {e:#}"));
                     0
@@ -532,12 +530,18 @@ pub fn up(
             } else {
                 "echo gpux workload: started; i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done"
             };
-            let body = serde_json::json!({
-                "query": "", "gpus": 1, "max_price": "10", "duration_s": LEASE_S,
-                "image": image, "command": ["sh", "-c", script],
-            });
+            let body = gpux_api::RentRequest {
+                query: String::new(),
+                gpus: 1,
+                max_price: "10".into(),
+                duration_s: LEASE_S as u32,
+                image: Some(image.clone()),
+                command: vec!["sh".into(), "-c".into(), script.into()],
+                env: Default::default(),
+                network: false,
+            };
             let asked = Instant::now();
-            match renter.post("/v1/rent", &body) {
+            match renter.rent(&body) {
                 Ok(lease) => {
                     let ms = asked.elapsed().as_millis() as u64;
                     rent_ms.push(ms);
@@ -546,16 +550,14 @@ pub fn up(
                     next_rent[i] = Instant::now() + Duration::from_secs(LEASE_S + 1);
                     progress(&format!(
                         "renter-{i}: container running {ms} ms after rent: lease {} on {} GPU at {} credits/h",
-                        lease["lease"]
-                            .as_str()
-                            .map_or("?", |l| &l[..12.min(l.len())]),
-                        lease["gpus"].as_array().map_or(0, Vec::len),
-                        lease["price_per_gpu_hour"].as_str().unwrap_or("?")
+                        &lease.lease[..12.min(lease.lease.len())],
+                        lease.gpus.len(),
+                        lease.price_per_gpu_hour
                     ));
                 }
                 // Once the market is busy, finding nothing free is the market working: the
                 // renter's view lists GPUs other renters hold, and their hosts say so.
-                Err(e) if is_busy_market(&e.to_string(), round > 0) => {}
+                Err(e) if is_busy_market(e.code(), round > 0) => {}
                 Err(e) => report.errors.push(format!("renter-{i}: {e:#}")),
             }
         }
@@ -574,18 +576,8 @@ pub fn up(
     // Every lease ends within its time; wait for all of them to settle.
     progress("renting stopped; waiting for the last leases to end and settle");
     let settled = |c: &ApiClient| -> (usize, usize) {
-        let leases = c.get("/v1/leases", &[]).unwrap_or_default();
-        let all = leases.as_array().map_or(0, Vec::len);
-        let done = leases
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|l| {
-                l["state"]["state"] == "settled"
-                    || l["state"]["state"] == "ended" && l["run"].is_null()
-            })
-            .count();
-        (done, all)
+        let leases = c.leases().unwrap_or_default();
+        (leases.iter().filter(|l| l.settled).count(), leases.len())
     };
     let all_settled = wait_until(
         Instant::now() + Duration::from_secs(LEASE_S + 30),
@@ -622,30 +614,19 @@ pub fn up(
     // Collect the figures.
     let published: usize = hosts
         .iter()
-        .map(|h| {
-            h.get("/v1/status", &[])
-                .ok()
-                .and_then(|s| s["own_offers"].as_u64())
-                .unwrap_or(0) as usize
-        })
+        .map(|h| h.status().ok().and_then(|s| s.own_offers).unwrap_or(0))
         .sum();
     report.offers_published = published;
     report.offers_seen_min = renters.iter().map(seen).min().unwrap_or(0);
     let mut delays = Vec::new();
     for c in hosts.iter().chain(&renters) {
-        if let Ok(status) = c.get("/v1/status", &[]) {
-            report.rejected_messages += status["gossip_rejected"].as_u64().unwrap_or(0);
+        if let Ok(status) = c.status() {
+            report.rejected_messages += status.gossip_rejected;
         }
     }
     for r in &renters {
-        if let Ok(status) = r.get("/v1/status", &[]) {
-            delays.extend(
-                status["arrivals_ms"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(serde_json::Value::as_u64),
-            );
+        if let Ok(status) = r.status() {
+            delays.extend(status.arrivals_ms);
         }
     }
     delays.sort_unstable();
@@ -686,48 +667,36 @@ pub fn up(
 /// Per-lease figures from the hosts' records, and receipts acknowledged by the renters.
 fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Report) {
     for host in hosts {
-        let Ok(leases) = host.get("/v1/leases", &[]) else {
+        let Ok(leases) = host.leases() else {
             continue;
         };
-        for l in leases.as_array().into_iter().flatten() {
-            let run = &l["run"];
-            if l["role"] != "host" || run.is_null() {
-                continue;
-            }
-            let (Some(start), Some(end)) =
-                (run["started_at"].as_u64(), run["finished_at"].as_u64())
-            else {
+        for l in leases.iter().filter(|l| l.role == gpux_api::Role::Host) {
+            let (Some(start), Some(end)) = (l.started_at, l.finished_at) else {
                 continue;
             };
             report.containers_started += 1;
-            let price = l["price_per_gpu_hour_micro"].as_u64().unwrap_or(0);
-            let gpus = l["gpus"].as_array().map_or(0, Vec::len) as u64;
+            let price = l.price_per_gpu_hour_micro;
+            let gpus = l.gpus.len() as u64;
             let runtime_s = end.saturating_sub(start) as f64 / 1000.0;
-            let settled = run["released"].as_bool() == Some(true);
-            report.leases_settled += usize::from(settled);
+            report.leases_settled += usize::from(l.settled);
             report.leases.push(LeaseReport {
-                lease: l["lease"].as_str().unwrap_or("?").to_string(),
+                lease: l.lease.clone(),
                 price_per_gpu_hour: price,
                 gpus,
                 runtime_s,
-                charged: run["redeemed"].as_u64().unwrap_or(0),
+                charged: l.redeemed,
                 expected: price as f64 * gpus as f64 * runtime_s.max(60.0) / 3600.0,
-                end_reason: run["end_reason"].as_str().unwrap_or("").to_string(),
-                exit_code: run["exit_code"].as_i64(),
-                settled,
+                end_reason: l.end.clone().unwrap_or_default(),
+                exit_code: l.exit_code,
+                settled: l.settled,
             });
         }
     }
     for renter in renters {
-        let Ok(leases) = renter.get("/v1/leases", &[]) else {
+        let Ok(leases) = renter.leases() else {
             continue;
         };
-        report.receipts_acked += leases
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|l| l["run"]["acked_seq"].as_u64())
-            .sum::<u64>();
+        report.receipts_acked += leases.iter().map(|l| l.acked_seq).sum::<u64>();
     }
 }
 
@@ -741,36 +710,31 @@ fn rss_kb(pid: u32) -> Option<u64> {
 /// A rent that failed only because every matching GPU is taken: hosts refused because other
 /// renters got there first (renters race from the first round on), or, once some leases
 /// exist, the renter's view holds nothing free.
-fn is_busy_market(message: &str, leases_exist: bool) -> bool {
-    (leases_exist && message.contains("no offer"))
-        || (message.contains("no host accepted")
-            && message
-                .split("; ")
-                .all(|refusal| refusal.contains("GpusUnavailable")))
+fn is_busy_market(code: Option<gpux_api::ErrorCode>, leases_exist: bool) -> bool {
+    use gpux_api::ErrorCode;
+    matches!(code, Some(ErrorCode::AllTaken))
+        || (leases_exist && matches!(code, Some(ErrorCode::NoOffer)))
 }
 
 /// GPUs a host booked for two leases at once, over all hosts (from their lease records:
-/// active leases, each for its whole duration from its acceptance).
+/// leases that held GPUs, each from its acceptance to the end of its work).
 fn double_allocations(hosts: &[ApiClient]) -> usize {
     let mut doubles = 0;
     for host in hosts {
-        let Ok(leases) = host.get("/v1/leases", &[]) else {
+        let Ok(leases) = host.leases() else {
             continue;
         };
         let mut windows: Vec<(String, u64, u64)> = Vec::new();
-        for l in leases.as_array().into_iter().flatten() {
-            if l["role"] != "host" || l["state"]["state"] != "accepted" {
+        for l in leases.iter().filter(|l| l.role == gpux_api::Role::Host) {
+            // Work that never started held its GPUs only until it was refused.
+            let Some(end) = l
+                .finished_at
+                .or(l.started_at.map(|s| s + u64::from(l.duration_s) * 1000))
+            else {
                 continue;
-            }
-            let start = l["updated_at"].as_u64().unwrap_or(0);
-            let end = start + l["duration_s"].as_u64().unwrap_or(0) * 1000;
-            for g in l["gpus"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|g| g.as_str())
-            {
-                windows.push((g.to_string(), start, end));
+            };
+            for g in &l.gpus {
+                windows.push((g.clone(), l.since, end));
             }
         }
         windows.sort();

@@ -7,20 +7,75 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequestParts, Path as UrlPath, Query, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use gpux_api::{
+    ApiError, Balance, BidPlaced, BidRequest, ErrorCode, LeaseView, LedgerTotals, LogsPage,
+    MintRequest, Minted, OfferHit, Receipts, RentRequest, Rented, ShuttingDown, Status, Stopping,
+};
 use tokio::sync::{mpsc, oneshot};
-
-use super::{ApiCommand, BidRequest, MintRequest, RentRequest};
 
 /// The token file's name.
 pub const TOKEN_FILE: &str = "api.token";
 /// The address file's name.
 pub const ADDR_FILE: &str = "api.addr";
+
+/// Where the answer to an API command goes.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
+
+/// What the API asks of the node.
+pub(crate) enum ApiCommand {
+    Status {
+        reply: Reply<Status>,
+    },
+    Search {
+        query: String,
+        limit: usize,
+        reply: Reply<Vec<OfferHit>>,
+    },
+    Leases {
+        reply: Reply<Vec<LeaseView>>,
+    },
+    Rent {
+        request: RentRequest,
+        reply: Reply<Rented>,
+    },
+    Bid {
+        request: BidRequest,
+        reply: Reply<BidPlaced>,
+    },
+    Logs {
+        lease: String,
+        from: u64,
+        reply: Reply<LogsPage>,
+    },
+    Receipts {
+        lease: String,
+        reply: Reply<Receipts>,
+    },
+    Stop {
+        lease: String,
+        reply: Reply<Stopping>,
+    },
+    Balance {
+        reply: Reply<Balance>,
+    },
+    Mint {
+        request: MintRequest,
+        reply: Reply<Minted>,
+    },
+    Ledger {
+        reply: Reply<LedgerTotals>,
+    },
+    Shutdown {
+        reply: Reply<ShuttingDown>,
+    },
+}
 
 #[derive(Clone)]
 struct AppState {
@@ -50,30 +105,46 @@ impl FromRequestParts<AppState> for Authorized {
             Ok(Authorized)
         } else {
             Err(error(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong API token (see <data-dir>/api.token)",
+                ApiError::new(ErrorCode::Unauthorized, "missing or wrong API token")
+                    .with_hint("the token is in <data-dir>/api.token"),
             ))
         }
     }
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
+/// An error as its status and `{code, message, hint}` body.
+fn error(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e)).into_response()
 }
 
-async fn ask(
+fn stopping() -> ApiError {
+    ApiError::new(ErrorCode::Unavailable, "the node is shutting down")
+}
+
+async fn ask<T: serde::Serialize>(
     state: &AppState,
-    make: impl FnOnce(oneshot::Sender<Result<serde_json::Value, String>>) -> ApiCommand,
+    make: impl FnOnce(Reply<T>) -> ApiCommand,
 ) -> Response {
     let (reply, rx) = oneshot::channel();
     if state.commands.send(make(reply)).await.is_err() {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the node is shutting down");
+        return error(stopping());
     }
     match rx.await {
         Ok(Ok(value)) => Json(value).into_response(),
-        Ok(Err(message)) => error(StatusCode::BAD_REQUEST, &message),
-        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the node is shutting down"),
+        Ok(Err(e)) => error(e),
+        Err(_) => error(stopping()),
     }
+}
+
+/// A JSON body, or a bad-input error naming what is wrong with it.
+fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Box<Response>> {
+    body.map(|Json(b)| b).map_err(|e| {
+        Box::new(error(ApiError::bad_input(format!(
+            "the request body: {}",
+            e.body_text()
+        ))))
+    })
 }
 
 #[derive(serde::Deserialize)]
@@ -108,17 +179,23 @@ async fn leases(_: Authorized, State(state): State<AppState>) -> Response {
 async fn rent(
     _: Authorized,
     State(state): State<AppState>,
-    Json(request): Json<RentRequest>,
+    request: Result<Json<RentRequest>, JsonRejection>,
 ) -> Response {
-    ask(&state, |reply| ApiCommand::Rent { request, reply }).await
+    match body(request) {
+        Ok(request) => ask(&state, |reply| ApiCommand::Rent { request, reply }).await,
+        Err(e) => *e,
+    }
 }
 
 async fn bid(
     _: Authorized,
     State(state): State<AppState>,
-    Json(request): Json<BidRequest>,
+    request: Result<Json<BidRequest>, JsonRejection>,
 ) -> Response {
-    ask(&state, |reply| ApiCommand::Bid { request, reply }).await
+    match body(request) {
+        Ok(request) => ask(&state, |reply| ApiCommand::Bid { request, reply }).await,
+        Err(e) => *e,
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -159,9 +236,12 @@ async fn balance(_: Authorized, State(state): State<AppState>) -> Response {
 async fn mint(
     _: Authorized,
     State(state): State<AppState>,
-    Json(request): Json<MintRequest>,
+    request: Result<Json<MintRequest>, JsonRejection>,
 ) -> Response {
-    ask(&state, |reply| ApiCommand::Mint { request, reply }).await
+    match body(request) {
+        Ok(request) => ask(&state, |reply| ApiCommand::Mint { request, reply }).await,
+        Err(e) => *e,
+    }
 }
 
 async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
@@ -170,6 +250,10 @@ async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
 
 async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Shutdown { reply }).await
+}
+
+async fn not_found() -> Response {
+    error(ApiError::new(ErrorCode::BadInput, "no such API path"))
 }
 
 /// Writes `bytes` to `path` with mode 0600 (replacing it).
@@ -235,6 +319,7 @@ pub(crate) async fn serve(
         .route("/v1/rent", post(rent))
         .route("/v1/bid", post(bid))
         .route("/v1/shutdown", post(shutdown_node))
+        .fallback(not_found)
         .with_state(AppState { token, commands });
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)

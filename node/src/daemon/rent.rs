@@ -1,213 +1,235 @@
-//! The renter's side of getting a lease: match locally, request it from the host (the next
-//! best offer on refusal), lock the escrow through the host, and return once the container
-//! runs.
+//! Getting a lease, renter side: match locally, request it from the host (the next best
+//! offer on refusal, up to five), and once the host accepts, hand the lease to its machine
+//! ([`gpux_lease::RenterLease`]), which locks the escrow through the host and says how the
+//! start came out.
 
 use std::collections::BTreeSet;
 
+use gpux_api::{ApiError, ErrorCode, RentRequest, Rented};
+use gpux_lease::RentReport;
+use gpux_market::query::Query;
 use gpux_market::{Allocation, BidSpec};
 use gpux_protocol::{
-    AnySigned, AnyVerified, BoundedString, BoundedVec, EscrowId, Ext, ImageDigest, Keypair,
-    LeaseRequest, ResourceLimits, Signed, Verified, money,
+    AnySigned, AnyVerified, BoundedString, BoundedVec, EnvVar, EscrowId, Ext, ImageDigest, Keypair,
+    LeaseAccept, LeaseKind, LeaseRequest, MicroCredits, RejectReason, ResourceLimits, Signed,
+    Verified, money,
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::Internal;
+use super::{Daemon, Event, report};
 use crate::attest::now;
 use crate::p2p::Client;
-use crate::store::{LeaseRecord, LeaseState, NodeState, Role, SledStore};
 
-/// Rents: match locally, request the lease from the host, retry the next-best offer on
-/// rejection (up to five offers).
-pub(super) struct RentTask {
-    pub(super) key: Keypair,
-    pub(super) net: Client,
-    pub(super) internal: mpsc::Sender<Internal>,
-    pub(super) state: NodeState<SledStore>,
-    /// The ledger's key (records of locked escrows must be signed by it).
-    pub(super) ledger: Option<gpux_protocol::PublicKey>,
-    pub(super) spec: BidSpec,
-    pub(super) image: Option<ImageDigest>,
-    pub(super) workload: Workload,
-}
+/// Offers tried before a rent gives up.
+const MAX_TRIES: usize = 5;
 
-/// Why a host did not give a running lease.
-enum RentFailure {
-    /// Refused before anything was agreed: try another offer.
-    Refused(String),
-    /// Agreed, but the start was not confirmed.
-    Unconfirmed(String),
-}
-
-impl From<String> for RentFailure {
-    fn from(why: String) -> Self {
-        RentFailure::Refused(why)
-    }
+/// A rent's request to the loop.
+pub(crate) enum RentEvent {
+    /// The best offer for `spec` outside `excluded`.
+    Match {
+        spec: BidSpec,
+        excluded: BTreeSet<gpux_protocol::ContentId>,
+        reply: oneshot::Sender<Option<(Allocation, Option<ImageDigest>)>>,
+    },
+    /// A host accepted: the lease's machine takes over; `reply` hears how the start went.
+    Accepted {
+        request: Box<Verified<LeaseRequest>>,
+        accept: Box<Verified<LeaseAccept>>,
+        allocation: Allocation,
+        reply: oneshot::Sender<RentReport>,
+    },
 }
 
 /// What a rented container runs.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Workload {
-    pub(super) command: Vec<BoundedString<1024>>,
-    pub(super) env: Vec<gpux_protocol::EnvVar>,
-    pub(super) network: bool,
+pub(crate) struct Workload {
+    command: Vec<BoundedString<1024>>,
+    env: Vec<EnvVar>,
+    network: bool,
+}
+
+/// One rent, run outside the loop.
+pub(crate) struct RentTask {
+    key: Keypair,
+    net: Client,
+    events: mpsc::Sender<Event>,
+    spec: BidSpec,
+    image: Option<ImageDigest>,
+    workload: Workload,
+}
+
+fn bad(what: &str) -> impl Fn(String) -> ApiError + '_ {
+    move |e| ApiError::bad_input(format!("{what}: {e}"))
+}
+
+/// Checks and converts a rent request.
+pub(crate) fn parse(
+    request: &RentRequest,
+) -> Result<(BidSpec, Option<ImageDigest>, Workload), ApiError> {
+    if request.gpus == 0 {
+        return Err(ApiError::bad_input("--gpus must be at least 1"));
+    }
+    if request.duration_s == 0 {
+        return Err(ApiError::bad_input("--duration must be at least 1 s"));
+    }
+    let query = Query::parse(&request.query).map_err(|e| bad("query")(e.to_string()))?;
+    let max_price = request
+        .max_price
+        .parse::<MicroCredits>()
+        .map_err(|e| bad("--max-price")(e.to_string()))?;
+    let image = request
+        .image
+        .as_deref()
+        .map(str::parse::<ImageDigest>)
+        .transpose()
+        .map_err(|e| bad("--image")(e.to_string()))?;
+    let env = request
+        .env
+        .iter()
+        .map(|(name, value)| {
+            Ok(EnvVar {
+                name: BoundedString::new(name.clone()).map_err(|e| bad(name)(e.to_string()))?,
+                value: BoundedString::new(value.clone()).map_err(|e| bad(name)(e.to_string()))?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let command = request
+        .command
+        .iter()
+        .map(|a| BoundedString::new(a.clone()).map_err(|e| bad("command")(e.to_string())))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let spec = BidSpec {
+        query,
+        gpus: request.gpus,
+        max_price,
+        duration_s: request.duration_s,
+        kind: LeaseKind::OnDemand,
+        allow_spread: false,
+    };
+    let workload = Workload {
+        command,
+        env,
+        network: request.network,
+    };
+    Ok((spec, image, workload))
+}
+
+/// Why one host did not give a lease.
+enum Refusal {
+    /// Refused before anything was agreed (with the host's typed reason, when it gave one):
+    /// try another offer.
+    Refused(String, Option<RejectReason>),
+    /// Agreed, but it did not start (the machine reported why; nothing is paid).
+    NotStarted(String),
 }
 
 impl RentTask {
-    pub(super) async fn run(self) -> Result<serde_json::Value, String> {
-        if self.ledger.is_none() {
-            return Err("this node has no ledger to lock an escrow with (--ledger or `ledger` in config.toml)".into());
+    pub(crate) fn new(
+        key: Keypair,
+        net: Client,
+        events: mpsc::Sender<Event>,
+        spec: BidSpec,
+        image: Option<ImageDigest>,
+        workload: Workload,
+    ) -> Self {
+        Self {
+            key,
+            net,
+            events,
+            spec,
+            image,
+            workload,
         }
+    }
+
+    pub(crate) async fn run(self) -> Result<Rented, ApiError> {
+        let stopping = || ApiError::new(ErrorCode::Unavailable, "the node is shutting down");
         let mut excluded = BTreeSet::new();
         let mut refusals = Vec::new();
-        for _ in 0..5 {
+        let mut reasons = Vec::new();
+        for _ in 0..MAX_TRIES {
             let (tx, rx) = oneshot::channel();
-            self.internal
-                .send(Internal::Match {
-                    spec: self.spec.clone(),
+            let spec = self.spec.clone();
+            report(
+                &self.events,
+                Event::Rent(RentEvent::Match {
+                    spec,
                     excluded: excluded.clone(),
                     reply: tx,
-                })
-                .await
-                .map_err(|_| "the node is shutting down".to_string())?;
-            let Some((allocation, offered_image)) = rx
-                .await
-                .map_err(|_| "the node is shutting down".to_string())?
-            else {
-                return Err(if refusals.is_empty() {
-                    "no offer in this node's view of the market satisfies the request".into()
-                } else {
-                    format!("no host accepted: {}", refusals.join("; "))
-                });
+                }),
+            )
+            .await;
+            let Some((allocation, offered_image)) = rx.await.map_err(|_| stopping())? else {
+                break;
             };
             excluded.insert(allocation.offer);
             // Without an image named, run the first one the offer lists.
             let Some(image) = self.image.or(offered_image) else {
                 refusals.push(format!("{} lists no image", allocation.host.peer_id()));
+                reasons.push(None);
                 continue;
             };
             match self.request(&allocation, image).await {
-                Ok(value) => return Ok(value),
-                Err(RentFailure::Refused(why)) => refusals.push(why),
-                // Accepted, but the start was not confirmed: the lease may still run, so no
-                // other host is asked (that could start a second lease).
-                Err(RentFailure::Unconfirmed(why)) => return Err(why),
-            }
-        }
-        Err(format!("no host accepted: {}", refusals.join("; ")))
-    }
-
-    /// Locks the escrow for an accepted lease through its host (which submits the lock to the
-    /// ledger and starts the container once the ledger confirms), and waits until the
-    /// container runs.
-    async fn lock_and_start(
-        &self,
-        request: &Verified<LeaseRequest>,
-        host: libp2p::PeerId,
-    ) -> Result<(), String> {
-        let lease = request.id();
-        let lock = Signed::sign(
-            &self.key,
-            gpux_protocol::EscrowLock {
-                escrow: request.escrow,
-                lease,
-                payer: self.key.public(),
-                payee: request.host,
-                amount: request.escrow_amount,
-                price_per_gpu_hour: request.price_per_gpu_hour,
-                created_at: now(),
-                ext: Ext::new(),
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        // The work cannot have started before this moment: receipts are checked against it.
-        let host_timing = self
-            .state
-            .lease(&lease)
-            .ok()
-            .flatten()
-            .and_then(|r| r.accept)
-            .and_then(|a| {
-                Signed::<gpux_protocol::LeaseAccept>::from_bytes(a)
-                    .and_then(Signed::verify)
-                    .ok()
-            })
-            .and_then(|a| crate::host::announced_timing(&a));
-        let run = crate::store::RunRecord {
-            lease: lease.0,
-            started_at: Some(now().0),
-            last_contact: now().0,
-            host_timing,
-            ..Default::default()
-        };
-        self.state.save_run(&run).map_err(|e| e.to_string())?;
-        let ended = |reason: String| {
-            let _ = self
-                .state
-                .set_lease_state(&lease, LeaseState::Ended { reason }, now());
-        };
-        let answer = match self.net.request(host, lock.as_bytes().to_vec()).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                // The host may still have started it: the lease stays as it is, and receipts
-                // (or their absence) decide.
-                return Err(format!("the host did not confirm the start: {e}"));
-            }
-        };
-        match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
-            Ok(AnyVerified::LedgerRecord(record)) => {
-                if Some(record.signer()) != self.ledger
-                    || record.escrow != request.escrow
-                    || !matches!(record.entry, gpux_protocol::LedgerEntry::Locked { .. })
-                {
-                    ended("ContainerFailed".into());
-                    return Err(
-                        "the host's start confirmation is not the ledger's record of this escrow"
-                            .into(),
-                    );
+                Ok(rented) => return Ok(rented),
+                Err(Refusal::Refused(why, reason)) => {
+                    refusals.push(why);
+                    reasons.push(reason);
                 }
-                let _ = self
-                    .state
-                    .set_lease_state(&lease, LeaseState::Running, now());
-                Ok(())
+                // Agreed but not started: no other host is asked (the machine has made sure
+                // this one is not paid, so the renter may simply try again).
+                Err(Refusal::NotStarted(why)) => {
+                    return Err(ApiError::new(ErrorCode::Unavailable, why)
+                        .with_hint("nothing was charged; try again"));
+                }
             }
-            Ok(AnyVerified::LeaseReject(reject)) => {
-                ended(format!("{:?}", reject.reason));
-                Err(format!(
-                    "the host did not start the lease: {:?} ({})",
-                    reject.reason, reject.detail
-                ))
-            }
-            Ok(_) => Err("the host answered the escrow lock with an unexpected message".into()),
-            Err(e) => Err(format!("the host's answer does not verify: {e}")),
         }
+        Err(if refusals.is_empty() {
+            ApiError::new(
+                ErrorCode::NoOffer,
+                "no offer in this node's view of the market satisfies the request",
+            )
+            .with_hint("`gpux offers search` shows what the market offers")
+        } else {
+            let all_taken = reasons
+                .iter()
+                .all(|r| *r == Some(RejectReason::GpusUnavailable));
+            let code = if all_taken {
+                ErrorCode::AllTaken
+            } else {
+                ErrorCode::Conflict
+            };
+            ApiError::new(code, format!("no host accepted: {}", refusals.join("; ")))
+        })
     }
 
     async fn request(
         &self,
         allocation: &Allocation,
         image: ImageDigest,
-    ) -> Result<serde_json::Value, RentFailure> {
+    ) -> Result<Rented, Refusal> {
         let t = now();
+        let refused = |e: String| Refusal::Refused(e, None);
         let mut escrow = [0u8; 16];
-        getrandom::fill(&mut escrow).map_err(|e| e.to_string())?;
+        getrandom::fill(&mut escrow).map_err(|e| refused(e.to_string()))?;
         let gpus = allocation.gpus.len() as u64;
         let escrow_amount = money::cost(
             gpus * u64::from(self.spec.duration_s).max(money::MIN_BILLED_SECONDS),
             allocation.price_per_gpu_hour,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| refused(e.to_string()))?;
         let body = LeaseRequest {
             created_at: t,
             expires_at: t.plus_secs(30),
             offer: allocation.offer,
             host: allocation.host,
-            gpus: BoundedVec::new(allocation.gpus.clone()).map_err(|e| e.to_string())?,
+            gpus: BoundedVec::new(allocation.gpus.clone()).map_err(|e| refused(e.to_string()))?,
             price_per_gpu_hour: allocation.price_per_gpu_hour,
             duration_s: self.spec.duration_s,
             kind: self.spec.kind,
             image,
-            command: BoundedVec::new(self.workload.command.clone()).map_err(|e| e.to_string())?,
-            env: BoundedVec::new(self.workload.env.clone()).map_err(|e| e.to_string())?,
+            command: BoundedVec::new(self.workload.command.clone())
+                .map_err(|e| refused(e.to_string()))?,
+            env: BoundedVec::new(self.workload.env.clone()).map_err(|e| refused(e.to_string()))?,
             limits: ResourceLimits {
                 memory_bytes: 1 << 30,
                 cpu_millis: 1000,
@@ -220,62 +242,153 @@ impl RentTask {
             bid: None,
             ext: Ext::new(),
         };
-        let request = Signed::sign(&self.key, body).map_err(|e| e.to_string())?;
-        let peer = libp2p::PeerId::from_bytes(&allocation.host.peer_id().to_bytes())
-            .map_err(|e| e.to_string())?;
+        let request = Signed::sign(&self.key, body).map_err(|e| refused(e.to_string()))?;
+        let host = allocation.host.peer_id();
+        let peer =
+            libp2p::PeerId::from_bytes(&host.to_bytes()).map_err(|e| refused(e.to_string()))?;
         let answer = self
             .net
             .request(peer, request.as_bytes().to_vec())
             .await
-            .map_err(|e| e.to_string())?;
-        match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
+            .map_err(|e| refused(format!("{host}: {e}")))?;
+        let accept = match AnySigned::from_bytes(answer).and_then(AnySigned::verify) {
             Ok(AnyVerified::LeaseAccept(accept)) => {
                 gpux_protocol::validate::accept_matches_request(&accept, &request)
-                    .map_err(|e| e.to_string())?;
-                let record = LeaseRecord {
-                    lease: request.id().0,
-                    role: Role::Renter,
-                    request: request.as_bytes().to_vec(),
-                    accept: Some(accept.as_bytes().to_vec()),
-                    state: LeaseState::Accepted,
-                    updated_at: t.0,
-                };
-                let (tx, rx) = oneshot::channel();
-                let _ = self
-                    .internal
-                    .send(Internal::Leased {
-                        record,
-                        allocation: allocation.clone(),
-                        reply: tx,
-                    })
-                    .await;
-                let _ = rx.await;
-                self.lock_and_start(&request, peer)
-                    .await
-                    .map_err(RentFailure::Unconfirmed)?;
-                Ok(serde_json::json!({
-                    "running": true,
-                    "lease": request.id().to_string(),
-                    "host": allocation.host.peer_id().to_string(),
-                    "offer": allocation.offer.to_string(),
-                    "gpus": allocation.gpus.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                    "price_per_gpu_hour": allocation.price_per_gpu_hour.amount_text(),
-                    "duration_s": self.spec.duration_s,
-                    "escrow_amount": escrow_amount.amount_text(),
-                }))
+                    .map_err(|e| refused(e.to_string()))?;
+                accept
             }
-            Ok(AnyVerified::LeaseReject(reject)) => Err(RentFailure::Refused(format!(
-                "{} refused: {:?} ({})",
-                allocation.host.peer_id(),
-                reject.reason,
-                reject.detail
-            ))),
-            Ok(_) => Err(RentFailure::Refused(
-                "the host answered with an unexpected message".into(),
+            Ok(AnyVerified::LeaseReject(reject)) => {
+                return Err(Refusal::Refused(
+                    format!("{host} refused: {:?} ({})", reject.reason, reject.detail),
+                    Some(reject.reason),
+                ));
+            }
+            Ok(_) => {
+                return Err(refused(format!(
+                    "{host} answered with an unexpected message"
+                )));
+            }
+            Err(e) => return Err(refused(format!("{host}'s answer does not verify: {e}"))),
+        };
+        let (tx, rx) = oneshot::channel();
+        let lease = request.id();
+        report(
+            &self.events,
+            Event::Rent(RentEvent::Accepted {
+                request: Box::new(request),
+                accept: Box::new(accept),
+                allocation: allocation.clone(),
+                reply: tx,
+            }),
+        )
+        .await;
+        match rx.await {
+            Ok(RentReport::Running) => Ok(Rented {
+                lease: lease.to_string(),
+                host: host.to_string(),
+                offer: allocation.offer.to_string(),
+                gpus: allocation.gpus.iter().map(ToString::to_string).collect(),
+                price_per_gpu_hour: allocation.price_per_gpu_hour.amount_text(),
+                duration_s: self.spec.duration_s,
+                escrow_amount: escrow_amount.amount_text(),
+            }),
+            Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
+            Err(_) => Err(Refusal::NotStarted(
+                "the node stopped before the lease started".into(),
             )),
-            Err(e) => Err(RentFailure::Refused(format!(
-                "the host's answer does not verify: {e}"
-            ))),
         }
+    }
+}
+
+impl Daemon {
+    pub(super) fn on_rent_event(&mut self, step: RentEvent) {
+        match step {
+            RentEvent::Match {
+                spec,
+                excluded,
+                reply,
+            } => {
+                let _ = reply.send(self.market.best_match(&spec, &excluded, now()));
+            }
+            RentEvent::Accepted {
+                request,
+                accept,
+                allocation,
+                reply,
+            } => {
+                let _ = self.market.book.reserve(&allocation, request.id());
+                let ledger = self.ledger.as_ref().map(crate::ledger::LedgerClient::key);
+                match ledger {
+                    Some(ledger) => self.renter.start_lease(*request, &accept, ledger, reply),
+                    None => {
+                        let _ = reply.send(RentReport::Failed {
+                            end: gpux_lease::End::NotStarted,
+                            detail: "this node has no ledger to lock an escrow with".into(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A rent for the API.
+    pub(super) fn start_rent(
+        &mut self,
+        request: RentRequest,
+        reply: oneshot::Sender<Result<Rented, ApiError>>,
+    ) {
+        if self.ledger.is_none() {
+            let _ = reply.send(Err(ApiError::new(
+                ErrorCode::Conflict,
+                "this node has no ledger to lock an escrow with",
+            )
+            .with_hint("start it with --ledger, or set `ledger` in config.toml")));
+            return;
+        }
+        let (spec, image, workload) = match parse(&request) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let task = RentTask::new(
+            self.key.clone(),
+            self.net.clone(),
+            self.events_tx.clone(),
+            spec,
+            image,
+            workload,
+        );
+        tokio::spawn(async move {
+            let _ = reply.send(task.run().await);
+        });
+    }
+
+    /// Rents for one of this node's standing bids.
+    pub(super) fn fill_bid(&mut self, bid: Verified<gpux_protocol::Bid>) {
+        let Ok(spec) = BidSpec::from_bid(&bid) else {
+            return;
+        };
+        if self.ledger.is_none() {
+            return;
+        }
+        let task = RentTask::new(
+            self.key.clone(),
+            self.net.clone(),
+            self.events_tx.clone(),
+            spec,
+            None,
+            Workload::default(),
+        );
+        let id = bid.id();
+        tokio::spawn(async move {
+            match task.run().await {
+                Ok(rented) => {
+                    tracing::info!("standing bid {} filled: lease {}", id.short(), rented.lease)
+                }
+                Err(e) => tracing::warn!("standing bid {} could not be filled: {e}", id.short()),
+            }
+        });
     }
 }

@@ -48,6 +48,7 @@ use bollard::errors::Error as DockerError;
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListImagesOptions, ListVolumesOptionsBuilder, LogsOptionsBuilder,
     RemoveContainerOptionsBuilder, StatsOptionsBuilder, StopContainerOptionsBuilder,
+    WaitContainerOptions,
 };
 use futures::StreamExt;
 use gpux_protocol::ImageDigest;
@@ -412,6 +413,15 @@ impl Executor {
             }
         }
         Ok(reader.finish())
+    }
+
+    /// Returns once the container is not running (it exited, was killed, or is gone): Docker
+    /// tells at once, so an exit is noticed within moments, not at the next poll.
+    pub async fn wait(&self, id: &str) {
+        let mut stream = self.docker.wait_container(id, None::<WaitContainerOptions>);
+        // Docker answers with the exit status (bollard reports a non-zero one as an error);
+        // either way the container has stopped, or the daemon went away.
+        let _ = stream.next().await;
     }
 
     /// Stops the container: SIGTERM, then SIGKILL after `grace_s` seconds. Fine when it has

@@ -15,7 +15,8 @@ pub(crate) const LEASE_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/lea
 /// Usage receipts, their acknowledgements, container logs and lease ends while a lease runs.
 pub(crate) const RECEIPT_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/receipt/1");
 /// The settlement ledger: escrow locks, redemptions, releases and balance queries.
-pub(crate) const LEDGER_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/ledger/1");
+pub(crate) const LEDGER_PROTOCOL: StreamProtocol =
+    StreamProtocol::new(gpux_protocol::ledger_wire::LEDGER_PROTOCOL);
 /// Kademlia's protocol name for the gpux network (kept apart from the public IPFS DHT).
 pub(crate) const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/kad/1");
 

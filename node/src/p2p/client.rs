@@ -36,7 +36,7 @@ pub enum Proto {
     Lease,
     /// `/gpux/receipt/1`: receipts, log chunks and lease ends while a lease runs.
     Receipt,
-    /// `/gpux/ledger/1`: the settlement ledger.
+    /// `/gpux/ledger/2`: the settlement ledger.
     Ledger,
 }
 
@@ -193,6 +193,23 @@ impl Client {
             })
             .await
             .map_err(|_| NetError::Stopped)
+    }
+
+    /// Reports a validation result without waiting: the node's loop must never wait on the
+    /// network task (which may itself be waiting to hand the node an event). When the
+    /// command channel is full the report goes from a task of its own.
+    pub fn report_nowait(&self, id: MessageId, source: PeerId, acceptance: MessageAcceptance) {
+        let command = Command::Report {
+            id,
+            source,
+            acceptance,
+        };
+        if let Err(mpsc::error::TrySendError::Full(command)) = self.tx.try_send(command) {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(command).await;
+            });
+        }
     }
 
     /// Sends a request on `/gpux/lease/1` and waits for the answer.

@@ -23,6 +23,8 @@ pub(crate) struct EventLoop {
     pending_requests: HashMap<(Proto, OutboundRequestId), ReplyTx>,
     pending_responses: HashMap<InboundId, ResponseChannel<Vec<u8>>>,
     bootstrapped: bool,
+    /// Gossip messages ignored because the node was behind.
+    gossip_shed: u64,
 }
 
 /// Peers this node dials on its own (found through kademlia), at most.
@@ -54,6 +56,7 @@ impl EventLoop {
             pending_requests: HashMap::new(),
             pending_responses: HashMap::new(),
             bootstrapped: false,
+            gossip_shed: 0,
         }
     }
 
@@ -194,13 +197,35 @@ impl EventLoop {
                 message_id,
                 message,
             })) => {
-                self.emit(NetworkEvent::Gossip {
-                    id: message_id,
+                // Gossip never blocks the swarm: when the node is behind (a flood), the
+                // message is ignored here (not forwarded, no penalty) rather than waiting,
+                // so the node and this loop can never wait on each other.
+                let event = NetworkEvent::Gossip {
+                    id: message_id.clone(),
                     source: propagation_source,
                     topic: message.topic.into_string(),
                     data: message.data,
-                })
-                .await;
+                };
+                if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) =
+                    self.events.try_send(event)
+                {
+                    self.gossip_shed += 1;
+                    if self.gossip_shed % 1000 == 1 {
+                        tracing::warn!(
+                            "the node is behind on gossip: {} messages ignored so far",
+                            self.gossip_shed
+                        );
+                    }
+                    let _ = self
+                        .swarm
+                        .behaviour_mut()
+                        .gossipsub
+                        .report_message_validation_result(
+                            &message_id,
+                            &propagation_source,
+                            gossipsub::MessageAcceptance::Ignore,
+                        );
+                }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed {
                 peer_id,

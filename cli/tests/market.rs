@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gpux_api::{LeaseView, LedgerTotals};
 use gpux_node::api_client::ApiClient;
 use serde_json::Value;
 
@@ -97,19 +98,25 @@ impl Node {
     }
 
     /// This node's leases (`/v1/leases`).
-    pub fn leases(&self) -> Vec<Value> {
-        self.api()
-            .get("/v1/leases", &[])
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
+    pub fn leases(&self) -> Vec<LeaseView> {
+        self.api().leases().unwrap_or_default()
     }
 
-    pub fn lease(&self, id: &str) -> Value {
+    /// One of this node's leases (panics when it has none by that id).
+    pub fn lease(&self, id: &str) -> LeaseView {
         self.leases()
             .into_iter()
-            .find(|l| l["lease"] == id)
-            .unwrap_or(Value::Null)
+            .find(|l| l.lease == id)
+            .unwrap_or_else(|| panic!("{} has no lease {id}", self.name))
+    }
+
+    /// The lease's phase here, or "" when this node does not know it (yet).
+    pub fn phase(&self, id: &str) -> String {
+        self.leases()
+            .into_iter()
+            .find(|l| l.lease == id)
+            .map(|l| l.phase)
+            .unwrap_or_default()
     }
 
     /// Runs a `gpux` command against this node's data dir.
@@ -253,11 +260,7 @@ impl Market {
         }
         for r in &market.renters {
             wait_for("the offers to reach the renters", 30, || {
-                r.api()
-                    .get("/v1/status", &[])
-                    .ok()
-                    .and_then(|s| s["offers_in_book"].as_u64())
-                    .is_some_and(|n| n as usize >= hosts)
+                r.api().status().is_ok_and(|s| s.offers_in_book >= hosts)
             });
         }
         market
@@ -275,10 +278,10 @@ impl Market {
     }
 
     fn fund(&self, n: &Node) {
-        let done = self.ledger.api().post(
-            "/v1/ledger/mint",
-            &serde_json::json!({ "account": n.peer, "amount": "100" }),
-        );
+        let done = self.ledger.api().mint(&gpux_api::MintRequest {
+            account: n.peer.clone(),
+            amount: "100".into(),
+        });
         assert!(done.is_ok(), "{done:?}");
     }
 
@@ -323,30 +326,25 @@ impl Market {
     }
 
     /// The ledger node's view: balances by peer id, totals.
-    pub fn ledger_state(&self) -> Value {
-        self.ledger.api().get("/v1/ledger", &[]).unwrap()
+    pub fn ledger_state(&self) -> LedgerTotals {
+        self.ledger.api().ledger().unwrap()
     }
 
     pub fn balance(&self, node: &Node) -> u64 {
-        self.ledger_state()["balances"][&node.peer]
-            .as_u64()
+        self.ledger_state()
+            .balances
+            .get(&node.peer)
+            .copied()
             .unwrap_or(0)
     }
 
     /// Every credit minted is held by someone or in an open escrow, exactly.
     pub fn assert_conserved(&self) {
         let state = self.ledger_state();
-        let sum: u64 = state["balances"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum();
-        let minted = state["minted_micro"].as_u64().unwrap();
-        let total = state["total_micro"].as_u64().unwrap();
-        assert_eq!(total, minted, "{state}");
-        if state["open_escrows"] == 0 {
-            assert_eq!(sum, minted, "credits not conserved: {state}");
+        let sum: u64 = state.balances.values().sum();
+        assert_eq!(state.total_micro, state.minted_micro, "{state:?}");
+        if state.open_escrows == 0 {
+            assert_eq!(sum, state.minted_micro, "credits not conserved: {state:?}");
         }
     }
 
@@ -372,9 +370,8 @@ impl Market {
             "rent failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let lease: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(lease["running"], true, "{lease}");
-        lease["lease"].as_str().unwrap().to_string()
+        let lease: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+        lease.lease
     }
 }
 

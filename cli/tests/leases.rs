@@ -6,6 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
+use gpux_api::Role;
 use serde_json::Value;
 
 use super::market::{
@@ -17,12 +18,8 @@ use super::market::{
 const TICKER: &str =
     "echo hello from gpux; i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done";
 
-fn run_of(lease: &Value) -> &Value {
-    &lease["run"]
-}
-
-fn state(lease: &Value) -> String {
-    lease["state"]["state"].as_str().unwrap_or("").to_string()
+fn end(lease: &gpux_api::LeaseView) -> &str {
+    lease.end.as_deref().unwrap_or("")
 }
 
 #[test]
@@ -74,25 +71,23 @@ fn a_lease_runs_hardened_streams_logs_stops_and_settles_and_the_ledger_survives_
     });
     // The host announced its receipt timing in its acceptance (1 s interval, 10 s grace);
     // the renter, on the default settings, keeps it for its watchdog.
+    let rented = renter.lease(&lease);
     assert_eq!(
-        run_of(&renter.lease(&lease))["host_timing"],
-        serde_json::json!([1000, 10000])
+        (rented.receipt_interval_ms, rented.ack_grace_ms),
+        (1000, 10000)
     );
     // Receipts flow and are acknowledged.
     wait_for("two acknowledged receipts", 20, || {
-        run_of(&renter.lease(&lease))["acked_seq"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 2
+        renter.lease(&lease).acked_seq >= 2
     });
     // The ledger node restarts mid-lease: balances and escrows intact.
     let before = market.ledger_state();
     let mut market = market;
     market.ledger.restart();
     let after = market.ledger_state();
-    assert_eq!(before["balances"], after["balances"]);
-    assert_eq!(before["open_escrows"], after["open_escrows"]);
-    assert_eq!(after["open_escrows"], 1);
+    assert_eq!(before.balances, after.balances);
+    assert_eq!(before.open_escrows, after.open_escrows);
+    assert_eq!(after.open_escrows, 1);
     market.assert_conserved();
     let (host, renter) = (&market.hosts[0], &market.renters[0]);
 
@@ -104,24 +99,28 @@ fn a_lease_runs_hardened_streams_logs_stops_and_settles_and_the_ledger_survives_
         String::from_utf8_lossy(&stop.stderr)
     );
     wait_for("the lease to settle on both sides", 30, || {
-        state(&renter.lease(&lease)) == "settled" && state(&host.lease(&lease)) == "settled"
+        renter.phase(&lease) == "settled" && host.phase(&lease) == "settled"
     });
     let hosted = host.lease(&lease);
-    let run = run_of(&hosted);
-    assert_eq!(run["end_reason"], "RenterStopped", "{hosted}");
+    assert_eq!(end(&hosted), "renter-stopped", "{hosted:?}");
+    assert_eq!(
+        end(&renter.lease(&lease)),
+        "renter-stopped",
+        "both sides name one end"
+    );
     assert!(
         docker_containers(&lease).is_empty(),
         "the container is erased"
     );
     assert!(docker_volumes(&lease).is_empty(), "its volumes are erased");
     // The bill: 1 GPU at 1000 µcr/s, under a minute: the 60-second minimum.
-    let runtime_ms = run["finished_at"].as_u64().unwrap() - run["started_at"].as_u64().unwrap();
+    let runtime_ms = hosted.finished_at.unwrap() - hosted.started_at.unwrap();
     let expected = 1000 * (runtime_ms / 1000).max(60);
-    assert_eq!(run["redeemed"].as_u64().unwrap(), expected, "{hosted}");
+    assert_eq!(hosted.redeemed, expected, "{hosted:?}");
     assert_eq!(market.balance(host), FAUCET_MICRO + expected);
     assert_eq!(market.balance(renter), FAUCET_MICRO - expected);
     market.assert_conserved();
-    assert_eq!(market.ledger_state()["open_escrows"], 0);
+    assert_eq!(market.ledger_state().open_escrows, 0);
     // The renter's receipts: the last acknowledged one is what was paid.
     let out = renter.gpux(&["receipts", &lease, "--json"]);
     let receipts: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -159,16 +158,13 @@ fn a_killed_renter_gets_its_lease_stopped_and_the_host_is_paid_exactly_to_the_la
     let lease = market.rent(&market.renters[0], 300, TICKER);
     let host = &market.hosts[0];
     wait_for("two acknowledged receipts at the host", 20, || {
-        run_of(&host.lease(&lease))["acked_seq"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 2
+        host.lease(&lease).acked_seq >= 2
     });
     market.renters[0].kill9();
     let killed = Instant::now();
     let host = &market.hosts[0];
     wait_for("the host to stop the lease", 30, || {
-        run_of(&host.lease(&lease))["end_reason"] == "ReceiptNotAcknowledged"
+        end(&host.lease(&lease)) == "receipt-not-acknowledged"
     });
     // Within the grace period (plus the interval in which the missed receipt was sent and
     // the time to notice).
@@ -177,22 +173,19 @@ fn a_killed_renter_gets_its_lease_stopped_and_the_host_is_paid_exactly_to_the_la
     wait_for("the container to go", 20, || {
         docker_containers(&lease).is_empty()
     });
-    wait_for("the host to settle", 20, || {
-        state(&host.lease(&lease)) == "settled"
-    });
+    wait_for("the host to settle", 20, || host.phase(&lease) == "settled");
     let hosted = host.lease(&lease);
-    let run = run_of(&hosted);
-    let acked = run["acked_amount"].as_u64().unwrap();
+    let acked = hosted.acked_amount;
     assert!(acked > 0);
     assert!(
-        run["last_seq"].as_u64().unwrap() > run["acked_seq"].as_u64().unwrap(),
-        "receipts went unacknowledged: {hosted}"
+        hosted.last_seq > hosted.acked_seq,
+        "receipts went unacknowledged: {hosted:?}"
     );
-    assert_eq!(run["redeemed"].as_u64().unwrap(), acked, "{hosted}");
+    assert_eq!(hosted.redeemed, acked, "{hosted:?}");
     assert_eq!(market.balance(host), FAUCET_MICRO + acked);
     assert_eq!(market.balance(&market.renters[0]), FAUCET_MICRO - acked);
     market.assert_conserved();
-    assert_eq!(market.ledger_state()["open_escrows"], 0);
+    assert_eq!(market.ledger_state().open_escrows, 0);
 }
 
 #[test]
@@ -201,10 +194,7 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
     let lease = market.rent(&market.renters[0], 300, TICKER);
     let renter = &market.renters[0];
     wait_for("two acknowledged receipts at the renter", 20, || {
-        run_of(&renter.lease(&lease))["acked_seq"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 2
+        renter.lease(&lease).acked_seq >= 2
     });
     market.hosts[0].kill9();
     // The renter notices the silence, waits out the ledger's grace and takes the rest of its
@@ -213,19 +203,21 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
     wait_for(
         "the renter to settle without the host",
         40 + LEDGER_GRACE_S,
-        || state(&renter.lease(&lease)) == "settled",
+        || renter.phase(&lease) == "settled",
     );
     let rented = renter.lease(&lease);
-    assert_eq!(run_of(&rented)["end_reason"], "HostSilent", "{rented}");
-    let acked = run_of(&rented)["acked_amount"].as_u64().unwrap();
+    assert_eq!(end(&rented), "host-silent", "{rented:?}");
+    let acked = rented.acked_amount;
     let paid = FAUCET_MICRO - market.balance(renter);
+    // The renter's release carried its latest acknowledged receipt: the host is paid
+    // exactly what the renter acknowledged, though it never redeemed it itself.
     assert!(
-        paid > 0 && paid <= acked,
+        paid > 0 && paid == acked,
         "paid {paid}, acknowledged {acked}"
     );
     assert_eq!(market.balance(&market.hosts[0]), FAUCET_MICRO + paid);
     market.assert_conserved();
-    assert_eq!(market.ledger_state()["open_escrows"], 0);
+    assert_eq!(market.ledger_state().open_escrows, 0);
     // The host's container outlived it (SIGKILL); on restart the host finds it by its label,
     // sees the escrow closed, and erases it; nothing is paid twice.
     assert_eq!(docker_containers(&lease).len(), 1);
@@ -235,7 +227,7 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
     });
     let host = &market.hosts[0];
     wait_for("the host to close the lease", 20, || {
-        state(&host.lease(&lease)) == "settled"
+        host.phase(&lease) == "settled"
     });
     assert_eq!(market.balance(host), FAUCET_MICRO + paid, "settled twice");
     assert_eq!(market.balance(&market.renters[0]), FAUCET_MICRO - paid);
@@ -246,11 +238,7 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
 fn restarted_hosts_resume_metering_and_restarted_renters_resume_acknowledging() {
     let mut market = Market::start(1, 1, 15);
     let lease = market.rent(&market.renters[0], 30, TICKER);
-    let acked = |m: &Market| {
-        run_of(&m.renters[0].lease(&lease))["acked_seq"]
-            .as_u64()
-            .unwrap_or(0)
-    };
+    let acked = |m: &Market| m.renters[0].lease(&lease).acked_seq;
     wait_for("two acknowledged receipts", 20, || acked(&market) >= 2);
     market.hosts[0].kill9();
     market.hosts[0].restart();
@@ -272,21 +260,16 @@ fn restarted_hosts_resume_metering_and_restarted_renters_resume_acknowledging() 
     // It runs to its end and settles.
     let host = &market.hosts[0];
     wait_for("the lease to end and settle", 45, || {
-        state(&host.lease(&lease)) == "settled"
+        host.phase(&lease) == "settled"
     });
     let hosted = host.lease(&lease);
-    let run = run_of(&hosted);
-    assert_eq!(run["end_reason"], "DurationReached", "{hosted}");
-    let runtime_ms = run["finished_at"].as_u64().unwrap() - run["started_at"].as_u64().unwrap();
+    assert_eq!(end(&hosted), "duration-reached", "{hosted:?}");
+    let runtime_ms = hosted.finished_at.unwrap() - hosted.started_at.unwrap();
     assert!(
         (29_000..31_000).contains(&runtime_ms),
         "ran {runtime_ms} ms for a 30 s lease"
     );
-    assert_eq!(
-        run["redeemed"].as_u64().unwrap(),
-        60_000,
-        "the 60 s minimum"
-    );
+    assert_eq!(hosted.redeemed, 60_000, "the 60 s minimum");
     assert!(docker_containers(&lease).is_empty());
     market.assert_conserved();
 }
@@ -344,11 +327,11 @@ fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
     );
     let renter = &market.renters[0];
     wait_for("the renter to settle", 20, || {
-        state(&renter.lease(&lease)) == "settled"
+        renter.phase(&lease) == "settled"
     });
-    assert_eq!(run_of(&renter.lease(&lease))["end_reason"], "HostShutdown");
+    assert_eq!(end(&renter.lease(&lease)), "host-shutdown");
     market.assert_conserved();
-    assert_eq!(market.ledger_state()["open_escrows"], 0);
+    assert_eq!(market.ledger_state().open_escrows, 0);
 }
 
 #[test]
@@ -367,13 +350,13 @@ fn a_standing_bid_is_filled_when_a_matching_offer_arrives() {
     // The bid names no command: the image's default (`sh`, no input) exits at once, so the
     // lease may already be over; what matters is that it was agreed and its container ran.
     wait_for("the bid to be filled", 30, || {
-        renter.leases().iter().any(|l| l["role"] == "renter")
+        renter.leases().iter().any(|l| l.role == Role::Renter)
     });
     let host = &market.hosts[0];
     wait_for("the filled bid's container to run", 30, || {
         host.leases()
             .iter()
-            .any(|l| l["role"] == "host" && run_of(l)["started_at"].is_u64())
+            .any(|l| l.role == Role::Host && l.started_at.is_some())
     });
 }
 

@@ -1,0 +1,111 @@
+//! `gpux attest` and `gpux attest verify`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use gpux_node::attest;
+
+use super::{out, print_json};
+
+fn print_attestation(
+    att: &gpux_protocol::Verified<gpux_protocol::Attestation>,
+) -> anyhow::Result<()> {
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    out!(
+        "attestation {} by {}, driver {}, CUDA {}, {}",
+        att.id().short(),
+        att.signer().peer_id(),
+        att.driver_version,
+        or_dash(att.cuda_driver_version.map(|v| v.to_string())),
+        attest::format_time(att.created_at)
+    )?;
+    out!(
+        "{:<3} {:<32} {:<41} {:>9} {:>4} {:>6} {:>7} {:>5} {:>4}  verdict",
+        "#",
+        "name",
+        "uuid",
+        "memory",
+        "cc",
+        "pcie",
+        "power",
+        "ecc",
+        "mig"
+    )?;
+    for g in att.gpus.iter() {
+        let pcie = match (g.pcie.max_gen, g.pcie.max_width) {
+            (Some(gen_), Some(w)) => format!("{gen_}x{w}"),
+            _ => "-".into(),
+        };
+        let verdict = match gpux_attestation::check_gpu(g) {
+            gpux_attestation::Plausibility::Plausible => "plausible".to_string(),
+            gpux_attestation::Plausibility::UnknownModel => "unknown model".to_string(),
+            gpux_attestation::Plausibility::Implausible(why) => {
+                format!("IMPLAUSIBLE: {}", why.reasons.join("; "))
+            }
+        };
+        out!(
+            "{:<3} {:<32} {:<41} {:>7.1}Gi {:>4} {:>6} {:>7} {:>5} {:>4}  {}",
+            g.index,
+            g.name.as_str(),
+            g.uuid.to_string(),
+            g.memory_total_bytes as f64 / (1u64 << 30) as f64,
+            g.compute_capability.to_string(),
+            pcie,
+            or_dash(g.power_limit_mw.map(|p| format!("{}W", p / 1000))),
+            or_dash(
+                g.ecc
+                    .map(|e| if e.enabled { "on".into() } else { "off".into() })
+            ),
+            or_dash(g.mig.as_ref().map(|m| if m.enabled {
+                format!("{}", m.instances.len())
+            } else {
+                "off".into()
+            })),
+            verdict
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks a report; true when every check passed.
+pub(crate) fn verify(file: &Path, at: Option<&str>) -> anyhow::Result<bool> {
+    let text = if file == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+            .context("reading the report from standard input")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let at = match at {
+        Some(t) => attest::parse_time(t).map_err(anyhow::Error::msg)?,
+        None => attest::now(),
+    };
+    let verdict = attest::verify_report(&text, at, &gpux_protocol::validate::Rules::default());
+    for check in &verdict.checks {
+        out!(
+            "{:<4} {:<13} {}",
+            if check.ok { "ok" } else { "FAIL" },
+            check.name,
+            check.detail
+        )?;
+    }
+    if verdict.passed() {
+        out!("report verified")?;
+    } else {
+        out!("report NOT verified")?;
+    }
+    Ok(verdict.passed())
+}
+
+/// Reads the GPUs, signs what was read and prints it.
+pub(crate) fn attest(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::Result<()> {
+    let (key, created) = gpux_node::init_key(dir)?;
+    if created {
+        eprintln!("created node key {}", gpux_node::key_path(dir).display());
+    }
+    let report = attest::attest(&key, nvml_lib, attest::now())?;
+    if json {
+        print_json(&attest::report_json(&report)).context("printing the report")
+    } else {
+        print_attestation(&report)
+    }
+}

@@ -1,0 +1,67 @@
+//! `gpux logs`, `gpux receipts`, `gpux stop`: what the node holds about one lease.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use gpux_node::api_client::ApiClient;
+
+use super::{out, print_json};
+
+/// Prints a lease's output; with `follow`, keeps polling until the lease has ended.
+pub(crate) fn logs(dir: &Path, lease: &str, follow: bool) -> anyhow::Result<()> {
+    let client = ApiClient::for_data_dir(dir)?;
+    let mut from = 0u64;
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let page = client.logs(lease, from)?;
+        stdout.write_all(page.text.as_bytes())?;
+        stdout.flush()?;
+        from = page.next;
+        if !follow || (page.ended && page.text.is_empty()) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Prints a lease's receipts, acknowledged or not, and its settlement.
+pub(crate) fn receipts(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> {
+    let doc = ApiClient::for_data_dir(dir)?.receipts(lease)?;
+    if json {
+        return print_json(&doc);
+    }
+    out!(
+        "{:>4}  {:>11}  {:>14}  {:>5}",
+        "seq",
+        "gpu-seconds",
+        "amount due",
+        "acked"
+    )?;
+    for r in &doc.receipts {
+        out!(
+            "{:>4}  {:>11}  {:>14}  {:>5}",
+            r.seq,
+            r.gpu_seconds,
+            r.amount_due,
+            if r.acked { "yes" } else { "no" }
+        )?;
+    }
+    let l = &doc.lease;
+    out!(
+        "{}: {}; exit code: {}; acknowledged: {} micro-credits; settled: {}",
+        l.phase,
+        l.end.as_deref().unwrap_or("not ended"),
+        l.exit_code.map_or("-".to_string(), |c| c.to_string()),
+        l.acked_amount,
+        l.settled
+    )?;
+    Ok(())
+}
+
+/// Asks the host to stop a lease this node rents.
+pub(crate) fn stop(dir: &Path, lease: &str) -> anyhow::Result<()> {
+    ApiClient::for_data_dir(dir)?.stop(lease)?;
+    out!("lease {lease}: the host is stopping it; `gpux receipts {lease}` shows the bill")?;
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! `gpux status`, `offers search`, `rent`, `bid`, `leases`, `balance`, `mint`: the market and
+//! this node's part in it, through its API.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use gpux_api::{BidRequest, MintRequest, OfferHit, RentRequest};
+use gpux_node::api_client::ApiClient;
+
+use super::{out, print_json};
+
+/// What a renter wants, shared by `rent` and `bid`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Want {
+    /// Constraints, e.g. 'gpu=H100 region=eu'.
+    query: String,
+    /// GPUs wanted (from one machine).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    gpus: u16,
+    /// Most paid per GPU-hour, credits.
+    #[arg(long, value_name = "CREDITS")]
+    max_price: String,
+    /// Lease length: seconds, or a duration like 30m or 2h.
+    #[arg(long, default_value = "1h", value_parser = super::parse_duration)]
+    duration: u32,
+}
+
+/// How a container is to run, for `rent`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Run {
+    /// The image to run, by digest.
+    #[arg(long, value_name = "sha256:DIGEST")]
+    image: Option<String>,
+    /// An environment variable for the workload, NAME=VALUE (repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Give the container a network (none by default).
+    #[arg(long)]
+    network: bool,
+    /// The command to run in the container, after `--` [default: the image's].
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub(crate) fn status(dir: &Path) -> anyhow::Result<()> {
+    print_json(&ApiClient::for_data_dir(dir)?.status()?)
+}
+
+pub(crate) fn search(dir: &Path, query: &str, limit: usize, json: bool) -> anyhow::Result<()> {
+    let hits = ApiClient::for_data_dir(dir)?.offers(query, limit)?;
+    if json {
+        return print_json(&hits);
+    }
+    print_hits(&hits)
+}
+
+fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
+    if hits.is_empty() {
+        out!("no offer matches")?;
+        return Ok(());
+    }
+    out!(
+        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5}  host",
+        "offer",
+        "gpu",
+        "vram",
+        "free",
+        "price/h",
+        "region",
+        "tier",
+        "rel"
+    )?;
+    for h in hits {
+        let offer = h.offer.to_string();
+        out!(
+            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2}  {}",
+            &offer[..16.min(offer.len())],
+            h.family,
+            h.vram_gb,
+            h.free,
+            h.gpus,
+            h.price_per_gpu_hour.amount_text(),
+            h.region,
+            h.tier.to_string(),
+            f64::from(h.reliability_permille) / 1000.0,
+            h.host.peer_id(),
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Result<()> {
+    let env = run
+        .env
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--env {kv}: expected NAME=VALUE"))
+        })
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let request = RentRequest {
+        query: want.query,
+        gpus: want.gpus,
+        max_price: want.max_price,
+        duration_s: want.duration,
+        image: run.image,
+        command: run.command,
+        env,
+        network: run.network,
+    };
+    let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
+    if json {
+        return print_json(&lease);
+    }
+    out!(
+        "lease {} running with {}: {} GPU(s) at {} credits per GPU-hour for {} s (escrow {} credits)",
+        lease.lease,
+        lease.host,
+        lease.gpus.len(),
+        lease.price_per_gpu_hour,
+        lease.duration_s,
+        lease.escrow_amount,
+    )?;
+    Ok(())
+}
+
+pub(crate) fn bid(dir: &Path, want: Want, ttl_s: u32) -> anyhow::Result<()> {
+    let request = BidRequest {
+        query: want.query,
+        gpus: want.gpus,
+        max_price: want.max_price,
+        duration_s: want.duration,
+        ttl_s: u64::from(ttl_s),
+    };
+    let bid = ApiClient::for_data_dir(dir)?.bid(&request)?;
+    out!(
+        "standing bid {} placed; see `gpux leases` once it is filled",
+        bid.bid
+    )?;
+    Ok(())
+}
+
+pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let leases = ApiClient::for_data_dir(dir)?.leases()?;
+    if json {
+        return print_json(&leases);
+    }
+    for l in &leases {
+        let role = serde_json::to_value(l.role)?;
+        out!(
+            "{}  {:<6}  {:<14}  {}",
+            l.lease,
+            role.as_str().unwrap_or("?"),
+            l.phase,
+            l.end.as_deref().unwrap_or("")
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn balance(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let balance = ApiClient::for_data_dir(dir)?.balance()?;
+    if json {
+        return print_json(&balance);
+    }
+    out!("{} credits ({})", balance.balance, balance.account)?;
+    Ok(())
+}
+
+pub(crate) fn mint(dir: &Path, account: String, amount: String) -> anyhow::Result<()> {
+    let minted = ApiClient::for_data_dir(dir)?.mint(&MintRequest { account, amount })?;
+    print_json(&minted)
+}

@@ -1,0 +1,72 @@
+//! One module per group of commands; each only calls the libraries (mostly the node's API)
+//! and prints.
+
+pub(crate) mod attest;
+pub(crate) mod lease;
+pub(crate) mod market;
+pub(crate) mod node;
+pub(crate) mod testnet;
+
+use std::io::Write;
+
+/// Writes a line to standard output, returning the I/O error instead of panicking (a
+/// closed pipe, a full disk): `main` turns a closed pipe into a quiet exit.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use out;
+
+/// Prints a value as pretty JSON.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.write_all(b"\n")?;
+    Ok(())
+}
+
+/// A lease length on the command line: seconds, or a duration like `30m` or `2h`; more than
+/// zero.
+pub(crate) fn parse_duration(text: &str) -> Result<u32, String> {
+    let secs = match text.parse::<u64>() {
+        Ok(s) => s,
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|_| format!("'{text}': use seconds or a duration like 30m or 2h"))?
+            .as_secs(),
+    };
+    if secs == 0 {
+        return Err("must be more than zero".into());
+    }
+    u32::try_from(secs).map_err(|_| format!("'{text}' is too long"))
+}
+
+/// An amount of credits on the command line: more than zero.
+pub(crate) fn parse_credits(text: &str) -> Result<String, String> {
+    let amount = text
+        .parse::<gpux_protocol::MicroCredits>()
+        .map_err(|e| e.to_string())?;
+    if amount.0 == 0 {
+        return Err("must be more than zero".into());
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_durations_and_amounts_are_invalid_values() {
+        assert_eq!(parse_duration("90"), Ok(90));
+        assert_eq!(parse_duration("2m"), Ok(120));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_credits("0").is_err());
+        assert!(parse_credits("0.000000").is_err());
+        assert_eq!(parse_credits("1.5"), Ok("1.5".into()));
+    }
+}

@@ -1,0 +1,130 @@
+//! `gpux testnet up`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::out;
+
+/// Runs a testnet; true when it ran without errors.
+pub(crate) fn up(
+    hosts: usize,
+    renters: usize,
+    duration: u32,
+    report_path: Option<PathBuf>,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<bool> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let duration = std::time::Duration::from_secs(u64::from(duration));
+    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Ctrl-C and SIGTERM end the run early; every node is still stopped and reported.
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        flag.store(true, Ordering::Relaxed);
+    });
+    let started = std::time::Instant::now();
+    let config = gpux_testnet::TestnetConfig {
+        hosts,
+        renters,
+        duration,
+        gpux,
+        base_dir: dir,
+    };
+    let report = gpux_testnet::up(&config, stop, |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
+    })?;
+    out!(
+        "before renting: {} offers published, every renter saw at least {}",
+        report.offers_before_renting,
+        report.offers_seen_min_before_renting
+    )?;
+    out!(
+        "testnet: {} nodes, {} offers live at the end, every renter saw at least {}",
+        report.nodes,
+        report.offers_published,
+        report.offers_seen_min
+    )?;
+    out!(
+        "propagation to renters: p50 {} ms, p95 {} ms",
+        report.propagation_ms_p50,
+        report.propagation_ms_p95
+    )?;
+    out!(
+        "node memory when idle: median {} MiB, max {} MiB",
+        report.node_rss_kb_median / 1024,
+        report.node_rss_kb_max / 1024
+    )?;
+    out!(
+        "{} leases agreed, {} double allocations, {} messages rejected, {} errors",
+        report.leases_agreed,
+        report.double_allocations,
+        report.rejected_messages,
+        report.errors.len()
+    )?;
+    out!(
+        "containers: {} started, {} left; {} receipts acknowledged; {} leases settled",
+        report.containers_started,
+        report.containers_left,
+        report.receipts_acked,
+        report.leases_settled
+    )?;
+    out!(
+        "credits: {} before, {} after (micro-credits){}",
+        report.credits_before,
+        report.credits_after,
+        if report.credits_before == report.credits_after {
+            ", conserved"
+        } else {
+            ", NOT CONSERVED"
+        }
+    )?;
+    for l in &report.leases {
+        out!(
+            "  lease {}: {} GPU at {} µcr/h, ran {:.2} s ({}), charged {} µcr, expected {:.0}",
+            &l.lease[..12.min(l.lease.len())],
+            l.gpus,
+            l.price_per_gpu_hour,
+            l.runtime_s,
+            l.end_reason,
+            l.charged,
+            l.expected
+        )?;
+    }
+    out!(
+        "rent to running: p50 {} ms, p95 {} ms; host CPU idle {:.2}%, leasing {:.2}%, metering {:.2}% of a core per lease (+{:.2}% in dockerd)",
+        report.rent_to_running_ms_p50,
+        report.rent_to_running_ms_p95,
+        report.host_cpu_pct_idle,
+        report.host_cpu_pct_leasing,
+        report.metering_cpu_pct_per_lease,
+        report.dockerd_cpu_pct_per_lease
+    )?;
+    for e in &report.errors {
+        out!("error: {e}")?;
+    }
+    if let Some(path) = report_path {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        out!("report written to {}", path.display())?;
+    }
+    Ok(report.errors.is_empty() && report.double_allocations == 0)
+}

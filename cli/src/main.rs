@@ -1,0 +1,285 @@
+//! `gpux`: the command line of the gpux GPU exchange. Only argument parsing and printing;
+//! the work happens in the libraries.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+use cmd::market::{Run, Want};
+use cmd::node::NodeRunArgs;
+
+/// gpux: a peer-to-peer exchange for GPU compute.
+#[derive(Debug, Parser)]
+#[command(name = "gpux", version, about, long_about = None)]
+struct Cli {
+    /// Where the node keeps its key and state
+    /// [default: $XDG_DATA_HOME/gpux, else ~/.local/share/gpux].
+    #[arg(long, global = true, env = "GPUX_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the node key (mode 0600) in the data directory and print the peer id.
+    /// Running it again keeps the existing key.
+    Init,
+    /// Print this node's peer id (and, with --json, its public key and data directory).
+    Id {
+        /// Print one JSON object instead of the bare peer id.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the node daemon.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+    /// A whole market on this machine: hosts with fake GPUs, renters, real processes.
+    Testnet {
+        #[command(subcommand)]
+        action: TestnetAction,
+    },
+    /// The running node's status.
+    Status,
+    /// Offers in the running node's view of the market.
+    Offers {
+        #[command(subcommand)]
+        action: OffersAction,
+    },
+    /// Rent GPUs: match locally, ask the host, retry the next-best offer on refusal.
+    Rent {
+        #[command(flatten)]
+        want: Want,
+        #[command(flatten)]
+        run: Run,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A lease's container output (as the renter received it).
+    Logs {
+        /// The lease id.
+        lease: String,
+        /// Keep printing new output until the lease ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Stop a lease you rent: the host stops the container, bills the time used and
+    /// returns the rest of the escrow.
+    Stop {
+        /// The lease id.
+        lease: String,
+    },
+    /// A lease's usage receipts and their acknowledgements.
+    Receipts {
+        /// The lease id.
+        lease: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// This node's balance at its ledger.
+    Balance {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// On a node that serves the ledger: credit an account (the testnet faucet).
+    Mint {
+        /// The account's peer id.
+        account: String,
+        /// Credits (more than zero).
+        #[arg(value_parser = cmd::parse_credits)]
+        amount: String,
+    },
+    /// Place a standing bid: signed and gossiped; this node rents as soon as an offer that
+    /// satisfies it arrives (or is already known).
+    Bid {
+        #[command(flatten)]
+        want: Want,
+        /// How long the bid stands (at most 1h).
+        #[arg(long, default_value = "10m", value_parser = cmd::parse_duration)]
+        ttl: u32,
+    },
+    /// Leases this node is part of.
+    Leases {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read every GPU through NVML, sign what was read with the node key, and print it
+    /// (creates the node key on first use). `gpux attest verify FILE` checks a report.
+    Attest {
+        #[command(subcommand)]
+        action: Option<AttestAction>,
+        /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
+        #[arg(long, value_name = "PATH")]
+        nvml_lib: Option<PathBuf>,
+        /// Print the signed report as one JSON document (envelope and decoded content).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeAction {
+    /// Run the node: join the network, keep a live view of the market, serve the local API
+    /// (127.0.0.1, token in `DATA_DIR/api.token`). With --host, also read the GPUs through
+    /// NVML, sign an attestation, publish offers and answer lease requests.
+    Run(Box<NodeRunArgs>),
+}
+
+#[derive(Debug, Subcommand)]
+enum TestnetAction {
+    /// Start hosts and renters as separate processes on loopback, let offers spread and
+    /// renters rent, print a summary and (with --report) write a JSON report. Ctrl-C or the
+    /// end of --duration stops every process it started.
+    Up {
+        /// Host nodes (with fake GPUs of assorted models and prices).
+        #[arg(long, default_value_t = 3)]
+        hosts: usize,
+        /// Renter nodes.
+        #[arg(long, default_value_t = 2)]
+        renters: usize,
+        /// How long to run once the offers have spread (e.g. 20s, 2m).
+        #[arg(long, default_value = "20s", value_parser = cmd::parse_duration)]
+        duration: u32,
+        /// Write the JSON report here.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Keep the nodes' data dirs here (default: a temporary directory, removed).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OffersAction {
+    /// Search the running node's view of the market, e.g. 'gpu=H100 vram>=80 price<=2.5'
+    /// (docs/query.md).
+    Search {
+        /// The query.
+        #[arg(default_value = "")]
+        query: String,
+        /// Most results.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AttestAction {
+    /// Check a report written by `gpux attest --json`: signature, that the decoded content
+    /// matches the envelope, freshness and plausibility. Exits non-zero on any failure.
+    Verify {
+        /// The report file (`-` for standard input).
+        file: PathBuf,
+        /// Verify as of this time (RFC 3339 or unix milliseconds) instead of now.
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+    },
+}
+
+fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {
+    match &cli.data_dir {
+        Some(dir) => Ok(dir.clone()),
+        None => Ok(gpux_node::default_data_dir()?),
+    }
+}
+
+/// Runs the command: Ok(true) for success, Ok(false) for a check that failed (exit 1).
+fn run(cli: Cli) -> anyhow::Result<bool> {
+    if let Command::Attest {
+        action: Some(AttestAction::Verify { file, at }),
+        ..
+    } = &cli.command
+    {
+        return cmd::attest::verify(file, at.as_deref());
+    }
+    let dir = data_dir(&cli)?;
+    match cli.command {
+        Command::Init => {
+            let (key, created) = gpux_node::init_key(&dir)?;
+            let path = gpux_node::key_path(&dir);
+            if created {
+                cmd::out!("created node key {}", path.display())?;
+            } else {
+                cmd::out!("node key {} already exists; keeping it", path.display())?;
+            }
+            cmd::out!("peer id: {}", key.peer_id())?;
+        }
+        Command::Id { json } => {
+            let key = gpux_node::load_key(&dir)?;
+            if json {
+                cmd::print_json(&serde_json::json!({
+                    "peer_id": key.peer_id().to_string(),
+                    "public_key": key.public().to_string(),
+                    "data_dir": dir,
+                }))?;
+            } else {
+                cmd::out!("{}", key.peer_id())?;
+            }
+        }
+        Command::Node {
+            action: NodeAction::Run(args),
+        } => cmd::node::run(dir, *args)?,
+        Command::Testnet {
+            action:
+                TestnetAction::Up {
+                    hosts,
+                    renters,
+                    duration,
+                    report,
+                    dir,
+                },
+        } => return cmd::testnet::up(hosts, renters, duration, report, dir),
+        Command::Status => cmd::market::status(&dir)?,
+        Command::Offers {
+            action: OffersAction::Search { query, limit, json },
+        } => cmd::market::search(&dir, &query, limit, json)?,
+        Command::Rent { want, run, json } => cmd::market::rent(&dir, want, run, json)?,
+        Command::Bid { want, ttl } => cmd::market::bid(&dir, want, ttl)?,
+        Command::Leases { json } => cmd::market::leases(&dir, json)?,
+        Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
+        Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
+        Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,
+        Command::Balance { json } => cmd::market::balance(&dir, json)?,
+        Command::Mint { account, amount } => cmd::market::mint(&dir, account, amount)?,
+        Command::Attest { nvml_lib, json, .. } => {
+            cmd::attest::attest(&dir, nvml_lib.as_deref(), json)?
+        }
+    }
+    Ok(true)
+}
+
+/// Whether the error is standard output being closed (`gpux ... | head -1`).
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Exit codes: 0 success, 1 an error (printed as one line), 2 a usage error (from clap).
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        // Whoever read our output has stopped reading: nothing more to say.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

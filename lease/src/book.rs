@@ -1,0 +1,324 @@
+//! The host's own book: its offers, the bookings of its GPUs, and its answer to a lease
+//! request.
+//!
+//! A lease exists only once the host has signed `LeaseAccept`, and the host signs it only
+//! after booking the GPUs in its own book (`OrderBook::reserve`, atomic). Requests are
+//! answered one at a time by whoever owns the book, so two renters racing for the same GPUs
+//! get exactly one lease.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpux_market::{Allocation, BookConfig, OrderBook};
+use gpux_protocol::validate::{RuleError, Rules, lease_request_matches_offer};
+use gpux_protocol::{
+    BoundedString, ContentId, Ext, GpuUuid, Keypair, LeaseAccept, LeaseKind, LeaseReject,
+    LeaseRequest, Offer, RejectReason, Signed, Timestamp, Verified,
+};
+
+use crate::{HostEffect, HostLease, Timing};
+
+/// Replaced offers kept answerable, at most.
+const MAX_SUPERSEDED: usize = 64;
+
+/// The host's answer to a lease request.
+#[derive(Debug)]
+pub enum Answer {
+    /// Accepted: the new lease (store it before sending), its first effects, and the signed
+    /// `LeaseAccept` to send back.
+    Accepted {
+        /// The lease.
+        lease: Box<HostLease>,
+        /// Its first effects.
+        effects: Vec<HostEffect>,
+        /// The signed `LeaseAccept`.
+        envelope: Vec<u8>,
+    },
+    /// Refused.
+    Rejected {
+        /// Why.
+        reason: RejectReason,
+        /// The signed `LeaseReject` (empty when the request was too broken to name).
+        envelope: Vec<u8>,
+    },
+}
+
+impl Answer {
+    /// The bytes to send back.
+    pub fn envelope(&self) -> &[u8] {
+        match self {
+            Answer::Accepted { envelope, .. } | Answer::Rejected { envelope, .. } => envelope,
+        }
+    }
+}
+
+/// What a change of the host's offers means for its stored offers.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OfferChange {
+    /// Store this offer (id, envelope).
+    pub store: Option<(ContentId, Vec<u8>)>,
+    /// Forget this stored offer.
+    pub forget: Option<ContentId>,
+}
+
+fn reason_for(e: &RuleError) -> RejectReason {
+    match e {
+        RuleError::PriceBelowOffer { .. } | RuleError::SpotNotOffered => RejectReason::PriceTooLow,
+        RuleError::DurationOutOfRange { .. } => RejectReason::DurationOutOfRange,
+        RuleError::ImageNotOffered => RejectReason::ImageMissing,
+        RuleError::GpuNotOffered { .. } => RejectReason::GpusUnavailable,
+        RuleError::Expired { .. } | RuleError::Stale { .. } => RejectReason::RequestExpired,
+        _ => RejectReason::Invalid,
+    }
+}
+
+/// The host's book. See the [module docs](self).
+#[derive(Debug)]
+pub struct HostBook {
+    key: Keypair,
+    timing: Timing,
+    book: OrderBook,
+    offers: Vec<Verified<Offer>>,
+    /// Offers replaced by newer ones but not expired: a renter whose view lags one
+    /// publication behind may still name them (its lease is booked on the current offer).
+    superseded: Vec<Verified<Offer>>,
+    rules: Rules,
+    /// Requests answered, until they expire (a replayed request is refused).
+    answered: BTreeMap<ContentId, Timestamp>,
+}
+
+impl HostBook {
+    /// An empty book; `timing` is announced in every acceptance.
+    pub fn new(key: Keypair, timing: Timing) -> Self {
+        Self {
+            key,
+            timing,
+            book: OrderBook::new(BookConfig::default()),
+            offers: Vec::new(),
+            superseded: Vec::new(),
+            rules: Rules::default(),
+            answered: BTreeMap::new(),
+        }
+    }
+
+    /// After a restart: the stored offers (still current), and every lease that still holds
+    /// its GPUs is booked again, so a restarted host never hands them to someone else.
+    pub fn restore<'a>(
+        &mut self,
+        offers: Vec<Verified<Offer>>,
+        leases: impl IntoIterator<Item = &'a HostLease>,
+        now: Timestamp,
+    ) {
+        for offer in offers {
+            if offer.expires_at > now && self.book.insert(&offer, now).is_ok() {
+                self.offers.push(offer);
+            }
+        }
+        for lease in leases {
+            self.answered.insert(lease.id(), lease.request().expires_at);
+            if lease.holds_gpus() {
+                self.book_lease(lease.request(), lease.record().accepted_at);
+            }
+        }
+    }
+
+    fn book_lease(&mut self, request: &Verified<LeaseRequest>, accepted_at: Timestamp) {
+        // The offer may have been replaced; the booking belongs to the GPUs, not the offer,
+        // so any current offer listing them carries it.
+        let Some(offer) = self.offers.iter().find(|o| {
+            request
+                .gpus
+                .iter()
+                .all(|g| o.gpus.iter().any(|og| og.uuid == *g))
+        }) else {
+            return;
+        };
+        let allocation = Allocation {
+            offer: offer.id(),
+            ..allocation(request, accepted_at)
+        };
+        let _ = self.book.reserve(&allocation, request.id());
+    }
+
+    /// Publishes one of this host's offers (it replaces the slot's previous one).
+    pub fn add_offer(&mut self, offer: Verified<Offer>, now: Timestamp) -> OfferChange {
+        if self.book.insert(&offer, now).is_err() {
+            return OfferChange::default();
+        }
+        let mut change = OfferChange {
+            store: Some((offer.id(), offer.as_bytes().to_vec())),
+            forget: None,
+        };
+        // Replaced offers stay answerable in memory until they expire.
+        if let Some(pos) = self.offers.iter().position(|o| o.slot == offer.slot) {
+            let old = self.offers.remove(pos);
+            change.forget = Some(old.id());
+            self.superseded.push(old);
+        }
+        self.superseded.retain(|o| o.expires_at > now);
+        let excess = self.superseded.len().saturating_sub(MAX_SUPERSEDED);
+        self.superseded.drain(..excess);
+        self.offers.push(offer);
+        change
+    }
+
+    /// Forgets a slot's offer (its GPUs are all leased, or gone): it stays answerable until it
+    /// expires. Returns the offer, to withdraw it from the market.
+    pub fn retire_slot(&mut self, slot: u16) -> Option<Verified<Offer>> {
+        let pos = self.offers.iter().position(|o| o.slot == slot)?;
+        let old = self.offers.remove(pos);
+        self.superseded.push(old.clone());
+        Some(old)
+    }
+
+    /// This host's current offers.
+    pub fn offers(&self) -> &[Verified<Offer>] {
+        &self.offers
+    }
+
+    /// GPUs booked for a lease running at `now`.
+    pub fn busy_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
+        self.book
+            .bookings()
+            .into_iter()
+            .filter(|b| b.3 <= now && now < b.4)
+            .map(|b| b.1)
+            .collect()
+    }
+
+    /// Frees a lease's GPUs.
+    pub fn release(&mut self, lease: &ContentId) {
+        self.book.release(lease);
+    }
+
+    fn reject(
+        &self,
+        request: ContentId,
+        reason: RejectReason,
+        detail: &str,
+        now: Timestamp,
+    ) -> Answer {
+        let body = LeaseReject {
+            request,
+            created_at: now,
+            reason,
+            detail: BoundedString::new(detail.chars().take(200).collect::<String>())
+                .unwrap_or_default(),
+            ext: Ext::new(),
+        };
+        let envelope = Signed::sign(&self.key, body)
+            .map(|v| v.as_bytes().to_vec())
+            .unwrap_or_default();
+        Answer::Rejected { reason, envelope }
+    }
+
+    /// Answers a (verified) lease request at `now`.
+    pub fn handle_request(&mut self, request: Verified<LeaseRequest>, now: Timestamp) -> Answer {
+        let id = request.id();
+        self.answered.retain(|_, expires| *expires > now);
+        if request.host != self.key.public() {
+            return self.reject(
+                id,
+                RejectReason::Invalid,
+                "the request is addressed to another host",
+                now,
+            );
+        }
+        if let Err(e) = self.rules.check_time(&request, now) {
+            return self.reject(id, reason_for(&e), &e.to_string(), now);
+        }
+        if self.answered.contains_key(&id) {
+            return self.reject(
+                id,
+                RejectReason::Invalid,
+                "this request was already answered",
+                now,
+            );
+        }
+        let Some(offer) = self
+            .offers
+            .iter()
+            .chain(&self.superseded)
+            .find(|o| o.id() == request.offer)
+        else {
+            return self.reject(
+                id,
+                RejectReason::OfferUnknown,
+                "no such offer (replaced or withdrawn?)",
+                now,
+            );
+        };
+        if offer.expires_at <= now {
+            return self.reject(id, RejectReason::OfferExpired, "the offer has expired", now);
+        }
+        if let Err(e) = lease_request_matches_offer(&request, offer) {
+            return self.reject(id, reason_for(&e), &e.to_string(), now);
+        }
+        // Book on the slot's current offer: bookings belong to the GPUs, so which of the
+        // slot's offers the renter saw does not matter.
+        let slot = offer.slot;
+        let Some(current) = self.offers.iter().find(|o| {
+            o.slot == slot
+                && request
+                    .gpus
+                    .iter()
+                    .all(|g| o.gpus.iter().any(|og| og.uuid == *g))
+        }) else {
+            // Leased GPUs leave the current offer; say so rather than "unknown offer".
+            let busy = self.busy_gpus(now);
+            let (reason, detail) = match request.gpus.iter().find(|g| busy.contains(g)) {
+                Some(g) => (RejectReason::GpusUnavailable, format!("GPU {g} is leased")),
+                None => (
+                    RejectReason::OfferUnknown,
+                    "the offer's GPUs are no longer offered".to_string(),
+                ),
+            };
+            return self.reject(id, reason, &detail, now);
+        };
+        let allocation = Allocation {
+            offer: current.id(),
+            ..allocation(&request, now)
+        };
+        if let Err(e) = self.book.reserve(&allocation, id) {
+            return self.reject(id, RejectReason::GpusUnavailable, &e.to_string(), now);
+        }
+        let accept = match Signed::sign(
+            &self.key,
+            LeaseAccept {
+                request: id,
+                created_at: now,
+                ext: self.timing.to_ext(),
+            },
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                self.book.release(&id);
+                return self.reject(id, RejectReason::Invalid, &e.to_string(), now);
+            }
+        };
+        self.answered.insert(id, request.expires_at);
+        let envelope = accept.as_bytes().to_vec();
+        let (lease, effects) = HostLease::accepted(self.key.clone(), request, &accept, self.timing);
+        Answer::Accepted {
+            lease: Box::new(lease),
+            effects,
+            envelope,
+        }
+    }
+}
+
+fn allocation(request: &Verified<LeaseRequest>, start: Timestamp) -> Allocation {
+    let (start, end) = match request.kind {
+        LeaseKind::Reserved { start, end } => (start, end),
+        _ => (start, start.plus_secs(u64::from(request.duration_s))),
+    };
+    Allocation {
+        offer: request.offer,
+        host: request.host,
+        gpus: request.gpus.to_vec(),
+        price_per_gpu_hour: request.price_per_gpu_hour,
+        kind: request.kind,
+        start,
+        end,
+        preempts: Vec::new(),
+    }
+}

@@ -1,0 +1,425 @@
+//! The gpux local API's contract: every request and response body the daemon serves on
+//! `127.0.0.1` (behind its bearer token), shared by the daemon, the `gpux` CLI and the
+//! testnet, so none of them builds or reads JSON by hand.
+//!
+//! Errors travel as an [`ApiError`] body, `{code, message, hint}`, with one HTTP status per
+//! [`ErrorCode`].
+//!
+//! ```
+//! use gpux_api::{ApiError, ErrorCode};
+//!
+//! let e = ApiError::new(ErrorCode::UnknownLease, "no lease 9c14… here")
+//!     .with_hint("`gpux leases` lists this node's leases");
+//! assert_eq!(e.code.status(), 404);
+//! let json = serde_json::to_string(&e).unwrap();
+//! assert!(json.contains("\"code\":\"unknown-lease\""));
+//! ```
+
+use std::collections::BTreeMap;
+
+use gpux_protocol::{
+    ComputeCapability, ContentId, EvidenceTier, MicroCredits, PublicKey, Timestamp,
+};
+use serde::{Deserialize, Serialize};
+
+/// What kind of failure an API error is: one HTTP status each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request is malformed or a value is invalid (400).
+    BadInput,
+    /// No token, or the wrong one (401).
+    Unauthorized,
+    /// The lease is not known to this node (404).
+    UnknownLease,
+    /// The request conflicts with the state (409): a lease already ended, a node without
+    /// the role asked for, nothing in the market that fits.
+    Conflict,
+    /// Nothing in this node's view of the market satisfies the request (409).
+    NoOffer,
+    /// Every host asked had the GPUs leased to someone else by then (409): a busy market.
+    AllTaken,
+    /// Something the node depends on did not answer (503): Docker, the ledger, a host.
+    Unavailable,
+    /// The node failed (500).
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status.
+    pub const fn status(self) -> u16 {
+        match self {
+            ErrorCode::BadInput => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::UnknownLease => 404,
+            ErrorCode::Conflict | ErrorCode::NoOffer | ErrorCode::AllTaken => 409,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// An error body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// The kind.
+    pub code: ErrorCode,
+    /// What went wrong, for people.
+    pub message: String,
+    /// What to do about it, when there is something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl ApiError {
+    /// An error without a hint.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// With a hint.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// A bad value.
+    pub fn bad_input(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadInput, message)
+    }
+
+    /// A failure of the node itself.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, " ({hint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// This node's peer id.
+    pub peer_id: String,
+    /// Offers in this node's view of the market.
+    pub offers_in_book: usize,
+    /// This host's own current offers (None: not a host).
+    pub own_offers: Option<usize>,
+    /// Gossip messages accepted.
+    pub gossip_accepted: u64,
+    /// Gossip messages rejected.
+    pub gossip_rejected: u64,
+    /// Delays from an offer's signing to its arrival here, ms (the latest ones).
+    pub arrivals_ms: Vec<u64>,
+    /// Seconds since the node started.
+    pub uptime_s: u64,
+}
+
+/// One offer found by `GET /v1/offers?q=QUERY&limit=N`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfferHit {
+    /// The offer id.
+    pub offer: ContentId,
+    /// The host.
+    pub host: PublicKey,
+    /// GPU family key (`h100`, ...).
+    pub family: String,
+    /// Memory per GPU, nominal GB.
+    pub vram_gb: u16,
+    /// Compute capability.
+    pub compute_capability: ComputeCapability,
+    /// GPUs in the offer.
+    pub gpus: u16,
+    /// GPUs free now.
+    pub free: u16,
+    /// Price per GPU-hour, micro-credits.
+    pub price_per_gpu_hour: MicroCredits,
+    /// Spot floor per GPU-hour.
+    pub spot_floor_per_gpu_hour: Option<MicroCredits>,
+    /// Region.
+    pub region: String,
+    /// Evidence tier.
+    pub tier: EvidenceTier,
+    /// This node's reliability score of the host, thousandths.
+    pub reliability_permille: u16,
+    /// When the offer was made.
+    pub created_at: Timestamp,
+    /// When it lapses.
+    pub expires_at: Timestamp,
+}
+
+/// `POST /v1/rent`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentRequest {
+    /// Constraints (the query language).
+    pub query: String,
+    /// GPUs wanted (at least 1).
+    pub gpus: u16,
+    /// Most paid per GPU-hour, credits (`2.50`).
+    pub max_price: String,
+    /// Lease length, seconds (at least 1).
+    pub duration_s: u32,
+    /// Image to run (`sha256:...`); the first the host lists when absent.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// The command to run (empty: the image's default).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Environment for the workload (`NVIDIA_*` is the host's to set).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Whether the container may use the network.
+    #[serde(default)]
+    pub network: bool,
+}
+
+/// The answer to a rent: the lease runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rented {
+    /// The lease id.
+    pub lease: String,
+    /// The host's peer id.
+    pub host: String,
+    /// The offer rented.
+    pub offer: String,
+    /// The GPUs (UUIDs).
+    pub gpus: Vec<String>,
+    /// Price per GPU-hour, credits.
+    pub price_per_gpu_hour: String,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// Amount locked in escrow, credits.
+    pub escrow_amount: String,
+}
+
+/// `POST /v1/bid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BidRequest {
+    /// Constraints (query language).
+    pub query: String,
+    /// GPUs wanted (at least 1).
+    pub gpus: u16,
+    /// Most paid per GPU-hour, credits.
+    pub max_price: String,
+    /// Lease length, seconds (at least 1).
+    pub duration_s: u32,
+    /// How long the bid stands, seconds (at most an hour).
+    pub ttl_s: u64,
+}
+
+/// The answer to a bid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BidPlaced {
+    /// The bid's id.
+    pub bid: String,
+    /// When it lapses (unix ms).
+    pub expires_at: u64,
+}
+
+/// Which side of a lease this node is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// This node runs the work.
+    Host,
+    /// This node pays for it.
+    Renter,
+}
+
+/// One lease, in `GET /v1/leases` and with its receipts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    /// The lease id (hex).
+    pub lease: String,
+    /// This node's side.
+    pub role: Role,
+    /// Where the lease is (`awaiting-lock`, `running`, `ended`, `settled`, ...).
+    pub phase: String,
+    /// Why it ended (`duration-reached`, `renter-stopped`, ...), once it has.
+    pub end: Option<String>,
+    /// Renter: what the host said ended it.
+    pub host_end: Option<String>,
+    /// The host's peer id.
+    pub host: String,
+    /// The renter's peer id.
+    pub renter: String,
+    /// The GPUs (UUIDs).
+    pub gpus: Vec<String>,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// Price per GPU-hour, micro-credits.
+    pub price_per_gpu_hour_micro: u64,
+    /// The image (`sha256:...`).
+    pub image: String,
+    /// When the host accepted (host) or the renter sent its lock (renter), unix ms.
+    pub since: u64,
+    /// Host: the container's start and end (Docker's clock), unix ms.
+    pub started_at: Option<u64>,
+    /// See `started_at`.
+    pub finished_at: Option<u64>,
+    /// The workload's exit code.
+    pub exit_code: Option<i64>,
+    /// The receipt timing of the lease (the host's, announced in its acceptance), ms.
+    pub receipt_interval_ms: u64,
+    /// See `receipt_interval_ms`.
+    pub ack_grace_ms: u64,
+    /// The last receipt seq signed (host) or seen (renter).
+    pub last_seq: u64,
+    /// The latest acknowledged receipt's seq and amount (micro-credits).
+    pub acked_seq: u64,
+    /// See `acked_seq`.
+    pub acked_amount: u64,
+    /// Host: what the ledger has paid so far.
+    pub redeemed: u64,
+    /// Whether the escrow is closed.
+    pub settled: bool,
+    /// Log bytes shipped (host) or received (renter).
+    pub log_bytes: u64,
+}
+
+/// `GET /v1/leases/{lease}/logs?from=N`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogsPage {
+    /// The output from chunk `from` on.
+    pub text: String,
+    /// The chunk to ask from next.
+    pub next: u64,
+    /// Whether the lease is over (no more output will come).
+    pub ended: bool,
+}
+
+/// One receipt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceiptView {
+    /// Its seq.
+    pub seq: u64,
+    /// When the host signed it (unix ms).
+    pub created_at: u64,
+    /// Cumulative GPU-seconds.
+    pub gpu_seconds: u64,
+    /// Cumulative amount due, credits.
+    pub amount_due: String,
+    /// Same, micro-credits.
+    pub amount_due_micro: u64,
+    /// Peak container memory, bytes.
+    pub memory_peak_bytes: u64,
+    /// Mean GPU utilisation, ‰.
+    pub gpu_util_permille: u16,
+    /// Peak GPU memory, bytes.
+    pub gpu_memory_peak_bytes: u64,
+    /// Mean CPU use, millicores.
+    pub cpu_millis_avg: u32,
+    /// Whether the renter acknowledged it.
+    pub acked: bool,
+}
+
+/// `GET /v1/leases/{lease}/receipts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipts {
+    /// The receipts, by seq.
+    pub receipts: Vec<ReceiptView>,
+    /// The lease.
+    pub lease: LeaseView,
+}
+
+/// `POST /v1/leases/{lease}/stop`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopping {
+    /// The lease id.
+    pub lease: String,
+}
+
+/// `GET /v1/balance`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Balance {
+    /// The account (peer id).
+    pub account: String,
+    /// Credits.
+    pub balance: String,
+    /// Micro-credits.
+    pub balance_micro: u64,
+}
+
+/// `POST /v1/ledger/mint` (a ledger node's faucet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MintRequest {
+    /// The account: a peer id (`12D3KooW...`).
+    pub account: String,
+    /// Credits (`100.0`, more than zero).
+    pub amount: String,
+}
+
+/// The answer to a mint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Minted {
+    /// The account.
+    pub account: String,
+    /// Its balance now, micro-credits.
+    pub balance_micro: u64,
+}
+
+/// `GET /v1/ledger` (a ledger node's totals).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerTotals {
+    /// Everything ever minted, micro-credits.
+    pub minted_micro: u64,
+    /// Balances plus what open escrows hold (equal to `minted_micro`).
+    pub total_micro: u64,
+    /// Every account's balance, micro-credits.
+    pub balances: BTreeMap<String, u64>,
+    /// Escrows ever opened.
+    pub escrows: usize,
+    /// Escrows still open.
+    pub open_escrows: usize,
+}
+
+/// `POST /v1/shutdown`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShuttingDown {
+    /// Always true.
+    pub stopping: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_round_trip_and_hints_are_optional() {
+        let e = ApiError::new(ErrorCode::Unavailable, "the ledger did not answer");
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            json,
+            r#"{"code":"unavailable","message":"the ledger did not answer"}"#
+        );
+        let back: ApiError = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(
+            [
+                ErrorCode::BadInput,
+                ErrorCode::Unauthorized,
+                ErrorCode::UnknownLease,
+                ErrorCode::Conflict,
+                ErrorCode::Unavailable,
+                ErrorCode::Internal
+            ]
+            .map(ErrorCode::status),
+            [400, 401, 404, 409, 503, 500]
+        );
+    }
+}

@@ -1,0 +1,480 @@
+//! The host role: its book ([`gpux_lease::HostBook`]), one [`HostLease`] machine per lease,
+//! and the effects runner that alone carries out what they decide: the store, the
+//! executor (through each lease's [`worker`]), the renter's link and the ledger.
+
+mod offers;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use gpux_lease::{
+    Answer, ContainerState, HostBook, HostEffect, HostInput, HostLease, HostPhase, RenterAnswer,
+    Timing,
+};
+use gpux_protocol::{
+    AnySigned, AnyVerified, Attestation, BoundedString, ContentId, EscrowLock, Ext, Keypair,
+    LeaseEnd, LeaseReject, LeaseRequest, RejectReason, Signed, Timestamp, Verified,
+};
+use tokio::sync::mpsc;
+
+use super::{Event, HostOptions, report, schedule};
+use crate::attest::now;
+use crate::executor::Executor;
+use crate::ledger::LedgerClient;
+use crate::p2p::{Client, InboundId, Proto};
+use crate::store::{NodeState, SledStore};
+pub(crate) use offers::Published;
+use worker::{ExecOp, PEER_TIMEOUT, WorkerCtx};
+
+/// The host role.
+pub(crate) struct HostRole {
+    key: Keypair,
+    state: NodeState<SledStore>,
+    net: Client,
+    events: mpsc::Sender<Event>,
+    ledger: LedgerClient,
+    options: HostOptions,
+    book: HostBook,
+    attestation: Option<Verified<Attestation>>,
+    /// Leases not yet settled.
+    leases: BTreeMap<ContentId, HostLease>,
+    /// Escrow-lock requests waiting for their lease's answer.
+    pending_locks: BTreeMap<ContentId, InboundId>,
+    workers: BTreeMap<ContentId, mpsc::UnboundedSender<ExecOp>>,
+    worker_ctx: WorkerCtx,
+    pub(crate) publish_pending: bool,
+    pub(crate) last_publish: Timestamp,
+}
+
+fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Option<Verified<T>> {
+    Signed::<T>::from_bytes(bytes.to_vec())
+        .and_then(Signed::verify)
+        .ok()
+}
+
+impl HostRole {
+    /// Connects to Docker, attests the GPUs, restores the stored offers and leases, and
+    /// resumes or ends each lease according to what became of its container.
+    pub(crate) async fn start(
+        key: Keypair,
+        state: NodeState<SledStore>,
+        net: Client,
+        events: mpsc::Sender<Event>,
+        ledger: LedgerClient,
+        mut options: HostOptions,
+        timing: Timing,
+    ) -> anyhow::Result<Self> {
+        let exec = Executor::connect(&key.peer_id().to_string())
+            .await
+            .context("a host runs leases in Docker")?;
+        if options.images.is_empty() {
+            options.images = exec
+                .list_images()
+                .await
+                .context("listing the host's images")?;
+        }
+        let nvml = match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
+            Ok(probe) => Some(Arc::new(probe)),
+            Err(e) => {
+                tracing::warn!("no NVML for metering GPU use: {e}");
+                None
+            }
+        };
+        let attestation = {
+            let key = key.clone();
+            let lib = options.nvml_lib.clone();
+            tokio::task::spawn_blocking(move || crate::attest::attest(&key, lib.as_deref(), now()))
+                .await
+                .context("the probe task failed")??
+        };
+        let worker_ctx = WorkerCtx {
+            key: key.clone(),
+            net: net.clone(),
+            exec: exec.clone(),
+            events: events.clone(),
+            fake_gpus: options.fake_gpus,
+            nvml,
+        };
+        let mut role = Self {
+            book: HostBook::new(key.clone(), timing),
+            key,
+            state,
+            net,
+            events,
+            ledger,
+            options,
+            attestation: Some(attestation),
+            leases: BTreeMap::new(),
+            pending_locks: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            worker_ctx,
+            publish_pending: false,
+            last_publish: Timestamp(0),
+        };
+        role.recover(&exec).await?;
+        Ok(role)
+    }
+
+    /// After a restart: every stored lease not settled is restored with what its container
+    /// became; containers of this node that belong to no open lease are erased.
+    async fn recover(&mut self, exec: &Executor) -> anyhow::Result<()> {
+        let t = now();
+        let containers = exec
+            .containers()
+            .await
+            .context("listing this host's containers")?;
+        let mut restored = Vec::new();
+        for (id, record) in self.state.host_leases()? {
+            if record.phase == HostPhase::Settled {
+                continue;
+            }
+            let hex = gpux_protocol::hex(&id.0);
+            let container = containers
+                .iter()
+                .find(|(l, _)| *l == hex)
+                .map(|(_, c)| c.clone());
+            let observed = match &container {
+                Some(c) => match exec.inspect(c).await.ok().flatten() {
+                    Some(info) if info.running => ContainerState::Running {
+                        started_at: Timestamp(info.started_at_ms.unwrap_or(t.0)),
+                    },
+                    Some(info) => ContainerState::Exited {
+                        started_at: info.started_at_ms.map(Timestamp),
+                        finished_at: info.finished_at_ms.map(Timestamp),
+                        exit_code: info.exit_code,
+                    },
+                    None => ContainerState::Absent,
+                },
+                None => ContainerState::Absent,
+            };
+            let (lease, effects) = match HostLease::restore(self.key.clone(), record, observed, t) {
+                Ok(restored) => restored,
+                Err(e) => {
+                    tracing::error!("lease {}: {e}; left as it is", id.short());
+                    continue;
+                }
+            };
+            let what = if lease.phase() == HostPhase::Running {
+                "resuming"
+            } else {
+                "ending"
+            };
+            tracing::info!(
+                "lease {}: {what} after restart ({:?})",
+                id.short(),
+                lease.phase()
+            );
+            let worker = worker::spawn(
+                self.worker_ctx.clone(),
+                lease.request().clone(),
+                container,
+                lease.record().log_cursor.as_deref(),
+                lease.record().log_chunks,
+            );
+            if matches!(observed, ContainerState::Running { .. })
+                && lease.phase() == HostPhase::Running
+            {
+                let _ = worker.send(ExecOp::Watch);
+            }
+            self.workers.insert(id, worker);
+            self.leases.insert(id, lease);
+            restored.push((id, effects));
+        }
+        let offers = self
+            .state
+            .own_offers()?
+            .into_iter()
+            .filter_map(|b| verify(&b))
+            .collect();
+        self.book.restore(offers, self.leases.values(), t);
+        for (id, effects) in restored {
+            self.apply(id, effects);
+        }
+        for (lease, container) in containers {
+            let open = gpux_protocol::unhex(&lease)
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .is_some_and(|b| self.leases.contains_key(&ContentId(b)));
+            if !open {
+                tracing::info!("erasing container {container} of closed lease {lease}");
+                let _ = exec.stop(&container, 0).await;
+                let _ = exec.remove(&container).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// How often offers are re-published, seconds.
+    pub(crate) fn republish_s(&self) -> u64 {
+        self.options.republish_s.max(1)
+    }
+
+    /// This host's current offers.
+    pub(crate) fn offer_count(&self) -> usize {
+        self.book.offers().len()
+    }
+
+    /// Whether a lease still runs or settles.
+    pub(crate) fn busy(&self) -> bool {
+        self.leases
+            .values()
+            .any(|l| !matches!(l.phase(), HostPhase::Settled))
+    }
+
+    /// Leases not settled.
+    pub(crate) fn open_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// The stored record of every hosted lease, settled or not.
+    pub(crate) fn records(&self) -> Vec<(ContentId, gpux_lease::HostRecord)> {
+        self.state.host_leases().unwrap_or_default()
+    }
+
+    fn reject(&self, lease: ContentId, reason: RejectReason, detail: &str) -> Vec<u8> {
+        let body = LeaseReject {
+            request: lease,
+            created_at: now(),
+            reason,
+            detail: BoundedString::new(detail.chars().take(200).collect::<String>())
+                .unwrap_or_default(),
+            ext: Ext::new(),
+        };
+        Signed::sign(&self.key, body)
+            .map(|v| v.as_bytes().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// A renter's lease request: the signed answer, and whether a lease was made.
+    pub(crate) fn on_lease_request(
+        &mut self,
+        request: Verified<LeaseRequest>,
+        now: Timestamp,
+    ) -> (Vec<u8>, bool) {
+        match self.book.handle_request(request, now) {
+            Answer::Accepted {
+                lease,
+                effects,
+                envelope,
+            } => {
+                let id = lease.id();
+                // Stored (flushed) before the renter hears of it.
+                if let Err(e) = self.state.save_host_lease(&id, lease.record()) {
+                    tracing::error!("cannot store lease {}: {e}", id.short());
+                    self.book.release(&id);
+                    return (
+                        self.reject(id, RejectReason::Invalid, "the host cannot store the lease"),
+                        false,
+                    );
+                }
+                let worker = worker::spawn(
+                    self.worker_ctx.clone(),
+                    lease.request().clone(),
+                    None,
+                    None,
+                    0,
+                );
+                self.workers.insert(id, worker);
+                self.leases.insert(id, *lease);
+                self.apply(id, effects);
+                (envelope, true)
+            }
+            Answer::Rejected { envelope, .. } => (envelope, false),
+        }
+    }
+
+    /// A renter's escrow lock: answered by the lease (now, or once the container runs).
+    pub(crate) fn on_lock(&mut self, id: InboundId, lock: Verified<EscrowLock>) -> Option<Vec<u8>> {
+        let lease = lock.lease;
+        if !self.leases.contains_key(&lease) {
+            return Some(self.reject(
+                lease,
+                RejectReason::Invalid,
+                "no accepted lease waits for this escrow",
+            ));
+        }
+        self.pending_locks.insert(lease, id);
+        self.on_input(lease, HostInput::Lock(lock));
+        None
+    }
+
+    /// A renter's `LeaseEnd`.
+    pub(crate) fn on_renter_end(&mut self, end: Verified<LeaseEnd>) {
+        self.on_input(end.lease, HostInput::RenterEnd(end));
+    }
+
+    /// Every lease ends (the host is stopping).
+    pub(crate) fn shutdown_all(&mut self) {
+        let ids: Vec<ContentId> = self.leases.keys().copied().collect();
+        for id in ids {
+            self.on_input(id, HostInput::Shutdown);
+        }
+    }
+
+    /// An input for lease `id`. Returns whether GPUs were freed (offers change).
+    pub(crate) fn on_input(&mut self, id: ContentId, input: HostInput) -> bool {
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return false;
+        };
+        let effects = lease.handle(now(), input);
+        self.apply(id, effects)
+    }
+
+    /// Carries out a lease's effects, in order. Returns whether GPUs were freed.
+    fn apply(&mut self, id: ContentId, effects: Vec<HostEffect>) -> bool {
+        let mut freed = false;
+        for effect in effects {
+            let Some(lease) = self.leases.get(&id) else {
+                return freed;
+            };
+            match effect {
+                HostEffect::Persist => {
+                    if let Err(e) = self.state.save_host_lease(&id, lease.record()) {
+                        // Nothing after an unstored step is carried out: a restart resumes
+                        // from the last stored one.
+                        tracing::error!(
+                            "cannot store lease {}: {e}; its next steps wait",
+                            id.short()
+                        );
+                        return freed;
+                    }
+                }
+                HostEffect::Ledger { call, envelope } => {
+                    let (ledger, events) = (self.ledger.clone(), self.events.clone());
+                    tokio::spawn(async move {
+                        let verdict = ledger.submit(envelope).await;
+                        report(
+                            &events,
+                            Event::Host {
+                                lease: id,
+                                input: HostInput::Ledger { call, verdict },
+                            },
+                        )
+                        .await;
+                    });
+                }
+                HostEffect::AnswerLock { envelope, .. } => {
+                    if let Some(inbound) = self.pending_locks.remove(&id) {
+                        let net = self.net.clone();
+                        tokio::spawn(async move {
+                            let _ = net.respond(inbound, envelope).await;
+                        });
+                    }
+                }
+                HostEffect::StartContainer => self.exec(id, ExecOp::Start),
+                HostEffect::StopContainer { grace_s } => self.exec(id, ExecOp::Stop { grace_s }),
+                HostEffect::EraseContainer => self.exec(id, ExecOp::Erase),
+                HostEffect::SendReceipt { seq, envelope } => {
+                    self.send_receipt(id, lease.request(), seq, envelope)
+                }
+                HostEffect::SendEnd { envelope } => {
+                    if let Some(renter) = peer_of(lease.request()) {
+                        let net = self.net.clone();
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(
+                                PEER_TIMEOUT,
+                                net.request_on(Proto::Receipt, renter, envelope),
+                            )
+                            .await;
+                        });
+                    }
+                }
+                HostEffect::Schedule { at, timer } => schedule(
+                    &self.events,
+                    at,
+                    Event::Host {
+                        lease: id,
+                        input: HostInput::Timer(timer),
+                    },
+                ),
+                HostEffect::FreeGpus => {
+                    self.book.release(&id);
+                    freed = true;
+                }
+            }
+        }
+        if self
+            .leases
+            .get(&id)
+            .is_some_and(|l| l.phase() == HostPhase::Settled)
+        {
+            self.leases.remove(&id);
+            self.pending_locks.remove(&id);
+            // The worker ends after its erasure (or with its queue).
+            self.workers.remove(&id);
+        }
+        freed
+    }
+
+    fn exec(&self, id: ContentId, op: ExecOp) {
+        if let Some(worker) = self.workers.get(&id)
+            && worker.send(op).is_err()
+        {
+            tracing::error!("lease {}: its container worker is gone", id.short());
+        }
+    }
+
+    /// Sends a receipt (stored first, for `gpux receipts`); its answer comes back typed.
+    fn send_receipt(
+        &self,
+        id: ContentId,
+        request: &Verified<LeaseRequest>,
+        seq: u64,
+        envelope: Vec<u8>,
+    ) {
+        let _ = self.state.save_receipt(&id, seq, &envelope, None);
+        let Some(renter) = peer_of(request) else {
+            return;
+        };
+        let (net, events, state) = (self.net.clone(), self.events.clone(), self.state.clone());
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(
+                PEER_TIMEOUT,
+                net.request_on(Proto::Receipt, renter, envelope.clone()),
+            )
+            .await;
+            let answer = match sent {
+                Ok(Ok(bytes)) => match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
+                    Ok(AnyVerified::ReceiptAck(ack)) => {
+                        let _ = state.save_receipt(&id, seq, &envelope, Some(ack.as_bytes()));
+                        RenterAnswer::Ack(ack)
+                    }
+                    Ok(AnyVerified::LeaseEnd(end)) => RenterAnswer::Dispute(end),
+                    _ => RenterAnswer::Nothing,
+                },
+                _ => RenterAnswer::Nothing,
+            };
+            report(
+                &events,
+                Event::Host {
+                    lease: id,
+                    input: HostInput::ReceiptAnswer { seq, answer },
+                },
+            )
+            .await;
+        });
+    }
+
+    /// Signs fresh offers of the free GPUs and the attestation, to publish.
+    pub(crate) fn publish_offers(&mut self, t: Timestamp) -> anyhow::Result<Published> {
+        self.last_publish = t;
+        self.publish_pending = false;
+        let Some(att) = self.attestation.as_mut() else {
+            return Ok(Published::default());
+        };
+        let published = offers::sign(&self.key, att, &mut self.book, &self.options, t)?;
+        for (id, bytes) in &published.stored {
+            let _ = self.state.save_own_offer(id, bytes);
+        }
+        for id in &published.forgotten {
+            let _ = self.state.remove_own_offer(id);
+        }
+        Ok(published)
+    }
+}
+
+fn peer_of(request: &Verified<LeaseRequest>) -> Option<libp2p::PeerId> {
+    libp2p::PeerId::from_bytes(&request.signer().peer_id().to_bytes()).ok()
+}

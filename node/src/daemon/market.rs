@@ -1,0 +1,233 @@
+//! The node's view of the market: gossip validated into an order book (and a snapshot of it
+//! on disk for a fast restart), search, matching for renting, and this node's own standing
+//! bids.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use gpux_api::{ApiError, OfferHit};
+use gpux_market::query::Query;
+use gpux_market::{Allocation, BidSpec, BookConfig, OrderBook};
+use gpux_protocol::validate::Rules;
+use gpux_protocol::{
+    AnySigned, AnyVerified, Attestation, Bid, BoundedString, ContentId, Ext, ImageDigest, Keypair,
+    LeaseKind, MicroCredits, Signed, Timestamp, Verified,
+};
+use libp2p::gossipsub::MessageAcceptance;
+
+use crate::store::{NodeState, SledStore};
+use crate::validation::{Validator, Verdict};
+
+/// Offer arrival delays kept for the status.
+const MAX_ARRIVALS: usize = 10_000;
+
+/// The market view.
+pub(crate) struct MarketView {
+    pub(crate) book: OrderBook,
+    pub(crate) validator: Validator,
+    state: NodeState<SledStore>,
+    /// This node's own standing bids, filled when an offer that satisfies one arrives.
+    own_bids: Vec<Verified<Bid>>,
+    /// Delays from an offer's signing to its arrival here, ms.
+    pub(crate) arrivals_ms: VecDeque<u64>,
+    pub(crate) accepted: u64,
+    pub(crate) rejected: u64,
+}
+
+impl MarketView {
+    /// The view, filled from the snapshot (verified again: it is a cache).
+    pub(crate) fn new(state: NodeState<SledStore>, now: Timestamp) -> Self {
+        let mut view = Self {
+            book: OrderBook::new(BookConfig::default()),
+            validator: Validator::new(Rules::default()),
+            state,
+            own_bids: Vec::new(),
+            arrivals_ms: VecDeque::new(),
+            accepted: 0,
+            rejected: 0,
+        };
+        for bytes in view.state.market_snapshot().unwrap_or_default() {
+            match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
+                Ok(AnyVerified::Attestation(att)) => view.validator.remember_attestation(att),
+                Ok(AnyVerified::Offer(offer)) => {
+                    let _ = view.book.insert(&offer, now);
+                }
+                _ => {}
+            }
+        }
+        view
+    }
+
+    /// A gossip message: validated, and when accepted taken into the book. Returns the
+    /// verdict for gossipsub, and the bids of this node an arriving offer may fill.
+    pub(crate) fn on_gossip(
+        &mut self,
+        topic: &str,
+        data: Vec<u8>,
+        now: Timestamp,
+    ) -> (MessageAcceptance, Vec<Verified<Bid>>) {
+        let bytes = data.clone();
+        let verdict = self.validator.validate(topic, data, now);
+        let acceptance = verdict.acceptance();
+        let mut fill = Vec::new();
+        match verdict {
+            Verdict::Accept(v) => {
+                self.accepted += 1;
+                match *v {
+                    AnyVerified::Offer(offer) if self.book.insert(&offer, now).is_ok() => {
+                        if self.arrivals_ms.len() >= MAX_ARRIVALS {
+                            self.arrivals_ms.pop_front();
+                        }
+                        self.arrivals_ms.push_back(now.ms_since(offer.created_at));
+                        let _ = self.state.snapshot_offer(&offer.id(), &bytes);
+                        fill = self.bids_filled_by(&offer.id(), now);
+                    }
+                    AnyVerified::Attestation(att) => {
+                        let _ = self.state.snapshot_offer(&att.id(), &bytes);
+                    }
+                    AnyVerified::OfferWithdrawal(w) if self.book.withdraw(&w).is_ok() => {
+                        let _ = self.state.forget_offer(&w.offer);
+                    }
+                    AnyVerified::Bid(bid) => {
+                        let _ = self.book.add_bid(&bid, now);
+                    }
+                    _ => {}
+                }
+            }
+            Verdict::Reject(why) => {
+                self.rejected += 1;
+                tracing::debug!("rejected gossip: {why}");
+            }
+            Verdict::Ignore(why) => tracing::trace!("ignored gossip: {why}"),
+        }
+        (acceptance, fill)
+    }
+
+    /// Drops expired offers (and their snapshot entries).
+    pub(crate) fn expire(&mut self, now: Timestamp) {
+        for gone in self.book.expire(now) {
+            let _ = self.state.forget_offer(&gone);
+        }
+    }
+
+    /// Offers matching a query.
+    pub(crate) fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<OfferHit>, ApiError> {
+        let query = Query::parse(query).map_err(|e| ApiError::bad_input(e.to_string()))?;
+        Ok(self
+            .book
+            .search(&query, now, limit)
+            .into_iter()
+            .map(|h| OfferHit {
+                offer: h.offer,
+                host: h.host,
+                family: h.family.key().to_string(),
+                vram_gb: h.vram_gb,
+                compute_capability: h.compute_capability,
+                gpus: h.gpus,
+                free: h.free,
+                price_per_gpu_hour: h.price_per_gpu_hour,
+                spot_floor_per_gpu_hour: h.spot_floor_per_gpu_hour,
+                region: h.region,
+                tier: h.tier,
+                reliability_permille: h.reliability_permille,
+                created_at: h.created_at,
+                expires_at: h.expires_at,
+            })
+            .collect())
+    }
+
+    /// The best allocation for `spec` outside `excluded`, and the first image its offer lists.
+    pub(crate) fn best_match(
+        &self,
+        spec: &BidSpec,
+        excluded: &BTreeSet<ContentId>,
+        now: Timestamp,
+    ) -> Option<(Allocation, Option<ImageDigest>)> {
+        let allocation = self
+            .book
+            .match_bid_excluding(spec, now, excluded)
+            .ok()
+            .and_then(|mut a| a.pop())?;
+        let image = self
+            .book
+            .offer_images(&allocation.offer)
+            .and_then(|i| i.first().copied());
+        Some((allocation, image))
+    }
+
+    /// Signs a standing bid and keeps it. Returns the signed bid (to publish) and the bids it
+    /// can fill at once from offers already in the book.
+    pub(crate) fn place_bid(
+        &mut self,
+        key: &Keypair,
+        request: &gpux_api::BidRequest,
+        now: Timestamp,
+    ) -> Result<(Verified<Bid>, Vec<Verified<Bid>>), ApiError> {
+        Query::parse(&request.query).map_err(|e| ApiError::bad_input(e.to_string()))?;
+        if request.gpus == 0 {
+            return Err(ApiError::bad_input("--gpus must be at least 1"));
+        }
+        if request.duration_s == 0 {
+            return Err(ApiError::bad_input("--duration must be at least 1 s"));
+        }
+        let body = Bid {
+            seq: now.0,
+            created_at: now,
+            expires_at: now.plus_secs(request.ttl_s.clamp(1, 3600)),
+            query: BoundedString::new(request.query.clone())
+                .map_err(|e| ApiError::bad_input(e.to_string()))?,
+            gpus: request.gpus,
+            max_price_per_gpu_hour: request
+                .max_price
+                .parse::<MicroCredits>()
+                .map_err(|e| ApiError::bad_input(format!("--max-price: {e}")))?,
+            duration_s: request.duration_s,
+            kind: LeaseKind::OnDemand,
+            allow_spread: false,
+            ext: Ext::new(),
+        };
+        let bid = Signed::sign(key, body).map_err(|e| ApiError::bad_input(e.to_string()))?;
+        self.book
+            .add_bid(&bid, now)
+            .map_err(|e| ApiError::bad_input(e.to_string()))?;
+        self.own_bids.retain(|b| b.expires_at > now);
+        self.own_bids.push(bid.clone());
+        // An offer already in the book may satisfy it.
+        let offers: Vec<ContentId> = self
+            .book
+            .search(&Query::default(), now, 1000)
+            .into_iter()
+            .map(|h| h.offer)
+            .collect();
+        let mut fill = Vec::new();
+        for offer in offers {
+            fill.extend(self.bids_filled_by(&offer, now));
+        }
+        Ok((bid, fill))
+    }
+
+    /// This node's bids that `offer` can satisfy (best first); they leave the book.
+    fn bids_filled_by(&mut self, offer: &ContentId, now: Timestamp) -> Vec<Verified<Bid>> {
+        if self.own_bids.is_empty() {
+            return Vec::new();
+        }
+        let mut filled = Vec::new();
+        for bid_id in self.book.bids_for_offer(offer, now) {
+            let Some(pos) = self.own_bids.iter().position(|b| b.id() == bid_id) else {
+                continue;
+            };
+            filled.push(self.own_bids.remove(pos));
+            self.book.remove_bid(&bid_id);
+        }
+        filled
+    }
+
+    /// Remembers an attestation (the host's own).
+    pub(crate) fn remember_attestation(&mut self, att: Verified<Attestation>) {
+        self.validator.remember_attestation(att);
+    }
+}

@@ -1,0 +1,157 @@
+//! The router: one enum of everything that arrives from the network, decoded once, and one
+//! dispatch to the component it is for.
+//!
+//! A request is classified by its protocol and by the kind in its verified envelope (never
+//! by peeking at bytes); what a protocol does not carry is answered with an empty frame. A
+//! ledger frame goes to the ledger service as it is (frames are not envelopes).
+
+use gpux_protocol::ledger_wire::{self, LedgerResponse, RefusalCode};
+use gpux_protocol::{
+    AnySigned, AnyVerified, EscrowLock, LeaseEnd, LeaseRequest, LogChunk, UsageReceipt, Verified,
+};
+
+use super::Daemon;
+use crate::attest::now;
+use crate::p2p::{InboundId, NetworkEvent, PeerId, Proto, topics};
+
+/// A request from a peer, typed.
+pub(crate) enum Inbound {
+    /// `/gpux/lease/1`: a renter asks for a lease (for the host role).
+    LeaseRequest(Verified<LeaseRequest>),
+    /// `/gpux/lease/1`: a renter locks the escrow of an accepted lease (host role).
+    EscrowLock(Verified<EscrowLock>),
+    /// `/gpux/lease/1`: a renter ends a lease (host role).
+    RenterEnd(Verified<LeaseEnd>),
+    /// `/gpux/receipt/1`: a host's receipt (renter role).
+    Receipt(Verified<UsageReceipt>),
+    /// `/gpux/receipt/1`: a host's container output (renter role).
+    LogChunk(Verified<LogChunk>),
+    /// `/gpux/receipt/1`: a host ends a lease (renter role).
+    HostEnd(Verified<LeaseEnd>),
+    /// `/gpux/ledger/2`: a frame for the ledger service.
+    Ledger(Vec<u8>),
+    /// Anything else (it does not verify, or the protocol does not carry it).
+    Unexpected(String),
+}
+
+impl Inbound {
+    /// Decodes and verifies a request of `proto`.
+    pub(crate) fn decode(proto: Proto, data: Vec<u8>) -> Inbound {
+        if proto == Proto::Ledger {
+            return Inbound::Ledger(data);
+        }
+        let verified = match AnySigned::from_bytes(data).and_then(AnySigned::verify) {
+            Ok(v) => v,
+            Err(e) => return Inbound::Unexpected(e.to_string()),
+        };
+        match (proto, verified) {
+            (Proto::Lease, AnyVerified::LeaseRequest(r)) => Inbound::LeaseRequest(r),
+            (Proto::Lease, AnyVerified::EscrowLock(l)) => Inbound::EscrowLock(l),
+            (Proto::Lease, AnyVerified::LeaseEnd(e)) => Inbound::RenterEnd(e),
+            (Proto::Receipt, AnyVerified::UsageReceipt(r)) => Inbound::Receipt(r),
+            (Proto::Receipt, AnyVerified::LogChunk(c)) => Inbound::LogChunk(c),
+            (Proto::Receipt, AnyVerified::LeaseEnd(e)) => Inbound::HostEnd(e),
+            (proto, other) => Inbound::Unexpected(format!("{:?} on {proto:?}", other.kind())),
+        }
+    }
+}
+
+impl Daemon {
+    /// Answers an inbound request with `data`, from a task of its own.
+    pub(crate) fn respond(&self, id: InboundId, data: Vec<u8>) {
+        let net = self.net.clone();
+        tokio::spawn(async move {
+            let _ = net.respond(id, data).await;
+        });
+    }
+
+    /// Everything from the network.
+    pub(super) fn on_network_event(&mut self, event: NetworkEvent) {
+        match event {
+            NetworkEvent::Gossip {
+                id,
+                source,
+                topic,
+                data,
+            } => {
+                let (acceptance, fill) = self.market.on_gossip(&topic, data, now());
+                self.net.report_nowait(id, source, acceptance);
+                for bid in fill {
+                    self.fill_bid(bid);
+                }
+            }
+            NetworkEvent::Request {
+                id,
+                proto,
+                peer,
+                data,
+            } => self.on_request(id, peer, Inbound::decode(proto, data)),
+            // A new peer fills its book from our next publication: publish soon (fresh
+            // signatures, so the messages are new), at most every few seconds.
+            NetworkEvent::Subscribed { topic, .. } if topic == topics::ATTESTATIONS => {
+                self.publish_offers_soon();
+                self.publish_if_due();
+            }
+            _ => {}
+        }
+    }
+
+    fn on_request(&mut self, id: InboundId, peer: PeerId, inbound: Inbound) {
+        match inbound {
+            Inbound::Ledger(frame) => {
+                let response = match self.ledger_service.as_mut() {
+                    Some(service) => service.handle(&frame, now()),
+                    None => LedgerResponse::refused(
+                        RefusalCode::NotServed,
+                        "this node does not serve a ledger",
+                    ),
+                };
+                self.respond(id, ledger_wire::encode(&response));
+            }
+            Inbound::LeaseRequest(request) => match self.host.as_mut() {
+                Some(host) => {
+                    let (answer, accepted) = host.on_lease_request(request, now());
+                    if accepted {
+                        // The leased GPUs leave the published offers at the next (paced)
+                        // publication.
+                        self.publish_offers_soon();
+                    }
+                    self.respond(id, answer);
+                }
+                None => self.respond(id, Vec::new()),
+            },
+            Inbound::EscrowLock(lock) => match self.host.as_mut() {
+                // Answered by the lease once the ledger confirmed the lock and the container
+                // runs (or with a refusal).
+                Some(host) => {
+                    if let Some(answer) = host.on_lock(id, lock) {
+                        self.respond(id, answer);
+                    }
+                }
+                None => self.respond(id, Vec::new()),
+            },
+            Inbound::RenterEnd(end) => {
+                if let Some(host) = self.host.as_mut() {
+                    host.on_renter_end(end);
+                }
+                self.respond(id, Vec::new());
+            }
+            Inbound::Receipt(receipt) => {
+                let answer = self.renter.on_receipt(receipt);
+                self.respond(id, answer);
+            }
+            Inbound::LogChunk(chunk) => {
+                self.renter.on_log_chunk(&chunk);
+                self.respond(id, Vec::new());
+            }
+            Inbound::HostEnd(end) => {
+                self.renter.on_host_end(end);
+                self.respond(id, Vec::new());
+            }
+            Inbound::Unexpected(what) => {
+                tracing::debug!("unexpected request from {peer}: {what}");
+                self.respond(id, Vec::new());
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The API's commands, answered from the components (and the store, for what is over).
+
+use gpux_api::{
+    ApiError, Balance, BidPlaced, ErrorCode, LeaseView, LedgerTotals, LogsPage, Minted,
+    ReceiptView, Receipts, Role,
+};
+use gpux_lease::{HostPhase, HostRecord, RenterPhase, RenterRecord};
+use gpux_protocol::{ContentId, LeaseRequest, MicroCredits, Signed, UsageReceipt, Verified};
+
+use super::{ApiCommand, Daemon};
+use crate::attest::now;
+use crate::p2p::topics;
+
+fn kebab<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn request_of(bytes: &[u8]) -> Option<Verified<LeaseRequest>> {
+    Signed::<LeaseRequest>::from_bytes(bytes.to_vec())
+        .and_then(Signed::verify)
+        .ok()
+}
+
+fn view(lease: ContentId, role: Role, request: &Verified<LeaseRequest>) -> LeaseView {
+    LeaseView {
+        lease: gpux_protocol::hex(&lease.0),
+        role,
+        phase: String::new(),
+        end: None,
+        host_end: None,
+        host: request.host.peer_id().to_string(),
+        renter: request.signer().peer_id().to_string(),
+        gpus: request.gpus.iter().map(ToString::to_string).collect(),
+        duration_s: request.duration_s,
+        price_per_gpu_hour_micro: request.price_per_gpu_hour.0,
+        image: request.image.to_string(),
+        since: 0,
+        started_at: None,
+        finished_at: None,
+        exit_code: None,
+        receipt_interval_ms: 0,
+        ack_grace_ms: 0,
+        last_seq: 0,
+        acked_seq: 0,
+        acked_amount: 0,
+        redeemed: 0,
+        settled: false,
+        log_bytes: 0,
+    }
+}
+
+/// A host's lease, for the API.
+pub(crate) fn host_view(lease: ContentId, record: &HostRecord) -> Option<LeaseView> {
+    let request = request_of(&record.request)?;
+    Some(LeaseView {
+        phase: kebab(&record.phase),
+        end: record.end.as_ref().map(kebab),
+        since: record.accepted_at.0,
+        started_at: record.started_at.map(|t| t.0),
+        finished_at: record.finished_at.map(|t| t.0),
+        exit_code: record.exit_code,
+        receipt_interval_ms: record.timing.receipt_interval_ms,
+        ack_grace_ms: record.timing.ack_grace_ms,
+        last_seq: record.last_seq,
+        acked_seq: record.acked.as_ref().map_or(0, |v| v.seq),
+        acked_amount: record.acked.as_ref().map_or(0, |v| v.amount.0),
+        redeemed: record.redeemed.0,
+        settled: record.phase == HostPhase::Settled,
+        log_bytes: record.log_bytes,
+        ..view(lease, Role::Host, &request)
+    })
+}
+
+/// A renter's lease, for the API.
+pub(crate) fn renter_view(lease: ContentId, record: &RenterRecord) -> Option<LeaseView> {
+    let request = request_of(&record.request)?;
+    Some(LeaseView {
+        phase: kebab(&record.phase),
+        end: record.end.as_ref().map(kebab),
+        host_end: record.host_end.as_ref().map(kebab),
+        since: record.lock_sent_at.0,
+        exit_code: record.exit_code.map(i64::from),
+        receipt_interval_ms: record.timing.receipt_interval_ms,
+        ack_grace_ms: record.timing.ack_grace_ms,
+        last_seq: record.last_seq,
+        acked_seq: record.acked.as_ref().map_or(0, |v| v.seq),
+        acked_amount: record.acked.as_ref().map_or(0, |v| v.amount.0),
+        settled: record.phase == RenterPhase::Settled,
+        log_bytes: record.log_bytes,
+        ..view(lease, Role::Renter, &request)
+    })
+}
+
+fn parse_lease(text: &str) -> Result<ContentId, ApiError> {
+    text.parse::<ContentId>()
+        .map_err(|e| ApiError::bad_input(format!("lease id: {e}")))
+}
+
+fn unknown(lease: &ContentId) -> ApiError {
+    ApiError::new(ErrorCode::UnknownLease, format!("no lease {lease} here"))
+        .with_hint("`gpux leases` lists this node's leases")
+}
+
+impl Daemon {
+    fn lease_views(&self) -> Vec<LeaseView> {
+        let mut views: Vec<LeaseView> = self
+            .host
+            .as_ref()
+            .map(|h| h.records())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|(id, r)| host_view(*id, r))
+            .collect();
+        views.extend(
+            self.renter
+                .records()
+                .iter()
+                .filter_map(|(id, r)| renter_view(*id, r)),
+        );
+        views
+    }
+
+    fn lease_view(&self, lease: &ContentId) -> Result<LeaseView, ApiError> {
+        let store = |e: crate::store::StoreError| ApiError::internal(e.to_string());
+        if let Some(record) = self.state.renter_lease(lease).map_err(store)? {
+            return renter_view(*lease, &record)
+                .ok_or_else(|| ApiError::internal("the stored lease does not verify"));
+        }
+        if let Some(record) = self.state.host_lease(lease).map_err(store)? {
+            return host_view(*lease, &record)
+                .ok_or_else(|| ApiError::internal("the stored lease does not verify"));
+        }
+        Err(unknown(lease))
+    }
+
+    fn logs(&self, lease: &str, from: u64) -> Result<LogsPage, ApiError> {
+        let lease = parse_lease(lease)?;
+        let view = self.lease_view(&lease)?;
+        let chunks = self
+            .state
+            .logs(&lease, from)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let next = chunks.last().map_or(from, |(seq, _)| seq + 1);
+        let text: String = chunks
+            .iter()
+            .map(|(_, data)| String::from_utf8_lossy(data).into_owned())
+            .collect();
+        Ok(LogsPage {
+            text,
+            next,
+            ended: view.end.is_some() || view.settled,
+        })
+    }
+
+    fn receipts(&self, lease: &str) -> Result<Receipts, ApiError> {
+        let lease = parse_lease(lease)?;
+        let view = self.lease_view(&lease)?;
+        let receipts = self
+            .state
+            .receipts(&lease)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let receipts = receipts
+            .iter()
+            .filter_map(|(receipt, ack)| {
+                let r = Signed::<UsageReceipt>::from_bytes(receipt.clone())
+                    .and_then(Signed::verify)
+                    .ok()?;
+                Some(ReceiptView {
+                    seq: r.seq,
+                    created_at: r.created_at.0,
+                    gpu_seconds: r.gpu_seconds,
+                    amount_due: r.amount_due.amount_text(),
+                    amount_due_micro: r.amount_due.0,
+                    memory_peak_bytes: r.usage.memory_peak_bytes,
+                    gpu_util_permille: r.usage.gpu_util_permille,
+                    gpu_memory_peak_bytes: r.usage.gpu_memory_peak_bytes,
+                    cpu_millis_avg: r.usage.cpu_millis_avg,
+                    acked: ack.is_some(),
+                })
+            })
+            .collect();
+        Ok(Receipts {
+            receipts,
+            lease: view,
+        })
+    }
+
+    fn stop(&mut self, lease: &str) -> Result<gpux_api::Stopping, ApiError> {
+        let lease = parse_lease(lease)?;
+        if self.state.renter_lease(&lease).ok().flatten().is_none()
+            && self.state.host_lease(&lease).ok().flatten().is_some()
+        {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "this node hosts that lease; the renter stops it",
+            ));
+        }
+        self.renter.stop(lease)
+    }
+
+    fn mint(&mut self, request: &gpux_api::MintRequest) -> Result<Minted, ApiError> {
+        let service = self.ledger_service.as_mut().ok_or_else(|| {
+            ApiError::new(ErrorCode::Conflict, "this node does not serve a ledger")
+        })?;
+        let peer = request
+            .account
+            .parse::<gpux_protocol::PeerId>()
+            .map_err(|e| ApiError::bad_input(format!("account: {e}")))?;
+        let amount = request
+            .amount
+            .parse::<MicroCredits>()
+            .map_err(|e| ApiError::bad_input(format!("amount: {e}")))?;
+        if amount.0 == 0 {
+            return Err(ApiError::bad_input("amount: must be more than zero"));
+        }
+        let balance = service
+            .mint(peer.public_key(), amount, now())
+            .map_err(|e| match e {
+                crate::ledger::ServiceError::Refused { .. } => ApiError::bad_input(e.to_string()),
+                _ => ApiError::internal(e.to_string()),
+            })?;
+        Ok(Minted {
+            account: request.account.clone(),
+            balance_micro: balance.0,
+        })
+    }
+
+    fn ledger_totals(&self) -> Result<LedgerTotals, ApiError> {
+        let service = self.ledger_service.as_ref().ok_or_else(|| {
+            ApiError::new(ErrorCode::Conflict, "this node does not serve a ledger")
+        })?;
+        let ledger = service.ledger();
+        Ok(LedgerTotals {
+            minted_micro: ledger.minted().0,
+            total_micro: u64::try_from(ledger.total()).unwrap_or(u64::MAX),
+            balances: ledger
+                .accounts()
+                .map(|(k, b)| (k.peer_id().to_string(), b.0))
+                .collect(),
+            escrows: ledger.escrows().count(),
+            open_escrows: ledger.escrows().filter(|(_, e)| !e.released).count(),
+        })
+    }
+
+    /// One API command.
+    pub(super) fn on_api(&mut self, command: ApiCommand) {
+        match command {
+            ApiCommand::Status { reply } => {
+                let _ = reply.send(Ok(self.status()));
+            }
+            ApiCommand::Search {
+                query,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(self.market.search(&query, limit, now()));
+            }
+            ApiCommand::Leases { reply } => {
+                let _ = reply.send(Ok(self.lease_views()));
+            }
+            ApiCommand::Rent { request, reply } => self.start_rent(request, reply),
+            ApiCommand::Bid { request, reply } => {
+                match self.market.place_bid(&self.key, &request, now()) {
+                    Ok((bid, fill)) => {
+                        let placed = BidPlaced {
+                            bid: bid.id().to_string(),
+                            expires_at: bid.expires_at.0,
+                        };
+                        // With no peer yet the bid still stands locally and fills from offers as
+                        // they arrive.
+                        let net = self.net.clone();
+                        let bytes = bid.as_bytes().to_vec();
+                        tokio::spawn(async move {
+                            let _ = net.publish(topics::BIDS, bytes).await;
+                        });
+                        for bid in fill {
+                            self.fill_bid(bid);
+                        }
+                        let _ = reply.send(Ok(placed));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            ApiCommand::Logs { lease, from, reply } => {
+                let _ = reply.send(self.logs(&lease, from));
+            }
+            ApiCommand::Receipts { lease, reply } => {
+                let _ = reply.send(self.receipts(&lease));
+            }
+            ApiCommand::Stop { lease, reply } => {
+                let _ = reply.send(self.stop(&lease));
+            }
+            ApiCommand::Balance { reply } => {
+                let ledger = self.ledger.clone();
+                let account = self.key.public();
+                tokio::spawn(async move {
+                    let result = match ledger {
+                        Some(ledger) => ledger
+                            .balance(account)
+                            .await
+                            .map(|b| Balance {
+                                account: account.peer_id().to_string(),
+                                balance: b.amount_text(),
+                                balance_micro: b.0,
+                            })
+                            .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string())),
+                        None => Err(ApiError::new(
+                            ErrorCode::Conflict,
+                            "this node has no ledger configured",
+                        )
+                        .with_hint("start it with --ledger, or set `ledger` in config.toml")),
+                    };
+                    let _ = reply.send(result);
+                });
+            }
+            ApiCommand::Mint { request, reply } => {
+                let _ = reply.send(self.mint(&request));
+            }
+            ApiCommand::Ledger { reply } => {
+                let _ = reply.send(self.ledger_totals());
+            }
+            // Handled by the loop.
+            ApiCommand::Shutdown { .. } => {}
+        }
+    }
+}
