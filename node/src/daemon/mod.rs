@@ -1,13 +1,13 @@
 //! `gpux node run`: the daemon, a thin shell over the pure lease machines.
 //!
 //! One task owns the node's state and runs one loop over everything that arrives: network
-//! events (routed by protocol and message kind, [`router`]), API commands, and the
+//! events (routed by protocol and message kind, `router.rs`), API commands, and the
 //! completions of effects (a ledger verdict, a container started, a receipt answered, a
-//! timer). Its components are separate: the market view ([`market`]), the host role
-//! ([`host`]) and the renter role ([`renter`]); each carries out its machines' effects, and
+//! timer). Its components are separate: the market view (`market.rs`), the host role
+//! (`host/`) and the renter role (`renter.rs`); each carries out its machines' effects, and
 //! nothing else touches the executor, the swarm client, the ledger client or the store.
 //! The loop never awaits the network: every request, answer and publication runs in a task
-//! of its own and reports back as an [`Event`], so no two tasks can wait on each other.
+//! of its own and reports back as an event, so no two tasks can wait on each other.
 
 pub mod api;
 mod host;
