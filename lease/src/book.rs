@@ -71,7 +71,13 @@ fn reason_for(e: &RuleError) -> RejectReason {
     }
 }
 
-/// The host's book. See the [module docs](self).
+/// The host's own book: its offers, the bookings of its GPUs, and its answer to a lease
+/// request.
+///
+/// A lease exists only once the host has signed `LeaseAccept`, and the host signs it only
+/// after booking the GPUs in its own book (`OrderBook::reserve`, atomic). Requests are
+/// answered one at a time by whoever owns the book, so two renters racing for the same GPUs
+/// get exactly one lease.
 #[derive(Debug)]
 pub struct HostBook {
     key: Keypair,

@@ -336,7 +336,21 @@ pub enum HostEffect {
     FreeGpus,
 }
 
-/// The host's side of one lease. See the [module docs](self).
+/// The host's side of one lease.
+///
+/// From the signed `LeaseAccept` on: the renter's escrow lock goes to the ledger; once the
+/// ledger confirms it the container starts, and the renter gets the ledger's record; the
+/// work is billed per second from Docker's start; every receipt interval a cumulative
+/// receipt is signed and sent; each acknowledgement is redeemed at once; the work stops at
+/// its deadline, on the renter's word, on a dispute, when the escrow is exhausted, or when the
+/// renter owes an acknowledgement for longer than the grace; then the final bill (Docker's
+/// runtime, never past the deadline) goes out, the container is erased, and the escrow is
+/// closed with the latest voucher.
+///
+/// Loss bound: the ack deadline runs from the end of the time the latest acknowledged
+/// receipt covers, not from when a receipt happened to be sent, so however late receipts
+/// go out (a slow Docker, a busy node) the host's unpaid runtime stays within one receipt
+/// interval plus the grace, for the time its node is up.
 #[derive(Debug, Clone)]
 pub struct HostLease {
     key: Keypair,

@@ -74,7 +74,15 @@ pub struct ReplayError {
     pub reason: String,
 }
 
-/// The ledger service. See the [module docs](self).
+/// The ledger service's decisions, over the pure `gpux_market::Ledger`.
+///
+/// [`LedgerMachine`] answers `/gpux/ledger/2` requests: it verifies the submitted envelope,
+/// refuses stale locks, answers a retried lock with the record it got the first time and any
+/// other retried operation with `Unchanged`, applies the rest, and signs the ledger's
+/// records. It does no I/O: each applied operation comes out as a log entry that the shell
+/// must store (flushed) *before* it sends the response, and the shell rebuilds the machine
+/// from that log with [`LedgerMachine::replay`] on start, or whenever a write fails (so
+/// memory never runs ahead of disk).
 pub struct LedgerMachine {
     key: Keypair,
     ledger: Ledger,

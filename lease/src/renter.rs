@@ -209,7 +209,19 @@ pub enum StopError {
     Ended,
 }
 
-/// The renter's side of one lease. See the [module docs](self).
+/// The renter's side of one lease.
+///
+/// After the host's `LeaseAccept`, the renter signs its `EscrowLock` and sends it to the host,
+/// which relays it to the ledger and starts the container; the renter learns the lease runs
+/// from the ledger's signed `Locked` record. Every receipt is checked against the terms and
+/// against the renter's own clock (never billing more than the renter has measured since it
+/// asked for the start, nor much past a stop it asked for) before it is countersigned. A host
+/// that falls silent ends the lease. Once over, the renter closes the escrow after the
+/// ledger's grace with its latest voucher, so the host is paid exactly what the renter
+/// acknowledged, and the rest comes back.
+///
+/// A rent the renter reported as failed is never paid: from then on every receipt is
+/// disputed and the host is asked to stop.
 #[derive(Debug, Clone)]
 pub struct RenterLease {
     key: Keypair,
