@@ -39,7 +39,7 @@ mod renter;
 pub use book::{Answer, HostBook, OfferChange};
 pub use host::{
     ContainerState, EXIT_NOTICE_MS, HostEffect, HostInput, HostLease, HostPhase, HostRecord,
-    HostTimer, RenterAnswer, StartFailure, UsageSample,
+    HostTimer, Meter, RenterAnswer, StartFailure, UsageSample,
 };
 pub use ledger::{
     LedgerMachine, LedgerOutput, LogAppend, LogEntry, LogOp, MAX_LOCK_AGE_MS, ReplayError,

@@ -1,0 +1,380 @@
+//! The host's side of one lease.
+//!
+//! From the signed `LeaseAccept` on: the renter's escrow lock goes to the ledger; once the
+//! ledger confirms it the container starts, and the renter gets the ledger's record; the
+//! work is billed per second from Docker's start; every receipt interval a cumulative
+//! receipt is signed and sent; each acknowledgement is redeemed at once; the work stops at
+//! its deadline, on the renter's word, on a dispute, when the escrow is exhausted, or when the
+//! renter owes an acknowledgement for longer than the grace; then the final bill (Docker's
+//! runtime, never past the deadline) goes out, the container is erased, and the escrow is
+//! closed with the latest voucher.
+//!
+//! Loss bound: the ack deadline runs from the end of the time the latest acknowledged
+//! receipt covers, not from when a receipt happened to be sent, so however late receipts
+//! go out (a slow Docker, a busy node) the host's unpaid runtime stays within one receipt
+//! interval plus the grace, for the time its node is up.
+
+use gpux_protocol::ledger_wire::RefusalCode;
+use gpux_protocol::validate::{ack_matches_receipt, escrow_lock_matches_request};
+use gpux_protocol::{
+    BoundedBytes, BoundedString, ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd,
+    LeaseKind, LeaseReject, LeaseRequest, LedgerEntry, MicroCredits, ReceiptAck, Redeem,
+    RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
+};
+
+use crate::{End, LedgerCall, LedgerVerdict, RestoreError, Timing, Voucher, backoff_ms, bill};
+
+/// An escrow lock must come this soon after the acceptance: the GPUs are booked from the
+/// acceptance, and the work must fit in the booking.
+pub(crate) const LOCK_WINDOW_MS: u64 = 10_000;
+/// An accepted lease whose escrow is not locked by then is dropped (its GPUs freed).
+pub(crate) const LOCK_WAIT_MS: u64 = 30_000;
+/// How long the host keeps trying the ledger with a lock before it refuses the renter.
+const LOCK_RETRY_MS: u64 = 8_000;
+/// How long the final receipt waits for its answer.
+const FINAL_RECEIPT_WAIT_MS: u64 = 5_000;
+/// A container asked to stop that has not exited by then is killed again.
+const STOP_WAIT_MS: u64 = 10_000;
+/// Receipts kept for matching late acknowledgements.
+const KEPT_RECEIPTS: usize = 4;
+/// The shell learns that a container exited within this time (it waits on the container,
+/// and inspects it every second besides). A periodic receipt bills only up to this long
+/// ago, so it never bills time after an exit the host has not heard of yet; the final
+/// receipt bills Docker's exact runtime.
+pub const EXIT_NOTICE_MS: u64 = 1_000;
+
+mod io;
+mod ledger;
+mod work;
+
+use io::SentReceipt;
+pub use io::{
+    ContainerState, HostEffect, HostInput, HostPhase, HostRecord, HostTimer, Meter, RenterAnswer,
+    StartFailure, UsageSample,
+};
+
+/// The host's side of one lease.
+///
+/// From the signed `LeaseAccept` on: the renter's escrow lock goes to the ledger; once the
+/// ledger confirms it the container starts, and the renter gets the ledger's record; the
+/// work is billed per second from Docker's start; every receipt interval a cumulative
+/// receipt is signed and sent; each acknowledgement is redeemed at once; the work stops at
+/// its deadline, on the renter's word, on a dispute, when the escrow is exhausted, or when the
+/// renter owes an acknowledgement for longer than the grace; then the final bill (Docker's
+/// runtime, never past the deadline) goes out, the container is erased, and the escrow is
+/// closed with the latest voucher.
+///
+/// Loss bound: the ack deadline runs from the end of the time the latest acknowledged
+/// receipt covers, not from when a receipt happened to be sent, so however late receipts
+/// go out (a slow Docker, a busy node) the host's unpaid runtime stays within one receipt
+/// interval plus the grace, for the time its node is up.
+#[derive(Debug, Clone)]
+pub struct HostLease {
+    key: Keypair,
+    request: Verified<LeaseRequest>,
+    rec: HostRecord,
+    /// A ledger operation is in flight (never two at once).
+    ledger_busy: Option<LedgerCall>,
+    /// Failed ledger attempts in a row.
+    ledger_failures: u32,
+    /// When the first attempt of the lock was made (for the retry limit).
+    lock_first_tried: Option<Timestamp>,
+    /// Whether the renter's lock request still waits for its answer.
+    lock_pending: bool,
+}
+
+impl HostLease {
+    /// A lease the host has just accepted (`accept` signed over `request`, booked, to be
+    /// stored before it is sent). Effects: persist, and the lock-wait timer.
+    pub fn accepted(
+        key: Keypair,
+        request: Verified<LeaseRequest>,
+        accept: &Verified<LeaseAccept>,
+        timing: Timing,
+    ) -> (Self, Vec<HostEffect>) {
+        let now = accept.created_at;
+        let rec = HostRecord {
+            request: request.as_bytes().to_vec(),
+            accept: accept.as_bytes().to_vec(),
+            accepted_at: now,
+            timing,
+            phase: HostPhase::AwaitingLock,
+            lock: None,
+            lock_record: None,
+            started_at: None,
+            finished_at: None,
+            exit_code: None,
+            last_seq: 0,
+            next_receipt_at: now,
+            ack_from: now,
+            sent: Vec::new(),
+            acked: None,
+            redeemed_seq: 0,
+            redeemed: MicroCredits::ZERO,
+            end: None,
+            ended_at: None,
+            usage: Meter::default(),
+            log_cursor: None,
+            log_chunks: 0,
+            log_bytes: 0,
+            erased: false,
+        };
+        let lease = Self::from_parts(key, request, rec);
+        let effects = vec![
+            HostEffect::Persist,
+            HostEffect::Schedule {
+                at: now.plus_ms(LOCK_WAIT_MS),
+                timer: HostTimer::LockWait,
+            },
+        ];
+        (lease, effects)
+    }
+
+    fn from_parts(key: Keypair, request: Verified<LeaseRequest>, rec: HostRecord) -> Self {
+        Self {
+            key,
+            request,
+            rec,
+            ledger_busy: None,
+            ledger_failures: 0,
+            lock_first_tried: None,
+            lock_pending: false,
+        }
+    }
+
+    /// A lease from its stored record after a restart, with what the host found of its
+    /// container. The effects resume it (metering a container still running within its
+    /// time) or end and settle it.
+    pub fn restore(
+        key: Keypair,
+        rec: HostRecord,
+        container: ContainerState,
+        now: Timestamp,
+    ) -> Result<(Self, Vec<HostEffect>), RestoreError> {
+        let request = Signed::<LeaseRequest>::from_bytes(rec.request.clone())
+            .and_then(Signed::verify)
+            .map_err(|e| RestoreError(e.to_string()))?;
+        let mut lease = Self::from_parts(key, request, rec);
+        let mut out = Vec::new();
+        match lease.rec.phase {
+            HostPhase::AwaitingLock => out.push(HostEffect::Schedule {
+                at: lease.rec.accepted_at.plus_ms(LOCK_WAIT_MS),
+                timer: HostTimer::LockWait,
+            }),
+            // The renter's request for the start died with the old process: the renter has
+            // given up on it (and pays nothing), so the work must not run.
+            HostPhase::Locking | HostPhase::Starting => {
+                lease.end(now, End::HostShutdown, &mut out);
+                if let ContainerState::Exited { .. } | ContainerState::Absent = container {
+                    lease.on_exited(now, None, None, &mut out);
+                }
+            }
+            HostPhase::Running => match container {
+                ContainerState::Running { started_at } => {
+                    lease.rec.started_at.get_or_insert(started_at);
+                    // Whatever ran while this node was down is at its own risk; the renter
+                    // gets a fresh receipt now and the grace to acknowledge it.
+                    let interval = lease.rec.timing.receipt_interval_ms;
+                    lease.rec.ack_from = lease
+                        .rec
+                        .ack_from
+                        .max(Timestamp(now.0.saturating_sub(interval)));
+                    lease.rec.next_receipt_at = now;
+                    out.push(HostEffect::Persist);
+                    out.push(HostEffect::Schedule {
+                        at: now,
+                        timer: HostTimer::ReceiptDue,
+                    });
+                    out.push(HostEffect::Schedule {
+                        at: lease.deadline(),
+                        timer: HostTimer::Deadline,
+                    });
+                    out.push(HostEffect::Schedule {
+                        at: lease.ack_deadline(),
+                        timer: HostTimer::AckDeadline,
+                    });
+                }
+                ContainerState::Exited {
+                    finished_at,
+                    exit_code,
+                    ..
+                } => {
+                    let end = lease.natural_end(finished_at.unwrap_or(now));
+                    lease.end(now, end, &mut out);
+                    lease.on_exited(now, finished_at, exit_code, &mut out);
+                }
+                ContainerState::Absent => {
+                    lease.end(now, End::ContainerFailed, &mut out);
+                    lease.on_exited(now, None, None, &mut out);
+                }
+            },
+            HostPhase::Stopping => match container {
+                ContainerState::Running { .. } => {
+                    out.push(HostEffect::StopContainer { grace_s: 0 })
+                }
+                ContainerState::Exited {
+                    finished_at,
+                    exit_code,
+                    ..
+                } => lease.on_exited(now, finished_at, exit_code, &mut out),
+                ContainerState::Absent => lease.on_exited(now, None, None, &mut out),
+            },
+            // The final receipt's answer is lost with the old process.
+            HostPhase::FinalReceipt => lease.finish(now, &mut out),
+            HostPhase::Ended => {
+                if !lease.rec.erased && container != ContainerState::Absent {
+                    out.push(HostEffect::EraseContainer);
+                }
+                lease.settle(now, &mut out);
+            }
+            HostPhase::Settled => {
+                if container != ContainerState::Absent {
+                    out.push(HostEffect::EraseContainer);
+                }
+            }
+        }
+        Ok((lease, out))
+    }
+
+    /// The lease id.
+    pub fn id(&self) -> ContentId {
+        self.request.id()
+    }
+
+    /// The signed request (the terms).
+    pub fn request(&self) -> &Verified<LeaseRequest> {
+        &self.request
+    }
+
+    /// The record to persist.
+    pub fn record(&self) -> &HostRecord {
+        &self.rec
+    }
+
+    /// Where the lease is.
+    pub fn phase(&self) -> HostPhase {
+        self.rec.phase
+    }
+
+    /// Whether the lease holds its GPUs (from acceptance until the work stopped).
+    pub fn holds_gpus(&self) -> bool {
+        matches!(
+            self.rec.phase,
+            HostPhase::AwaitingLock
+                | HostPhase::Locking
+                | HostPhase::Starting
+                | HostPhase::Running
+                | HostPhase::Stopping
+        )
+    }
+
+    /// The moment the work must stop: its duration from the start, but never past the
+    /// booking of its GPUs (which runs from the acceptance).
+    pub fn deadline(&self) -> Timestamp {
+        let duration_ms = u64::from(self.request.duration_s) * 1000;
+        let booked_until = match self.request.kind {
+            LeaseKind::Reserved { end, .. } => end,
+            _ => self.rec.accepted_at.plus_ms(duration_ms),
+        };
+        let started = self.rec.started_at.unwrap_or(self.rec.accepted_at);
+        started.plus_ms(duration_ms).min(booked_until)
+    }
+
+    fn ack_deadline(&self) -> Timestamp {
+        self.rec.ack_from.plus_ms(self.rec.timing.loss_bound_ms())
+    }
+
+    fn natural_end(&self, at: Timestamp) -> End {
+        if at >= self.deadline() {
+            End::DurationReached
+        } else {
+            End::ContainerExited
+        }
+    }
+
+    /// GPU-seconds billed up to `until` (never past the deadline nor Docker's finish), and
+    /// the end of the time billed.
+    fn billed_until(&self, until: Timestamp) -> (u64, Timestamp) {
+        let Some(started) = self.rec.started_at else {
+            return (0, until);
+        };
+        let mut end = until.min(self.deadline());
+        if let Some(finished) = self.rec.finished_at {
+            end = end.min(finished);
+        }
+        let end = end.max(started);
+        let runtime = end.ms_since(started);
+        #[cfg(feature = "broken-rule")]
+        let runtime = runtime + 1000;
+        (bill::request_gpu_seconds(&self.request, runtime), end)
+    }
+
+    /// Handles one input at `now`.
+    pub fn handle(&mut self, now: Timestamp, input: HostInput) -> Vec<HostEffect> {
+        let mut out = Vec::new();
+        match input {
+            HostInput::Lock(lock) => self.on_lock(now, lock, &mut out),
+            HostInput::Ledger { call, verdict } => self.on_ledger(now, call, verdict, &mut out),
+            HostInput::ContainerStarted { started_at } => {
+                self.on_started(now, started_at, &mut out)
+            }
+            HostInput::ContainerNotStarted(why) => {
+                if self.rec.phase == HostPhase::Stopping && self.rec.started_at.is_none() {
+                    // Ended while it was being started, and it never started.
+                    self.on_exited(now, None, None, &mut out);
+                } else if self.rec.phase == HostPhase::Starting {
+                    let end = match why {
+                        StartFailure::ImageMissing => End::ImageMissing,
+                        StartFailure::Failed => End::ContainerFailed,
+                    };
+                    self.end(now, end, &mut out);
+                    self.on_exited(now, None, None, &mut out);
+                }
+            }
+            HostInput::ContainerExited {
+                finished_at,
+                exit_code,
+            } => match self.rec.phase {
+                HostPhase::Running => {
+                    let end = self.natural_end(finished_at.unwrap_or(now));
+                    let end = if finished_at.is_none() {
+                        End::ContainerFailed
+                    } else {
+                        end
+                    };
+                    self.end(now, end, &mut out);
+                    self.on_exited(now, finished_at, exit_code, &mut out);
+                }
+                HostPhase::Stopping => self.on_exited(now, finished_at, exit_code, &mut out),
+                _ => {}
+            },
+            HostInput::ContainerErased => {
+                self.rec.erased = true;
+                out.push(HostEffect::Persist);
+            }
+            HostInput::Sample(sample) => self.on_sample(sample),
+            HostInput::ReceiptAnswer { seq, answer } => self.on_answer(now, seq, answer, &mut out),
+            HostInput::RenterEnd(end) => {
+                if end.signer() == self.request.signer()
+                    && end.lease == self.id()
+                    && end.reason == gpux_protocol::EndReason::RenterStopped
+                {
+                    self.end(now, End::RenterStopped, &mut out);
+                }
+            }
+            HostInput::Shutdown => self.end(now, End::HostShutdown, &mut out),
+            HostInput::Timer(timer) => self.on_timer(now, timer, &mut out),
+            HostInput::LogsShipped {
+                cursor,
+                chunks,
+                bytes,
+            } => {
+                self.rec.log_cursor = Some(cursor);
+                self.rec.log_chunks += chunks;
+                self.rec.log_bytes += bytes;
+                out.push(HostEffect::Persist);
+            }
+        }
+        out
+    }
+}
