@@ -72,3 +72,23 @@ ensure_docker() {
         exit 1
     fi
 }
+
+# stage NAME: announces a stage and prints how long the previous one took; `stage ""` ends
+# the last one (and prints the total).
+STAGE_NAME=""
+STAGE_START=$(date +%s)
+TOTAL_START=$STAGE_START
+stage() {
+    local now
+    now=$(date +%s)
+    if [ -n "$STAGE_NAME" ]; then
+        printf '\033[1m==> %s: %ds\033[0m\n' "$STAGE_NAME" $((now - STAGE_START)) >&2
+    fi
+    STAGE_NAME=$1
+    STAGE_START=$now
+    if [ -n "$1" ]; then
+        say "$1"
+    else
+        printf '\033[1m==> total: %ds\033[0m\n' $((now - TOTAL_START)) >&2
+    fi
+}

@@ -220,11 +220,18 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Id { json } => {
             let key = gpux_node::load_key(&dir)?;
             if json {
-                cmd::print_json(&serde_json::json!({
-                    "peer_id": key.peer_id().to_string(),
-                    "public_key": key.public().to_string(),
-                    "data_dir": dir,
-                }))?;
+                /// `gpux id --json`.
+                #[derive(serde::Serialize)]
+                struct Id {
+                    peer_id: String,
+                    public_key: String,
+                    data_dir: PathBuf,
+                }
+                cmd::print_json(&Id {
+                    peer_id: key.peer_id().to_string(),
+                    public_key: key.public().to_string(),
+                    data_dir: dir,
+                })?;
             } else {
                 cmd::out!("{}", key.peer_id())?;
             }

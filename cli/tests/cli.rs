@@ -412,6 +412,12 @@ mod testnet {
             assert!(lease["runtime_s"].as_f64().unwrap() > 0.0, "{lease}");
         }
         assert!(report["rent_to_running_ms_p50"].as_u64().unwrap() > 0);
+        // Docker's own create+start of the same container, measured in the same run.
+        let docker = report["docker_start_ms_p50"].as_u64().unwrap();
+        assert!(
+            docker > 0 && docker <= report["rent_to_running_ms_p50"].as_u64().unwrap(),
+            "{report}"
+        );
         let left = processes_mentioning(dir.to_str().unwrap());
         assert!(left.is_empty(), "processes left running: {left:?}");
     }
@@ -433,5 +439,102 @@ mod testnet {
                 && err.contains("cargo build --release --workspace"),
             "{err}"
         );
+    }
+}
+
+/// The command line's conventions: invalid values are usage errors (exit 2), a closed
+/// standard output ends a command quietly, never with a panic.
+mod conventions {
+    use super::*;
+
+    #[test]
+    fn zero_gpus_durations_and_amounts_are_invalid_values() {
+        for args in [
+            &["rent", "gpu=l4", "--gpus", "0", "--max-price", "1"][..],
+            &["rent", "gpu=l4", "--duration", "0", "--max-price", "1"],
+            &["bid", "gpu=l4", "--duration", "0s", "--max-price", "1"],
+            &[
+                "mint",
+                "12D3KooWSrKnMZUcSxK8G7wmBbXdU8nFEfWGhLu6H8xjn8LmCSJb",
+                "0",
+            ],
+        ] {
+            let out = gpux(args, &[]);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains("invalid value"),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+            assert!(!stderr(&out).contains("no offer"), "{}", stderr(&out));
+        }
+    }
+
+    #[test]
+    fn a_closed_stdout_ends_the_command_quietly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("node");
+        let dir_s = dir.to_str().unwrap();
+        assert!(gpux(&["init", "--data-dir", dir_s], &[]).status.success());
+        // Like `gpux id | head -0`: the reader is gone before anything is written.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpux"))
+            .args(["id", "--json", "--data-dir", dir_s])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+
+    #[test]
+    fn print_config_shows_each_setting_and_where_it_came_from() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        fs::write(
+            dir.join("config.toml"),
+            "listen = [\"/ip4/127.0.0.1/tcp/4555\"]\nmdns = true\n",
+        )
+        .unwrap();
+        let d = dir.to_str().unwrap();
+        let out = gpux(
+            &[
+                "node",
+                "run",
+                "--data-dir",
+                d,
+                "--print-config",
+                "--price",
+                "2.5",
+                "--host",
+            ],
+            &[],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        for line in [
+            "listen = [\"/ip4/127.0.0.1/tcp/4555\"]  # config.toml",
+            "mdns = true  # config.toml",
+            "price = \"2.5\"  # flag",
+            "republish_s = 120  # default",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // A bad value in the file names the key and the line, and nothing starts.
+        fs::write(
+            dir.join("config.toml"),
+            "mdns = true\nreceipt_interval_s = 0\n",
+        )
+        .unwrap();
+        let out = gpux(&["node", "run", "--data-dir", d], &[]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(
+            err.contains("config.toml line 2") && err.contains("receipt_interval_s"),
+            "{err}"
+        );
+        assert!(!dir.join("api.addr").exists());
     }
 }

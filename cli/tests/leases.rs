@@ -383,3 +383,40 @@ fn a_lease_for_an_image_the_host_lacks_is_refused_before_any_charge() {
     assert_eq!(market.balance(renter), FAUCET_MICRO);
     market.assert_conserved();
 }
+
+#[test]
+fn an_unknown_lease_is_an_error_that_says_so() {
+    let market = Market::start(0, 1, 10);
+    let renter = &market.renters[0];
+    let unknown = "ab".repeat(32);
+    for command in ["logs", "receipts", "stop"] {
+        let out = renter.gpux(&[command, &unknown]);
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("no lease {unknown} here")),
+            "{command}: {err}"
+        );
+    }
+    // Not a lease id at all: a bad value.
+    let out = renter.gpux(&["logs", "nonsense"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lease id"));
+    // A search whose output is cut short (`| head -1`) ends quietly.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpux"))
+        .arg("--data-dir")
+        .arg(&renter.dir)
+        .args(["offers", "search", "", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

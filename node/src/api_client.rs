@@ -171,7 +171,7 @@ impl ApiClient {
 
     /// `POST /v1/leases/{lease}/stop`.
     pub fn stop(&self, lease: &str) -> Result<gpux_api::Stopping, ClientError> {
-        self.post(&format!("/v1/leases/{lease}/stop"), &serde_json::json!({}))
+        self.post(&format!("/v1/leases/{lease}/stop"), &())
     }
 
     /// `GET /v1/leases/{lease}/receipts`.
@@ -203,6 +203,6 @@ impl ApiClient {
 
     /// `POST /v1/shutdown`.
     pub fn shutdown(&self) -> Result<gpux_api::ShuttingDown, ClientError> {
-        self.post("/v1/shutdown", &serde_json::json!({}))
+        self.post("/v1/shutdown", &())
     }
 }

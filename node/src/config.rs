@@ -1,5 +1,9 @@
-//! `<data-dir>/config.toml`: the node's settings, with documented defaults. Command-line
-//! flags override the file; the file overrides the defaults.
+//! The node's settings: one [`Options`] type that the command line (clap) and
+//! `<data-dir>/config.toml` (serde) both fill, merged flag over file over default, each
+//! default stated once ([`Options::defaults`]). `gpux node run --print-config` shows the
+//! effective settings and where each came from.
+//!
+//! The file's keys are the flags' names with `_` for `-` (seconds-valued ones end in `_s`):
 //!
 //! ```toml
 //! listen = ["/ip4/0.0.0.0/tcp/4001"]   # libp2p listen addresses
@@ -11,15 +15,14 @@
 //! ledger_release_grace_s = 600          # ledger: idle time before a payer may release
 //! receipt_interval_s = 60               # host: how often receipts are signed
 //! ack_grace_s = 30                      # host: stop a lease this long after a missed ack
-//!
-//! [host]                                # present: share this machine's GPUs
-//! price = "1.00"                        # credits per GPU-hour
-//! spot_floor = "0.40"                   # optional; no spot leases without it
-//! region = "any"
-//! images = ["sha256:..."]               # optional; default: every image Docker has
-//! nvml_lib = "/path/libnvidia-ml.so.1"  # optional; default: the driver's
-//! fake_gpus = false                     # simulated GPUs (testnet): no GPU device passed
-//! min_duration_s = 60                  # billing's minimum is 60 s regardless
+//! host = false                          # share this machine's GPUs
+//! price = "1.00"                        # host: credits per GPU-hour
+//! spot_floor = "0.40"                   # host: optional; no spot leases without it
+//! region = "any"                        # host: region token
+//! images = ["sha256:..."]               # host: optional; default: every image Docker has
+//! nvml_lib = "/path/libnvidia-ml.so.1"  # host: optional; default: the driver's
+//! fake_gpus = false                     # host: simulated GPUs (testnet): no device passed
+//! min_duration_s = 60                   # host: billing's minimum is 60 s regardless
 //! max_duration_s = 86400
 //! offer_ttl_s = 600
 //! republish_s = 120
@@ -28,256 +31,432 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
-
-use std::time::Duration;
+use gpux_lease::Timing;
 
 use crate::daemon::{DaemonConfig, HostOptions};
 use crate::p2p::Multiaddr;
-use gpux_lease::Timing;
 
 /// The file's name in the data directory.
 pub const CONFIG_FILE: &str = "config.toml";
 
-/// The file, as written.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+/// Every setting of a node. Each field is optional: `None` means "not given here" (on the
+/// command line, or in the file); [`Options::defaults`] fills what neither gave, and
+/// `gpux node run --print-config` shows every effective value and where it came from.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// libp2p listen addresses.
+pub struct Options {
+    /// libp2p listen address (repeatable).
+    #[arg(long, value_name = "MULTIADDR")]
     pub listen: Option<Vec<String>>,
-    /// Bootstrap peers.
+    /// A peer to join through, with its `/p2p/PEER_ID` (repeatable).
+    #[arg(long, value_name = "MULTIADDR")]
     pub bootstrap: Option<Vec<String>>,
-    /// The API address.
+    /// The API address, loopback only.
+    #[arg(long, value_name = "ADDR")]
     pub api: Option<SocketAddr>,
-    /// mDNS discovery.
+    /// Discover peers on the local network with mDNS.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub mdns: Option<bool>,
-    /// Host settings; present to run as a host.
-    pub host: Option<FileHost>,
-    /// The ledger node's address.
+    /// The ledger node to settle with, ending in /p2p/PEER_ID.
+    #[arg(long, value_name = "MULTIADDR")]
     pub ledger: Option<String>,
-    /// Serve the ledger.
+    /// Serve the settlement ledger from this node.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub serve_ledger: Option<bool>,
-    /// Ledger: idle seconds before a payer may release an escrow.
+    /// Ledger: seconds an escrow must be idle before its payer may take it back.
+    #[arg(long = "ledger-release-grace", value_name = "SECONDS")]
     pub ledger_release_grace_s: Option<u64>,
-    /// Receipt interval, seconds.
+    /// Host: seconds between usage receipts.
+    #[arg(long = "receipt-interval", value_name = "SECONDS")]
     pub receipt_interval_s: Option<u64>,
-    /// Acknowledgement grace, seconds.
+    /// Host: seconds to wait for a receipt's acknowledgement before stopping the lease
+    ///.
+    #[arg(long = "ack-grace", value_name = "SECONDS")]
     pub ack_grace_s: Option<u64>,
-}
-
-/// The `[host]` table.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileHost {
-    /// Price per GPU-hour, credits.
+    /// Share this machine's GPUs.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub host: Option<bool>,
+    /// Host: price per GPU-hour, credits.
+    #[arg(long, value_name = "CREDITS")]
     pub price: Option<String>,
-    /// Spot floor per GPU-hour, credits.
+    /// Host: lowest spot bid accepted per GPU-hour (no spot leases without it).
+    #[arg(long, value_name = "CREDITS")]
     pub spot_floor: Option<String>,
-    /// Region token.
+    /// Host: this host's region (eu, us-east, ...).
+    #[arg(long)]
     pub region: Option<String>,
-    /// Images by digest.
+    /// Host: an image the host has locally, by digest (repeatable).
+    #[arg(long = "image", value_name = "sha256:DIGEST")]
     pub images: Option<Vec<String>>,
-    /// NVML library.
+    /// Host: the NVML library to load.
+    #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
-    /// Shortest lease, seconds.
-    pub min_duration_s: Option<u32>,
-    /// Longest lease, seconds.
-    pub max_duration_s: Option<u32>,
-    /// Offer lifetime, seconds.
-    pub offer_ttl_s: Option<u64>,
-    /// Re-publication interval, seconds.
-    pub republish_s: Option<u64>,
-    /// Simulated GPUs.
+    /// Host: the GPUs are simulated (fake NVML driver): containers get no GPU device.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub fake_gpus: Option<bool>,
-}
-
-/// What the command line gave (`None` / empty: not given).
-#[derive(Debug, Clone, Default)]
-pub struct Flags {
-    /// `--listen`.
-    pub listen: Vec<String>,
-    /// `--bootstrap`.
-    pub bootstrap: Vec<String>,
-    /// `--api`.
-    pub api: Option<SocketAddr>,
-    /// `--mdns`.
-    pub mdns: bool,
-    /// `--host`.
-    pub host: bool,
-    /// `--price`.
-    pub price: Option<String>,
-    /// `--spot-floor`.
-    pub spot_floor: Option<String>,
-    /// `--region`.
-    pub region: Option<String>,
-    /// `--image`.
-    pub images: Vec<String>,
-    /// `--nvml-lib`.
-    pub nvml_lib: Option<PathBuf>,
-    /// `--min-duration`.
+    /// Host: shortest lease accepted, seconds.
+    #[arg(long = "min-duration", value_name = "SECONDS")]
     pub min_duration_s: Option<u32>,
-    /// `--max-duration`.
+    /// Host: longest lease accepted, seconds.
+    #[arg(long = "max-duration", value_name = "SECONDS")]
     pub max_duration_s: Option<u32>,
-    /// `--offer-ttl`.
+    /// Host: how long each published offer lives, seconds.
+    #[arg(long = "offer-ttl", value_name = "SECONDS")]
     pub offer_ttl_s: Option<u64>,
-    /// `--republish`.
+    /// Host: how often offers are re-published, seconds.
+    #[arg(long = "republish", value_name = "SECONDS")]
     pub republish_s: Option<u64>,
-    /// `--fake-gpus`.
-    pub fake_gpus: bool,
-    /// `--ledger`.
-    pub ledger: Option<String>,
-    /// `--serve-ledger`.
-    pub serve_ledger: bool,
-    /// `--ledger-release-grace`.
-    pub ledger_release_grace_s: Option<u64>,
-    /// `--receipt-interval`.
-    pub receipt_interval_s: Option<u64>,
-    /// `--ack-grace`.
-    pub ack_grace_s: Option<u64>,
 }
 
-/// Reads `<data-dir>/config.toml`; a missing file is the defaults.
-pub fn load(data_dir: &Path) -> anyhow::Result<FileConfig> {
-    let path = data_dir.join(CONFIG_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => toml::from_str(&text)
-            .with_context(|| format!("invalid configuration {}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+/// Where an effective setting came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The command line.
+    Flag,
+    /// `config.toml`.
+    File,
+    /// The built-in default.
+    Default,
+    /// Not set anywhere (an optional setting).
+    Unset,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Source::Flag => "flag",
+            Source::File => "config.toml",
+            Source::Default => "default",
+            Source::Unset => "not set",
+        })
     }
 }
 
-fn addrs(list: &[String], what: &str) -> anyhow::Result<Vec<Multiaddr>> {
-    list.iter()
-        .map(|a| {
-            a.parse()
-                .with_context(|| format!("invalid {what} address '{a}'"))
-        })
-        .collect()
+/// A setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the right shape (the message names the line and key).
+    #[error("invalid configuration {}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line, column and key.
+        message: String,
+    },
+    /// A value does not work.
+    #[error("{where_}: {key}: {message}")]
+    Value {
+        /// `config.toml line N`, or `--flag`, or `default`.
+        where_: String,
+        /// The setting.
+        key: &'static str,
+        /// Why.
+        message: String,
+    },
 }
 
-/// The daemon's settings: flags over the file over the defaults.
-pub fn resolve(data_dir: &Path, flags: Flags) -> anyhow::Result<DaemonConfig> {
-    let file = load(data_dir)?;
-    let listen = if flags.listen.is_empty() {
-        file.listen
-            .unwrap_or_else(|| vec!["/ip4/0.0.0.0/tcp/4001".into()])
-    } else {
-        flags.listen
+/// The effective settings: the merged options, where each came from, and the file's text
+/// (to name the line of a bad value).
+#[derive(Debug, Clone)]
+pub struct Effective {
+    /// The merged options (everything with a default is `Some`).
+    pub options: Options,
+    /// Each setting's source, in the order of [`Options`].
+    pub sources: Vec<(&'static str, Source)>,
+    path: PathBuf,
+    text: String,
+}
+
+/// Picks flag over file over default.
+fn pick<T: Clone>(flag: &Option<T>, file: &Option<T>, default: &Option<T>) -> (Option<T>, Source) {
+    match (flag, file, default) {
+        (Some(v), _, _) => (Some(v.clone()), Source::Flag),
+        (None, Some(v), _) => (Some(v.clone()), Source::File),
+        (None, None, Some(v)) => (Some(v.clone()), Source::Default),
+        (None, None, None) => (None, Source::Unset),
+    }
+}
+
+/// Runs `$body` for every field of [`Options`] (one list, so a new setting cannot be
+/// forgotten in the merge or the printout).
+macro_rules! each_setting {
+    ($m:ident) => {
+        $m!(
+            listen,
+            bootstrap,
+            api,
+            mdns,
+            ledger,
+            serve_ledger,
+            ledger_release_grace_s,
+            receipt_interval_s,
+            ack_grace_s,
+            host,
+            price,
+            spot_floor,
+            region,
+            images,
+            nvml_lib,
+            fake_gpus,
+            min_duration_s,
+            max_duration_s,
+            offer_ttl_s,
+            republish_s
+        )
     };
-    let bootstrap = if flags.bootstrap.is_empty() {
-        file.bootstrap.unwrap_or_default()
-    } else {
-        flags.bootstrap
-    };
-    let host = if flags.host || file.host.is_some() {
-        let h = file.host.unwrap_or_default();
-        let images: Vec<String> = if flags.images.is_empty() {
-            h.images.unwrap_or_default()
-        } else {
-            flags.images
+}
+
+impl Options {
+    /// Every default, stated once.
+    pub fn defaults() -> Options {
+        let timing = Timing::default();
+        Options {
+            listen: Some(vec!["/ip4/0.0.0.0/tcp/4001".into()]),
+            bootstrap: Some(Vec::new()),
+            api: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            mdns: Some(false),
+            ledger: None,
+            serve_ledger: Some(false),
+            ledger_release_grace_s: Some(600),
+            receipt_interval_s: Some(timing.receipt_interval_ms / 1000),
+            ack_grace_s: Some(timing.ack_grace_ms / 1000),
+            host: Some(false),
+            price: Some("1.00".into()),
+            spot_floor: None,
+            region: Some("any".into()),
+            images: Some(Vec::new()),
+            nvml_lib: None,
+            fake_gpus: Some(false),
+            min_duration_s: Some(60),
+            max_duration_s: Some(86_400),
+            offer_ttl_s: Some(600),
+            republish_s: Some(120),
+        }
+    }
+
+    /// These flags over `<data-dir>/config.toml` over the defaults.
+    pub fn effective(&self, data_dir: &Path) -> Result<Effective, ConfigError> {
+        let path = data_dir.join(CONFIG_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(ConfigError::Read { path, source }),
         };
-        Some(HostOptions {
-            nvml_lib: flags.nvml_lib.or(h.nvml_lib),
-            price: flags
-                .price
-                .or(h.price)
-                .unwrap_or_else(|| "1.00".into())
-                .parse()
-                .context("price")?,
-            spot_floor: flags
-                .spot_floor
-                .or(h.spot_floor)
-                .map(|s| s.parse())
-                .transpose()
-                .context("spot floor")?,
-            region: flags.region.or(h.region).unwrap_or_else(|| "any".into()),
-            images: images
-                .iter()
-                .map(|i| i.parse())
-                .collect::<Result<_, _>>()
-                .context("image")?,
-            min_duration_s: flags.min_duration_s.or(h.min_duration_s).unwrap_or(60),
-            max_duration_s: flags.max_duration_s.or(h.max_duration_s).unwrap_or(86_400),
-            offer_ttl_s: flags.offer_ttl_s.or(h.offer_ttl_s).unwrap_or(600),
-            republish_s: flags.republish_s.or(h.republish_s).unwrap_or(120),
-            fake_gpus: flags.fake_gpus || h.fake_gpus.unwrap_or(false),
+        let file: Options = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.clone(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        let defaults = Options::defaults();
+        let mut options = Options::default();
+        let mut sources = Vec::new();
+        macro_rules! merge {
+            ($($f:ident),*) => {
+                $(
+                    let (value, source) = pick(&self.$f, &file.$f, &defaults.$f);
+                    options.$f = value;
+                    sources.push((stringify!($f), source));
+                )*
+            };
+        }
+        each_setting!(merge);
+        Ok(Effective {
+            options,
+            sources,
+            path,
+            text,
         })
-    } else {
-        None
-    };
-    Ok(DaemonConfig {
-        data_dir: data_dir.to_path_buf(),
-        listen: addrs(&listen, "listen")?,
-        bootstrap: addrs(&bootstrap, "bootstrap")?,
-        api: flags
-            .api
-            .or(file.api)
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-        mdns: flags.mdns || file.mdns.unwrap_or(false),
-        host,
-        ledger: flags
-            .ledger
-            .or(file.ledger)
+    }
+}
+
+impl Effective {
+    /// Where a setting came from, for error messages: the file's line, or the flag.
+    fn origin(&self, key: &'static str) -> String {
+        match self
+            .sources
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, s)| *s)
+        {
+            Some(Source::File) => {
+                let line = self.text.lines().position(|l| {
+                    l.trim_start()
+                        .strip_prefix(key)
+                        .is_some_and(|rest| rest.trim_start().starts_with('='))
+                });
+                match line {
+                    Some(n) => format!("{} line {}", self.path.display(), n + 1),
+                    None => self.path.display().to_string(),
+                }
+            }
+            Some(Source::Flag) => format!("--{}", key.trim_end_matches("_s").replace('_', "-")),
+            _ => "the default".into(),
+        }
+    }
+
+    fn bad(&self, key: &'static str, message: impl std::fmt::Display) -> ConfigError {
+        ConfigError::Value {
+            where_: self.origin(key),
+            key,
+            message: message.to_string(),
+        }
+    }
+
+    /// The effective settings as TOML, each with where it came from.
+    pub fn to_toml(&self) -> String {
+        let o = &self.options;
+        let mut out = String::new();
+        macro_rules! print {
+            ($($f:ident),*) => {
+                $(
+                    let source = self
+                        .sources
+                        .iter()
+                        .find(|(k, _)| *k == stringify!($f))
+                        .map_or(Source::Unset, |(_, s)| *s);
+                    match &o.$f {
+                        Some(v) => {
+                            let value = toml::Value::try_from(v)
+                                .map(|v| v.to_string())
+                                .unwrap_or_else(|_| format!("{v:?}"));
+                            out.push_str(&format!("{} = {value}  # {source}\n", stringify!($f)));
+                        }
+                        None => out.push_str(&format!("# {} is not set\n", stringify!($f))),
+                    }
+                )*
+            };
+        }
+        each_setting!(print);
+        out
+    }
+
+    fn addrs(&self, key: &'static str, list: &[String]) -> Result<Vec<Multiaddr>, ConfigError> {
+        list.iter()
             .map(|a| {
                 a.parse()
-                    .with_context(|| format!("invalid ledger address '{a}'"))
+                    .map_err(|e| self.bad(key, format!("'{a}' is not a multiaddr: {e}")))
             })
-            .transpose()?,
-        serve_ledger: (flags.serve_ledger || file.serve_ledger.unwrap_or(false)).then(|| {
-            gpux_market::LedgerConfig {
-                release_grace_ms: flags
-                    .ledger_release_grace_s
-                    .or(file.ledger_release_grace_s)
-                    .unwrap_or(600)
-                    .saturating_mul(1000),
-            }
-        }),
-        timing: timing(
-            flags.receipt_interval_s.or(file.receipt_interval_s),
-            flags.ack_grace_s.or(file.ack_grace_s),
-        )?,
-    })
+            .collect()
+    }
+
+    /// The daemon's settings, every value checked.
+    pub fn daemon_config(&self, data_dir: &Path) -> Result<DaemonConfig, ConfigError> {
+        let o = &self.options;
+        let d = Options::defaults();
+        let host = if o.host.unwrap_or(false) {
+            let images = o
+                .images
+                .iter()
+                .flatten()
+                .map(|i| {
+                    i.parse()
+                        .map_err(|e| self.bad("images", format!("'{i}': {e}")))
+                })
+                .collect::<Result<_, _>>()?;
+            let price = o.price.clone().or(d.price).unwrap_or_default();
+            Some(HostOptions {
+                nvml_lib: o.nvml_lib.clone(),
+                price: price
+                    .parse()
+                    .map_err(|e| self.bad("price", format!("'{price}': {e}")))?,
+                spot_floor: o
+                    .spot_floor
+                    .as_ref()
+                    .map(|s| {
+                        s.parse()
+                            .map_err(|e| self.bad("spot_floor", format!("'{s}': {e}")))
+                    })
+                    .transpose()?,
+                region: o.region.clone().unwrap_or_default(),
+                images,
+                min_duration_s: o.min_duration_s.unwrap_or(60),
+                max_duration_s: o.max_duration_s.unwrap_or(86_400),
+                offer_ttl_s: o.offer_ttl_s.unwrap_or(600),
+                republish_s: o.republish_s.unwrap_or(120),
+                fake_gpus: o.fake_gpus.unwrap_or(false),
+            })
+        } else {
+            None
+        };
+        let interval = o.receipt_interval_s.unwrap_or(60);
+        if !(1..=3600).contains(&interval) {
+            return Err(self.bad("receipt_interval_s", "must be between 1 and 3600"));
+        }
+        let grace = o.ack_grace_s.unwrap_or(30);
+        if grace == 0 {
+            return Err(self.bad("ack_grace_s", "must be at least 1"));
+        }
+        let api = o
+            .api
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        if !api.ip().is_loopback() {
+            return Err(self.bad("api", format!("{api}: the API listens on loopback only")));
+        }
+        Ok(DaemonConfig {
+            data_dir: data_dir.to_path_buf(),
+            listen: self.addrs("listen", o.listen.as_deref().unwrap_or_default())?,
+            bootstrap: self.addrs("bootstrap", o.bootstrap.as_deref().unwrap_or_default())?,
+            api,
+            mdns: o.mdns.unwrap_or(false),
+            host,
+            ledger: o
+                .ledger
+                .as_ref()
+                .map(|a| {
+                    a.parse()
+                        .map_err(|e| self.bad("ledger", format!("'{a}' is not a multiaddr: {e}")))
+                })
+                .transpose()?,
+            serve_ledger: o
+                .serve_ledger
+                .unwrap_or(false)
+                .then(|| gpux_market::LedgerConfig {
+                    release_grace_ms: o.ledger_release_grace_s.unwrap_or(600).saturating_mul(1000),
+                }),
+            timing: Timing {
+                receipt_interval_ms: interval * 1000,
+                ack_grace_ms: grace * 1000,
+            },
+        })
+    }
 }
 
-fn timing(interval_s: Option<u64>, grace_s: Option<u64>) -> anyhow::Result<Timing> {
-    let defaults = Timing::default();
-    let interval = interval_s.map_or(
-        Duration::from_millis(defaults.receipt_interval_ms),
-        Duration::from_secs,
-    );
-    let grace = grace_s.map_or(
-        Duration::from_millis(defaults.ack_grace_ms),
-        Duration::from_secs,
-    );
-    if interval.is_zero() || interval > Duration::from_secs(3600) {
-        bail!("receipt_interval_s must be between 1 and 3600");
-    }
-    if grace.is_zero() {
-        bail!("ack_grace_s must be at least 1");
-    }
-    Ok(Timing {
-        receipt_interval_ms: interval.as_millis() as u64,
-        ack_grace_ms: grace.as_millis() as u64,
-    })
+/// The daemon's settings from these flags, the data dir's file and the defaults.
+pub fn resolve(data_dir: &Path, flags: &Options) -> Result<DaemonConfig, ConfigError> {
+    flags.effective(data_dir)?.daemon_config(data_dir)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn write(dir: &Path, text: &str) {
+        std::fs::write(dir.join(CONFIG_FILE), text).unwrap();
+    }
+
     #[test]
     fn flags_override_the_file_which_overrides_the_defaults() {
         let dir = tempfile::tempdir().unwrap();
-        let defaults = resolve(dir.path(), Flags::default()).unwrap();
+        let defaults = resolve(dir.path(), &Options::default()).unwrap();
         assert_eq!(defaults.listen[0].to_string(), "/ip4/0.0.0.0/tcp/4001");
         assert!(defaults.host.is_none() && !defaults.mdns);
-        std::fs::write(
-            dir.path().join(CONFIG_FILE),
-            "listen = [\"/ip4/127.0.0.1/tcp/5000\"]\nmdns = true\n[host]\nprice = \"2.50\"\nregion = \"eu\"\nimages = [\"sha256:".to_string() + &"ab".repeat(32) + "\"]\n",
-        )
-        .unwrap();
-        let file = resolve(dir.path(), Flags::default()).unwrap();
+        write(
+            dir.path(),
+            &format!(
+                "listen = [\"/ip4/127.0.0.1/tcp/5000\"]\nmdns = true\nhost = true\nprice = \"2.50\"\nregion = \"eu\"\nimages = [\"sha256:{}\"]\n",
+                "ab".repeat(32)
+            ),
+        );
+        // `listen` from the file is honoured.
+        let file = resolve(dir.path(), &Options::default()).unwrap();
         assert_eq!(file.listen[0].to_string(), "/ip4/127.0.0.1/tcp/5000");
         assert!(file.mdns);
         let host = file.host.unwrap();
@@ -285,27 +464,72 @@ mod tests {
             (host.price.0, host.region.as_str(), host.republish_s),
             (2_500_000, "eu", 120)
         );
-        let flags = Flags {
+        let flags = Options {
             price: Some("3".into()),
-            listen: vec!["/ip4/127.0.0.1/tcp/6000".into()],
-            ..Flags::default()
+            listen: Some(vec!["/ip4/127.0.0.1/tcp/6000".into()]),
+            ..Options::default()
         };
-        let both = resolve(dir.path(), flags).unwrap();
+        let both = resolve(dir.path(), &flags).unwrap();
         assert_eq!(both.listen[0].to_string(), "/ip4/127.0.0.1/tcp/6000");
         assert_eq!(both.host.unwrap().price.0, 3_000_000);
+        // Where each came from.
+        let effective = flags.effective(dir.path()).unwrap();
+        let source = |k| {
+            effective
+                .sources
+                .iter()
+                .find(|(key, _)| *key == k)
+                .unwrap()
+                .1
+        };
+        assert_eq!(source("listen"), Source::Flag);
+        assert_eq!(source("mdns"), Source::File);
+        assert_eq!(source("republish_s"), Source::Default);
+        assert_eq!(source("ledger"), Source::Unset);
+        let text = effective.to_toml();
+        assert!(
+            text.contains("listen = [\"/ip4/127.0.0.1/tcp/6000\"]  # flag"),
+            "{text}"
+        );
+        assert!(text.contains("mdns = true  # config.toml"), "{text}");
+        assert!(text.contains("republish_s = 120  # default"), "{text}");
+        assert!(text.contains("# ledger is not set"), "{text}");
     }
 
     #[test]
-    fn a_bad_file_is_named() {
+    fn a_bad_file_is_named_with_its_key_and_line() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(CONFIG_FILE), "listn = []\n").unwrap();
-        let err = format!("{:#}", resolve(dir.path(), Flags::default()).unwrap_err());
+        write(dir.path(), "mdns = true\nlistn = []\n");
+        let err = resolve(dir.path(), &Options::default())
+            .unwrap_err()
+            .to_string();
         assert!(
-            err.contains("config.toml") && err.contains("listn"),
+            err.contains("config.toml") && err.contains("listn") && err.contains("line 2"),
             "{err}"
         );
-        std::fs::write(dir.path().join(CONFIG_FILE), "receipt_interval_s = 0\n").unwrap();
-        let err = format!("{:#}", resolve(dir.path(), Flags::default()).unwrap_err());
-        assert!(err.contains("receipt_interval_s"), "{err}");
+        write(dir.path(), "mdns = true\n\nreceipt_interval_s = 0\n");
+        let err = resolve(dir.path(), &Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("receipt_interval_s") && err.contains("line 3"),
+            "{err}"
+        );
+        write(dir.path(), "listen = [\"not an address\"]\n");
+        let err = resolve(dir.path(), &Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 1") && err.contains("listen") && err.contains("not an address"),
+            "{err}"
+        );
+        // A bad flag is named as a flag.
+        std::fs::remove_file(dir.path().join(CONFIG_FILE)).unwrap();
+        let flags = Options {
+            receipt_interval_s: Some(0),
+            ..Options::default()
+        };
+        let err = resolve(dir.path(), &flags).unwrap_err().to_string();
+        assert!(err.contains("--receipt-interval"), "{err}");
     }
 }

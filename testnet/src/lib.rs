@@ -77,6 +77,9 @@ pub struct Report {
     pub rent_to_running_ms_p50: u64,
     /// 95th percentile of that time, ms.
     pub rent_to_running_ms_p95: u64,
+    /// Median time Docker itself takes to create and start the same container, measured in
+    /// the same run (the overhead of gpux is the difference).
+    pub docker_start_ms_p50: u64,
     /// Hosts' CPU use while idle (market up, no lease), % of one core, mean over hosts.
     pub host_cpu_pct_idle: f64,
     /// Hosts' CPU use while leases ran, % of one core, mean over hosts.
@@ -157,6 +160,41 @@ pub fn build_image() -> anyhow::Result<String> {
         )
         .await?;
         Ok(image.to_string())
+    })
+}
+
+/// Docker's own time to create and start a container of the workload image (the same
+/// hardened spec a lease gets), ms, for `samples` containers, each removed after; the
+/// baseline beside `rent_to_running_ms_p50`, measured in the same run.
+fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
+    use gpux_node::executor::{ContainerSpec, Executor, GpuBinding};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting an async runtime")?;
+    rt.block_on(async {
+        let exec = Executor::connect("testnet-baseline").await?;
+        let mut times = Vec::new();
+        for i in 0..samples {
+            let spec = ContainerSpec {
+                lease: format!("baseline-{}-{i}", std::process::id()),
+                image: image.parse().context("the workload image id")?,
+                command: vec!["sh".into(), "-c".into(), "sleep 5".into()],
+                env: Vec::new(),
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 256,
+                scratch_bytes: 1 << 28,
+                network: false,
+                gpus: GpuBinding::Fake,
+            };
+            let started = Instant::now();
+            let id = exec.start(&spec).await?;
+            times.push(started.elapsed().as_millis() as u64);
+            exec.remove(&id).await?;
+        }
+        times.sort_unstable();
+        Ok(times)
     })
 }
 
@@ -572,6 +610,12 @@ pub fn up(
     rent_ms.sort_unstable();
     report.rent_to_running_ms_p50 = percentile(&rent_ms, 0.5);
     report.rent_to_running_ms_p95 = percentile(&rent_ms, 0.95);
+    match docker_start_ms(&image, 5) {
+        Ok(times) => report.docker_start_ms_p50 = percentile(&times, 0.5),
+        Err(e) => report
+            .errors
+            .push(format!("measuring Docker's start time: {e:#}")),
+    }
 
     // Every lease ends within its time; wait for all of them to settle.
     progress("renting stopped; waiting for the last leases to end and settle");
