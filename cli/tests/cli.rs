@@ -135,7 +135,7 @@ mod attest {
             if let Some(p) = std::env::var_os("GPUX_FAKE_NVML_LIB") {
                 return PathBuf::from(p);
             }
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let ok = Command::new(cargo)
                 .args(["build", "-p", "gpux-fake-nvml"])

@@ -173,6 +173,8 @@ pub struct Market {
     pub image: String,
     ledger_addr: String,
     ack_grace_s: u64,
+    /// Fake L4s on each host added.
+    pub gpus_per_host: usize,
     _tmp: tempfile::TempDir,
 }
 
@@ -221,6 +223,16 @@ impl Market {
     /// and `renters` renters, every one funded by the faucet; returns once every renter
     /// sees every host's offer. Hosts wait `ack_grace_s` for an acknowledgement.
     pub fn start(hosts: usize, renters: usize, ack_grace_s: u64) -> Market {
+        Self::start_with(hosts, 1, renters, ack_grace_s)
+    }
+
+    /// The same with `gpus_per_host` fake L4s on each host.
+    pub fn start_with(
+        hosts: usize,
+        gpus_per_host: usize,
+        renters: usize,
+        ack_grace_s: u64,
+    ) -> Market {
         let image = gpux_testnet::build_image().expect("building the workload image (Docker)");
         let tmp = tempfile::tempdir().unwrap();
         let mut ledger = new_node(
@@ -242,6 +254,7 @@ impl Market {
             image,
             ledger_addr,
             ack_grace_s,
+            gpus_per_host,
             _tmp: tmp,
         };
         for _ in 0..hosts {
@@ -289,7 +302,10 @@ impl Market {
     pub fn add_host(&mut self) {
         let h = self.hosts.len();
         let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
-        std::fs::write(&gpus, format!("[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-{h:08x}-2222-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\nutilization_gpu = 87\n")).unwrap();
+        let toml: String = (0..self.gpus_per_host)
+            .map(|g| format!("[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-{h:08x}-{g:04x}-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\nutilization_gpu = 87\n"))
+            .collect();
+        std::fs::write(&gpus, toml).unwrap();
         let mut args = self.common();
         args.extend(
             [
