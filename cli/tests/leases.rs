@@ -398,6 +398,33 @@ fn an_unknown_lease_is_an_error_that_says_so() {
             "{command}: {err}"
         );
     }
+    // Through the API: 404 with a typed body {code, message, hint}.
+    let err = renter.api().logs(&unknown, 0).unwrap_err();
+    assert_eq!(err.code(), Some(gpux_api::ErrorCode::UnknownLease), "{err}");
+    let addr = std::fs::read_to_string(renter.dir.join("api.addr")).unwrap();
+    let token = std::fs::read_to_string(renter.dir.join("api.token")).unwrap();
+    let raw = |request: String| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr.trim()).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    let response = raw(format!(
+        "GET /v1/leases/{unknown}/receipts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        token.trim()
+    ));
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+    assert!(response.contains("\"code\":\"unknown-lease\"") && response.contains("\"hint\""), "{response}");
+    // A body that is not what the API takes: 400, typed.
+    let body = "{\"query\": 5}";
+    let response = raw(format!(
+        "POST /v1/rent HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        token.trim(),
+        body.len()
+    ));
+    assert!(response.starts_with("HTTP/1.1 400") && response.contains("\"code\":\"bad-input\""), "{response}");
     // Not a lease id at all: a bad value.
     let out = renter.gpux(&["logs", "nonsense"]);
     assert_eq!(out.status.code(), Some(1));
