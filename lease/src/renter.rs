@@ -666,7 +666,7 @@ impl RenterLease {
             ext: Ext::new(),
         };
         if let Some(v) = &self.rec.acked {
-            let _ = body.set_voucher(&v.receipt, &v.ack);
+            let _ = body.set_voucher(&v.ack);
         }
         let Ok(release) = Signed::sign(&self.key, body) else {
             return;

@@ -14,7 +14,7 @@
 //! what it will). The payer may release only after `release_grace_ms` without a lock or
 //! redemption, so a renter cannot reclaim money the host is about to redeem; a host that
 //! redeems every receipt interval loses at most one interval. A release may carry a
-//! *voucher* (the payer's latest acknowledged receipt and its acknowledgement): the ledger
+//! *voucher* (the payer's latest signed acknowledgement of a cumulative amount): the ledger
 //! pays the payee up to it before refunding the rest, so however late the payee's own
 //! redemptions come (a ledger outage, a crashed host) a payer's release never takes back
 //! what the payer acknowledged.
@@ -406,14 +406,30 @@ impl Ledger {
             });
         }
         // A voucher carried by the release is honoured first: the payee is paid up to the
-        // latest receipt the payer acknowledged, whoever closes the escrow and whenever.
+        // latest cumulative amount the payer acknowledged, whoever closes the escrow and
+        // whenever. The payer's signed acknowledgement is its consent to pay that amount for
+        // this lease; it can only move money towards the payee, never back.
         let mut cumulative = escrow.redeemed;
         let mut last_seq = escrow.last_seq;
-        if let Some((receipt, ack)) = release.voucher() {
-            let (seq, amount_due) = Self::check_voucher(escrow, &release.escrow, receipt, ack)?;
-            if seq > escrow.last_seq {
-                cumulative = amount_due.min(escrow.amount).max(escrow.redeemed);
-                last_seq = seq;
+        if let Some(ack) = release.voucher() {
+            let ack = Signed::<ReceiptAck>::from_bytes(ack.to_vec())
+                .and_then(Signed::verify)
+                .map_err(|source| LedgerError::BadEnvelope {
+                    what: "the voucher",
+                    source,
+                })?;
+            if ack.signer() != escrow.payer {
+                return Err(LedgerError::WrongSigner {
+                    what: "the voucher",
+                    who: "the escrow's payer",
+                });
+            }
+            if ack.lease != escrow.lease {
+                return Err(LedgerError::Mismatch(RuleError::AckMismatch { field: "lease" }));
+            }
+            if ack.seq > escrow.last_seq {
+                cumulative = ack.amount_due.min(escrow.amount).max(escrow.redeemed);
+                last_seq = ack.seq;
             }
         }
         let paid = cumulative.0 - escrow.redeemed.0;

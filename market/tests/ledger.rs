@@ -86,7 +86,7 @@ impl Lease {
         .unwrap()
     }
 
-    /// A payer's release carrying the voucher of `redeem` (its receipt and ack).
+    /// A payer's release carrying the voucher of `redeem` (the ack inside it).
     fn release_with_voucher(&self, voucher: &Verified<Redeem>) -> Verified<Release> {
         let mut body = Release {
             escrow: self.escrow,
@@ -94,7 +94,7 @@ impl Lease {
             created_at: T0,
             ext: Ext::new(),
         };
-        body.set_voucher(&voucher.receipt, &voucher.ack).unwrap();
+        body.set_voucher(&voucher.ack).unwrap();
         Signed::sign(&self.renter, body).unwrap()
     }
 
@@ -420,10 +420,11 @@ fn a_payers_release_pays_the_payee_up_to_the_voucher_it_carries() {
     ledger
         .apply(LedgerOp::Redeem(&m.redeem(5, 500)), T0)
         .unwrap();
+    // A voucher signed by someone other than the payer.
     let stranger = Lease::new(
         10,
-        Keypair::from_seed(&[1; 32]),
         Keypair::from_seed(&[3; 32]),
+        Keypair::from_seed(&[2; 32]),
     );
     assert!(matches!(
         ledger.apply(

@@ -410,7 +410,7 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
 }
 
 /// One sample of each `/gpux/ledger/2` frame, named, with optional fields filled; the
-/// submitted `Release` carries a voucher (the sample receipt and its acknowledgement).
+/// submitted `Release` carries a voucher (the sample acknowledgement).
 pub fn ledger_frames() -> Vec<(&'static str, Vec<u8>)> {
     use gpux_protocol::ledger_wire::{
         self, EscrowView, LedgerRequest, LedgerResponse, RefusalCode,
@@ -426,7 +426,7 @@ pub fn ledger_frames() -> Vec<(&'static str, Vec<u8>)> {
         .verify()
         .unwrap();
     let mut body = release.body().clone();
-    body.set_voucher(&redeem.receipt, &redeem.ack).unwrap();
+    body.set_voucher(&redeem.ack).unwrap();
     let with_voucher = Signed::sign(&renter(), body).unwrap();
     let escrow = release.escrow;
     vec![

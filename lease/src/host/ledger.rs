@@ -262,7 +262,7 @@ impl HostLease {
         if let Some(v) = &self.rec.acked
             && v.seq > self.rec.redeemed_seq
         {
-            let _ = body.set_voucher(&v.receipt, &v.ack);
+            let _ = body.set_voucher(&v.ack);
         }
         if let Ok(release) = Signed::sign(&self.key, body) {
             self.submit(LedgerCall::Release, release.as_bytes().to_vec(), out);

@@ -127,28 +127,22 @@ pub struct Release {
     pub ext: Ext,
 }
 
-/// `Release` ext key: the latest `UsageReceipt` envelope the payer acknowledged.
-pub const EXT_RELEASE_RECEIPT: u16 = 1;
-/// `Release` ext key: the payer's `ReceiptAck` envelope of that receipt.
-pub const EXT_RELEASE_ACK: u16 = 2;
+/// `Release` ext key: a voucher, the payer's latest `ReceiptAck` envelope for the lease.
+pub const EXT_RELEASE_ACK: u16 = 1;
 /// `LedgerRecord` ext key, on a `Released` record: what the release's voucher paid the payee
 /// before the refund (u64 little endian, micro-credits).
 pub const EXT_RECORD_VOUCHER_PAID: u16 = 1;
 
 impl Release {
-    /// The voucher a payer's release carries: its latest acknowledged receipt and the
-    /// acknowledgement (both envelopes as signed), which the ledger redeems for the payee
-    /// before it refunds the rest, as a payment channel's close honours the latest voucher.
-    pub fn voucher(&self) -> Option<(&[u8], &[u8])> {
-        Some((
-            self.ext.get(EXT_RELEASE_RECEIPT)?,
-            self.ext.get(EXT_RELEASE_ACK)?,
-        ))
+    /// The voucher a release carries: the payer's latest `ReceiptAck` (as signed), its consent
+    /// to pay the cumulative amount it names. The ledger pays the payee up to it before it
+    /// refunds the rest, as a payment channel's close honours the latest voucher.
+    pub fn voucher(&self) -> Option<&[u8]> {
+        self.ext.get(EXT_RELEASE_ACK)
     }
 
     /// Attaches a voucher (see [`Release::voucher`]).
-    pub fn set_voucher(&mut self, receipt: &[u8], ack: &[u8]) -> Result<(), crate::LimitError> {
-        self.ext.insert(EXT_RELEASE_RECEIPT, receipt.to_vec())?;
+    pub fn set_voucher(&mut self, ack: &[u8]) -> Result<(), crate::LimitError> {
         self.ext.insert(EXT_RELEASE_ACK, ack.to_vec())
     }
 }

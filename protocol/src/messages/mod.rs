@@ -20,7 +20,7 @@
 //! | [`LogChunk`] | 14 | host | 66 KiB |
 //! | [`EscrowLock`] | 15 | renter | 1 KiB |
 //! | [`Redeem`] | 16 | host | 4 KiB |
-//! | [`Release`] | 17 | either | 2 KiB |
+//! | [`Release`] | 17 | either | 512 B |
 //! | [`LedgerRecord`] | 18 | ledger | 1 KiB |
 
 use std::collections::BTreeSet;
@@ -47,8 +47,8 @@ pub use lease::{
     MAX_LEASE_ENV, PreemptionNotice, RejectReason, ResourceLimits,
 };
 pub use ledger::{
-    EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_RECEIPT, EscrowLock, LedgerEntry,
-    LedgerRecord, Redeem, Release,
+    EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry, LedgerRecord, Redeem,
+    Release,
 };
 pub use market::{
     Bid, MAX_BID_GPUS, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
@@ -191,7 +191,7 @@ message_kinds! {
     LogChunk = 14, version 1, max 66 * KIB;
     EscrowLock = 15, version 1, max KIB;
     Redeem = 16, version 1, max 4 * KIB;
-    Release = 17, version 1, max 2 * KIB;
+    Release = 17, version 1, max 512;
     LedgerRecord = 18, version 1, max KIB;
 }
 
