@@ -416,7 +416,10 @@ fn an_unknown_lease_is_an_error_that_says_so() {
         token.trim()
     ));
     assert!(response.starts_with("HTTP/1.1 404"), "{response}");
-    assert!(response.contains("\"code\":\"unknown-lease\"") && response.contains("\"hint\""), "{response}");
+    assert!(
+        response.contains("\"code\":\"unknown-lease\"") && response.contains("\"hint\""),
+        "{response}"
+    );
     // A body that is not what the API takes: 400, typed.
     let body = "{\"query\": 5}";
     let response = raw(format!(
@@ -424,7 +427,10 @@ fn an_unknown_lease_is_an_error_that_says_so() {
         token.trim(),
         body.len()
     ));
-    assert!(response.starts_with("HTTP/1.1 400") && response.contains("\"code\":\"bad-input\""), "{response}");
+    assert!(
+        response.starts_with("HTTP/1.1 400") && response.contains("\"code\":\"bad-input\""),
+        "{response}"
+    );
     // Not a lease id at all: a bad value.
     let out = renter.gpux(&["logs", "nonsense"]);
     assert_eq!(out.status.code(), Some(1));

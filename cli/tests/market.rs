@@ -3,11 +3,12 @@
 //! can be killed with SIGKILL and started again on the same data dir and port.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpux_api::{LeaseView, LedgerTotals};
 use gpux_node::api_client::ApiClient;
+use gpux_testnet::harness;
 use serde_json::Value;
 
 /// Timing the market's nodes run with (seconds).
@@ -16,90 +17,35 @@ pub const LEDGER_GRACE_S: u64 = 5;
 /// Credits each node gets from the faucet.
 pub const FAUCET_MICRO: u64 = 100_000_000;
 
-pub struct Node {
-    pub name: String,
-    pub dir: PathBuf,
-    args: Vec<String>,
-    env: Vec<(String, PathBuf)>,
-    child: Option<Child>,
-    pub peer: String,
-    pub addr: String,
+/// A node process of the market: the testnet's harness, with the tests' shortcuts (a
+/// failure to start or to reach the API fails the test).
+pub struct Node(harness::Node);
+
+impl std::ops::Deref for Node {
+    type Target = harness::Node;
+    fn deref(&self) -> &harness::Node {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Node {
+    fn deref_mut(&mut self) -> &mut harness::Node {
+        &mut self.0
+    }
 }
 
 impl Node {
     fn spawn(&mut self) {
-        let _ = std::fs::remove_file(self.dir.join("api.addr"));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("node.log"))
-            .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpux"));
-        cmd.args(["node", "run", "--data-dir"])
-            .arg(&self.dir)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(log);
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        self.child = Some(cmd.spawn().unwrap());
-        let dir = self.dir.clone();
-        wait_for(&format!("{}'s API", self.name), 30, || {
-            dir.join("api.addr").exists()
-        });
-        self.peer = gpux_node::load_key(&self.dir)
-            .unwrap()
-            .peer_id()
-            .to_string();
-    }
-
-    /// SIGKILL: no shutdown, no flush beyond what was already flushed.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within `secs`: a host ends and settles its
-    /// leases on the way out.
-    pub fn stop(&mut self, secs: u64) {
-        if let Some(mut child) = self.child.take() {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status();
-            }
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            while Instant::now() < deadline {
-                if matches!(child.try_wait(), Ok(Some(_))) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.0.spawn().unwrap();
     }
 
     /// Starts the node again on the same data dir and port.
     pub fn restart(&mut self) {
-        self.kill9();
-        self.spawn();
+        self.0.restart().unwrap();
     }
 
     pub fn api(&self) -> ApiClient {
-        ApiClient::for_data_dir(&self.dir).unwrap()
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
-    }
-
-    /// This node's leases (`/v1/leases`).
-    pub fn leases(&self) -> Vec<LeaseView> {
-        self.api().leases().unwrap_or_default()
+        self.0.api().unwrap()
     }
 
     /// One of this node's leases (panics when it has none by that id).
@@ -110,29 +56,9 @@ impl Node {
             .unwrap_or_else(|| panic!("{} has no lease {id}", self.name))
     }
 
-    /// The lease's phase here, or "" when this node does not know it (yet).
-    pub fn phase(&self, id: &str) -> String {
-        self.leases()
-            .into_iter()
-            .find(|l| l.lease == id)
-            .map(|l| l.phase)
-            .unwrap_or_default()
-    }
-
     /// Runs a `gpux` command against this node's data dir.
     pub fn gpux(&self, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_gpux"))
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill9();
+        self.0.gpux(args).unwrap()
     }
 }
 
@@ -179,28 +105,7 @@ pub struct Market {
 }
 
 fn new_node(base: &Path, name: &str, args: Vec<String>, env: Vec<(String, PathBuf)>) -> Node {
-    let dir = base.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
-    let mut all = vec!["--listen".to_string(), format!("/ip4/127.0.0.1/tcp/{port}")];
-    all.extend(args);
-    Node {
-        name: name.into(),
-        dir,
-        args: all,
-        env,
-        child: None,
-        peer: String::new(),
-        addr: format!("/ip4/127.0.0.1/tcp/{port}"),
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    Node(harness::Node::new(Path::new(env!("CARGO_BIN_EXE_gpux")), base, name, args, env).unwrap())
 }
 
 pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {

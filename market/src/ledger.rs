@@ -425,7 +425,9 @@ impl Ledger {
                 });
             }
             if ack.lease != escrow.lease {
-                return Err(LedgerError::Mismatch(RuleError::AckMismatch { field: "lease" }));
+                return Err(LedgerError::Mismatch(RuleError::AckMismatch {
+                    field: "lease",
+                }));
             }
             if ack.seq > escrow.last_seq {
                 cumulative = ack.amount_due.min(escrow.amount).max(escrow.redeemed);

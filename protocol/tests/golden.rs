@@ -149,10 +149,22 @@ fn ledger_frames_are_pinned_and_decode_exactly() {
     let LedgerRequest::Submit(envelope) = ledger_wire::decode(&frames[0].1).unwrap() else {
         panic!("the first sample is a submission");
     };
-    assert!(envelope.len() <= MessageKind::Release.max_bytes(), "{}", envelope.len());
-    let release = Signed::<Release>::from_bytes(envelope).unwrap().verify().unwrap();
+    assert!(
+        envelope.len() <= MessageKind::Release.max_bytes(),
+        "{}",
+        envelope.len()
+    );
+    let release = Signed::<Release>::from_bytes(envelope)
+        .unwrap()
+        .verify()
+        .unwrap();
     let ack = release.voucher().unwrap();
-    assert!(Signed::<ReceiptAck>::from_bytes(ack.to_vec()).unwrap().verify().is_ok());
+    assert!(
+        Signed::<ReceiptAck>::from_bytes(ack.to_vec())
+            .unwrap()
+            .verify()
+            .is_ok()
+    );
     assert!(
         ledger_wire::decode::<LedgerRequest>(&vec![0; ledger_wire::MAX_LEDGER_FRAME + 1]).is_err()
     );

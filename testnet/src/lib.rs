@@ -7,13 +7,14 @@
 //! started is stopped at the end, on Ctrl-C, or if it fails; none is left behind.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
+
+pub mod harness;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -234,57 +235,6 @@ fn cpu_s(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
-/// Starts nodes and stops them all when dropped.
-struct Nodes {
-    children: Vec<(String, Child)>,
-}
-
-impl Nodes {
-    fn stop(&mut self) -> Vec<String> {
-        for (_, child) in &self.children {
-            // SIGTERM first: nodes flush and close cleanly.
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut left = Vec::new();
-        for (name, child) in &mut self.children {
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(50))
-                    }
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        left.push(format!("{name} did not stop within 5 s and was killed"));
-                        break;
-                    }
-                }
-            }
-        }
-        self.children.clear();
-        left
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn wait_until(deadline: Instant, stop: &AtomicBool, mut done: impl FnMut() -> bool) -> bool {
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         if done() {
@@ -335,9 +285,7 @@ pub fn up(
             temp.path().to_path_buf()
         }
     };
-    let mut nodes = Nodes {
-        children: Vec::new(),
-    };
+    let mut nodes: Vec<harness::Node> = Vec::new();
     let mut report = Report {
         nodes: 1 + config.hosts + config.renters,
         ..Report::default()
@@ -363,32 +311,33 @@ pub fn up(
             format!("renter-{}", i - 1 - config.hosts)
         };
         let dir = base.join(&name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let port = free_port()?;
-        let listen = format!("/ip4/127.0.0.1/tcp/{port}");
-        let mut cmd = Command::new(&config.gpux);
-        cmd.args(["node", "run", "--data-dir"]).arg(&dir).args([
-            "--listen",
-            &listen,
-            "--api",
-            "127.0.0.1:0",
-        ]);
+        let mut args: Vec<String> = vec!["--api".into(), "127.0.0.1:0".into()];
+        let mut env = Vec::new();
         if let Some(b) = &bootstrap {
             // Everyone runs with the network's receipt timing: hosts sign receipts at that
             // interval, renters' watchdogs expect them.
-            cmd.args(["--bootstrap", b, "--ledger", b]).args([
-                "--receipt-interval",
-                RECEIPT_INTERVAL_S,
-                "--ack-grace",
-                ACK_GRACE_S,
-            ]);
+            args.extend(
+                [
+                    "--bootstrap",
+                    b,
+                    "--ledger",
+                    b,
+                    "--receipt-interval",
+                    RECEIPT_INTERVAL_S,
+                ]
+                .map(String::from),
+            );
+            args.extend(["--ack-grace", ACK_GRACE_S].map(String::from));
         }
         if is_ledger {
-            cmd.args([
-                "--serve-ledger",
-                "--ledger-release-grace",
-                LEDGER_RELEASE_GRACE_S,
-            ]);
+            args.extend(
+                [
+                    "--serve-ledger",
+                    "--ledger-release-grace",
+                    LEDGER_RELEASE_GRACE_S,
+                ]
+                .map(String::from),
+            );
             ledger_dir = dir.clone();
         } else if is_host {
             let h = i - 1;
@@ -401,12 +350,14 @@ pub fn up(
                     cc.0, cc.1
                 ));
             }
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let gpus = dir.join("gpus.toml");
             std::fs::write(&gpus, toml)?;
-            cmd.env("GPUX_FAKE_NVML_CONFIG", &gpus)
-                .args(["--host", "--fake-gpus", "--nvml-lib"])
-                .arg(&fake)
-                .args([
+            env.push(("GPUX_FAKE_NVML_CONFIG".to_string(), gpus));
+            args.extend(["--host", "--fake-gpus", "--nvml-lib"].map(String::from));
+            args.push(fake.display().to_string());
+            args.extend(
+                [
                     "--image",
                     &image,
                     "--price",
@@ -417,43 +368,26 @@ pub fn up(
                     "5",
                     "--min-duration",
                     "1",
-                ]);
+                ]
+                .map(String::from),
+            );
             expected_offers += 1;
             host_dirs.push(dir.clone());
         } else {
             renter_dirs.push(dir.clone());
         }
-        let log = std::fs::File::create(dir.join("node.log"))?;
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", config.gpux.display()))?;
-        nodes.children.push((name.clone(), child));
-        // Every node needs its API up; the first one's address is everyone's bootstrap. A node
-        // that exits instead fails the run at once, with the last line it logged.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let started_ok = wait_until(deadline, &stop, || {
-            let exited = nodes
-                .children
-                .last_mut()
-                .is_some_and(|(_, c)| matches!(c.try_wait(), Ok(Some(_))));
-            exited || dir.join("api.addr").exists()
-        });
-        let exited = nodes
-            .children
-            .last_mut()
-            .is_some_and(|(_, c)| matches!(c.try_wait(), Ok(Some(_))));
-        if !started_ok || exited {
-            let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
-            bail!(
-                "{name} did not start: {}",
-                log.lines().last().unwrap_or("no output")
-            );
-        }
+        // Every node needs its API up; the first one's address is everyone's bootstrap. A
+        // node that exits instead fails the run at once, with the last line it logged.
+        let mut node = harness::Node::new(&config.gpux, &base, &name, args, env)?;
+        node.spawn()?;
+        let listen = node.addr.clone();
+        nodes.push(node);
         if bootstrap.is_none() {
             let key = gpux_node::load_key(&dir)?;
             bootstrap = Some(format!("{listen}/p2p/{}", key.peer_id()));
+        }
+        if stop.load(Ordering::Relaxed) {
+            bail!("stopped while starting the nodes");
         }
     }
     progress(&format!(
@@ -489,9 +423,9 @@ pub fn up(
     }
     // Memory while idle: the market has spread, nobody has rented yet.
     let mut rss: Vec<u64> = nodes
-        .children
         .iter()
-        .filter_map(|(_, c)| rss_kb(c.id()))
+        .filter_map(|n| n.pid())
+        .filter_map(rss_kb)
         .collect();
     rss.sort_unstable();
     report.node_rss_kb_median = percentile(&rss, 0.5);
@@ -532,10 +466,9 @@ pub fn up(
 
     // Hosts' CPU while idle, over a short window, as the metering baseline.
     let host_pids: Vec<u32> = nodes
-        .children
         .iter()
-        .filter(|(n, _)| n.starts_with("host-"))
-        .map(|(_, c)| c.id())
+        .filter(|n| n.name.starts_with("host-"))
+        .filter_map(harness::Node::pid)
         .collect();
     let cpu_total = |pids: &[u32]| -> f64 { pids.iter().filter_map(|&p| cpu_s(p)).sum() };
     let dockerd: Vec<u32> = dockerd_pid().into_iter().collect();
@@ -678,7 +611,11 @@ pub fn up(
     report.propagation_ms_p50 = percentile(&delays, 0.50);
     report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);
-    report.errors.extend(nodes.stop());
+    report.errors.extend(
+        harness::stop_all(&mut nodes, 5)
+            .into_iter()
+            .map(|name| format!("{name} did not stop within 5 s and was killed")),
+    );
     match containers_of(&host_peers) {
         Ok(n) => report.containers_left = n,
         Err(e) => report.errors.push(format!("listing containers: {e:#}")),

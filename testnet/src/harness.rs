@@ -1,0 +1,223 @@
+//! The process harness: `gpux node run` processes on loopback, each with its own data dir,
+//! port and log, that can be stopped (SIGTERM), killed (SIGKILL) and started again on the
+//! same data dir and port. `gpux testnet up` runs its market on it, and so do the
+//! integration tests (`cli/tests`), so there is one way to run a node as a process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use gpux_api::LeaseView;
+use gpux_node::api_client::ApiClient;
+
+/// How long a node may take to bring its API up.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A free TCP port on 127.0.0.1 (bound and released: good enough for a local market).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// One node process.
+#[derive(Debug)]
+pub struct Node {
+    /// Its name (`ledger`, `host-0`, ...), also its data dir's name.
+    pub name: String,
+    /// Its data dir.
+    pub dir: PathBuf,
+    /// Its libp2p address, without `/p2p`.
+    pub addr: String,
+    /// Its peer id, once started.
+    pub peer: String,
+    gpux: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, PathBuf)>,
+    child: Option<Child>,
+}
+
+impl Node {
+    /// A node named `name` under `base`, listening on a free loopback port, run by `gpux`
+    /// with `args` (after `node run --data-dir DIR --listen ADDR`) and `env`.
+    pub fn new(
+        gpux: &Path,
+        base: &Path,
+        name: &str,
+        args: Vec<String>,
+        env: Vec<(String, PathBuf)>,
+    ) -> anyhow::Result<Node> {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let port = free_port()?;
+        let addr = format!("/ip4/127.0.0.1/tcp/{port}");
+        let mut all = vec!["--listen".to_string(), addr.clone()];
+        all.extend(args);
+        Ok(Node {
+            name: name.into(),
+            dir,
+            addr,
+            peer: String::new(),
+            gpux: gpux.to_path_buf(),
+            args: all,
+            env,
+            child: None,
+        })
+    }
+
+    /// Starts it (appending to `<dir>/node.log`) and waits for its API; a node that exits
+    /// instead is an error with the last line it logged.
+    pub fn spawn(&mut self) -> anyhow::Result<()> {
+        let _ = std::fs::remove_file(self.dir.join("api.addr"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("node.log"))?;
+        let mut cmd = Command::new(&self.gpux);
+        cmd.args(["node", "run", "--data-dir"])
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", self.gpux.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if self.dir.join("api.addr").exists() {
+                break;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if exited || Instant::now() >= deadline {
+                let log = self.log();
+                bail!(
+                    "{} did not start: {}",
+                    self.name,
+                    log.lines().last().unwrap_or("no output")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.peer = gpux_node::load_key(&self.dir)?.peer_id().to_string();
+        Ok(())
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL: no shutdown, no flush beyond what was already flushed.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM (a host ends and settles its leases on the way out).
+    pub fn terminate(&self) {
+        if let Some(pid) = self.pid().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
+    /// Waits until it exited, at most until `deadline`; then SIGKILL. True when it exited by
+    /// itself.
+    pub fn reap(&mut self, deadline: Instant) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `secs`. True when it exited by itself.
+    pub fn stop(&mut self, secs: u64) -> bool {
+        self.terminate();
+        self.reap(Instant::now() + Duration::from_secs(secs))
+    }
+
+    /// Starts it again on the same data dir and port (killing it first if it runs).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+
+    /// A client of its API.
+    pub fn api(&self) -> anyhow::Result<ApiClient> {
+        Ok(ApiClient::for_data_dir(&self.dir)?)
+    }
+
+    /// What it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+    }
+
+    /// Its leases (none when its API does not answer).
+    pub fn leases(&self) -> Vec<LeaseView> {
+        self.api()
+            .ok()
+            .and_then(|a| a.leases().ok())
+            .unwrap_or_default()
+    }
+
+    /// A lease's phase here, or "" when it does not know it (yet).
+    pub fn phase(&self, lease: &str) -> String {
+        self.leases()
+            .into_iter()
+            .find(|l| l.lease == lease)
+            .map(|l| l.phase)
+            .unwrap_or_default()
+    }
+
+    /// Runs a `gpux` command against its data dir.
+    pub fn gpux(&self, args: &[&str]) -> std::io::Result<std::process::Output> {
+        Command::new(&self.gpux)
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args(args)
+            .output()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Stops every node (SIGTERM to all at once, then up to `secs` for each to exit, then
+/// SIGKILL); the names of those that had to be killed.
+pub fn stop_all<'a>(nodes: impl IntoIterator<Item = &'a mut Node>, secs: u64) -> Vec<String> {
+    let nodes: Vec<&mut Node> = nodes.into_iter().collect();
+    for node in &nodes {
+        node.terminate();
+    }
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut killed = Vec::new();
+    for node in nodes {
+        if !node.reap(deadline) {
+            killed.push(node.name.clone());
+        }
+    }
+    killed
+}
