@@ -245,7 +245,7 @@ pub enum HostInput {
 /// What the shell must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostEffect {
-    /// Store [`HostLease::record`] (flushed) before carrying out the effects after it.
+    /// Store [`HostLease::record`](crate::HostLease::record) (flushed) before carrying out the effects after it.
     Persist,
     /// Submit a signed operation to the ledger; report the verdict as [`HostInput::Ledger`].
     Ledger {
