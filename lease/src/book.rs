@@ -90,6 +90,9 @@ pub struct HostBook {
     rules: Rules,
     /// Requests answered, until they expire (a replayed request is refused).
     answered: BTreeMap<ContentId, Timestamp>,
+    /// GPUs held by restored leases that no current offer lists (their slot was withdrawn
+    /// while they were leased, or its offer lapsed while the host was down).
+    held: BTreeMap<ContentId, Vec<GpuUuid>>,
 }
 
 impl HostBook {
@@ -103,15 +106,18 @@ impl HostBook {
             superseded: Vec::new(),
             rules: Rules::default(),
             answered: BTreeMap::new(),
+            held: BTreeMap::new(),
         }
     }
 
-    /// After a restart: the stored offers (still current), and every lease that still holds
-    /// its GPUs is booked again, so a restarted host never hands them to someone else.
+    /// After a restart: the stored offers (still current); every lease that still holds its
+    /// GPUs is booked again, so a restarted host never hands them to someone else; and every
+    /// request answered before (settled or not: `answered`, with its expiry) stays refused.
     pub fn restore<'a>(
         &mut self,
         offers: Vec<Verified<Offer>>,
         leases: impl IntoIterator<Item = &'a HostLease>,
+        answered: impl IntoIterator<Item = (ContentId, Timestamp)>,
         now: Timestamp,
     ) {
         for offer in offers {
@@ -119,6 +125,8 @@ impl HostBook {
                 self.offers.push(offer);
             }
         }
+        self.answered
+            .extend(answered.into_iter().filter(|(_, expires)| *expires > now));
         for lease in leases {
             self.answered.insert(lease.id(), lease.request().expires_at);
             if lease.holds_gpus() {
@@ -129,20 +137,25 @@ impl HostBook {
 
     fn book_lease(&mut self, request: &Verified<LeaseRequest>, accepted_at: Timestamp) {
         // The offer may have been replaced; the booking belongs to the GPUs, not the offer,
-        // so any current offer listing them carries it.
-        let Some(offer) = self.offers.iter().find(|o| {
-            request
-                .gpus
-                .iter()
-                .all(|g| o.gpus.iter().any(|og| og.uuid == *g))
-        }) else {
-            return;
-        };
-        let allocation = Allocation {
-            offer: offer.id(),
-            ..allocation(request, accepted_at)
-        };
-        let _ = self.book.reserve(&allocation, request.id());
+        // so any current offer listing them carries it. When none does, the GPUs are held
+        // apart from the book.
+        let booked = self
+            .offers
+            .iter()
+            .find(|o| {
+                request
+                    .gpus
+                    .iter()
+                    .all(|g| o.gpus.iter().any(|og| og.uuid == *g))
+            })
+            .map(|offer| Allocation {
+                offer: offer.id(),
+                ..allocation(request, accepted_at)
+            })
+            .is_some_and(|a| self.book.reserve(&a, request.id()).is_ok());
+        if !booked {
+            self.held.insert(request.id(), request.gpus.to_vec());
+        }
     }
 
     /// Publishes one of this host's offers (it replaces the slot's previous one).
@@ -181,19 +194,21 @@ impl HostBook {
         &self.offers
     }
 
-    /// GPUs booked for a lease running at `now`.
+    /// GPUs booked for a lease running at `now` (or held by a restored one).
     pub fn busy_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
         self.book
             .bookings()
             .into_iter()
             .filter(|b| b.3 <= now && now < b.4)
             .map(|b| b.1)
+            .chain(self.held.values().flatten().copied())
             .collect()
     }
 
     /// Frees a lease's GPUs.
     pub fn release(&mut self, lease: &ContentId) {
         self.book.release(lease);
+        self.held.remove(lease);
     }
 
     fn reject(
@@ -258,6 +273,30 @@ impl HostBook {
         }
         if let Err(e) = lease_request_matches_offer(&request, offer) {
             return self.reject(id, reason_for(&e), &e.to_string(), now);
+        }
+        // Execution starts at once: a reserved window in the future is refused before it
+        // costs anything (a booking, a stored record).
+        if let LeaseKind::Reserved { start, .. } = request.kind
+            && start > now.plus_ms(crate::host::LOCK_WINDOW_MS)
+        {
+            return self.reject(
+                id,
+                RejectReason::Invalid,
+                "this host starts leases at once; reserved windows in the future are not run yet",
+                now,
+            );
+        }
+        if let Some(g) = request
+            .gpus
+            .iter()
+            .find(|g| self.held.values().flatten().any(|h| h == *g))
+        {
+            return self.reject(
+                id,
+                RejectReason::GpusUnavailable,
+                &format!("GPU {g} is leased"),
+                now,
+            );
         }
         // Book on the slot's current offer: bookings belong to the GPUs, so which of the
         // slot's offers the renter saw does not matter.

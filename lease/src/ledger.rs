@@ -87,8 +87,9 @@ pub struct LedgerMachine {
     key: Keypair,
     ledger: Ledger,
     next: u64,
-    /// The signed record of each escrow's lock, returned again when a lock is retried.
-    locks: BTreeMap<EscrowId, Vec<u8>>,
+    /// Each escrow's lock (its envelope id) and the signed record it got, returned again
+    /// when that very lock is retried.
+    locks: BTreeMap<EscrowId, (ContentId, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for LedgerMachine {
@@ -198,7 +199,7 @@ impl LedgerMachine {
                         if let Some(record) = record {
                             machine
                                 .locks
-                                .insert(lock.escrow, record.as_bytes().to_vec());
+                                .insert(lock.escrow, (lock.id(), record.as_bytes().to_vec()));
                         }
                     }
                 }
@@ -337,11 +338,6 @@ impl LedgerMachine {
     /// Whether `verified` was already applied (a retry): why nothing changes.
     fn already_applied(&self, verified: &AnyVerified) -> Option<String> {
         match verified {
-            AnyVerified::EscrowLock(lock) => {
-                let e = self.ledger.escrow(&lock.escrow)?;
-                (e.lease == lock.lease && e.payer == lock.payer && e.amount == lock.amount)
-                    .then(|| format!("escrow {} is already locked", lock.escrow))
-            }
             AnyVerified::Release(release) => {
                 let e = self.ledger.escrow(&release.escrow)?;
                 (e.released && e.lease == release.lease)
@@ -377,13 +373,28 @@ impl LedgerMachine {
             );
         };
         if let AnyVerified::EscrowLock(lock) = &verified {
-            if let Some(record) = self.locks.get(&lock.escrow)
-                && self.already_applied(&verified).is_some()
-            {
-                // A retried lock gets the record it got the first time.
+            if let Some((applied, record)) = self.locks.get(&lock.escrow) {
+                // The escrow was locked: a retry of that very lock gets the record it got the
+                // first time (while the escrow is open); any other lock naming the escrow is
+                // refused, however close to the first it is, so nobody can pass a lock of
+                // their own off as the one a host relays.
+                let released = self.ledger.escrow(&lock.escrow).is_some_and(|e| e.released);
+                let response = if released {
+                    LedgerResponse::refused(
+                        RefusalCode::EscrowClosed,
+                        format!("escrow {} is closed", lock.escrow),
+                    )
+                } else if *applied == lock.id() {
+                    LedgerResponse::Record(record.clone())
+                } else {
+                    LedgerResponse::refused(
+                        RefusalCode::EscrowExists,
+                        format!("escrow {} was locked by another lock", lock.escrow),
+                    )
+                };
                 return LedgerOutput {
                     append: None,
-                    response: LedgerResponse::Record(record.clone()),
+                    response,
                 };
             }
             if now.ms_since(lock.created_at) > MAX_LOCK_AGE_MS {
@@ -497,7 +508,8 @@ impl LedgerMachine {
             };
         };
         if let AnyVerified::EscrowLock(lock) = &verified {
-            self.locks.insert(lock.escrow, record.as_bytes().to_vec());
+            self.locks
+                .insert(lock.escrow, (lock.id(), record.as_bytes().to_vec()));
         }
         LedgerOutput {
             append: Some(append),

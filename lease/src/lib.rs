@@ -54,6 +54,13 @@ use gpux_protocol::{
     EndReason, Ext, LeaseAccept, LedgerRecord, MicroCredits, PublicKey, Signed, Timestamp, Verified,
 };
 
+/// The largest `ReceiptAck` a host takes: it must fit, as a voucher, in a `Release` (512
+/// bytes in all). An honest renter's are about 180 bytes.
+pub const MAX_VOUCHER_BYTES: usize = 320;
+/// The longest receipt interval or acknowledgement grace a renter accepts from a host, ms: a
+/// host announcing more could keep the renter from ever counting it silent.
+pub const MAX_TIMING_MS: u64 = 3_600_000;
+
 /// `LeaseAccept` ext key: the host's receipt interval, ms (u64 little endian).
 pub const EXT_RECEIPT_INTERVAL_MS: u16 = 1;
 /// `LeaseAccept` ext key: the host's acknowledgement grace, ms (u64 little endian).
@@ -108,7 +115,8 @@ impl Timing {
         ext
     }
 
-    /// The timing a `LeaseAccept` announces, if it announces one.
+    /// The timing a `LeaseAccept` announces, if it announces one, each value kept between
+    /// one second and [`MAX_TIMING_MS`].
     pub fn from_accept(accept: &LeaseAccept) -> Option<Timing> {
         let read = |key| {
             accept
@@ -118,8 +126,8 @@ impl Timing {
                 .map(u64::from_le_bytes)
         };
         Some(Timing {
-            receipt_interval_ms: read(EXT_RECEIPT_INTERVAL_MS)?.max(1),
-            ack_grace_ms: read(EXT_ACK_GRACE_MS)?,
+            receipt_interval_ms: read(EXT_RECEIPT_INTERVAL_MS)?.clamp(1000, MAX_TIMING_MS),
+            ack_grace_ms: read(EXT_ACK_GRACE_MS)?.clamp(1000, MAX_TIMING_MS),
         })
     }
 }

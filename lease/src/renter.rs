@@ -31,6 +31,9 @@ const SILENCE_MARGIN_MS: u64 = 5_000;
 /// Delay before the first settlement attempt after the end (the host usually closes the
 /// escrow itself first).
 const SETTLE_DELAY_MS: u64 = 2_000;
+/// Past the ledger's lock age, how much longer a renter waits before it counts a lock that
+/// never reached the ledger as gone (clocks differ).
+const LOCK_AGE_MARGIN_MS: u64 = 60_000;
 /// While the ledger says it is too early, how often the renter looks again (the host may
 /// close the escrow in the meantime).
 const SETTLE_POLL_MS: u64 = 5_000;
@@ -459,7 +462,14 @@ impl RenterLease {
             LockOutcome::Record(record)
                 if record.signer() == self.rec.ledger
                     && record.escrow == self.request.escrow
-                    && matches!(record.entry, LedgerEntry::Locked { .. }) =>
+                    && record.op == self.lock.id()
+                    && matches!(
+                        record.entry,
+                        LedgerEntry::Locked { payer, payee, amount }
+                            if payer == self.key.public()
+                                && payee == self.request.host
+                                && amount == self.request.escrow_amount
+                    ) =>
             {
                 self.rec.confirmed = true;
                 if self.rec.phase == RenterPhase::Starting {
@@ -707,8 +717,9 @@ impl RenterLease {
                 code: RefusalCode::UnknownEscrow,
                 ..
             } => {
-                // Never locked, and too old to be locked now: nothing to settle.
-                if now.ms_since(self.lock.created_at) > MAX_LOCK_AGE_MS {
+                // Never locked, and too old to be locked now (with a margin for the ledger's
+                // clock running behind this node's): nothing to settle.
+                if now.ms_since(self.lock.created_at) > MAX_LOCK_AGE_MS + LOCK_AGE_MARGIN_MS {
                     self.rec.phase = RenterPhase::Settled;
                     out.push(RenterEffect::Persist);
                     return;

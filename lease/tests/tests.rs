@@ -2,4 +2,5 @@
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 #![cfg_attr(feature = "broken-rule", allow(dead_code))]
 
+mod rules;
 mod sim;

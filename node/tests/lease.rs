@@ -107,7 +107,11 @@ fn open_host(
                 .0
         })
         .collect();
-    book.restore(offers, &leases, t);
+    let answered: Vec<(ContentId, Timestamp)> = leases
+        .iter()
+        .map(|l| (l.id(), l.request().expires_at))
+        .collect();
+    book.restore(offers, &leases, answered, t);
     (book, state)
 }
 

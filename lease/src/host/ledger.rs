@@ -130,9 +130,17 @@ impl HostLease {
                         self.rec.redeemed_seq = self.rec.redeemed_seq.max(seq);
                         self.end(now, End::EscrowExhausted, out);
                     }
-                    // A voucher the ledger will never take (a bug): not offered again.
+                    // The disk of the ledger: later.
+                    LedgerVerdict::Refused {
+                        code: RefusalCode::Storage,
+                        ..
+                    } => return self.retry_later(now, out),
+                    // Any other refusal means this escrow will not pay for this work (it is
+                    // not the escrow the host was promised): the work stops, and the
+                    // voucher is not offered again.
                     LedgerVerdict::Refused { .. } => {
                         self.rec.redeemed_seq = self.rec.redeemed_seq.max(seq);
+                        self.end(now, End::EscrowExhausted, out);
                         out.push(HostEffect::Persist);
                     }
                     LedgerVerdict::Unreachable => return self.retry_later(now, out),
@@ -160,6 +168,25 @@ impl HostLease {
         }
     }
 
+    /// Whether a ledger record is the lock of this lease's escrow, by the renter's very lock,
+    /// for the agreed amount, paying this host: anything else (a lock of the renter's own
+    /// making for the same escrow id, say) must not start the work.
+    pub(super) fn is_our_lock(
+        &self,
+        record: &gpux_protocol::Verified<gpux_protocol::LedgerRecord>,
+    ) -> bool {
+        let lock_id = self.rec.lock.as_deref().map(ContentId::of);
+        record.escrow == self.request.escrow
+            && Some(record.op) == lock_id
+            && matches!(
+                record.entry,
+                LedgerEntry::Locked { payer, payee, amount }
+                    if payer == self.request.signer()
+                        && payee == self.request.host
+                        && amount == self.request.escrow_amount
+            )
+    }
+
     pub(super) fn on_lock_verdict(
         &mut self,
         now: Timestamp,
@@ -170,10 +197,7 @@ impl HostLease {
             return;
         }
         match verdict {
-            LedgerVerdict::Applied(record)
-                if record.escrow == self.request.escrow
-                    && matches!(record.entry, LedgerEntry::Locked { .. }) =>
-            {
+            LedgerVerdict::Applied(record) if self.is_our_lock(&record) => {
                 self.rec.lock_record = Some(record.as_bytes().to_vec());
                 self.rec.phase = HostPhase::Starting;
                 out.push(HostEffect::Persist);

@@ -22,7 +22,10 @@ use gpux_protocol::{
     RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
 };
 
-use crate::{End, LedgerCall, LedgerVerdict, RestoreError, Timing, Voucher, backoff_ms, bill};
+use crate::{
+    End, LedgerCall, LedgerVerdict, MAX_VOUCHER_BYTES, RestoreError, Timing, Voucher, backoff_ms,
+    bill,
+};
 
 /// An escrow lock must come this soon after the acceptance: the GPUs are booked from the
 /// acceptance, and the work must fit in the booking.
@@ -165,8 +168,27 @@ impl HostLease {
             // given up on it (and pays nothing), so the work must not run.
             HostPhase::Locking | HostPhase::Starting => {
                 lease.end(now, End::HostShutdown, &mut out);
-                if let ContainerState::Exited { .. } | ContainerState::Absent = container {
-                    lease.on_exited(now, None, None, &mut out);
+                match container {
+                    // It started after all: nothing reports a start any more, so it is
+                    // stopped now.
+                    ContainerState::Running { started_at } => {
+                        lease.rec.started_at = Some(started_at);
+                        out.push(HostEffect::Persist);
+                        out.push(HostEffect::StopContainer { grace_s: 0 });
+                        out.push(HostEffect::Schedule {
+                            at: now.plus_ms(STOP_WAIT_MS),
+                            timer: HostTimer::StopWait,
+                        });
+                    }
+                    ContainerState::Exited {
+                        started_at,
+                        finished_at,
+                        exit_code,
+                    } => {
+                        lease.rec.started_at = started_at.or(lease.rec.started_at);
+                        lease.on_exited(now, finished_at, exit_code, &mut out);
+                    }
+                    ContainerState::Absent => lease.on_exited(now, None, None, &mut out),
                 }
             }
             HostPhase::Running => match container {

@@ -169,7 +169,11 @@ impl HostLease {
         else {
             return;
         };
-        if ack_matches_receipt(ack, &receipt, self.request.signer()).is_err() {
+        // An ack too large to travel as a release's voucher is no ack (a renter padding its
+        // ext could otherwise keep the host from ever closing the escrow).
+        if ack.as_bytes().len() > MAX_VOUCHER_BYTES
+            || ack_matches_receipt(ack, &receipt, self.request.signer()).is_err()
+        {
             return;
         }
         if self.rec.acked.as_ref().is_some_and(|v| v.seq >= seq) {

@@ -126,7 +126,11 @@ impl HostRole {
             .await
             .context("listing this host's containers")?;
         let mut restored = Vec::new();
+        let mut answered = Vec::new();
         for (id, record) in self.state.host_leases()? {
+            if let Some(request) = verify::<LeaseRequest>(&record.request) {
+                answered.push((id, request.expires_at));
+            }
             if record.phase == HostPhase::Settled {
                 continue;
             }
@@ -188,7 +192,7 @@ impl HostRole {
             .into_iter()
             .filter_map(|b| verify(&b))
             .collect();
-        self.book.restore(offers, self.leases.values(), t);
+        self.book.restore(offers, self.leases.values(), answered, t);
         for (id, effects) in restored {
             self.apply(id, effects);
         }

@@ -1,0 +1,387 @@
+//! Rules that a rogue peer or a badly timed crash would test, one by one (found in review).
+
+use gpux_lease::{
+    Answer, ContainerState, HostBook, HostEffect, HostInput, HostLease, HostPhase, LedgerCall,
+    LedgerMachine, LedgerVerdict, RenterAnswer, Timing,
+};
+use gpux_market::LedgerConfig;
+use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};
+use gpux_protocol::*;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn host() -> Keypair {
+    Keypair::from_seed(&[1; 32])
+}
+fn renter() -> Keypair {
+    Keypair::from_seed(&[2; 32])
+}
+fn ledger_key() -> Keypair {
+    Keypair::from_seed(&[9; 32])
+}
+
+fn offer(t: u64) -> Verified<Offer> {
+    Signed::sign(
+        &host(),
+        Offer {
+            seq: 1,
+            slot: 0,
+            created_at: Timestamp(t),
+            expires_at: Timestamp(t + 600_000),
+            attestation: ContentId([7; 32]),
+            gpus: BoundedVec::new(vec![OfferGpu {
+                uuid: GpuUuid([3; 16]),
+                family: BoundedString::new("l4").unwrap(),
+                memory_bytes: 24_000_000_000,
+                compute_capability: ComputeCapability::new(8, 9),
+                pcie_gen: 4,
+            }])
+            .unwrap(),
+            price_per_gpu_hour: MicroCredits(3_600_000),
+            spot_floor_per_gpu_hour: None,
+            min_duration_s: 1,
+            max_duration_s: 86_400,
+            region: BoundedString::new("eu").unwrap(),
+            tier: EvidenceTier::SelfReported,
+            driver: Version::default(),
+            cuda: Version::default(),
+            images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+fn request(offer: &Verified<Offer>, t: u64, kind: LeaseKind) -> Verified<LeaseRequest> {
+    Signed::sign(
+        &renter(),
+        LeaseRequest {
+            created_at: Timestamp(t),
+            expires_at: Timestamp(t + 30_000),
+            offer: offer.id(),
+            host: host().public(),
+            gpus: BoundedVec::new(vec![GpuUuid([3; 16])]).unwrap(),
+            price_per_gpu_hour: MicroCredits(3_600_000),
+            duration_s: 120,
+            kind,
+            image: ImageDigest([4; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 64,
+                scratch_bytes: 1 << 20,
+            },
+            network: false,
+            escrow: EscrowId([5; 16]),
+            escrow_amount: MicroCredits(120_000),
+            bid: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+fn lock(request: &Verified<LeaseRequest>, price: u64, t: u64) -> Verified<EscrowLock> {
+    Signed::sign(
+        &renter(),
+        EscrowLock {
+            escrow: request.escrow,
+            lease: request.id(),
+            payer: renter().public(),
+            payee: host().public(),
+            amount: request.escrow_amount,
+            price_per_gpu_hour: MicroCredits(price),
+            created_at: Timestamp(t),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+/// A lease the host's book accepted at `T0`.
+fn accepted() -> (HostLease, Verified<LeaseRequest>) {
+    let o = offer(T0);
+    let mut book = HostBook::new(host(), Timing::default());
+    book.add_offer(o.clone(), Timestamp(T0));
+    let r = request(&o, T0, LeaseKind::OnDemand);
+    let Answer::Accepted { lease, .. } = book.handle_request(r.clone(), Timestamp(T0)) else {
+        panic!("refused");
+    };
+    (*lease, r)
+}
+
+fn submit(ledger: &mut LedgerMachine, envelope: &[u8], t: u64) -> LedgerResponse {
+    ledger.submit(Timestamp(t), envelope.to_vec()).response
+}
+
+#[test]
+fn a_renters_own_lock_for_the_same_escrow_never_starts_the_work() {
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    ledger
+        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+        .unwrap();
+    let (mut lease, r) = accepted();
+    // The renter locks the escrow itself first, at a price of its own.
+    let own = lock(&r, 1, T0 + 10);
+    assert!(matches!(
+        submit(&mut ledger, own.as_bytes(), T0 + 10),
+        LedgerResponse::Record(_)
+    ));
+    // Then hands the host the honest lock; the ledger refuses it: the escrow is taken.
+    let honest = lock(&r, 3_600_000, T0 + 20);
+    let effects = lease.handle(Timestamp(T0 + 20), HostInput::Lock(honest.clone()));
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        HostEffect::Ledger {
+            call: LedgerCall::Lock,
+            ..
+        }
+    )));
+    let response = submit(&mut ledger, honest.as_bytes(), T0 + 30);
+    assert_eq!(response.refusal(), Some(RefusalCode::EscrowExists));
+    // Even were the ledger to answer with the renter's record, it is not this lock's.
+    let forged = LedgerVerdict::from_response(
+        submit(&mut ledger, own.as_bytes(), T0 + 40),
+        ledger_key().public(),
+    );
+    assert!(matches!(forged, LedgerVerdict::Applied(_)));
+    let effects = lease.handle(
+        Timestamp(T0 + 40),
+        HostInput::Ledger {
+            call: LedgerCall::Lock,
+            verdict: forged,
+        },
+    );
+    assert!(
+        !effects.contains(&HostEffect::StartContainer),
+        "{effects:?}"
+    );
+    assert_ne!(lease.phase(), HostPhase::Starting);
+}
+
+#[test]
+fn a_lock_of_a_closed_escrow_is_refused_not_answered_with_its_old_record() {
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    ledger
+        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+        .unwrap();
+    let (_, r) = accepted();
+    let l = lock(&r, 3_600_000, T0);
+    assert!(matches!(
+        submit(&mut ledger, l.as_bytes(), T0),
+        LedgerResponse::Record(_)
+    ));
+    let release = Signed::sign(
+        &host(),
+        Release {
+            escrow: r.escrow,
+            lease: r.id(),
+            created_at: Timestamp(T0 + 1),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        submit(&mut ledger, release.as_bytes(), T0 + 1),
+        LedgerResponse::Record(_)
+    ));
+    assert_eq!(
+        submit(&mut ledger, l.as_bytes(), T0 + 2).refusal(),
+        Some(RefusalCode::EscrowClosed)
+    );
+}
+
+#[test]
+fn a_host_killed_as_its_container_started_stops_it_after_the_restart() {
+    let (mut lease, r) = accepted();
+    lease.handle(
+        Timestamp(T0 + 10),
+        HostInput::Lock(lock(&r, 3_600_000, T0 + 10)),
+    );
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    ledger
+        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+        .unwrap();
+    let verdict = LedgerVerdict::from_response(
+        submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
+        ledger_key().public(),
+    );
+    let effects = lease.handle(
+        Timestamp(T0 + 20),
+        HostInput::Ledger {
+            call: LedgerCall::Lock,
+            verdict,
+        },
+    );
+    assert!(effects.contains(&HostEffect::StartContainer));
+    assert_eq!(lease.phase(), HostPhase::Starting);
+    // Killed now; Docker started the container anyway.
+    let (restored, effects) = HostLease::restore(
+        host(),
+        lease.record().clone(),
+        ContainerState::Running {
+            started_at: Timestamp(T0 + 500),
+        },
+        Timestamp(T0 + 5_000),
+    )
+    .unwrap();
+    assert!(
+        effects.contains(&HostEffect::StopContainer { grace_s: 0 }),
+        "{effects:?}"
+    );
+    assert_eq!(restored.phase(), HostPhase::Stopping);
+}
+
+#[test]
+fn a_restarted_host_keeps_leased_gpus_out_of_the_market_even_with_no_offer_stored() {
+    let (lease, _) = accepted();
+    let mut book = HostBook::new(host(), Timing::default());
+    // The slot's offer was withdrawn while its GPU was leased: nothing stored lists it.
+    book.restore(
+        Vec::new(),
+        [&lease],
+        [(lease.id(), lease.request().expires_at)],
+        Timestamp(T0 + 1000),
+    );
+    assert!(
+        book.busy_gpus(Timestamp(T0 + 1000))
+            .contains(&GpuUuid([3; 16]))
+    );
+    let o = offer(T0 + 2000);
+    book.add_offer(o.clone(), Timestamp(T0 + 2000));
+    let answer = book.handle_request(
+        request(&o, T0 + 2000, LeaseKind::OnDemand),
+        Timestamp(T0 + 2000),
+    );
+    assert!(
+        matches!(
+            answer,
+            Answer::Rejected {
+                reason: RejectReason::GpusUnavailable,
+                ..
+            }
+        ),
+        "{answer:?}"
+    );
+    // A request answered before the restart stays answered.
+    let replay = book.handle_request(lease.request().clone(), Timestamp(T0 + 2000));
+    assert!(matches!(replay, Answer::Rejected { .. }));
+    book.release(&lease.id());
+    assert!(book.busy_gpus(Timestamp(T0 + 2000)).is_empty());
+}
+
+#[test]
+fn reserved_windows_ahead_are_refused_before_anything_is_booked() {
+    let o = offer(T0);
+    let mut book = HostBook::new(host(), Timing::default());
+    book.add_offer(o.clone(), Timestamp(T0));
+    let kind = LeaseKind::Reserved {
+        start: Timestamp(T0 + 3_600_000),
+        end: Timestamp(T0 + 3_720_000),
+    };
+    let answer = book.handle_request(request(&o, T0, kind), Timestamp(T0));
+    assert!(
+        matches!(
+            answer,
+            Answer::Rejected {
+                reason: RejectReason::Invalid,
+                ..
+            }
+        ),
+        "{answer:?}"
+    );
+    assert!(book.busy_gpus(Timestamp(T0 + 3_600_001)).is_empty());
+}
+
+#[test]
+fn a_host_announcing_endless_timing_is_held_to_an_hour() {
+    let mut ext = Ext::new();
+    ext.insert(
+        gpux_lease::EXT_RECEIPT_INTERVAL_MS,
+        u64::MAX.to_le_bytes().to_vec(),
+    )
+    .unwrap();
+    ext.insert(
+        gpux_lease::EXT_ACK_GRACE_MS,
+        u64::MAX.to_le_bytes().to_vec(),
+    )
+    .unwrap();
+    let accept = LeaseAccept {
+        request: ContentId([1; 32]),
+        created_at: Timestamp(T0),
+        ext,
+    };
+    let timing = Timing::from_accept(&accept).unwrap();
+    assert_eq!(timing.receipt_interval_ms, gpux_lease::MAX_TIMING_MS);
+    assert_eq!(timing.ack_grace_ms, gpux_lease::MAX_TIMING_MS);
+}
+
+#[test]
+fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
+    let (mut lease, r) = accepted();
+    lease.handle(
+        Timestamp(T0 + 10),
+        HostInput::Lock(lock(&r, 3_600_000, T0 + 10)),
+    );
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    ledger
+        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+        .unwrap();
+    let verdict = LedgerVerdict::from_response(
+        submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
+        ledger_key().public(),
+    );
+    lease.handle(
+        Timestamp(T0 + 20),
+        HostInput::Ledger {
+            call: LedgerCall::Lock,
+            verdict,
+        },
+    );
+    lease.handle(
+        Timestamp(T0 + 500),
+        HostInput::ContainerStarted {
+            started_at: Timestamp(T0 + 500),
+        },
+    );
+    let effects = lease.handle(
+        Timestamp(T0 + 61_000),
+        HostInput::Timer(gpux_lease::HostTimer::ReceiptDue),
+    );
+    let (seq, receipt) = effects
+        .iter()
+        .find_map(|e| match e {
+            HostEffect::SendReceipt { seq, envelope } => Some((*seq, envelope.clone())),
+            _ => None,
+        })
+        .unwrap();
+    let receipt = Signed::<UsageReceipt>::from_bytes(receipt)
+        .unwrap()
+        .verify()
+        .unwrap();
+    let mut padding = Ext::new();
+    padding.insert(99, vec![0; 300]).unwrap();
+    let ack = Signed::sign(
+        &renter(),
+        ReceiptAck {
+            receipt: receipt.id(),
+            lease: receipt.lease,
+            seq,
+            amount_due: receipt.amount_due,
+            created_at: Timestamp(T0 + 61_100),
+            ext: padding,
+        },
+    )
+    .unwrap();
+    assert!(ack.as_bytes().len() > gpux_lease::MAX_VOUCHER_BYTES);
+    lease.handle(
+        Timestamp(T0 + 61_200),
+        HostInput::ReceiptAnswer {
+            seq,
+            answer: RenterAnswer::Ack(ack),
+        },
+    );
+    assert!(lease.record().acked.is_none());
+}
