@@ -488,16 +488,29 @@ mod tests {
                 submit(&mut s, lock(&other, 5_000_000), 7).refusal(),
                 Some(RefusalCode::InsufficientFunds)
             );
+            // A second escrow, left open.
+            other.escrow = EscrowId([7; 16]);
+            other.lease = ContentId([8; 32]);
+            let open_record = record(submit(&mut s, lock(&other, 100_000), 8));
+            assert_eq!(open_record.seq, 6);
         }
         let mut s = open(tmp.path(), &p);
-        // After a restart a retried lock still gets its original record.
-        let again = record(submit(&mut s, lock(&p, 300_000), 9));
+        // After a restart a retried lock of an open escrow still gets its original record;
+        // one of a closed escrow is refused.
+        let mut other = parties();
+        other.escrow = EscrowId([7; 16]);
+        other.lease = ContentId([8; 32]);
+        let again = record(submit(&mut s, lock(&other, 100_000), 9));
         assert!(matches!(again.entry, LedgerEntry::Locked { .. }));
-        assert_eq!(again.seq, 2);
+        assert_eq!(again.seq, 6);
+        assert_eq!(
+            submit(&mut s, lock(&p, 300_000), 9).refusal(),
+            Some(RefusalCode::EscrowClosed)
+        );
         assert_eq!(s.ledger().balance(&p.host.public()), MicroCredits(90_000));
         assert_eq!(
             s.ledger().balance(&p.renter.public()),
-            MicroCredits(910_000)
+            MicroCredits(810_000)
         );
         assert_eq!(s.ledger().total(), 1_000_000);
         assert!(s.ledger().escrow(&p.escrow).unwrap().released);
