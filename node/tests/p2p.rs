@@ -249,6 +249,14 @@ async fn an_offer_reaches_every_node_and_a_forgery_stops_at_the_first_hop() {
     let rogue = nodes[4].client.local_peer_id();
     let score = nodes[3].client.score(rogue).await.unwrap().unwrap_or(0.0);
     assert!(score < 0.0, "the forger's score is {score}");
+    // The penalty lasts: seconds later the forger is still below the graylist threshold
+    // (-80), so what it sends is ignored (with the old decay it was back above in ~1 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = nodes[3].client.score(rogue).await.unwrap().unwrap_or(0.0);
+    assert!(
+        later < -80.0,
+        "the forger's score recovered to {later} within 4.5 s"
+    );
     for node in &nodes {
         node.client.shutdown().await.unwrap();
     }
@@ -372,4 +380,31 @@ async fn expired_replayed_over_rate_and_oversized_offers_go_no_further() {
     for node in &nodes {
         node.client.shutdown().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_second_node_on_a_port_in_use_is_an_error_naming_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: libp2p::Multiaddr = format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap();
+    let config = || NetConfig {
+        listen: vec![addr.clone()],
+        ..NetConfig::default()
+    };
+    let (first, _events) = p2p::spawn(&Keypair::from_seed(&[61; 32]), config())
+        .await
+        .unwrap();
+    let err = p2p::spawn(&Keypair::from_seed(&[62; 32]), config())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&addr.to_string()) && text.contains("already in use"),
+        "{text}"
+    );
+    first.shutdown().await.unwrap();
 }

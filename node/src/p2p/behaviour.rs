@@ -79,6 +79,9 @@ pub(crate) fn gossipsub(
     Ok(behaviour)
 }
 
+/// How an invalid message's count decays, per second (see `topic_score`).
+pub(crate) const INVALID_MESSAGE_DECAY: f64 = 0.9996;
+
 fn topic_score() -> gossipsub::TopicScoreParams {
     gossipsub::TopicScoreParams {
         topic_weight: 1.0,
@@ -92,9 +95,12 @@ fn topic_score() -> gossipsub::TopicScoreParams {
         mesh_failure_penalty_weight: 0.0,
         first_message_deliveries_weight: 0.5,
         first_message_deliveries_cap: 20.0,
-        // A forged or malformed message costs a peer dearly.
+        // A forged or malformed message costs a peer dearly, and for long: the penalty is
+        // weight × count², the count decaying by this factor a second, so one invalid
+        // message keeps its sender below the graylist threshold (-80) for about 4.6 minutes
+        // and below the gossip threshold (-10) for about 48 (docs/network.md).
         invalid_message_deliveries_weight: -100.0,
-        invalid_message_deliveries_decay: 0.9,
+        invalid_message_deliveries_decay: INVALID_MESSAGE_DECAY,
         ..gossipsub::TopicScoreParams::default()
     }
 }

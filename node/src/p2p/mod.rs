@@ -61,6 +61,40 @@ impl Default for NetConfig {
     }
 }
 
+/// Refuses a TCP listen address (with a fixed port) that something already listens on.
+/// libp2p's TCP transport binds with port reuse, so a second node on the same port would
+/// otherwise start without error and the kernel would split connections between the two; a
+/// plain bind, without reuse, tells.
+fn ensure_free(addr: &Multiaddr) -> Result<(), NetError> {
+    use libp2p::multiaddr::Protocol;
+    let mut ip = None;
+    let mut port = None;
+    for p in addr.iter() {
+        match p {
+            Protocol::Ip4(a) => ip = Some(std::net::IpAddr::V4(a)),
+            Protocol::Ip6(a) => ip = Some(std::net::IpAddr::V6(a)),
+            Protocol::Tcp(p) => port = Some(p),
+            _ => {}
+        }
+    }
+    let (Some(ip), Some(port)) = (ip, port) else {
+        return Ok(());
+    };
+    if port == 0 {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind((ip, port)) {
+        Ok(probe) => {
+            drop(probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(NetError::Listen(format!(
+            "{addr}: the address is already in use (another node, or another program, listens there)"
+        ))),
+        Err(e) => Err(NetError::Listen(format!("{addr}: {e}"))),
+    }
+}
+
 /// Starts the network: builds the swarm with the node key, starts listening, spawns the
 /// event loop on the current tokio runtime. Returns the client handle and the event stream.
 pub async fn spawn(
@@ -84,6 +118,7 @@ pub async fn spawn(
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(300)))
         .build();
     for addr in &config.listen {
+        ensure_free(addr)?;
         swarm
             .listen_on(addr.clone())
             .map_err(|e| NetError::Listen(format!("{addr}: {e}")))?;
