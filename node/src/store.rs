@@ -487,13 +487,68 @@ impl<S: Store> NodeState<S> {
     }
 }
 
+/// The file beside the database that says this node has one (`<data-dir>/db.manifest`).
+pub const MANIFEST_FILE: &str = "db.manifest";
+/// The record inside the database that must be there when the manifest is.
+const SENTINEL_KEY: &str = "db-created";
+
 impl NodeState<SledStore> {
     /// Opens the node's database in `<data_dir>/db`.
+    ///
+    /// A database that should be there and is not is an error, never an empty start: the
+    /// first open writes a sentinel record (flushed) and then the manifest file beside the
+    /// database (synced); every later open refuses a database that lacks the sentinel while
+    /// the manifest exists (deleted, replaced, or so damaged that sled opened it as empty),
+    /// naming the path and the way out.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join("db");
+        let manifest = data_dir.join(MANIFEST_FILE);
+        let had_one = manifest.exists();
         let store = SledStore::open(&path)?;
-        Ok(Self::new(store, path))
+        let state = Self::new(store, path.clone());
+        let sentinel = state.config(SENTINEL_KEY)?;
+        match (had_one, sentinel.is_some()) {
+            (true, false) => {
+                return Err(StoreError::Open {
+                    path,
+                    reason: format!(
+                        "the database is missing or came back empty, but this node had one ({} says so): \
+                         its balances and leases would be lost. Restore the database from a copy; only \
+                         if its contents are truly gone, move {} away to start afresh",
+                        manifest.display(),
+                        manifest.display()
+                    ),
+                });
+            }
+            (_, false) => {
+                state.set_config(SENTINEL_KEY, crate::attest::now().0.to_string().as_bytes())?;
+            }
+            _ => {}
+        }
+        if !had_one {
+            write_synced(
+                &manifest,
+                b"gpux database manifest: this data dir holds a database in db/\n",
+            )
+            .map_err(|e| StoreError::Io {
+                path: manifest.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(state)
     }
+}
+
+/// Writes a small file and syncs it (and its directory) to disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// The trees of a [`MemStore`].

@@ -110,6 +110,33 @@ fn the_in_memory_store_keeps_what_sled_keeps() {
 }
 
 #[test]
+fn a_database_that_comes_back_empty_is_refused_not_started_afresh() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (id, rec) = record(4);
+    {
+        let state = NodeState::open(tmp.path()).unwrap();
+        state.save_host_lease(&id, &rec).unwrap();
+    }
+    assert!(tmp.path().join(gpux_node::store::MANIFEST_FILE).exists());
+    // Reopening is fine.
+    drop(NodeState::open(tmp.path()).unwrap());
+    // The database is lost (deleted here; a damaged one sled opens as empty looks the same).
+    std::fs::remove_dir_all(tmp.path().join("db")).unwrap();
+    let err = NodeState::open(tmp.path()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("came back empty") && text.contains("db.manifest"),
+        "{text}"
+    );
+    // It stays refused (the failed open created nothing that would hide the loss).
+    assert!(NodeState::open(tmp.path()).is_err());
+    // Only moving the manifest away starts afresh, knowingly.
+    std::fs::remove_file(tmp.path().join(gpux_node::store::MANIFEST_FILE)).unwrap();
+    let fresh = NodeState::open(tmp.path()).unwrap();
+    assert!(fresh.host_leases().unwrap().is_empty());
+}
+
+#[test]
 fn a_second_node_on_the_same_data_dir_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let _first = NodeState::open(tmp.path()).unwrap();
@@ -186,12 +213,14 @@ fn a_damaged_database_is_an_error_not_a_panic() {
     assert!(damaged > 0);
     match SledStore::open(&db) {
         Err(err) => assert!(err.to_string().contains(&db.display().to_string()), "{err}"),
-        // sled may treat fully unreadable segments as empty; then the data is gone but the
-        // node did not panic, and reading must not panic either.
+        // sled may treat fully unreadable segments as empty; reading must not panic either.
         Ok(store) => {
             let _ = store.scan(Tree::HostLeases);
         }
     }
+    // Whatever sled makes of it, the node's state never opens as if nothing had been there.
+    let err = NodeState::open(tmp.path()).unwrap_err();
+    assert!(err.to_string().contains(&db.display().to_string()), "{err}");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
