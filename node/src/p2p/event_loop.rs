@@ -27,6 +27,12 @@ pub(crate) struct EventLoop {
     gossip_shed: u64,
 }
 
+/// A peer whose gossip score falls below this after an invalid message is disconnected: it
+/// is gossipsub's graylist threshold, below which everything the peer sends is ignored
+/// anyway (one invalid message costs -100 and keeps it there for about 4.6 minutes), so
+/// keeping the connection open would only cost us.
+const DISCONNECT_SCORE: f64 = -80.0;
+
 /// Peers this node dials on its own (found through kademlia), at most.
 const MAX_DISCOVERED_PEERS: usize = 50;
 
@@ -124,10 +130,26 @@ impl EventLoop {
                 source,
                 acceptance,
             } => {
+                let rejected = matches!(acceptance, gossipsub::MessageAcceptance::Reject);
                 self.swarm
                     .behaviour_mut()
                     .gossipsub
                     .report_message_validation_result(&id, &source, acceptance);
+                // A peer whose invalid messages have sunk it below the graylist threshold is
+                // disconnected: it would only be ignored otherwise, and keeps costing us.
+                if rejected
+                    && self
+                        .swarm
+                        .behaviour()
+                        .gossipsub
+                        .peer_score(&source)
+                        .is_some_and(|score| score < DISCONNECT_SCORE)
+                {
+                    tracing::info!(
+                        "disconnecting {source}: its gossip score fell below {DISCONNECT_SCORE}"
+                    );
+                    let _ = self.swarm.disconnect_peer_id(source);
+                }
             }
             Command::Request {
                 proto,
