@@ -20,6 +20,8 @@ use gpux_protocol::{EscrowId, Keypair, MicroCredits, PublicKey, Timestamp};
 use libp2p::{Multiaddr, PeerId};
 
 use crate::p2p::{Client, Proto};
+use std::path::PathBuf;
+
 use crate::store::{Durability, NodeState, Store, StoreError, Tree};
 
 /// How long a party waits for the ledger to answer.
@@ -53,6 +55,75 @@ pub struct LedgerService<S> {
     config: LedgerConfig,
     machine: LedgerMachine,
     state: NodeState<S>,
+    /// `<data-dir>/ledger.manifest` (None for a store in memory), and what it says.
+    manifest: Option<(PathBuf, Manifest)>,
+}
+
+/// What the ledger has applied, kept beside its database: the number of log entries and a
+/// hash chain over them (`h_i = blake3(h_{i-1} || position || entry)`). Written after each
+/// entry is flushed, so a log may be ahead of it (a crash in between), never behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Manifest {
+    count: u64,
+    chain: [u8; 32],
+}
+
+/// The manifest's file name, in the data dir.
+pub const LEDGER_MANIFEST: &str = "ledger.manifest";
+
+impl Manifest {
+    fn next(&self, position: u64, entry: &[u8]) -> Manifest {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.chain);
+        hasher.update(&position.to_be_bytes());
+        hasher.update(entry);
+        Manifest {
+            count: self.count + 1,
+            chain: *hasher.finalize().as_bytes(),
+        }
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "count {}\nchain {}\n",
+            self.count,
+            gpux_protocol::hex(&self.chain)
+        )
+    }
+
+    fn parse(text: &str) -> Option<Manifest> {
+        let mut count = None;
+        let mut chain = None;
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("count", n)) => count = n.trim().parse().ok(),
+                Some(("chain", h)) => {
+                    chain = gpux_protocol::unhex(h.trim())
+                        .ok()
+                        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                }
+                _ => {}
+            }
+        }
+        Some(Manifest {
+            count: count?,
+            chain: chain?,
+        })
+    }
+}
+
+/// Writes a file atomically (temporary file, sync, rename, sync of the directory).
+fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 impl<S> std::fmt::Debug for LedgerService<S> {
@@ -77,12 +148,79 @@ impl<S: Store> LedgerService<S> {
         config: LedgerConfig,
     ) -> Result<Self, ServiceError> {
         let machine = Self::replay(&key, &state, config)?;
+        let manifest_path = state
+            .db_path()
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && d.is_dir())
+            .map(|d| d.join(LEDGER_MANIFEST));
+        let manifest = match manifest_path {
+            Some(path) => Some(Self::check_manifest(&state, path)?),
+            None => None,
+        };
         Ok(Self {
             key,
             config,
             machine,
             state,
+            manifest,
         })
+    }
+
+    /// Checks the log against its manifest: it may be ahead, never behind or different.
+    /// Writes the manifest when there is none (a ledger of an earlier version).
+    fn check_manifest(
+        state: &NodeState<S>,
+        path: PathBuf,
+    ) -> Result<(PathBuf, Manifest), ServiceError> {
+        let entries = state.store().scan(Tree::LedgerLog)?;
+        let refuse = |reason: String| ReplayError {
+            position: 0,
+            reason,
+        };
+        let mut chain = Manifest::default();
+        let recorded = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(Manifest::parse(&text).ok_or_else(|| {
+                refuse(format!(
+                    "{} is unreadable; restore it with the database",
+                    path.display()
+                ))
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(refuse(format!("{}: {e}", path.display())).into()),
+        };
+        for (k, v) in &entries {
+            let at = position(k).unwrap_or(0);
+            if recorded.is_some_and(|m| chain.count == m.count) {
+                break;
+            }
+            chain = chain.next(at, v);
+        }
+        if let Some(m) = recorded {
+            if chain.count < m.count {
+                return Err(refuse(format!(
+                    "the log holds {} entries but {} says {} were applied: it is truncated or an older copy",
+                    chain.count,
+                    path.display(),
+                    m.count
+                ))
+                .into());
+            }
+            if chain.chain != m.chain {
+                return Err(refuse(format!(
+                    "the log's first {} entries do not match {} (their hash chain differs): it was changed",
+                    m.count,
+                    path.display()
+                ))
+                .into());
+            }
+        }
+        // Bring the manifest up to the whole log (it may be ahead after a crash).
+        for (k, v) in entries.iter().skip(chain.count as usize) {
+            chain = chain.next(position(k).unwrap_or(0), v);
+        }
+        write_atomic(&path, &chain.text())
+            .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+        Ok((path, chain))
     }
 
     fn replay(
@@ -118,6 +256,13 @@ impl<S: Store> LedgerService<S> {
         if let Err(e) = written {
             self.machine = Self::replay(&self.key, &self.state, self.config)?;
             return Err(e.into());
+        }
+        // After the flush: the manifest may lag the log (a crash here), never lead it.
+        if let Some((path, manifest)) = self.manifest.as_mut() {
+            *manifest = manifest.next(at, &entry);
+            if let Err(e) = write_atomic(path, &manifest.text()) {
+                tracing::error!("the ledger cannot write {}: {e}", path.display());
+            }
         }
         Ok(())
     }
@@ -533,6 +678,87 @@ mod tests {
             s.ledger().balance(&p.renter.public()),
             MicroCredits(1_000_000)
         );
+    }
+
+    #[test]
+    fn a_log_behind_or_unlike_its_manifest_refuses_to_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = parties();
+        let entry_one;
+        {
+            let mut s = open(tmp.path(), &p);
+            s.mint(p.renter.public(), MicroCredits(1_000_000), Timestamp(0))
+                .unwrap();
+            record(submit(&mut s, lock(&p, 300_000), 1));
+            s.mint(p.host.public(), MicroCredits(5), Timestamp(2))
+                .unwrap();
+            entry_one = s
+                .state
+                .store()
+                .get(Tree::LedgerLog, &1u64.to_be_bytes())
+                .unwrap()
+                .unwrap();
+        }
+        let manifest = std::fs::read_to_string(tmp.path().join(LEDGER_MANIFEST)).unwrap();
+        assert!(manifest.starts_with("count 3\n"), "{manifest}");
+        // Reopening the intact log is fine.
+        drop(open(tmp.path(), &p));
+        // The log loses its last entry (an older copy, a truncation): refused.
+        {
+            let state = NodeState::<SledStore>::open(tmp.path()).unwrap();
+            state
+                .store()
+                .delete(Tree::LedgerLog, &3u64.to_be_bytes(), Durability::Flush)
+                .unwrap();
+        }
+        let state = NodeState::open(tmp.path()).unwrap();
+        let err =
+            LedgerService::open(p.ledger.clone(), state, LedgerConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        // An entry changed for another valid one: refused too.
+        {
+            let state = NodeState::<SledStore>::open(tmp.path()).unwrap();
+            let third = gpux_lease::LogEntry {
+                at: Timestamp(2),
+                op: gpux_lease::LogOp::Mint {
+                    account: p.host.public(),
+                    amount: MicroCredits(5),
+                },
+            };
+            let bytes = bincode::encode_to_vec(&third, bincode::config::standard()).unwrap();
+            state
+                .store()
+                .put(
+                    Tree::LedgerLog,
+                    &3u64.to_be_bytes(),
+                    &bytes,
+                    Durability::Flush,
+                )
+                .unwrap();
+            // Entry 1 becomes a mint of a different amount.
+            let other = gpux_lease::LogEntry {
+                at: Timestamp(0),
+                op: gpux_lease::LogOp::Mint {
+                    account: p.renter.public(),
+                    amount: MicroCredits(2_000_000),
+                },
+            };
+            let changed = bincode::encode_to_vec(&other, bincode::config::standard()).unwrap();
+            assert_ne!(changed, entry_one);
+            state
+                .store()
+                .put(
+                    Tree::LedgerLog,
+                    &1u64.to_be_bytes(),
+                    &changed,
+                    Durability::Flush,
+                )
+                .unwrap();
+        }
+        let state = NodeState::open(tmp.path()).unwrap();
+        let err =
+            LedgerService::open(p.ledger.clone(), state, LedgerConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("changed"), "{err}");
     }
 
     #[test]

@@ -298,6 +298,11 @@ impl<S: Store> NodeState<S> {
         &self.store
     }
 
+    /// The database's path (what errors name).
+    pub fn db_path(&self) -> &Path {
+        &self.path
+    }
+
     fn decode<T: Decode<()>>(&self, tree: Tree, bytes: &[u8]) -> Result<T, StoreError> {
         let corrupt = |reason: String| StoreError::Corrupt {
             path: self.path.clone(),
