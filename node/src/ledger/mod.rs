@@ -1,0 +1,398 @@
+//! The ledger node and its clients, on `/gpux/ledger/2`.
+//!
+//! The rules are pure: `gpux_market::Ledger` (settlement) under `gpux_lease::LedgerMachine`
+//! (the service's decisions: stale locks, retries and their records). [`LedgerService`] is
+//! the shell around them: every operation the machine applies comes out as a log entry that
+//! is appended to sled and flushed *before* the answer goes out, and on start the log is
+//! replayed (every envelope verified again), so a restarted ledger has exactly the balances
+//! it had. A write that fails rebuilds the machine from the log, so memory never runs ahead
+//! of disk.
+//!
+//! [`LedgerClient`] is a party's connection to the ledger it trusts: a verdict comes back
+//! typed ([`gpux_lease::LedgerVerdict`]: applied with the ledger's verified record,
+//! unchanged, refused with a [`RefusalCode`], or no verdict), and a `NotLeader` redirect is
+//! followed.
+
+use gpux_lease::{LedgerMachine, LedgerVerdict, ReplayError};
+use gpux_market::{Ledger, LedgerConfig};
+use gpux_protocol::ledger_wire::{self, EscrowView, LedgerRequest, LedgerResponse, RefusalCode};
+use gpux_protocol::{EscrowId, Keypair, MicroCredits, PublicKey, Timestamp};
+use libp2p::{Multiaddr, PeerId};
+
+use crate::p2p::{Client, Proto};
+use std::path::PathBuf;
+
+use crate::store::{Durability, NodeState, Store, StoreError, Tree};
+
+/// How long a party waits for the ledger to answer.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why the ledger service could not open or do something.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The stored log does not replay: the database is damaged (never opened as empty).
+    #[error(
+        "the ledger's log is damaged: {0}; the ledger refuses to start rather than lose balances"
+    )]
+    Replay(#[from] ReplayError),
+    /// The disk failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The ledger's rules refused the operation.
+    #[error("refused ({code:?}): {detail}")]
+    Refused {
+        /// The rule.
+        code: RefusalCode,
+        /// For people.
+        detail: String,
+    },
+}
+
+/// The ledger node's state: the machine and its durable log.
+pub struct LedgerService<S> {
+    key: Keypair,
+    config: LedgerConfig,
+    machine: LedgerMachine,
+    state: NodeState<S>,
+    /// `<data-dir>/ledger.manifest` (None for a store in memory), and what it says.
+    manifest: Option<(PathBuf, Manifest)>,
+}
+
+mod manifest;
+
+pub use manifest::LEDGER_MANIFEST;
+use manifest::{Manifest, write_atomic};
+
+impl<S> std::fmt::Debug for LedgerService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerService")
+            .field("machine", &self.machine)
+            .finish()
+    }
+}
+
+fn position(key: &[u8]) -> Option<u64> {
+    key.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+}
+
+impl<S: Store> LedgerService<S> {
+    /// Opens the ledger over `state`, replaying its log.
+    pub fn open(
+        key: Keypair,
+        state: NodeState<S>,
+        config: LedgerConfig,
+    ) -> Result<Self, ServiceError> {
+        let machine = Self::replay(&key, &state, config)?;
+        let manifest_path = state
+            .db_path()
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && d.is_dir())
+            .map(|d| d.join(LEDGER_MANIFEST));
+        let manifest = match manifest_path {
+            Some(path) => Some(Self::check_manifest(&state, path)?),
+            None => None,
+        };
+        Ok(Self {
+            key,
+            config,
+            machine,
+            state,
+            manifest,
+        })
+    }
+
+    /// Checks the log against its manifest: it may be ahead, never behind or different.
+    /// Writes the manifest when there is none (a ledger of an earlier version).
+    fn check_manifest(
+        state: &NodeState<S>,
+        path: PathBuf,
+    ) -> Result<(PathBuf, Manifest), ServiceError> {
+        let entries = state.store().scan(Tree::LedgerLog)?;
+        let refuse = |reason: String| ReplayError {
+            position: 0,
+            reason,
+        };
+        let mut chain = Manifest::default();
+        let recorded = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(Manifest::parse(&text).ok_or_else(|| {
+                refuse(format!(
+                    "{} is unreadable; restore it with the database",
+                    path.display()
+                ))
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(refuse(format!("{}: {e}", path.display())).into()),
+        };
+        for (k, v) in &entries {
+            let at = position(k).unwrap_or(0);
+            if recorded.is_some_and(|m| chain.count == m.count) {
+                break;
+            }
+            chain = chain.next(at, v);
+        }
+        if let Some(m) = recorded {
+            if chain.count < m.count {
+                return Err(refuse(format!(
+                    "the log holds {} entries but {} says {} were applied: it is truncated or an older copy",
+                    chain.count,
+                    path.display(),
+                    m.count
+                ))
+                .into());
+            }
+            if chain.chain != m.chain {
+                return Err(refuse(format!(
+                    "the log's first {} entries do not match {} (their hash chain differs): it was changed",
+                    m.count,
+                    path.display()
+                ))
+                .into());
+            }
+        }
+        // Bring the manifest up to the whole log (it may be ahead after a crash).
+        for (k, v) in entries.iter().skip(chain.count as usize) {
+            chain = chain.next(position(k).unwrap_or(0), v);
+        }
+        write_atomic(&path, &chain.text())
+            .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+        Ok((path, chain))
+    }
+
+    fn replay(
+        key: &Keypair,
+        state: &NodeState<S>,
+        config: LedgerConfig,
+    ) -> Result<LedgerMachine, ServiceError> {
+        let entries = state.store().scan(Tree::LedgerLog)?;
+        let mut log = Vec::with_capacity(entries.len());
+        for (k, v) in &entries {
+            let at = position(k).ok_or_else(|| ReplayError {
+                position: 0,
+                reason: "a key is not a log position".into(),
+            })?;
+            log.push((at, v.as_slice()));
+        }
+        Ok(LedgerMachine::replay(key.clone(), config, log)?)
+    }
+
+    /// The state machine (read-only).
+    pub fn ledger(&self) -> &Ledger {
+        self.machine.ledger()
+    }
+
+    /// Stores a log entry (flushed); on failure the machine is rebuilt from the log.
+    fn append(&mut self, (at, entry): (u64, Vec<u8>)) -> Result<(), ServiceError> {
+        let written = self.state.store().put(
+            Tree::LedgerLog,
+            &at.to_be_bytes(),
+            &entry,
+            Durability::Flush,
+        );
+        if let Err(e) = written {
+            self.machine = Self::replay(&self.key, &self.state, self.config)?;
+            return Err(e.into());
+        }
+        // After the flush: the manifest may lag the log (a crash here), never lead it.
+        if let Some((path, manifest)) = self.manifest.as_mut() {
+            *manifest = manifest.next(at, &entry);
+            if let Err(e) = write_atomic(path, &manifest.text()) {
+                tracing::error!("the ledger cannot write {}: {e}", path.display());
+            }
+        }
+        Ok(())
+    }
+
+    /// Mints credits (the testnet faucet), logged and flushed. Returns the new balance.
+    pub fn mint(
+        &mut self,
+        account: PublicKey,
+        amount: MicroCredits,
+        now: Timestamp,
+    ) -> Result<MicroCredits, ServiceError> {
+        let (_, append) = self
+            .machine
+            .mint(now, account, amount)
+            .map_err(|r| match r {
+                LedgerResponse::Refused { code, detail, .. } => {
+                    ServiceError::Refused { code, detail }
+                }
+                _ => ServiceError::Refused {
+                    code: RefusalCode::Invalid,
+                    detail: "unexpected answer".into(),
+                },
+            })?;
+        self.append(append)?;
+        Ok(self.machine.ledger().balance(&account))
+    }
+
+    /// Answers one request frame: an applied operation is on disk before the answer.
+    pub fn handle(&mut self, frame: &[u8], now: Timestamp) -> LedgerResponse {
+        let output = self.machine.handle(now, frame);
+        if let Some(append) = output.append
+            && let Err(e) = self.append(append)
+        {
+            tracing::error!("the ledger cannot write its log: {e}");
+            return LedgerResponse::refused(RefusalCode::Storage, e.to_string());
+        }
+        output.response
+    }
+}
+
+/// Why a call to the ledger gave no answer to act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerCallError {
+    /// The ledger did not answer (in time), or answered nonsense.
+    #[error("the ledger at {addr} did not answer: {why}")]
+    Unreachable {
+        /// Where.
+        addr: String,
+        /// Why.
+        why: String,
+    },
+    /// The ledger refused.
+    #[error("the ledger refused ({code:?}): {detail}")]
+    Refused {
+        /// The rule.
+        code: RefusalCode,
+        /// For people.
+        detail: String,
+    },
+}
+
+/// A party's connection to the ledger it trusts.
+#[derive(Debug, Clone)]
+pub struct LedgerClient {
+    net: Client,
+    addr: Multiaddr,
+    peer: PeerId,
+    key: PublicKey,
+}
+
+/// A ledger address that does not name the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the ledger address {0} must end with /p2p/<the ledger's peer id>")]
+pub struct LedgerAddrError(pub String);
+
+impl LedgerClient {
+    /// The ledger at `addr`, which must end with `/p2p/<peer id>` (the ledger's key).
+    pub fn new(net: Client, addr: Multiaddr) -> Result<Self, LedgerAddrError> {
+        let Some(libp2p::multiaddr::Protocol::P2p(peer)) = addr.iter().last() else {
+            return Err(LedgerAddrError(addr.to_string()));
+        };
+        let key = peer
+            .to_base58()
+            .parse::<gpux_protocol::PeerId>()
+            .map_err(|_| LedgerAddrError(addr.to_string()))?
+            .public_key();
+        Ok(Self {
+            net,
+            addr,
+            peer,
+            key,
+        })
+    }
+
+    /// The ledger's public key.
+    pub fn key(&self) -> PublicKey {
+        self.key
+    }
+
+    fn unreachable(&self, why: impl std::fmt::Display) -> LedgerCallError {
+        LedgerCallError::Unreachable {
+            addr: self.addr.to_string(),
+            why: why.to_string(),
+        }
+    }
+
+    /// Sends a request (dialing when not connected), following one `NotLeader` redirect.
+    pub async fn call(&self, request: &LedgerRequest) -> Result<LedgerResponse, LedgerCallError> {
+        let frame = ledger_wire::encode(request);
+        let response = tokio::time::timeout(
+            CALL_TIMEOUT,
+            self.call_once(self.peer, Some(&self.addr), frame.clone()),
+        )
+        .await
+        .map_err(|_| self.unreachable("no answer in time"))??;
+        let LedgerResponse::NotLeader {
+            leader: Some(leader),
+            addrs,
+        } = &response
+        else {
+            return Ok(response);
+        };
+        let leader = PeerId::from_bytes(leader)
+            .map_err(|e| self.unreachable(format!("a redirect to a bad peer id: {e}")))?;
+        for addr in addrs.iter().filter_map(|a| a.parse::<Multiaddr>().ok()) {
+            let _ = self.net.dial(addr).await;
+        }
+        tokio::time::timeout(CALL_TIMEOUT, self.call_once(leader, None, frame))
+            .await
+            .map_err(|_| self.unreachable("the leader gave no answer in time"))?
+    }
+
+    async fn call_once(
+        &self,
+        peer: PeerId,
+        addr: Option<&Multiaddr>,
+        frame: Vec<u8>,
+    ) -> Result<LedgerResponse, LedgerCallError> {
+        let answer = match self
+            .net
+            .request_on(Proto::Ledger, peer, frame.clone())
+            .await
+        {
+            Ok(answer) => answer,
+            Err(first) => {
+                let Some(addr) = addr else {
+                    return Err(self.unreachable(first));
+                };
+                let _ = self.net.dial(addr.clone()).await;
+                self.net
+                    .request_on(Proto::Ledger, peer, frame)
+                    .await
+                    .map_err(|e| self.unreachable(e))?
+            }
+        };
+        ledger_wire::decode(&answer).map_err(|e| self.unreachable(e))
+    }
+
+    /// Submits a signed operation; the verdict, typed.
+    pub async fn submit(&self, envelope: Vec<u8>) -> LedgerVerdict {
+        match self.call(&LedgerRequest::Submit(envelope)).await {
+            Ok(response) => LedgerVerdict::from_response(response, self.key),
+            Err(e) => {
+                tracing::debug!("{e}");
+                LedgerVerdict::Unreachable
+            }
+        }
+    }
+
+    /// An account's balance.
+    pub async fn balance(&self, account: PublicKey) -> Result<MicroCredits, LedgerCallError> {
+        match self.call(&LedgerRequest::Balance(account)).await? {
+            LedgerResponse::Balance(b) => Ok(MicroCredits(b)),
+            LedgerResponse::Refused { code, detail, .. } => {
+                Err(LedgerCallError::Refused { code, detail })
+            }
+            _ => Err(self.unreachable("an unexpected answer")),
+        }
+    }
+
+    /// An escrow's state.
+    pub async fn escrow(&self, id: EscrowId) -> Result<Option<EscrowView>, LedgerCallError> {
+        match self.call(&LedgerRequest::Escrow(id)).await? {
+            LedgerResponse::Escrow(e) => Ok(e),
+            LedgerResponse::Refused { code, detail, .. } => {
+                Err(LedgerCallError::Refused { code, detail })
+            }
+            _ => Err(self.unreachable("an unexpected answer")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
