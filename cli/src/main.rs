@@ -98,6 +98,11 @@ enum Command {
         #[arg(value_parser = cmd::parse_credits)]
         amount: String,
     },
+    /// The ledger this node serves, offline (the node stopped).
+    Ledger {
+        #[command(subcommand)]
+        action: LedgerAction,
+    },
     /// Place a standing bid: signed and gossiped; this node rents as soon as an offer that
     /// satisfies it arrives (or is already known).
     Bid {
@@ -133,6 +138,22 @@ enum NodeAction {
     /// (127.0.0.1, token in `DATA_DIR/api.token`). With --host, also read the GPUs through
     /// NVML, sign an attestation, publish offers and answer lease requests.
     Run(Box<NodeRunArgs>),
+}
+
+#[derive(Debug, Subcommand)]
+enum LedgerAction {
+    /// Rebuild a damaged ledger database from the ledger's verified copy of its log
+    /// (`DATA_DIR/ledger.copy`): the copy is checked against the manifest and replayed
+    /// before anything changes; the damaged database is moved aside, never deleted.
+    Restore {
+        /// Restore from this copy instead (one kept on another disk or machine).
+        #[arg(long, value_name = "FILE")]
+        from: Option<PathBuf>,
+        /// The ledger's release grace in seconds, when it ran with one other than its
+        /// config.toml's (the replay checks releases against it).
+        #[arg(long = "ledger-release-grace", value_name = "SECONDS")]
+        ledger_release_grace_s: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -260,6 +281,13 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
         Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,
         Command::Balance { json } => cmd::market::balance(&dir, json)?,
+        Command::Ledger {
+            action:
+                LedgerAction::Restore {
+                    from,
+                    ledger_release_grace_s,
+                },
+        } => cmd::node::restore_ledger(&dir, from.as_deref(), ledger_release_grace_s)?,
         Command::Mint { account, amount } => cmd::market::mint(&dir, account, amount)?,
         Command::Attest { nvml_lib, json, .. } => {
             cmd::attest::attest(&dir, nvml_lib.as_deref(), json)?

@@ -310,6 +310,7 @@ compute_capability = [8, 6]
 }
 
 mod leases;
+mod ledger;
 mod market;
 
 fn attest_lib() -> std::path::PathBuf {

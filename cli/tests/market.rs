@@ -35,7 +35,7 @@ impl std::ops::DerefMut for Node {
 }
 
 impl Node {
-    fn spawn(&mut self) {
+    pub fn spawn(&mut self) {
         self.0.spawn().unwrap();
     }
 
@@ -104,7 +104,7 @@ pub struct Market {
     _tmp: tempfile::TempDir,
 }
 
-fn new_node(base: &Path, name: &str, args: Vec<String>, env: Vec<(String, PathBuf)>) -> Node {
+pub fn new_node(base: &Path, name: &str, args: Vec<String>, env: Vec<(String, PathBuf)>) -> Node {
     Node(harness::Node::new(Path::new(env!("CARGO_BIN_EXE_gpux")), base, name, args, env).unwrap())
 }
 

@@ -214,6 +214,11 @@ impl LedgerMachine {
         &self.ledger
     }
 
+    /// The position the next log entry will take (1 for an empty ledger).
+    pub fn next_position(&self) -> u64 {
+        self.next
+    }
+
     /// The ledger's key.
     pub fn public_key(&self) -> PublicKey {
         self.key.public()

@@ -36,6 +36,18 @@ pub enum Tree {
 }
 
 impl Tree {
+    /// Every tree.
+    pub const ALL: [Tree; 8] = [
+        Tree::Config,
+        Tree::OwnOffers,
+        Tree::HostLeases,
+        Tree::RenterLeases,
+        Tree::Market,
+        Tree::Receipts,
+        Tree::Logs,
+        Tree::LedgerLog,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Tree::Config => "config",
@@ -70,6 +82,12 @@ pub enum StoreError {
         path: PathBuf,
         /// Why.
         reason: String,
+    },
+    /// Another process has the database open (a node runs on this data dir).
+    #[error("cannot open the node database at {path}: another gpux node is using it (the database is locked)", path = .path.display())]
+    Locked {
+        /// The database directory.
+        path: PathBuf,
     },
     /// A read or write failed.
     #[error("node database at {path}: {reason}", path = .path.display())]
@@ -173,7 +191,7 @@ impl SledStore {
                 if io.kind() == std::io::ErrorKind::WouldBlock
                     || io.to_string().contains("could not acquire lock") =>
             {
-                open_err("another gpux node is using it (the database is locked)".into())
+                StoreError::Locked { path: path.clone() }
             }
             sled::Error::Corruption { .. } => open_err(format!(
                 "the database is damaged ({e}); move it away to start afresh"
@@ -495,7 +513,7 @@ impl<S: Store> NodeState<S> {
 /// The file beside the database that says this node has one (`<data-dir>/db.manifest`).
 pub const MANIFEST_FILE: &str = "db.manifest";
 /// The record inside the database that must be there when the manifest is.
-const SENTINEL_KEY: &str = "db-created";
+pub(crate) const SENTINEL_KEY: &str = "db-created";
 
 impl NodeState<SledStore> {
     /// Opens the node's database in `<data_dir>/db`.
@@ -518,7 +536,8 @@ impl NodeState<SledStore> {
                     path,
                     reason: format!(
                         "the database is missing or came back empty, but this node had one ({} says so): \
-                         its balances and leases would be lost. Restore the database from a copy; only \
+                         its balances and leases would be lost. Restore the database from a copy (a ledger node: \
+                         `gpux ledger restore` rebuilds it from the ledger's copy of its log); only \
                          if its contents are truly gone, move {} away to start afresh",
                         manifest.display(),
                         manifest.display()

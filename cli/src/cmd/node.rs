@@ -52,3 +52,38 @@ pub(crate) fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
     })?;
     Ok(())
 }
+
+/// `gpux ledger restore`.
+pub(crate) fn restore_ledger(
+    dir: &std::path::Path,
+    from: Option<&std::path::Path>,
+    release_grace_s: Option<u64>,
+) -> anyhow::Result<()> {
+    let flags = Options {
+        ledger_release_grace_s: release_grace_s,
+        ..Options::default()
+    };
+    let effective = flags.effective(dir)?;
+    let grace_s = effective.options.ledger_release_grace_s.unwrap_or(600);
+    let key = gpux_node::load_key(dir)?;
+    let config = gpux_node::ledger::LedgerConfig {
+        release_grace_ms: grace_s.saturating_mul(1000),
+    };
+    let restored = gpux_node::ledger::restore(dir, from, &key, config)?;
+    out!(
+        "restored the ledger in {}: {} log entries verified and replayed, {} accounts",
+        dir.display(),
+        restored.entries,
+        restored.accounts
+    )?;
+    if let Some(aside) = &restored.moved_aside {
+        out!("the damaged database is kept at {}", aside.display())?;
+    }
+    match restored.other_records {
+        Some(n) => out!("{n} other records of this node were copied from it")?,
+        None => out!(
+            "the damaged database could not be read: this node's own records other than the ledger (its leases as a party, its market view) are not restored"
+        )?,
+    }
+    Ok(())
+}

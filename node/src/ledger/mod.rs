@@ -14,7 +14,8 @@
 //! followed.
 
 use gpux_lease::{LedgerMachine, LedgerVerdict, ReplayError};
-use gpux_market::{Ledger, LedgerConfig};
+use gpux_market::Ledger;
+pub use gpux_market::LedgerConfig;
 use gpux_protocol::ledger_wire::{self, EscrowView, LedgerRequest, LedgerResponse, RefusalCode};
 use gpux_protocol::{EscrowId, Keypair, MicroCredits, PublicKey, Timestamp};
 use libp2p::{Multiaddr, PeerId};
@@ -33,7 +34,9 @@ const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub enum ServiceError {
     /// The stored log does not replay: the database is damaged (never opened as empty).
     #[error(
-        "the ledger's log is damaged: {0}; the ledger refuses to start rather than lose balances"
+        "the ledger's log is damaged: {0}; the ledger refuses to start rather than lose balances \
+         (stop the node and run `gpux ledger restore` to rebuild the database from the ledger's copy \
+         of its log; see docs/settlement.md)"
     )]
     Replay(#[from] ReplayError),
     /// The disk failed.
@@ -57,12 +60,22 @@ pub struct LedgerService<S> {
     state: NodeState<S>,
     /// `<data-dir>/ledger.manifest` (None for a store in memory), and what it says.
     manifest: Option<(PathBuf, Manifest)>,
+    /// The verified copy of the log (`<data-dir>/ledger.copy`; None for a store in memory).
+    copy: Option<LogCopy>,
+    /// Set when the copy could not be written: every later operation is refused until a
+    /// restart rebuilds the copy, so nothing is acknowledged that the copy lacks.
+    halted: Option<String>,
 }
 
+mod copy;
 mod manifest;
+mod restore;
 
+pub use copy::LEDGER_COPY;
+use copy::{CopyContents, LogCopy, Tail};
 pub use manifest::LEDGER_MANIFEST;
 use manifest::{Manifest, write_atomic};
+pub use restore::{RestoreError, Restored, restore};
 
 impl<S> std::fmt::Debug for LedgerService<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,14 +99,18 @@ impl<S: Store> LedgerService<S> {
         config: LedgerConfig,
     ) -> Result<Self, ServiceError> {
         let machine = Self::replay(&key, &state, config)?;
-        let manifest_path = state
+        let data_dir = state
             .db_path()
             .parent()
             .filter(|d| !d.as_os_str().is_empty() && d.is_dir())
-            .map(|d| d.join(LEDGER_MANIFEST));
-        let manifest = match manifest_path {
-            Some(path) => Some(Self::check_manifest(&state, path)?),
-            None => None,
+            .map(std::path::Path::to_path_buf);
+        let (manifest, copy) = match data_dir {
+            Some(dir) => {
+                let manifest = Self::check_manifest(&state, dir.join(LEDGER_MANIFEST))?;
+                let copy = Self::check_copy(&state, &copy_path(&dir))?;
+                (Some(manifest), Some(copy))
+            }
+            None => (None, None),
         };
         Ok(Self {
             key,
@@ -101,7 +118,70 @@ impl<S: Store> LedgerService<S> {
             machine,
             state,
             manifest,
+            copy,
+            halted: None,
         })
+    }
+
+    /// Checks the copy against the (verified) log: the copy must be a prefix of it. A copy
+    /// that is behind (a crash before its append) is brought up to the log; a missing or
+    /// damaged one is rewritten from the log; a copy with entries the log lacks means the
+    /// database lost flushed entries, and the ledger refuses to start.
+    fn check_copy(state: &NodeState<S>, path: &std::path::Path) -> Result<LogCopy, ServiceError> {
+        let log = state.store().scan(Tree::LedgerLog)?;
+        let refuse = |position: u64, reason: String| ReplayError { position, reason };
+        let io = |e: std::io::Error| refuse(0, format!("{}: {e}", path.display()));
+        let contents = CopyContents::read(path).map_err(io)?;
+        for (i, (at, entry)) in contents.entries.iter().enumerate() {
+            let Some((k, v)) = log.get(i) else {
+                return Err(refuse(
+                    *at,
+                    format!(
+                        "the ledger's copy {} holds {} entries but the database only {}: the database lost entries it had flushed",
+                        path.display(),
+                        contents.entries.len(),
+                        log.len()
+                    ),
+                )
+                .into());
+            };
+            if position(k) != Some(*at) || v != entry {
+                return Err(refuse(
+                    *at,
+                    format!(
+                        "the database's log differs from the ledger's copy {} at this entry",
+                        path.display()
+                    ),
+                )
+                .into());
+            }
+        }
+        let log: Vec<(u64, Vec<u8>)> = log
+            .into_iter()
+            .map(|(k, v)| (position(&k).unwrap_or(0), v))
+            .collect();
+        if let Some(Tail::Damaged(offset)) = contents.tail {
+            tracing::warn!(
+                "the ledger's copy {} is damaged at byte {offset}; rewriting it from the verified log",
+                path.display()
+            );
+            return Ok(LogCopy::rewrite(path, &log).map_err(io)?);
+        }
+        if contents.entries.is_empty() && !log.is_empty() {
+            tracing::warn!(
+                "the ledger's copy {} is missing; writing it from the verified log",
+                path.display()
+            );
+            return Ok(LogCopy::rewrite(path, &log).map_err(io)?);
+        }
+        let mut copy =
+            LogCopy::reopen_or_create(path, copy::frames_len(&contents.entries)).map_err(io)?;
+        let mut chain = contents.manifest;
+        for (at, entry) in &log[contents.entries.len()..] {
+            chain = chain.next(*at, entry);
+            copy.append(*at, entry, &chain.chain).map_err(io)?;
+        }
+        Ok(copy)
     }
 
     /// Checks the log against its manifest: it may be ahead, never behind or different.
@@ -195,14 +275,35 @@ impl<S: Store> LedgerService<S> {
             self.machine = Self::replay(&self.key, &self.state, self.config)?;
             return Err(e.into());
         }
-        // After the flush: the manifest may lag the log (a crash here), never lead it.
+        // After the flush, the copy, then the manifest: each may lag the one before it (a
+        // crash in between), never lead it.
         if let Some((path, manifest)) = self.manifest.as_mut() {
-            *manifest = manifest.next(at, &entry);
+            let next = manifest.next(at, &entry);
+            if let Some(copy) = self.copy.as_mut()
+                && let Err(e) = copy.append(at, &entry, &next.chain)
+            {
+                let why = format!(
+                    "the ledger cannot write its copy {}: {e}",
+                    copy.path().display()
+                );
+                tracing::error!("{why}; refusing every operation until a restart");
+                self.halted = Some(why.clone());
+                return Err(ServiceError::Refused {
+                    code: RefusalCode::Storage,
+                    detail: why,
+                });
+            }
+            *manifest = next;
             if let Err(e) = write_atomic(path, &manifest.text()) {
                 tracing::error!("the ledger cannot write {}: {e}", path.display());
             }
         }
         Ok(())
+    }
+
+    /// Entries applied (the log's length).
+    pub fn applied(&self) -> u64 {
+        self.machine.next_position().saturating_sub(1)
     }
 
     /// Mints credits (the testnet faucet), logged and flushed. Returns the new balance.
@@ -212,6 +313,12 @@ impl<S: Store> LedgerService<S> {
         amount: MicroCredits,
         now: Timestamp,
     ) -> Result<MicroCredits, ServiceError> {
+        if let Some(why) = &self.halted {
+            return Err(ServiceError::Refused {
+                code: RefusalCode::Storage,
+                detail: why.clone(),
+            });
+        }
         let (_, append) = self
             .machine
             .mint(now, account, amount)
@@ -230,6 +337,9 @@ impl<S: Store> LedgerService<S> {
 
     /// Answers one request frame: an applied operation is on disk before the answer.
     pub fn handle(&mut self, frame: &[u8], now: Timestamp) -> LedgerResponse {
+        if let Some(why) = &self.halted {
+            return LedgerResponse::refused(RefusalCode::Storage, why.clone());
+        }
         let output = self.machine.handle(now, frame);
         if let Some(append) = output.append
             && let Err(e) = self.append(append)
@@ -392,6 +502,13 @@ impl LedgerClient {
             _ => Err(self.unreachable("an unexpected answer")),
         }
     }
+}
+
+/// Where a ledger in `data_dir` keeps its copy: `ledger.copy`, or wherever that file links
+/// to (a symbolic link puts the copy on another disk).
+pub fn copy_path(data_dir: &std::path::Path) -> PathBuf {
+    let path = data_dir.join(LEDGER_COPY);
+    std::fs::canonicalize(&path).unwrap_or(path)
 }
 
 #[cfg(test)]

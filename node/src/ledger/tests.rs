@@ -368,3 +368,78 @@ fn frames_with_trailing_or_garbage_bytes_are_refused_as_malformed() {
         Some(RefusalCode::Invalid)
     );
 }
+
+#[test]
+fn the_copy_follows_the_log_is_rebuilt_when_damaged_and_a_log_behind_it_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = parties();
+    {
+        let mut s = open(tmp.path(), &p);
+        s.mint(p.renter.public(), MicroCredits(1_000_000), Timestamp(0))
+            .unwrap();
+        record(submit(&mut s, lock(&p, 300_000), 1));
+        assert_eq!(s.applied(), 2);
+    }
+    let copy = tmp.path().join(LEDGER_COPY);
+    let read = CopyContents::read(&copy).unwrap();
+    assert_eq!(read.entries.len(), 2);
+    assert_eq!(read.tail, None);
+    // Damaged in the middle: rebuilt from the verified log on open.
+    let mut bytes = std::fs::read(&copy).unwrap();
+    bytes[20] ^= 1;
+    std::fs::write(&copy, &bytes).unwrap();
+    drop(open(tmp.path(), &p));
+    let read = CopyContents::read(&copy).unwrap();
+    assert_eq!((read.entries.len(), read.tail), (2, None));
+    // Missing: written again.
+    std::fs::remove_file(&copy).unwrap();
+    drop(open(tmp.path(), &p));
+    assert_eq!(CopyContents::read(&copy).unwrap().entries.len(), 2);
+    // The database loses its last entry while the copy (and a manifest written before
+    // the loss was noticed) hold it: refused, and a restore brings it back.
+    {
+        let state = NodeState::<SledStore>::open(tmp.path()).unwrap();
+        state
+            .store()
+            .delete(Tree::LedgerLog, &2u64.to_be_bytes(), Durability::Flush)
+            .unwrap();
+    }
+    std::fs::remove_file(tmp.path().join(LEDGER_MANIFEST)).unwrap();
+    let state = NodeState::open(tmp.path()).unwrap();
+    let err = LedgerService::open(p.ledger.clone(), state, LedgerConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("lost entries"), "{err}");
+    assert!(err.to_string().contains("gpux ledger restore"), "{err}");
+    let restored = restore(tmp.path(), None, &p.ledger, LedgerConfig::default()).unwrap();
+    assert_eq!(restored.entries, 2);
+    assert!(restored.moved_aside.is_some());
+    assert!(restored.other_records.is_some());
+    let s = open(tmp.path(), &p);
+    assert_eq!(s.applied(), 2);
+    assert_eq!(
+        s.ledger().balance(&p.renter.public()),
+        MicroCredits(700_000)
+    );
+}
+
+#[test]
+fn a_restore_refuses_a_copy_short_of_the_manifest_and_while_the_node_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = parties();
+    let mut s = open(tmp.path(), &p);
+    s.mint(p.renter.public(), MicroCredits(1_000_000), Timestamp(0))
+        .unwrap();
+    s.mint(p.host.public(), MicroCredits(5), Timestamp(1))
+        .unwrap();
+    let err = restore(tmp.path(), None, &p.ledger, LedgerConfig::default()).unwrap_err();
+    assert!(matches!(err, RestoreError::InUse(_)), "{err}");
+    drop(s);
+    // An older copy (one entry) against a manifest that says two were applied.
+    let copy = tmp.path().join(LEDGER_COPY);
+    let entries = CopyContents::read(&copy).unwrap().entries;
+    let old = tmp.path().join("old.copy");
+    LogCopy::rewrite(&old, &entries[..1]).unwrap();
+    let err = restore(tmp.path(), Some(&old), &p.ledger, LedgerConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("says 2 were applied"), "{err}");
+    // Nothing was touched: the ledger still opens.
+    assert_eq!(open(tmp.path(), &p).applied(), 2);
+}
