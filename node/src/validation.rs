@@ -3,16 +3,30 @@
 //! rate limit. Nothing is forwarded before it is accepted.
 //!
 //! `Reject` is for what the sending peer is to blame for (garbage, a forged or tampered
-//! signature, a message on the wrong topic, an offer that contradicts its host's attestation):
-//! gossipsub lowers that peer's score. `Ignore` is for what may be innocent (expired, replayed,
-//! duplicate, over the rate, an attestation not seen yet): dropped, no penalty.
+//! signature, a message on the wrong topic, an offer that contradicts its host's attestation,
+//! a tier that is provably false): gossipsub lowers that peer's score. `Ignore` is for what
+//! may be innocent (expired, replayed, duplicate, over the rate, an attestation or a
+//! challenge result not seen yet): dropped, no penalty.
+//!
+//! **Evidence tiers are derived, never claimed.** An offer's `tier` is a claim the node checks
+//! against the evidence it holds: `self-reported` needs the host's signed attestation (every
+//! offer needs it); `challenged` needs a [`ChallengeResult`] with a passed verdict, for that
+//! host and attestation, from a challenger whose paid lease with the host this node's ledger
+//! signed ([`challenge_result_holds`]); `cc-attested` needs NVIDIA confidential-computing
+//! evidence verified against NVIDIA's certificate chain, which nothing here verifies, so it
+//! is never granted and an offer claiming it is rejected (provably unbacked). An offer
+//! claiming `challenged` without a result this node holds is ignored: the result may still
+//! be on its way.
 
 use std::collections::{BTreeMap, HashMap};
 
 use gpux_attestation::{Plausibility, check_gpu};
-use gpux_protocol::validate::{Rules, SeqTracker, offer_matches_attestation};
+use gpux_protocol::validate::{
+    RuleError, Rules, SeqTracker, challenge_result_holds, offer_matches_attestation,
+};
 use gpux_protocol::{
-    AnySigned, AnyVerified, Attestation, ContentId, PublicKey, Timestamp, Verified,
+    AnySigned, AnyVerified, Attestation, ChallengeResult, ChallengeVerdict, ContentId,
+    EvidenceTier, PublicKey, Timestamp, Verified,
 };
 use libp2p::gossipsub::MessageAcceptance;
 
@@ -24,6 +38,10 @@ pub const RATE_LIMIT_MESSAGES: u32 = 20;
 pub const RATE_LIMIT_WINDOW_MS: u64 = 10_000;
 /// Attestations kept, at most (the oldest go first).
 pub const MAX_ATTESTATIONS: usize = 100_000;
+/// Passed challenge results kept, at most (the oldest go first).
+pub const MAX_CHALLENGE_RESULTS: usize = 100_000;
+/// How long a challenge result counts as evidence, ms (30 days).
+pub const CHALLENGE_RESULT_TTL_MS: u64 = 30 * 24 * 3600 * 1000;
 
 /// The verdict on one gossip message.
 #[derive(Debug)]
@@ -77,6 +95,10 @@ pub struct Validator {
     attestations: BTreeMap<ContentId, Verified<Attestation>>,
     attestation_order: Vec<ContentId>,
     rate: RateLimiter,
+    /// The ledger whose records this node trusts (None: no `challenged` tier can be judged).
+    ledger: Option<PublicKey>,
+    /// Passed challenge results by (host, attestation): when each was made.
+    challenged: BTreeMap<(PublicKey, ContentId), Timestamp>,
 }
 
 impl Validator {
@@ -85,6 +107,108 @@ impl Validator {
         Self {
             rules,
             ..Self::default()
+        }
+    }
+
+    /// This validator, judging challenge results by the records of `ledger`.
+    pub fn with_ledger(mut self, ledger: Option<PublicKey>) -> Self {
+        self.ledger = ledger;
+        self
+    }
+
+    /// The tier the evidence this node holds supports for an offer of `host` naming
+    /// `attestation` (never `cc-attested`: see the module's notes).
+    pub fn evidence_tier(
+        &self,
+        host: PublicKey,
+        attestation: ContentId,
+        now: Timestamp,
+    ) -> EvidenceTier {
+        match self.challenged.get(&(host, attestation)) {
+            Some(at) if now.ms_since(*at) <= CHALLENGE_RESULT_TTL_MS => EvidenceTier::Challenged,
+            _ => EvidenceTier::SelfReported,
+        }
+    }
+
+    /// Whether an offer's claimed tier stands on the evidence held: `Err` with the verdict
+    /// when it does not (also used on offers read back from the snapshot).
+    pub fn check_tier(
+        &self,
+        offer: &Verified<gpux_protocol::Offer>,
+        now: Timestamp,
+    ) -> Result<(), Verdict> {
+        match offer.tier {
+            EvidenceTier::CcAttested => Err(Verdict::Reject(
+                "the offer claims cc-attested, which needs NVIDIA confidential-computing evidence \
+                 that no node verifies yet"
+                    .into(),
+            )),
+            claimed if claimed > self.evidence_tier(offer.signer(), offer.attestation, now) => {
+                Err(Verdict::Ignore(format!(
+                    "the offer claims {claimed}; no challenge result for it has been seen"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Remembers a passed challenge result (one read from disk, or checked here).
+    pub fn remember_challenge(&mut self, result: &Verified<ChallengeResult>) {
+        if !matches!(result.verdict, ChallengeVerdict::Passed { .. }) {
+            return;
+        }
+        let key = (result.host, result.attestation);
+        let at = self.challenged.entry(key).or_insert(result.created_at);
+        *at = (*at).max(result.created_at);
+        if self.challenged.len() > MAX_CHALLENGE_RESULTS
+            && let Some(oldest) = self
+                .challenged
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(k, _)| *k)
+        {
+            self.challenged.remove(&oldest);
+        }
+    }
+
+    /// A challenge result read back from disk: checked again, then remembered.
+    pub fn restore_challenge(&mut self, result: &Verified<ChallengeResult>, now: Timestamp) {
+        if self.check_challenge(result, now).is_ok() {
+            self.remember_challenge(result);
+        }
+    }
+
+    fn check_challenge(
+        &self,
+        result: &Verified<ChallengeResult>,
+        now: Timestamp,
+    ) -> Result<(), Verdict> {
+        if result.created_at.0 > now.0.saturating_add(self.rules.max_future_skew_ms)
+            || now.ms_since(result.created_at) > CHALLENGE_RESULT_TTL_MS
+        {
+            return Err(Verdict::Ignore(
+                "the challenge result is out of date".into(),
+            ));
+        }
+        let Some(ledger) = self.ledger else {
+            return Err(Verdict::Ignore(
+                "no ledger to judge the challenge result by".into(),
+            ));
+        };
+        if self.challenged.get(&(result.host, result.attestation)) >= Some(&result.created_at) {
+            return Err(Verdict::Ignore(
+                "a challenge result no newer than one held".into(),
+            ));
+        }
+        match challenge_result_holds(result, ledger) {
+            Ok(()) => Ok(()),
+            Err(RuleError::SignerMismatch {
+                what: "the ledger record",
+                ..
+            }) => Err(Verdict::Ignore(
+                "the challenge result's records are another ledger's".into(),
+            )),
+            Err(e) => Err(Verdict::Reject(format!("invalid challenge result: {e}"))),
         }
     }
 
@@ -111,7 +235,7 @@ impl Validator {
             Err(e) => return Verdict::Reject(format!("undecodable: {e}")),
         };
         let on_topic = match (&signed, topic) {
-            (AnySigned::Attestation(_), topics::ATTESTATIONS)
+            (AnySigned::Attestation(_) | AnySigned::ChallengeResult(_), topics::ATTESTATIONS)
             | (AnySigned::Bid(_), topics::BIDS) => true,
             (AnySigned::Offer(_) | AnySigned::OfferWithdrawal(_), t) => {
                 topics::offer_family(t).is_some()
@@ -128,6 +252,7 @@ impl Validator {
         let checked = match &verified {
             AnyVerified::Attestation(att) => self.check_attestation(att, now),
             AnyVerified::Offer(offer) => self.check_offer(offer, topic, now),
+            AnyVerified::ChallengeResult(result) => self.check_challenge(result, now),
             AnyVerified::OfferWithdrawal(w) => self
                 .rules
                 .check_time(w, now)
@@ -151,6 +276,7 @@ impl Validator {
             AnyVerified::Offer(v) => v.signer(),
             AnyVerified::OfferWithdrawal(v) => v.signer(),
             AnyVerified::Bid(v) => v.signer(),
+            AnyVerified::ChallengeResult(v) => v.signer(),
             _ => return Verdict::Reject("message kind not gossiped".into()),
         };
         if !self.rate.allow(signer, now.0) {
@@ -158,8 +284,10 @@ impl Validator {
                 "{signer:?} is over {RATE_LIMIT_MESSAGES} messages per {RATE_LIMIT_WINDOW_MS} ms"
             ));
         }
-        if let AnyVerified::Attestation(att) = &verified {
-            self.remember_attestation(att.clone());
+        match &verified {
+            AnyVerified::Attestation(att) => self.remember_attestation(att.clone()),
+            AnyVerified::ChallengeResult(result) => self.remember_challenge(result),
+            _ => {}
         }
         Verdict::Accept(Box::new(verified))
     }
@@ -206,6 +334,7 @@ impl Validator {
         })?;
         offer_matches_attestation(offer, att)
             .map_err(|e| Verdict::Reject(format!("offer contradicts its attestation: {e}")))?;
+        self.check_tier(offer, now)?;
         self.offer_seqs
             .observe((offer.signer(), offer.slot), offer.seq)
             .map_err(|e| Verdict::Ignore(e.to_string()))

@@ -192,3 +192,157 @@ fn each_signer_is_rate_limited() {
         "accept"
     );
 }
+
+/// An offer of `host` claiming `tier`.
+fn claiming(
+    host: &Keypair,
+    att: &Verified<Attestation>,
+    seq: u64,
+    tier: EvidenceTier,
+) -> Verified<Offer> {
+    let mut body = offer(host, att, seq, T0).body().clone();
+    body.tier = tier;
+    Signed::sign(host, body).unwrap()
+}
+
+/// A passed challenge of `host` by `challenger`, with `ledger`'s records of a paid lease.
+fn challenge_result(
+    host: &Keypair,
+    att: &Verified<Attestation>,
+    challenger: &Keypair,
+    ledger: &Keypair,
+) -> Verified<ChallengeResult> {
+    let request = Signed::sign(
+        challenger,
+        ChallengeRequest {
+            host: host.public(),
+            created_at: T0,
+            seed: [9; 32],
+            n: 2,
+            gpu: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let response = Signed::sign(
+        host,
+        ChallengeResponse {
+            request: request.id(),
+            created_at: T0,
+            result_digest: ContentId([1; 32]),
+            row_commitments: BoundedVec::new(vec![ContentId([2; 32]), ContentId([3; 32])]).unwrap(),
+            elapsed_ns: 1_000,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let record = |seq, entry| {
+        Signed::sign(
+            ledger,
+            LedgerRecord {
+                seq,
+                created_at: T0,
+                op: ContentId([seq as u8; 32]),
+                escrow: EscrowId([7; 16]),
+                entry,
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec()
+    };
+    let locked = record(
+        1,
+        LedgerEntry::Locked {
+            payer: challenger.public(),
+            payee: host.public(),
+            amount: MicroCredits(100_000),
+        },
+    );
+    let paid = record(
+        2,
+        LedgerEntry::Redeemed {
+            payee: host.public(),
+            amount: MicroCredits(60_000),
+            cumulative: MicroCredits(60_000),
+            receipt_seq: 1,
+        },
+    );
+    Signed::sign(
+        challenger,
+        ChallengeResult {
+            host: host.public(),
+            attestation: att.id(),
+            request: BoundedBytes::new(request.as_bytes().to_vec()).unwrap(),
+            response: BoundedBytes::new(response.as_bytes().to_vec()).unwrap(),
+            verdict: ChallengeVerdict::Passed {
+                speed_permille: 990,
+            },
+            locked: BoundedBytes::new(locked).unwrap(),
+            paid: BoundedBytes::new(paid).unwrap(),
+            created_at: T0,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
+    let host = Keypair::from_seed(&[1; 32]);
+    let renter = Keypair::from_seed(&[2; 32]);
+    let ledger = Keypair::from_seed(&[3; 32]);
+    let att = attestation(&host, "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0));
+    let mut v = Validator::new(Rules::default()).with_ledger(Some(ledger.public()));
+    let at = |v: &mut Validator, topic: &str, bytes: &[u8]| {
+        label(&v.validate(topic, bytes.to_vec(), T0))
+    };
+    assert_eq!(at(&mut v, topics::ATTESTATIONS, att.as_bytes()), "accept");
+
+    // cc-attested without evidence: provably false, the relay is at fault.
+    let cc = claiming(&host, &att, 1, EvidenceTier::CcAttested);
+    assert_eq!(at(&mut v, &h100(), cc.as_bytes()), "reject");
+    // challenged before any result was seen: not in the book, no fault (it may be coming).
+    let ch = claiming(&host, &att, 2, EvidenceTier::Challenged);
+    assert_eq!(at(&mut v, &h100(), ch.as_bytes()), "ignore");
+
+    // The host's own Sybil renter vouching with another ledger's records: not judged here.
+    let fake_ledger = Keypair::from_seed(&[4; 32]);
+    let sybil = challenge_result(&host, &att, &renter, &fake_ledger);
+    assert_eq!(at(&mut v, topics::ATTESTATIONS, sybil.as_bytes()), "ignore");
+    assert_eq!(at(&mut v, &h100(), ch.as_bytes()), "ignore");
+    // The host challenging itself with the trusted ledger's records of paying itself.
+    let selfie = challenge_result(&host, &att, &host, &ledger);
+    assert_eq!(
+        at(&mut v, topics::ATTESTATIONS, selfie.as_bytes()),
+        "reject"
+    );
+    assert_eq!(
+        v.evidence_tier(host.public(), att.id(), T0),
+        EvidenceTier::SelfReported
+    );
+
+    // A real challenger's passed result with the trusted ledger's records: challenged.
+    let real = challenge_result(&host, &att, &renter, &ledger);
+    assert_eq!(at(&mut v, topics::ATTESTATIONS, real.as_bytes()), "accept");
+    assert_eq!(
+        v.evidence_tier(host.public(), att.id(), T0),
+        EvidenceTier::Challenged
+    );
+    assert_eq!(at(&mut v, &h100(), ch.as_bytes()), "accept");
+    // Still never cc-attested.
+    let cc = claiming(&host, &att, 3, EvidenceTier::CcAttested);
+    assert_eq!(at(&mut v, &h100(), cc.as_bytes()), "reject");
+    // The result binds one attestation: the host's GPUs attested another time are not
+    // covered, nor is it after 30 days.
+    assert_eq!(
+        v.evidence_tier(host.public(), ContentId([0; 32]), T0),
+        EvidenceTier::SelfReported
+    );
+    let later = T0.plus_secs(31 * 24 * 3600);
+    assert_eq!(
+        v.evidence_tier(host.public(), att.id(), later),
+        EvidenceTier::SelfReported
+    );
+}

@@ -96,6 +96,7 @@ fn every_kind_round_trips() {
             MessageKind::Redeem => round_trip::<Redeem>(&bytes),
             MessageKind::Release => round_trip::<Release>(&bytes),
             MessageKind::LedgerRecord => round_trip::<LedgerRecord>(&bytes),
+            MessageKind::ChallengeResult => round_trip::<ChallengeResult>(&bytes),
             other => panic!("no round-trip case for {other}"),
         }
     }

@@ -513,3 +513,92 @@ fn structural_rules_refuse_inconsistent_messages() {
         })
     ));
 }
+
+/// The sample challenge result, decoded.
+fn challenge_result() -> Verified<ChallengeResult> {
+    let (_, bytes) = samples::all_signed()
+        .into_iter()
+        .find(|(k, _)| *k == MessageKind::ChallengeResult)
+        .unwrap();
+    Signed::<ChallengeResult>::from_bytes(bytes)
+        .unwrap()
+        .verify()
+        .unwrap()
+}
+
+fn resign(result: ChallengeResult, by: &Keypair) -> Verified<ChallengeResult> {
+    Signed::sign(by, result).unwrap()
+}
+
+#[test]
+fn a_challenge_result_holds_only_with_the_trusted_ledgers_proof_of_a_paid_lease() {
+    let good = challenge_result();
+    let ledger = samples::ledger().public();
+    assert_eq!(validate::challenge_result_holds(&good, ledger), Ok(()));
+
+    // Another ledger's records: not judged here (no fault of the relay).
+    let other = Keypair::from_seed(&[0x99; 32]).public();
+    assert!(matches!(
+        validate::challenge_result_holds(&good, other),
+        Err(RuleError::SignerMismatch {
+            what: "the ledger record",
+            ..
+        })
+    ));
+
+    // A host vouching for itself, even with a request of its own.
+    let host = samples::host();
+    let mut own = good.body().clone();
+    let request = Signed::sign(
+        &host,
+        ChallengeRequest {
+            host: host.public(),
+            created_at: samples::T0,
+            seed: [1; 32],
+            n: 4,
+            gpu: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    own.request = BoundedBytes::new(request.as_bytes().to_vec()).unwrap();
+    assert!(matches!(
+        validate::challenge_result_holds(&resign(own, &host), ledger),
+        Err(RuleError::Evidence {
+            what: "challenger",
+            ..
+        })
+    ));
+
+    // A third party re-signing the renter's evidence: the request is not its own.
+    let sybil = Keypair::from_seed(&[0x42; 32]);
+    assert!(matches!(
+        validate::challenge_result_holds(&resign(good.body().clone(), &sybil), ledger),
+        Err(RuleError::SignerMismatch { .. })
+    ));
+
+    // The locked record standing in as the payment: not a redemption.
+    let mut unpaid = good.body().clone();
+    unpaid.paid = unpaid.locked.clone();
+    assert!(matches!(
+        validate::challenge_result_holds(&resign(unpaid, &samples::renter()), ledger),
+        Err(RuleError::Evidence {
+            what: "paid record",
+            ..
+        })
+    ));
+
+    // A tampered host answer does not verify.
+    let mut forged = good.body().clone();
+    let mut response = forged.response.to_vec();
+    let last = response.len() - 1;
+    response[last] ^= 1;
+    forged.response = BoundedBytes::new(response).unwrap();
+    assert!(matches!(
+        validate::challenge_result_holds(&resign(forged, &samples::renter()), ledger),
+        Err(RuleError::Evidence {
+            what: "response",
+            ..
+        })
+    ));
+}

@@ -406,7 +406,52 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
         .unwrap()
         .as_bytes(),
     );
+    let locked = Signed::sign(
+        &l,
+        LedgerRecord {
+            seq: 41,
+            created_at: T0.plus_secs(2),
+            op: ContentId([0x0a; 32]),
+            escrow,
+            entry: LedgerEntry::Locked {
+                payer: r.public(),
+                payee: h.public(),
+                amount: MicroCredits(300_000),
+            },
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let paid = of(&all, MessageKind::LedgerRecord);
+    let response = of(&all, MessageKind::ChallengeResponse);
+    let result = (
+        MessageKind::ChallengeResult,
+        Signed::sign(
+            &r,
+            ChallengeResult {
+                host: h.public(),
+                attestation: att.id(),
+                request: BoundedBytes::new(challenge.as_bytes().to_vec()).unwrap(),
+                response: BoundedBytes::new(response).unwrap(),
+                verdict: ChallengeVerdict::Passed {
+                    speed_permille: 962,
+                },
+                locked: BoundedBytes::new(locked.as_bytes().to_vec()).unwrap(),
+                paid: BoundedBytes::new(paid).unwrap(),
+                created_at: T0.plus_secs(100),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec(),
+    );
+    all.push(result);
     all
+}
+
+fn of(all: &[(MessageKind, Vec<u8>)], kind: MessageKind) -> Vec<u8> {
+    all.iter().find(|(k, _)| *k == kind).unwrap().1.clone()
 }
 
 /// One sample of each `/gpux/ledger/2` frame, named, with optional fields filled; the

@@ -34,24 +34,37 @@ pub(crate) struct MarketView {
 }
 
 impl MarketView {
-    /// The view, filled from the snapshot (verified again: it is a cache).
-    pub(crate) fn new(state: NodeState<SledStore>, now: Timestamp) -> Self {
+    /// The view, filled from the snapshot (verified again: it is a cache), judging
+    /// challenge results by the records of `ledger`.
+    pub(crate) fn new(
+        state: NodeState<SledStore>,
+        ledger: Option<gpux_protocol::PublicKey>,
+        now: Timestamp,
+    ) -> Self {
         let mut view = Self {
             book: OrderBook::new(BookConfig::default()),
-            validator: Validator::new(Rules::default()),
+            validator: Validator::new(Rules::default()).with_ledger(ledger),
             state,
             own_bids: Vec::new(),
             arrivals_ms: VecDeque::new(),
             accepted: 0,
             rejected: 0,
         };
+        // Evidence first, then the offers that stand on it.
+        let mut offers = Vec::new();
         for bytes in view.state.market_snapshot().unwrap_or_default() {
             match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
                 Ok(AnyVerified::Attestation(att)) => view.validator.remember_attestation(att),
-                Ok(AnyVerified::Offer(offer)) => {
-                    let _ = view.book.insert(&offer, now);
+                Ok(AnyVerified::ChallengeResult(result)) => {
+                    view.validator.restore_challenge(&result, now)
                 }
+                Ok(AnyVerified::Offer(offer)) => offers.push(offer),
                 _ => {}
+            }
+        }
+        for offer in offers {
+            if view.validator.check_tier(&offer, now).is_ok() {
+                let _ = view.book.insert(&offer, now);
             }
         }
         view
@@ -83,6 +96,9 @@ impl MarketView {
                     }
                     AnyVerified::Attestation(att) => {
                         let _ = self.state.snapshot_offer(&att.id(), &bytes);
+                    }
+                    AnyVerified::ChallengeResult(result) => {
+                        let _ = self.state.snapshot_offer(&result.id(), &bytes);
                     }
                     AnyVerified::OfferWithdrawal(w) if self.book.withdraw(&w).is_ok() => {
                         let _ = self.state.forget_offer(&w.offer);

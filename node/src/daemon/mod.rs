@@ -184,7 +184,16 @@ pub async fn run(
         state: state.clone(),
         events_tx: events_tx.clone(),
         started: t,
-        market: market::MarketView::new(state.clone(), t),
+        market: market::MarketView::new(
+            state.clone(),
+            // The ledger this node settles with (or is) signs the records that back a
+            // challenged tier.
+            ledger
+                .as_ref()
+                .map(LedgerClient::key)
+                .or(ledger_service.as_ref().map(|_| key.public())),
+            t,
+        ),
         host: None,
         renter,
         ledger: ledger.clone(),

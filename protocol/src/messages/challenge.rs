@@ -1,7 +1,7 @@
 //! The performance challenge: a renter asks a host to compute a seeded matrix product and
 //! checks the answer cheaply (Freivalds); see `gpux-attestation`.
 
-use crate::codec::{BoundedVec, Ext};
+use crate::codec::{BoundedBytes, BoundedVec, Ext};
 use crate::envelope::Message;
 use crate::key::PublicKey;
 use crate::messages::{
@@ -84,6 +84,86 @@ impl Message for ChallengeResponse {
     fn check(&self) -> Result<(), InvalidMessage> {
         ensure_nonempty("row_commitments", &self.row_commitments)?;
         ensure_nonzero("elapsed_ns", self.elapsed_ns)
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// The largest host answer a [`ChallengeResult`] may carry (a challenge of `n` ≤ 1,024).
+pub const MAX_RESULT_RESPONSE: usize = 40 * 1024;
+
+/// What the challenger concluded.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ChallengeVerdict {
+    /// The answer checked out; the host ran at this fraction of the GPU's nominal speed
+    /// (per mille).
+    Passed {
+        /// Measured speed against the nominal, per mille (1000 = as fast as rated).
+        speed_permille: u16,
+    },
+    /// The answer was wrong or late.
+    Failed,
+}
+
+/// A challenger's signed account of one performance challenge of a host: its own request
+/// (the seed), the host's signed answer, the verdict, and the ledger's records showing that
+/// the challenger had a settled, paid lease with that host (an escrow it locked to the
+/// host, and a redemption from it), so that a challenged tier costs a real payment to earn.
+/// Gossiped on the attestations topic; nodes derive an offer's `challenged` tier from it.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct ChallengeResult {
+    /// The host challenged.
+    pub host: PublicKey,
+    /// The host's attestation the challenged GPUs appear in.
+    pub attestation: ContentId,
+    /// The challenger's signed [`ChallengeRequest`] (its seed).
+    pub request: BoundedBytes<512>,
+    /// The host's signed [`ChallengeResponse`] (its answer commitment).
+    pub response: BoundedBytes<MAX_RESULT_RESPONSE>,
+    /// The verdict.
+    pub verdict: ChallengeVerdict,
+    /// The ledger's signed record of the escrow the challenger locked to the host.
+    pub locked: BoundedBytes<1024>,
+    /// The ledger's signed record of a redemption from that escrow (the host was paid).
+    pub paid: BoundedBytes<1024>,
+    /// When.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for ChallengeResult {
+    const KIND: MessageKind = MessageKind::ChallengeResult;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_nonempty("request", &self.request)?;
+        ensure_nonempty("response", &self.response)?;
+        if let ChallengeVerdict::Passed { speed_permille } = self.verdict {
+            ensure_at_most("verdict.speed_permille", speed_permille.into(), 10_000)?;
+        }
+        Ok(())
     }
 
     fn created_at(&self) -> Timestamp {

@@ -22,6 +22,7 @@
 //! | [`Redeem`] | 16 | host | 4 KiB |
 //! | [`Release`] | 17 | either | 512 B |
 //! | [`LedgerRecord`] | 18 | ledger | 1 KiB |
+//! | [`ChallengeResult`] | 19 | challenger | 48 KiB |
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -41,7 +42,10 @@ pub use attestation::{
     Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MigFacts, MigInstance,
     PcieFacts,
 };
-pub use challenge::{ChallengeRequest, ChallengeResponse, MAX_CHALLENGE_N};
+pub use challenge::{
+    ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_N,
+    MAX_RESULT_RESPONSE,
+};
 pub use lease::{
     EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS,
     MAX_LEASE_ENV, PreemptionNotice, RejectReason, ResourceLimits,
@@ -193,6 +197,7 @@ message_kinds! {
     Redeem = 16, version 1, max 4 * KIB;
     Release = 17, version 1, max 512;
     LedgerRecord = 18, version 1, max KIB;
+    ChallengeResult = 19, version 1, max 48 * KIB;
 }
 
 impl fmt::Display for MessageKind {
