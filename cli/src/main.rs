@@ -98,6 +98,15 @@ enum Command {
         #[arg(value_parser = cmd::parse_credits)]
         amount: String,
     },
+    /// Skip a host in this node's rents and bids (kept across restarts); `--undo` lifts it.
+    /// `gpux offers search` shows blocked and unreachable hosts as such.
+    Block {
+        /// The host's peer id.
+        host: String,
+        /// Lift the block instead.
+        #[arg(long)]
+        undo: bool,
+    },
     /// The ledger this node serves, offline (the node stopped).
     Ledger {
         #[command(subcommand)]
@@ -281,6 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
         Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,
         Command::Balance { json } => cmd::market::balance(&dir, json)?,
+        Command::Block { host, undo } => cmd::market::block(&dir, host, undo)?,
         Command::Ledger {
             action:
                 LedgerAction::Restore {

@@ -309,6 +309,7 @@ compute_capability = [8, 6]
     }
 }
 
+mod attack;
 mod leases;
 mod ledger;
 mod market;

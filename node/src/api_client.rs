@@ -164,6 +164,14 @@ impl ApiClient {
         self.post("/v1/ledger/mint", request)
     }
 
+    /// `POST /v1/block`.
+    pub fn block(
+        &self,
+        request: &gpux_api::BlockRequest,
+    ) -> Result<gpux_api::Blocked, ClientError> {
+        self.post("/v1/block", request)
+    }
+
     /// `GET /v1/ledger`.
     pub fn ledger(&self) -> Result<gpux_api::LedgerTotals, ClientError> {
         self.get("/v1/ledger", &[])

@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
 
 pub mod harness;
+pub mod rogue;
 
 /// What to run.
 #[derive(Debug, Clone)]

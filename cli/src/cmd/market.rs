@@ -61,7 +61,7 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         return Ok(());
     }
     out!(
-        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5}  host",
+        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5} {:<11}  host",
         "offer",
         "gpu",
         "vram",
@@ -69,12 +69,13 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         "price/h",
         "region",
         "tier",
-        "rel"
+        "rel",
+        "reach"
     )?;
     for h in hits {
         let offer = h.offer.to_string();
         out!(
-            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2}  {}",
+            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2} {:<11}  {}",
             &offer[..16.min(offer.len())],
             h.family,
             h.vram_gb,
@@ -84,6 +85,7 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
             h.region,
             h.tier.to_string(),
             f64::from(h.reliability_permille) / 1000.0,
+            h.reach.as_str(),
             h.host.peer_id(),
         )?;
     }
@@ -172,4 +174,19 @@ pub(crate) fn balance(dir: &Path, json: bool) -> anyhow::Result<()> {
 pub(crate) fn mint(dir: &Path, account: String, amount: String) -> anyhow::Result<()> {
     let minted = ApiClient::for_data_dir(dir)?.mint(&MintRequest { account, amount })?;
     print_json(&minted)
+}
+
+/// `gpux block HOST` (and `--undo`).
+pub(crate) fn block(dir: &Path, host: String, undo: bool) -> anyhow::Result<()> {
+    let blocked = ApiClient::for_data_dir(dir)?.block(&gpux_api::BlockRequest {
+        host: host.clone(),
+        blocked: !undo,
+    })?;
+    match (undo, blocked.changed) {
+        (false, true) => out!("blocked {host}: this node's rents and bids skip it")?,
+        (false, false) => out!("{host} was already blocked")?,
+        (true, true) => out!("unblocked {host}")?,
+        (true, false) => out!("{host} was not blocked")?,
+    }
+    Ok(())
 }

@@ -161,6 +161,54 @@ pub struct OfferHit {
     pub created_at: Timestamp,
     /// When it lapses.
     pub expires_at: Timestamp,
+    /// Whether this node has reached the host.
+    #[serde(default)]
+    pub reach: Reachability,
+}
+
+/// What a renter has learned about reaching a host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reachability {
+    /// Not tried yet.
+    #[default]
+    Unknown,
+    /// Reached (a probe connected, or it answered).
+    Reachable,
+    /// Could not be dialled, timed out, or refused without a reason: backed off for now.
+    Unreachable,
+    /// Blocked by hand (`gpux block`).
+    Blocked,
+}
+
+impl Reachability {
+    /// The word the CLI shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Reachable => "reachable",
+            Self::Unreachable => "unreachable",
+            Self::Blocked => "blocked",
+        }
+    }
+}
+
+/// `POST /v1/block`: block a host from this node's rents (or lift the block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRequest {
+    /// The host's peer id.
+    pub host: String,
+    /// True to block, false to lift the block.
+    pub blocked: bool,
+}
+
+/// `POST /v1/block`'s answer: the hosts blocked now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// Peer ids, sorted.
+    pub hosts: Vec<String>,
+    /// Whether the request changed anything.
+    pub changed: bool,
 }
 
 /// `POST /v1/rent`.

@@ -15,8 +15,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gpux_api::{
-    ApiError, Balance, BidPlaced, BidRequest, ErrorCode, LeaseView, LedgerTotals, LogsPage,
-    MintRequest, Minted, OfferHit, Receipts, RentRequest, Rented, ShuttingDown, Status, Stopping,
+    ApiError, Balance, BidPlaced, BidRequest, BlockRequest, Blocked, ErrorCode, LeaseView,
+    LedgerTotals, LogsPage, MintRequest, Minted, OfferHit, Receipts, RentRequest, Rented,
+    ShuttingDown, Status, Stopping,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -71,6 +72,10 @@ pub(crate) enum ApiCommand {
     },
     Ledger {
         reply: Reply<LedgerTotals>,
+    },
+    Block {
+        request: BlockRequest,
+        reply: Reply<Blocked>,
     },
     Shutdown {
         reply: Reply<ShuttingDown>,
@@ -244,6 +249,17 @@ async fn mint(
     }
 }
 
+async fn block(
+    _: Authorized,
+    State(state): State<AppState>,
+    request: Result<Json<BlockRequest>, JsonRejection>,
+) -> Response {
+    match body(request) {
+        Ok(request) => ask(&state, |reply| ApiCommand::Block { request, reply }).await,
+        Err(e) => *e,
+    }
+}
+
 async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Ledger { reply }).await
 }
@@ -318,6 +334,7 @@ pub(crate) async fn serve(
         .route("/v1/ledger/mint", post(mint))
         .route("/v1/rent", post(rent))
         .route("/v1/bid", post(bid))
+        .route("/v1/block", post(block))
         .route("/v1/shutdown", post(shutdown_node))
         .fallback(not_found)
         .with_state(AppState { token, commands });

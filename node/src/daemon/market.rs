@@ -152,6 +152,7 @@ impl MarketView {
                 reliability_permille: h.reliability_permille,
                 created_at: h.created_at,
                 expires_at: h.expires_at,
+                reach: gpux_api::Reachability::Unknown,
             })
             .collect())
     }

@@ -12,6 +12,7 @@
 pub mod api;
 mod host;
 mod market;
+mod reach;
 mod rent;
 mod renter;
 mod router;
@@ -133,6 +134,8 @@ pub(crate) struct Daemon {
     renter: renter::RenterRole,
     ledger: Option<LedgerClient>,
     ledger_service: Option<LedgerService<SledStore>>,
+    /// What this node has learned about reaching hosts (its rents skip those backed off).
+    reach: reach::Reach,
 }
 
 /// Runs the node until `shutdown` resolves or the API asks it to stop.
@@ -198,6 +201,7 @@ pub async fn run(
         renter,
         ledger: ledger.clone(),
         ledger_service,
+        reach: reach::Reach::new(views::blocked_hosts(&state)),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(

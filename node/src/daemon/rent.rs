@@ -1,7 +1,11 @@
-//! Getting a lease, renter side: match locally, request it from the host (the next best
-//! offer on refusal, up to five), and once the host accepts, hand the lease to its machine
+//! Getting a lease, renter side: match locally, skipping hosts this node has backed off or
+//! blocked; probe the few best candidates' reachability at once (a dial by peer id, at the
+//! addresses identify and kademlia learned, never at an address an offer names); send the
+//! lease request to the reachable ones one at a time, best first, so two hosts' GPUs are
+//! never held; and once a host accepts, hand the lease to its machine
 //! ([`gpux_lease::RenterLease`]), which locks the escrow through the host and says how the
-//! start came out.
+//! start came out. A host that cannot be dialled, times out or refuses without a typed reason
+//! is backed off ([`super::reach`]).
 
 use std::collections::BTreeSet;
 
@@ -20,17 +24,32 @@ use super::{Daemon, Event, report};
 use crate::attest::now;
 use crate::p2p::Client;
 
-/// Offers tried before a rent gives up.
-const MAX_TRIES: usize = 5;
+/// Candidates probed at once in one round.
+const CANDIDATES: usize = 4;
+/// Rounds before a rent gives up.
+const MAX_ROUNDS: usize = 5;
+/// How long a candidate has to be reached.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// Offers looked at to find one round's candidates, at most.
+const MAX_SCAN: usize = 256;
+
+/// One candidate: the allocation and the first image its offer lists.
+type Candidate = (Allocation, Option<ImageDigest>);
 
 /// A rent's request to the loop.
 pub(crate) enum RentEvent {
-    /// The best offer for `spec` outside `excluded`.
-    Match {
+    /// Up to `n` best offers for `spec` outside `excluded`, of distinct hosts that are not
+    /// backed off or blocked.
+    Candidates {
         spec: BidSpec,
         excluded: BTreeSet<gpux_protocol::ContentId>,
-        reply: oneshot::Sender<Option<(Allocation, Option<ImageDigest>)>>,
+        n: usize,
+        reply: oneshot::Sender<Vec<Candidate>>,
     },
+    /// A host was reached (or answered).
+    Reached(gpux_protocol::PublicKey),
+    /// A host could not be dialled, timed out, or refused without a typed reason.
+    Unreachable(gpux_protocol::PublicKey),
     /// A host accepted: the lease's machine takes over; `reply` hears how the start went.
     Accepted {
         request: Box<Verified<LeaseRequest>>,
@@ -147,39 +166,74 @@ impl RentTask {
         let mut excluded = BTreeSet::new();
         let mut refusals = Vec::new();
         let mut reasons = Vec::new();
-        for _ in 0..MAX_TRIES {
+        for _ in 0..MAX_ROUNDS {
             let (tx, rx) = oneshot::channel();
-            let spec = self.spec.clone();
             report(
                 &self.events,
-                Event::Rent(RentEvent::Match {
-                    spec,
+                Event::Rent(RentEvent::Candidates {
+                    spec: self.spec.clone(),
                     excluded: excluded.clone(),
+                    n: CANDIDATES,
                     reply: tx,
                 }),
             )
             .await;
-            let Some((allocation, offered_image)) = rx.await.map_err(|_| stopping())? else {
+            let candidates = rx.await.map_err(|_| stopping())?;
+            if candidates.is_empty() {
                 break;
-            };
-            excluded.insert(allocation.offer);
-            // Without an image named, run the first one the offer lists.
-            let Some(image) = self.image.or(offered_image) else {
-                refusals.push(format!("{} lists no image", allocation.host.peer_id()));
-                reasons.push(None);
-                continue;
-            };
-            match self.request(&allocation, image).await {
-                Ok(rented) => return Ok(rented),
-                Err(Refusal::Refused(why, reason)) => {
-                    refusals.push(why);
-                    reasons.push(reason);
+            }
+            excluded.extend(candidates.iter().map(|(a, _)| a.offer));
+            // Reach them all at once; ask the reachable ones one at a time, best first.
+            let probes = futures::future::join_all(
+                candidates
+                    .iter()
+                    .map(|(a, _)| tokio::time::timeout(PROBE_TIMEOUT, self.reach(a.host))),
+            )
+            .await;
+            for ((allocation, offered_image), probe) in candidates.into_iter().zip(probes) {
+                let host = allocation.host;
+                let outcome = match probe {
+                    Ok(Ok(())) => RentEvent::Reached(host),
+                    Ok(Err(e)) => {
+                        refusals.push(format!("{}: unreachable ({e})", host.peer_id()));
+                        RentEvent::Unreachable(host)
+                    }
+                    Err(_) => {
+                        refusals.push(format!(
+                            "{}: unreachable (no connection in {} s)",
+                            host.peer_id(),
+                            PROBE_TIMEOUT.as_secs()
+                        ));
+                        RentEvent::Unreachable(host)
+                    }
+                };
+                let reached = matches!(outcome, RentEvent::Reached(_));
+                report(&self.events, Event::Rent(outcome)).await;
+                if !reached {
+                    reasons.push(None);
+                    continue;
                 }
-                // Agreed but not started: no other host is asked (the machine has made sure
-                // this one is not paid, so the renter may simply try again).
-                Err(Refusal::NotStarted(why)) => {
-                    return Err(ApiError::new(ErrorCode::Unavailable, why)
-                        .with_hint("nothing was charged; try again"));
+                // Without an image named, run the first one the offer lists.
+                let Some(image) = self.image.or(offered_image) else {
+                    refusals.push(format!("{} lists no image", host.peer_id()));
+                    reasons.push(None);
+                    continue;
+                };
+                match self.request(&allocation, image).await {
+                    Ok(rented) => return Ok(rented),
+                    Err(Refusal::Refused(why, reason)) => {
+                        if reason.is_none() {
+                            report(&self.events, Event::Rent(RentEvent::Unreachable(host))).await;
+                        }
+                        refusals.push(why);
+                        reasons.push(reason);
+                    }
+                    // Agreed but not started: no other host is asked (the machine has made
+                    // sure this one is not paid, so the renter may simply try again).
+                    Err(Refusal::NotStarted(why)) => {
+                        return Err(ApiError::new(ErrorCode::Unavailable, why)
+                            .with_hint("nothing was charged; try again"));
+                    }
                 }
             }
         }
@@ -200,6 +254,13 @@ impl RentTask {
             };
             ApiError::new(code, format!("no host accepted: {}", refusals.join("; ")))
         })
+    }
+
+    /// Connects to a host by its peer id.
+    async fn reach(&self, host: gpux_protocol::PublicKey) -> Result<(), String> {
+        let peer =
+            libp2p::PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| e.to_string())?;
+        self.net.reach(peer).await.map_err(|e| e.to_string())
     }
 
     async fn request(
@@ -303,12 +364,42 @@ impl RentTask {
 impl Daemon {
     pub(super) fn on_rent_event(&mut self, step: RentEvent) {
         match step {
-            RentEvent::Match {
+            RentEvent::Candidates {
                 spec,
-                excluded,
+                mut excluded,
+                n,
                 reply,
             } => {
-                let _ = reply.send(self.market.best_match(&spec, &excluded, now()));
+                let t = now();
+                let mut hosts = BTreeSet::new();
+                let mut found = Vec::new();
+                for _ in 0..MAX_SCAN {
+                    let Some((allocation, image)) = self.market.best_match(&spec, &excluded, t)
+                    else {
+                        break;
+                    };
+                    excluded.insert(allocation.offer);
+                    if self.reach.skip(&allocation.host, t) || !hosts.insert(allocation.host) {
+                        continue;
+                    }
+                    found.push((allocation, image));
+                    if found.len() >= n {
+                        break;
+                    }
+                }
+                let _ = reply.send(found);
+            }
+            RentEvent::Reached(host) => {
+                let score = self.reach.reached(host, now());
+                self.market.book.set_reliability(host, score);
+            }
+            RentEvent::Unreachable(host) => {
+                let score = self.reach.failed(host, now());
+                self.market.book.set_reliability(host, score);
+                tracing::info!(
+                    "host {} backed off: unreachable or no answer",
+                    host.peer_id()
+                );
             }
             RentEvent::Accepted {
                 request,

@@ -228,6 +228,27 @@ impl Daemon {
         })
     }
 
+    fn block(&mut self, request: &gpux_api::BlockRequest) -> Result<gpux_api::Blocked, ApiError> {
+        let host = request
+            .host
+            .parse::<gpux_protocol::PeerId>()
+            .map_err(|e| ApiError::bad_input(format!("host: {e}")))?
+            .public_key();
+        let changed = self.reach.set_blocked(host, request.blocked);
+        let hosts: Vec<String> = self
+            .reach
+            .blocked()
+            .map(|k| k.peer_id().to_string())
+            .collect();
+        if changed {
+            // Flushed: a block is the user's decision and survives a restart.
+            self.state
+                .set_config(BLOCKED_KEY, hosts.join("\n").as_bytes())
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+        Ok(gpux_api::Blocked { hosts, changed })
+    }
+
     fn ledger_totals(&self) -> Result<LedgerTotals, ApiError> {
         let service = self.ledger_service.as_ref().ok_or_else(|| {
             ApiError::new(ErrorCode::Conflict, "this node does not serve a ledger")
@@ -256,7 +277,14 @@ impl Daemon {
                 limit,
                 reply,
             } => {
-                let _ = reply.send(self.market.search(&query, limit, now()));
+                let t = now();
+                let hits = self.market.search(&query, limit, t).map(|mut hits| {
+                    for hit in &mut hits {
+                        hit.reach = self.reach.state(&hit.host, t);
+                    }
+                    hits
+                });
+                let _ = reply.send(hits);
             }
             ApiCommand::Leases { reply } => {
                 let _ = reply.send(Ok(self.lease_views()));
@@ -324,8 +352,32 @@ impl Daemon {
             ApiCommand::Ledger { reply } => {
                 let _ = reply.send(self.ledger_totals());
             }
+            ApiCommand::Block { request, reply } => {
+                let _ = reply.send(self.block(&request));
+            }
             // Handled by the loop.
             ApiCommand::Shutdown { .. } => {}
         }
     }
+}
+
+/// Where the hosts blocked by hand are kept (peer ids, one per line).
+const BLOCKED_KEY: &str = "blocked-hosts";
+
+/// The hosts blocked by hand, from the store (an unreadable entry is skipped, with a word).
+pub(super) fn blocked_hosts(
+    state: &crate::store::NodeState<crate::store::SledStore>,
+) -> Vec<gpux_protocol::PublicKey> {
+    let text = state.config(BLOCKED_KEY).ok().flatten().unwrap_or_default();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| match l.parse::<gpux_protocol::PeerId>() {
+            Ok(peer) => Some(peer.public_key()),
+            Err(e) => {
+                tracing::warn!("a blocked host '{l}' is unreadable: {e}");
+                None
+            }
+        })
+        .collect()
 }

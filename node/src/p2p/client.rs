@@ -92,6 +92,10 @@ pub(crate) enum Command {
         addr: Multiaddr,
         reply: oneshot::Sender<Result<(), NetError>>,
     },
+    Reach {
+        peer: PeerId,
+        reply: oneshot::Sender<Result<(), NetError>>,
+    },
     Publish {
         topic: String,
         data: Vec<u8>,
@@ -164,6 +168,12 @@ impl Client {
     /// Dials an address (with `/p2p/<peer id>` when known).
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
         self.ask(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Connects to a peer by its id, at the addresses the swarm learned for it (identify and
+    /// kademlia); done at once when already connected. The caller bounds the wait.
+    pub async fn reach(&self, peer: PeerId) -> Result<(), NetError> {
+        self.ask(|reply| Command::Reach { peer, reply }).await?
     }
 
     /// Publishes data on a topic.

@@ -116,6 +116,21 @@ impl EventLoop {
                     }
                 }
             }
+            Command::Reach { peer, reply } => {
+                if self.swarm.is_connected(&peer) {
+                    let _ = reply.send(Ok(()));
+                } else {
+                    match self.swarm.dial(peer) {
+                        // Already being dialled: the same outcome answers this one.
+                        Ok(()) | Err(DialError::DialPeerConditionFalse(_)) => {
+                            self.pending_dials.entry(peer).or_default().push(reply)
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(NetError::Dial(format!("{peer}: {e}"))));
+                        }
+                    }
+                }
+            }
             Command::Publish { topic, data, reply } => {
                 let result = self
                     .swarm

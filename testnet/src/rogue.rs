@@ -1,0 +1,195 @@
+//! The rogue-peer kit: a peer on real libp2p that attacks a market the way the
+//! under-attack tests and benchmarks need. It runs the node's own swarm (so it speaks
+//! every protocol correctly) but none of its rules: it publishes what it likes.
+//!
+//! - [`Rogue::fake_hosts`]: fresh host keys, each with a plausible self-signed attestation
+//!   and a cheap offer, that nobody can dial (the keys have no node behind them);
+//! - [`Rogue::publish`]: any bytes on any topic (forged tiers, garbage, replays).
+//!
+//! It answers every gossip message it receives with `Ignore`, so it forwards nothing.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use gpux_node::p2p::{self, Client, MessageAcceptance, NetConfig, NetworkEvent, topics};
+use gpux_protocol::{
+    Attestation, BoundedString, BoundedVec, ComputeCapability, ContentId, EvidenceTier, Ext,
+    GpuFacts, GpuUuid, ImageDigest, Keypair, MicroCredits, Offer, OfferGpu, PcieFacts, Signed,
+    Timestamp, Version,
+};
+
+/// A rogue peer.
+#[derive(Debug)]
+pub struct Rogue {
+    client: Client,
+    /// What it has published.
+    pub published: u64,
+    seed: [u8; 32],
+    made: u64,
+}
+
+/// The fake L4 every fake host claims (what the fake NVML driver reports for one).
+const L4_NAME: &str = "NVIDIA L4";
+const L4_MEMORY: u64 = 24_152_899_584;
+
+impl Rogue {
+    /// Starts a rogue peer on loopback and connects it to `peer` (with `/p2p/<id>`).
+    pub async fn start(peer: &str) -> anyhow::Result<Rogue> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+        let key = Keypair::from_seed(&seed);
+        let config = NetConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse()?],
+            kademlia: false,
+            heartbeat: Duration::from_millis(300),
+            ..NetConfig::default()
+        };
+        let (client, mut events) = p2p::spawn(&key, config).await?;
+        let handle = client.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if let NetworkEvent::Gossip { id, source, .. } = event {
+                    handle.report_nowait(id, source, MessageAcceptance::Ignore);
+                }
+            }
+        });
+        client
+            .dial(peer.parse().context("the peer's address")?)
+            .await
+            .context("the rogue dialling its victim")?;
+        Ok(Rogue {
+            client,
+            published: 0,
+            seed,
+            made: 0,
+        })
+    }
+
+    /// Waits until the victim has a gossip mesh with the rogue on the attestations topic
+    /// and the L4 offer topic (publishing before that reaches nobody).
+    pub async fn wait_for_mesh(&self, timeout: Duration) -> anyhow::Result<()> {
+        let start = std::time::Instant::now();
+        let l4 = topics::offers("l4").to_string();
+        loop {
+            let a = self.client.mesh_peers(topics::ATTESTATIONS).await?;
+            let o = self.client.mesh_peers(l4.clone()).await?;
+            if !a.is_empty() && !o.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                anyhow::bail!("no gossip mesh with the victim after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Publishes `data` on `topic`.
+    pub async fn publish(&mut self, topic: &str, data: Vec<u8>) -> anyhow::Result<()> {
+        self.client.publish(topic.to_string(), data).await?;
+        self.published += 1;
+        Ok(())
+    }
+
+    /// A fresh host key.
+    pub fn fresh_key(&mut self) -> Keypair {
+        self.made += 1;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.seed);
+        hasher.update(&self.made.to_be_bytes());
+        Keypair::from_seed(hasher.finalize().as_bytes())
+    }
+
+    /// `n` fake hosts: fresh keys, each with a plausible attestation of one L4 and an offer of
+    /// it at `price` listing `image`, claiming `tier`. Returns their keys.
+    pub async fn fake_hosts(
+        &mut self,
+        n: usize,
+        price: MicroCredits,
+        image: ImageDigest,
+        tier: EvidenceTier,
+    ) -> anyhow::Result<Vec<Keypair>> {
+        let mut keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = self.fresh_key();
+            let (attestation, offer) = fake_host(&key, price, image, tier, now())?;
+            self.publish(topics::ATTESTATIONS, attestation).await?;
+            self.publish(&topics::offers("l4").to_string(), offer)
+                .await?;
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+}
+
+fn now() -> Timestamp {
+    gpux_node::attest::now()
+}
+
+/// One fake host's signed attestation and offer (envelopes), made at `at`.
+pub fn fake_host(
+    key: &Keypair,
+    price: MicroCredits,
+    image: ImageDigest,
+    tier: EvidenceTier,
+    at: Timestamp,
+) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let id = ContentId::of(&key.peer_id().to_bytes());
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&id.0[..16]);
+    let uuid = GpuUuid(uuid);
+    let gpu = GpuFacts {
+        index: 0,
+        name: BoundedString::new(L4_NAME)?,
+        uuid,
+        serial: None,
+        board_part_number: None,
+        memory_total_bytes: L4_MEMORY,
+        compute_capability: ComputeCapability::new(8, 9),
+        pcie: PcieFacts::default(),
+        power_limit_mw: None,
+        max_sm_clock_mhz: None,
+        max_memory_clock_mhz: None,
+        ecc: None,
+        mig: None,
+        confidential_compute: None,
+    };
+    let attestation = Signed::sign(
+        key,
+        Attestation {
+            created_at: at,
+            driver_version: BoundedString::new("550.54.15")?,
+            cuda_driver_version: None,
+            nvml_version: BoundedString::new("12.550.54.15")?,
+            gpus: BoundedVec::new(vec![gpu])?,
+            ext: Ext::new(),
+        },
+    )?;
+    let offer = Signed::sign(
+        key,
+        Offer {
+            seq: at.0,
+            slot: 0,
+            created_at: at,
+            expires_at: at.plus_secs(600),
+            attestation: attestation.id(),
+            gpus: BoundedVec::new(vec![OfferGpu {
+                uuid,
+                family: BoundedString::new("l4")?,
+                memory_bytes: L4_MEMORY,
+                compute_capability: ComputeCapability::new(8, 9),
+                pcie_gen: 0,
+            }])?,
+            price_per_gpu_hour: price,
+            spot_floor_per_gpu_hour: None,
+            min_duration_s: 60,
+            max_duration_s: 86_400,
+            region: BoundedString::new("any")?,
+            tier,
+            driver: Version::new(550, 54, 15),
+            cuda: Version::new(12, 4, 0),
+            images: BoundedVec::new(vec![image])?,
+            ext: Ext::new(),
+        },
+    )?;
+    Ok((attestation.as_bytes().to_vec(), offer.as_bytes().to_vec()))
+}
