@@ -608,3 +608,67 @@ fn r008_expired_offers_match_no_standing_bid() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_full_book_evicts_what_stands_lowest_and_one_host_cannot_fill_it() {
+    let mut book = OrderBook::new(BookConfig {
+        max_offers: 4,
+        max_offers_per_host: 2,
+        ..BookConfig::default()
+    });
+    let offer = |host, slot, created_at, tier| O {
+        host,
+        slot,
+        created_at,
+        tier,
+        ..O::default()
+    };
+    let sr = EvidenceTier::SelfReported;
+    // One host: two slots, not a third.
+    book.insert(&offer(1, 0, T0.0 - 9000, sr).sign(), T0)
+        .unwrap();
+    book.insert(&offer(1, 1, T0.0 - 8000, sr).sign(), T0)
+        .unwrap();
+    assert_eq!(
+        book.insert(&offer(1, 2, T0.0 - 7000, sr).sign(), T0),
+        Err(InsertError::HostFull(2))
+    );
+    // A replacement in a held slot is always fine.
+    let mut newer = offer(1, 0, T0.0 - 6000, sr);
+    newer.seq = 2;
+    assert!(matches!(
+        book.insert(&newer.sign(), T0),
+        Ok(Inserted::Replaced(_))
+    ));
+    // A host this node trusts (settled leases), and a challenged one.
+    book.set_reliability(key(2).public(), 900);
+    let trusted = offer(2, 0, T0.0 - 9500, sr).sign();
+    book.insert(&trusted, T0).unwrap();
+    let challenged = offer(3, 0, T0.0 - 9900, EvidenceTier::Challenged).sign();
+    book.insert(&challenged, T0).unwrap();
+    assert_eq!(book.len(), 4);
+    // Full: a newcomer evicts the lowest (host 1's older offer), never the trusted or the
+    // challenged one.
+    let first_newcomer = offer(4, 0, T0.0 - 1000, sr).sign();
+    let evicted = match book.insert(&first_newcomer, T0) {
+        Ok(Inserted::Evicted(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(evicted, offer(1, 1, T0.0 - 8000, sr).sign().id());
+    assert!(!book.contains(&evicted));
+    for _ in 0..10 {
+        // A flood of newcomers churns only among the lowest.
+        let n = book.len() as u64 + 100;
+        let _ = book.insert(&offer(n, 0, T0.0 - 500, sr).sign(), T0);
+    }
+    assert_eq!(book.len(), 4);
+    assert!(book.contains(&trusted.id()));
+    assert!(book.contains(&challenged.id()));
+    // An unreachable host (reliability below the default) loses its place first; an older
+    // offer than everything in a full book of equals is refused.
+    book.set_reliability(key(2).public(), 100);
+    let late = offer(5, 0, T0.0 - 99_000, sr).sign();
+    assert!(matches!(book.insert(&late, T0), Ok(Inserted::Evicted(id)) if id == trusted.id()));
+    let older = offer(6, 0, T0.0 - 300_000, sr).sign();
+    assert_eq!(book.insert(&older, T0), Err(InsertError::Full(4)));
+}

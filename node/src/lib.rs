@@ -16,6 +16,7 @@
 
 pub mod api_client;
 pub mod attest;
+pub mod budget;
 pub mod config;
 pub mod daemon;
 mod data_dir;

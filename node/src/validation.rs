@@ -36,8 +36,8 @@ use crate::p2p::topics;
 pub const RATE_LIMIT_MESSAGES: u32 = 20;
 /// The rate-limit window, ms.
 pub const RATE_LIMIT_WINDOW_MS: u64 = 10_000;
-/// Attestations kept, at most (the oldest go first).
-pub const MAX_ATTESTATIONS: usize = 100_000;
+/// Attestations kept, at most (the oldest go first): as many as the book holds offers.
+pub const MAX_ATTESTATIONS: usize = 10_000;
 /// Passed challenge results kept, at most (the oldest go first).
 pub const MAX_CHALLENGE_RESULTS: usize = 100_000;
 /// How long a challenge result counts as evidence, ms (30 days).
@@ -93,7 +93,9 @@ pub struct Validator {
     offer_seqs: SeqTracker<(PublicKey, u16)>,
     bid_seqs: SeqTracker<PublicKey>,
     attestations: BTreeMap<ContentId, Verified<Attestation>>,
-    attestation_order: Vec<ContentId>,
+    attestation_order: std::collections::VecDeque<ContentId>,
+    /// Attestations dropped for the bound, not yet taken by [`Validator::take_evicted`].
+    evicted: Vec<ContentId>,
     rate: RateLimiter,
     /// The ledger whose records this node trusts (None: no `challenged` tier can be judged).
     ledger: Option<PublicKey>,
@@ -220,12 +222,19 @@ impl Validator {
     /// Remembers an attestation (one this node made, or one read from disk).
     pub fn remember_attestation(&mut self, att: Verified<Attestation>) {
         if self.attestations.insert(att.id(), att.clone()).is_none() {
-            self.attestation_order.push(att.id());
-            if self.attestation_order.len() > MAX_ATTESTATIONS {
-                let oldest = self.attestation_order.remove(0);
+            self.attestation_order.push_back(att.id());
+            if self.attestation_order.len() > MAX_ATTESTATIONS
+                && let Some(oldest) = self.attestation_order.pop_front()
+            {
                 self.attestations.remove(&oldest);
+                self.evicted.push(oldest);
             }
         }
+    }
+
+    /// The attestations dropped for the bound since the last call (to forget on disk too).
+    pub fn take_evicted(&mut self) -> Vec<ContentId> {
+        std::mem::take(&mut self.evicted)
     }
 
     /// Judges one gossip message received on `topic` at `now`.

@@ -312,6 +312,13 @@ impl<T: Message> Signed<T> {
     }
 }
 
+/// The signer an envelope names, after [`peek_kind`]'s framing checks, without verifying
+/// anything: for budgets that must judge a message before paying for its verification.
+pub fn peek_signer(bytes: &[u8]) -> Result<PublicKey, VerifyError> {
+    peek_kind(bytes)?;
+    Ok(PublicKey(header_signer(bytes)))
+}
+
 fn header_signer(bytes: &[u8]) -> [u8; 32] {
     let mut key = [0u8; 32];
     key.copy_from_slice(&bytes[6..HEADER_LEN]);

@@ -51,7 +51,7 @@ pub use codec::{
 };
 pub use envelope::{
     HEADER_LEN, MAGIC, Message, SIGNATURE_LEN, SignError, Signed, Verified, VerifyError, peek_kind,
-    verify_batch,
+    peek_signer, verify_batch,
 };
 pub use family::GpuFamily;
 pub use key::{KeyError, Keypair, PeerId, PublicKey};

@@ -8,6 +8,14 @@
 //! from its price bound, checking each offer's remaining clauses, and stops at the first
 //! results it needs.
 //!
+//! The book is **bounded** ([`BookConfig`]): at most `max_offers` offers (10,000 by default)
+//! and `max_offers_per_host` slots per host (16). When it is full, a new offer evicts the
+//! offer that stands lowest (evidence tier, then this node's reliability of its host, then
+//! age) if the newcomer stands higher, and is refused otherwise. Hosts with a settled-lease
+//! record (a reliability above the default) and better evidence therefore keep their place
+//! against any number of fresh identities, while unreachable hosts (reliability below it)
+//! go first.
+//!
 //! The book is pure: no clock, no I/O. Time comes in as `now` (unix milliseconds).
 
 mod bids;
@@ -34,12 +42,19 @@ use crate::query::{cc_key, tier_key, version_key};
 pub struct BookConfig {
     /// How long a preempted spot lease keeps running after notice, ms. Default 2 minutes.
     pub spot_notice_ms: u64,
+    /// Offers the book holds at most. Default 10,000. When full, a new offer evicts the one
+    /// that stands lowest if it stands higher itself, and is refused otherwise.
+    pub max_offers: usize,
+    /// Offers (slots) one host may have in the book. Default 16.
+    pub max_offers_per_host: usize,
 }
 
 impl Default for BookConfig {
     fn default() -> Self {
         Self {
             spot_notice_ms: 120_000,
+            max_offers: 10_000,
+            max_offers_per_host: 16,
         }
     }
 }
@@ -65,6 +80,12 @@ pub enum InsertError {
     /// The offer's GPUs are not all of one model (family, memory, compute capability).
     #[error("the offer mixes GPU models; publish one offer (slot) per model")]
     MixedGpus,
+    /// The host already has as many offers in the book as one host may.
+    #[error("the host already has {0} offers in the book")]
+    HostFull(usize),
+    /// The book is full and every offer in it stands at least as high as this one.
+    #[error("the book is full ({0} offers) and this offer stands no higher than any in it")]
+    Full(usize),
 }
 
 /// Why a withdrawal was refused.
@@ -94,6 +115,8 @@ pub enum Inserted {
     New,
     /// It replaced the host's previous offer in the same slot.
     Replaced(ContentId),
+    /// A new offer, for which the book (full) evicted the offer that stood lowest.
+    Evicted(ContentId),
 }
 
 /// A GPU booked for a lease over `[start, end)`. Bookings belong to the host's GPU (by UUID),
@@ -145,6 +168,13 @@ impl Entry {
     fn spot_key(&self, idx: u32) -> Option<IndexKey> {
         self.spot_floor
             .map(|floor| (floor, self.rel_inv, self.created_at, idx))
+    }
+
+    /// How the offer stands when the book is full: evidence tier, then the host's
+    /// reliability here (settled leases raise it; unreachable hosts and failures lower it),
+    /// then how recent it is. The lowest is evicted first.
+    fn standing(&self, idx: u32) -> (u8, u16, u64, u32) {
+        (self.tier, 1000 - self.rel_inv, self.created_at, idx)
     }
 }
 
@@ -267,6 +297,9 @@ pub struct OrderBook {
     buckets: Vec<Bucket>,
     bucket_ids: BTreeMap<BucketKey, u32>,
     expiry: BTreeSet<(u64, u32)>,
+    /// Every offer by how it stands (evicted lowest first): (evidence tier, this node's
+    /// reliability of the host, created_at, index).
+    standing: BTreeSet<(u8, u16, u64, u32)>,
     bookings: HashMap<(u32, GpuUuid), Vec<Booking>>,
     leases: HashMap<ContentId, (u32, Vec<GpuUuid>)>,
     bids: bids::Bids,
@@ -330,6 +363,25 @@ impl OrderBook {
                 newest,
             });
         }
+        // The bounds, for an offer that adds a slot (a replacement does not grow the book).
+        let mut evict = None;
+        if !self.by_slot.contains_key(&(host, offer.slot)) {
+            let held = self.hosts.offers.get(host as usize).map_or(0, Vec::len);
+            if held >= self.config.max_offers_per_host {
+                return Err(InsertError::HostFull(held));
+            }
+            if self.len() >= self.config.max_offers {
+                let newcomer = (
+                    tier_key(offer.tier) as u8,
+                    self.hosts.reliability(host).min(1000),
+                    offer.created_at.0,
+                );
+                match self.standing.first() {
+                    Some(&(t, r, c, idx)) if (t, r, c) < newcomer => evict = Some(idx),
+                    _ => return Err(InsertError::Full(self.len())),
+                }
+            }
+        }
         self.newest_seq.insert((host, offer.slot), offer.seq);
 
         let family = GpuFamily::lookup(&first.family).unwrap_or(GpuFamily::Other);
@@ -367,11 +419,14 @@ impl OrderBook {
         };
         entry.bucket = self.bucket_for(key);
 
-        let outcome = match self.by_slot.get(&(host, offer.slot)).copied() {
-            Some(old) => {
+        let outcome = match (self.by_slot.get(&(host, offer.slot)).copied(), evict) {
+            (Some(old), _) => {
                 Inserted::Replaced(self.remove_at(old).map_or(ContentId([0; 32]), |e| e.id))
             }
-            None => Inserted::New,
+            (None, Some(lowest)) => {
+                Inserted::Evicted(self.remove_at(lowest).map_or(ContentId([0; 32]), |e| e.id))
+            }
+            (None, None) => Inserted::New,
         };
         self.place(entry);
         Ok(outcome)
@@ -405,6 +460,7 @@ impl OrderBook {
             bucket.by_spot.insert(k);
         }
         self.expiry.insert((entry.expires_at, idx));
+        self.standing.insert(entry.standing(idx));
         self.by_id.insert(entry.id, idx);
         self.by_slot.insert((entry.host, entry.slot), idx);
         if let Some(list) = self.hosts.offers.get_mut(entry.host as usize) {
@@ -421,6 +477,7 @@ impl OrderBook {
             bucket.by_spot.remove(&k);
         }
         self.expiry.remove(&(entry.expires_at, idx));
+        self.standing.remove(&entry.standing(idx));
         self.by_id.remove(&entry.id);
         if self.by_slot.get(&(entry.host, entry.slot)) == Some(&idx) {
             self.by_slot.remove(&(entry.host, entry.slot));
@@ -551,7 +608,9 @@ impl OrderBook {
             if let Some(k) = entry.spot_key(idx) {
                 bucket.by_spot.remove(&k);
             }
+            self.standing.remove(&entry.standing(idx));
             entry.rel_inv = 1000 - permille;
+            self.standing.insert(entry.standing(idx));
             bucket.by_price.insert(entry.price_key(idx));
             if let Some(k) = entry.spot_key(idx) {
                 bucket.by_spot.insert(k);

@@ -124,6 +124,9 @@ pub struct Status {
     pub gossip_accepted: u64,
     /// Gossip messages rejected.
     pub gossip_rejected: u64,
+    /// Gossip messages ignored because their relaying peer was over its budget.
+    #[serde(default)]
+    pub gossip_over_budget: u64,
     /// Delays from an offer's signing to its arrival here, ms (the latest ones).
     pub arrivals_ms: Vec<u64>,
     /// Seconds since the node started.

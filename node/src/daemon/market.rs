@@ -7,6 +7,8 @@ use std::collections::{BTreeSet, VecDeque};
 use gpux_api::{ApiError, OfferHit};
 use gpux_market::query::Query;
 use gpux_market::{Allocation, BidSpec, BookConfig, OrderBook};
+
+use crate::budget::{Admit, Budgets};
 use gpux_protocol::validate::Rules;
 use gpux_protocol::{
     AnySigned, AnyVerified, Attestation, Bid, BoundedString, ContentId, Ext, ImageDigest, Keypair,
@@ -31,7 +33,17 @@ pub(crate) struct MarketView {
     pub(crate) arrivals_ms: VecDeque<u64>,
     pub(crate) accepted: u64,
     pub(crate) rejected: u64,
+    /// Messages ignored for a relaying peer's budget.
+    pub(crate) over_budget: u64,
+    /// Gossip budgets per relaying peer and IP group.
+    pub(crate) budgets: Budgets,
+    /// Signers this node has accepted a message from (bounded, oldest forgotten first).
+    known_signers: BTreeSet<gpux_protocol::PublicKey>,
+    known_order: VecDeque<gpux_protocol::PublicKey>,
 }
+
+/// Signers remembered as known, at most.
+const MAX_KNOWN_SIGNERS: usize = 20_000;
 
 impl MarketView {
     /// The view, filled from the snapshot (verified again: it is a cache), judging
@@ -49,12 +61,19 @@ impl MarketView {
             arrivals_ms: VecDeque::new(),
             accepted: 0,
             rejected: 0,
+            over_budget: 0,
+            budgets: Budgets::default(),
+            known_signers: BTreeSet::new(),
+            known_order: VecDeque::new(),
         };
         // Evidence first, then the offers that stand on it.
         let mut offers = Vec::new();
         for bytes in view.state.market_snapshot().unwrap_or_default() {
             match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
-                Ok(AnyVerified::Attestation(att)) => view.validator.remember_attestation(att),
+                Ok(AnyVerified::Attestation(att)) => {
+                    view.know(att.signer());
+                    view.validator.remember_attestation(att)
+                }
                 Ok(AnyVerified::ChallengeResult(result)) => {
                     view.validator.restore_challenge(&result, now)
                 }
@@ -70,9 +89,44 @@ impl MarketView {
         view
     }
 
-    /// A gossip message: validated, and when accepted taken into the book. Returns the
-    /// verdict for gossipsub, and the bids of this node an arriving offer may fill.
+    /// A gossip message relayed by `source`: held against the peer's budgets, validated,
+    /// and when accepted taken into the book. Returns the verdict for gossipsub, the bids of
+    /// this node an arriving offer may fill, and the peer's application score when a
+    /// budget was exceeded.
     pub(crate) fn on_gossip(
+        &mut self,
+        topic: &str,
+        data: Vec<u8>,
+        source: libp2p::PeerId,
+        now: Timestamp,
+    ) -> (MessageAcceptance, Vec<Verified<Bid>>, Option<f64>) {
+        // Budgets first, before paying for a signature check.
+        let new_signer = gpux_protocol::peek_signer(&data)
+            .is_ok_and(|signer| !self.known_signers.contains(&signer));
+        if self.budgets.admit(source, new_signer, now.0) != Admit::Yes {
+            self.over_budget += 1;
+            return (
+                MessageAcceptance::Ignore,
+                Vec::new(),
+                Some(self.budgets.app_score(&source, now.0)),
+            );
+        }
+        let (acceptance, fill) = self.on_admitted(topic, data, now);
+        (acceptance, fill, None)
+    }
+
+    fn know(&mut self, signer: gpux_protocol::PublicKey) {
+        if self.known_signers.insert(signer) {
+            self.known_order.push_back(signer);
+            if self.known_order.len() > MAX_KNOWN_SIGNERS
+                && let Some(oldest) = self.known_order.pop_front()
+            {
+                self.known_signers.remove(&oldest);
+            }
+        }
+    }
+
+    fn on_admitted(
         &mut self,
         topic: &str,
         data: Vec<u8>,
@@ -85,8 +139,11 @@ impl MarketView {
         match verdict {
             Verdict::Accept(v) => {
                 self.accepted += 1;
+                if let Ok(signer) = gpux_protocol::peek_signer(&bytes) {
+                    self.know(signer);
+                }
                 match *v {
-                    AnyVerified::Offer(offer) if self.book.insert(&offer, now).is_ok() => {
+                    AnyVerified::Offer(offer) if self.insert(&offer, now) => {
                         if self.arrivals_ms.len() >= MAX_ARRIVALS {
                             self.arrivals_ms.pop_front();
                         }
@@ -115,7 +172,28 @@ impl MarketView {
             }
             Verdict::Ignore(why) => tracing::trace!("ignored gossip: {why}"),
         }
+        for gone in self.validator.take_evicted() {
+            let _ = self.state.forget_offer(&gone);
+        }
         (acceptance, fill)
+    }
+
+    /// Files an offer in the book; the offer it replaced, or that the full book evicted for
+    /// it, is forgotten on disk too. Returns whether it went in.
+    fn insert(&mut self, offer: &Verified<gpux_protocol::Offer>, now: Timestamp) -> bool {
+        match self.book.insert(offer, now) {
+            // The replaced or evicted offer leaves the snapshot too (else it grows with
+            // every republish).
+            Ok(gpux_market::Inserted::Evicted(gone) | gpux_market::Inserted::Replaced(gone)) => {
+                let _ = self.state.forget_offer(&gone);
+                true
+            }
+            Ok(_) => true,
+            Err(e) => {
+                tracing::trace!("offer {} not filed: {e}", offer.id().short());
+                false
+            }
+        }
     }
 
     /// Drops expired offers (and their snapshot entries).

@@ -322,6 +322,7 @@ impl Daemon {
             own_offers: self.host.as_ref().map(|h| h.offer_count()),
             gossip_accepted: self.market.accepted,
             gossip_rejected: self.market.rejected,
+            gossip_over_budget: self.market.over_budget,
             arrivals_ms: self.market.arrivals_ms.iter().copied().collect(),
             uptime_s: now().ms_since(self.started) / 1000,
         }

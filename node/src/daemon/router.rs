@@ -74,12 +74,16 @@ impl Daemon {
                 topic,
                 data,
             } => {
-                let (acceptance, fill) = self.market.on_gossip(&topic, data, now());
+                let (acceptance, fill, score) = self.market.on_gossip(&topic, data, source, now());
                 self.net.report_nowait(id, source, acceptance);
+                if let Some(score) = score {
+                    self.net.set_app_score_nowait(source, score);
+                }
                 for bid in fill {
                     self.fill_bid(bid);
                 }
             }
+            NetworkEvent::PeerIp { peer, ip } => self.market.budgets.connected(peer, ip),
             NetworkEvent::Request {
                 id,
                 proto,

@@ -72,6 +72,9 @@ pub(crate) fn gossipsub(
     params
         .ip_colocation_factor_whitelist
         .insert(std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
+    // The application score is this node's budgets' verdict on a peer, minus its excess
+    // over them (`crate::budget`), counted one for one.
+    params.app_specific_weight = 1.0;
     for topic in topics::all() {
         params.topics.insert(topic.hash(), topic_score());
     }

@@ -77,6 +77,13 @@ pub enum NetworkEvent {
     Listening(Multiaddr),
     /// A connection to a peer opened.
     Connected(PeerId),
+    /// The IP address a peer's new connection comes from (before its `Connected`).
+    PeerIp {
+        /// The peer.
+        peer: PeerId,
+        /// Its address.
+        ip: std::net::IpAddr,
+    },
     /// A peer subscribed to a topic (a good moment to publish what it has missed).
     Subscribed {
         /// The peer.
@@ -129,6 +136,10 @@ pub(crate) enum Command {
     Score {
         peer: PeerId,
         reply: oneshot::Sender<Option<f64>>,
+    },
+    AppScore {
+        peer: PeerId,
+        score: f64,
     },
     Shutdown {
         reply: oneshot::Sender<()>,
@@ -214,6 +225,18 @@ impl Client {
             source,
             acceptance,
         };
+        if let Err(mpsc::error::TrySendError::Full(command)) = self.tx.try_send(command) {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(command).await;
+            });
+        }
+    }
+
+    /// Sets a peer's gossipsub application score (this node's budgets' verdict), without
+    /// waiting; a peer that sinks below the graylist threshold is disconnected.
+    pub fn set_app_score_nowait(&self, peer: PeerId, score: f64) {
+        let command = Command::AppScore { peer, score };
         if let Err(mpsc::error::TrySendError::Full(command)) = self.tx.try_send(command) {
             let tx = self.tx.clone();
             tokio::spawn(async move {

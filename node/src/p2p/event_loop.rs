@@ -92,6 +92,20 @@ impl EventLoop {
         let _ = self.events.send(event).await;
     }
 
+    /// Disconnects a peer whose gossip score is below the graylist threshold.
+    fn disconnect_if_sunk(&mut self, peer: PeerId) {
+        if self
+            .swarm
+            .behaviour()
+            .gossipsub
+            .peer_score(&peer)
+            .is_some_and(|score| score < DISCONNECT_SCORE)
+        {
+            tracing::info!("disconnecting {peer}: its gossip score fell below {DISCONNECT_SCORE}");
+            let _ = self.swarm.disconnect_peer_id(peer);
+        }
+    }
+
     fn on_command(&mut self, command: Command) {
         match command {
             Command::Dial { addr, reply } => {
@@ -152,19 +166,16 @@ impl EventLoop {
                     .report_message_validation_result(&id, &source, acceptance);
                 // A peer whose invalid messages have sunk it below the graylist threshold is
                 // disconnected: it would only be ignored otherwise, and keeps costing us.
-                if rejected
-                    && self
-                        .swarm
-                        .behaviour()
-                        .gossipsub
-                        .peer_score(&source)
-                        .is_some_and(|score| score < DISCONNECT_SCORE)
-                {
-                    tracing::info!(
-                        "disconnecting {source}: its gossip score fell below {DISCONNECT_SCORE}"
-                    );
-                    let _ = self.swarm.disconnect_peer_id(source);
+                if rejected {
+                    self.disconnect_if_sunk(source);
                 }
+            }
+            Command::AppScore { peer, score } => {
+                self.swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .set_application_score(&peer, score);
+                self.disconnect_if_sunk(peer);
             }
             Command::Request {
                 proto,
@@ -210,7 +221,17 @@ impl EventLoop {
             SwarmEvent::NewListenAddr { address, .. } => {
                 self.emit(NetworkEvent::Listening(address)).await
             }
-            SwarmEvent::ConnectionEstablished { peer_id, .. } => {
+            SwarmEvent::ConnectionEstablished {
+                peer_id, endpoint, ..
+            } => {
+                let ip = endpoint.get_remote_address().iter().find_map(|p| match p {
+                    Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
+                    Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
+                    _ => None,
+                });
+                if let Some(ip) = ip {
+                    self.emit(NetworkEvent::PeerIp { peer: peer_id, ip }).await;
+                }
                 if !self.bootstrapped {
                     self.bootstrapped = true;
                     self.bootstrap_kad();
