@@ -187,6 +187,18 @@ enum TestnetAction {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// The Sybil-flood benchmark: a rogue peer floods an honest relay with fresh host keys
+    /// while an honest host's offers must keep reaching a victim node; prints the victim's
+    /// book, memory, disk, the honest offers' propagation and who stayed connected as JSON
+    /// (docs/benchmarks.md).
+    Flood {
+        /// Fresh host keys a minute.
+        #[arg(long, default_value_t = 5000)]
+        keys_per_min: u32,
+        /// How long the flood lasts (e.g. 20s, 5m).
+        #[arg(long, default_value = "5m", value_parser = cmd::parse_duration)]
+        duration: u32,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -279,6 +291,13 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                     dir,
                 },
         } => return cmd::testnet::up(hosts, renters, duration, report, dir),
+        Command::Testnet {
+            action:
+                TestnetAction::Flood {
+                    keys_per_min,
+                    duration,
+                },
+        } => cmd::testnet::flood(keys_per_min, duration)?,
         Command::Status => cmd::market::status(&dir)?,
         Command::Offers {
             action: OffersAction::Search { query, limit, json },

@@ -73,3 +73,27 @@ fn cheap_unreachable_hosts_do_not_stop_a_rent_and_forged_tiers_reach_no_book() {
         renter.phase(&lease) == "settled"
     });
 }
+
+#[test]
+fn a_sybil_flood_is_cut_off_at_the_relay_and_honest_offers_still_arrive() {
+    // The short version of `gpux testnet flood` (docs/benchmarks.md has the 5-minute run).
+    let config = gpux_testnet::flood::FloodConfig {
+        gpux: std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpux")),
+        keys_per_min: 5000,
+        duration: Duration::from_secs(15),
+        base_dir: None,
+    };
+    let report = gpux_testnet::flood::run(&config, |line| eprintln!("{line}")).unwrap();
+    eprintln!("{report:#?}");
+    assert!(
+        !report.rogue_connected_to_relay && !report.rogue_connected_to_victim,
+        "{report:#?}"
+    );
+    assert!(report.relay_connected_to_victim, "{report:#?}");
+    assert!(report.relay_over_budget > 0, "{report:#?}");
+    // What got through is one relay's budget of new signers, not the flood.
+    assert!(report.victim_book_max <= 300, "{report:#?}");
+    assert!(report.victim_rss_max_kib <= 64 * 1024, "{report:#?}");
+    assert!(report.honest_offers_seen >= 3, "{report:#?}");
+    assert!(report.propagation_ms_p95 <= 1000, "{report:#?}");
+}

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
 
+pub mod flood;
 pub mod harness;
 pub mod rogue;
 

@@ -26,6 +26,8 @@ pub struct Rogue {
     pub published: u64,
     seed: [u8; 32],
     made: u64,
+    /// Publications that failed (the rogue cut off).
+    pub failed: u64,
 }
 
 /// The fake L4 every fake host claims (what the fake NVML driver reports for one).
@@ -62,6 +64,7 @@ impl Rogue {
             published: 0,
             seed,
             made: 0,
+            failed: 0,
         })
     }
 
@@ -83,6 +86,11 @@ impl Rogue {
         }
     }
 
+    /// The rogue's peer id.
+    pub fn peer_id(&self) -> gpux_node::p2p::PeerId {
+        self.client.local_peer_id()
+    }
+
     /// Publishes `data` on `topic`.
     pub async fn publish(&mut self, topic: &str, data: Vec<u8>) -> anyhow::Result<()> {
         self.client.publish(topic.to_string(), data).await?;
@@ -97,6 +105,48 @@ impl Rogue {
         hasher.update(&self.seed);
         hasher.update(&self.made.to_be_bytes());
         Keypair::from_seed(hasher.finalize().as_bytes())
+    }
+
+    /// Floods: `keys_per_min` fake hosts a minute (see [`Rogue::fake_hosts`]) for
+    /// `duration`, in batches every 100 ms, carrying on when publishing fails (a cut-off
+    /// rogue keeps trying, as an attacker would). Returns the keys published and those whose
+    /// publication failed.
+    pub async fn flood(
+        &mut self,
+        keys_per_min: u32,
+        duration: Duration,
+        price: MicroCredits,
+        image: ImageDigest,
+    ) -> (u64, u64) {
+        let start = tokio::time::Instant::now();
+        let failed_before = self.failed;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let per_tick = f64::from(keys_per_min) / 600.0;
+        let (mut owed, mut sent) = (0.0, 0u64);
+        while start.elapsed() < duration {
+            tick.tick().await;
+            owed += per_tick;
+            let n = owed.floor() as usize;
+            owed -= n as f64;
+            for _ in 0..n {
+                let key = self.fresh_key();
+                let Ok((attestation, offer)) =
+                    fake_host(&key, price, image, EvidenceTier::SelfReported, now())
+                else {
+                    continue;
+                };
+                let a = self.publish(topics::ATTESTATIONS, attestation).await;
+                let o = self.publish(&topics::offers("l4").to_string(), offer).await;
+                match (a, o) {
+                    (Ok(()), Ok(())) => sent += 1,
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.failed += 1;
+                        tracing_free_note(self.failed, &e);
+                    }
+                }
+            }
+        }
+        (sent, self.failed - failed_before)
     }
 
     /// `n` fake hosts: fresh keys, each with a plausible attestation of one L4 and an offer of
@@ -118,6 +168,13 @@ impl Rogue {
             keys.push(key);
         }
         Ok(keys)
+    }
+}
+
+/// Says now and then why the rogue's publications fail (it has been cut off).
+fn tracing_free_note(failed: u64, e: &anyhow::Error) {
+    if failed % 1000 == 1 {
+        eprintln!("rogue: publishing failed ({failed} so far): {e:#}");
     }
 }
 

@@ -129,3 +129,19 @@ pub(crate) fn up(
     }
     Ok(report.errors.is_empty() && report.double_allocations == 0)
 }
+
+/// `gpux testnet flood`: the Sybil-flood benchmark; prints its report as JSON.
+pub(crate) fn flood(keys_per_min: u32, duration: u32) -> anyhow::Result<()> {
+    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let config = gpux_testnet::flood::FloodConfig {
+        gpux,
+        keys_per_min,
+        duration: std::time::Duration::from_secs(u64::from(duration)),
+        base_dir: None,
+    };
+    let started = std::time::Instant::now();
+    let report = gpux_testnet::flood::run(&config, |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
+    })?;
+    super::print_json(&report)
+}

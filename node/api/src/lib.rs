@@ -131,6 +131,9 @@ pub struct Status {
     pub arrivals_ms: Vec<u64>,
     /// Seconds since the node started.
     pub uptime_s: u64,
+    /// Peers connected now (peer ids, sorted).
+    #[serde(default)]
+    pub peers: Vec<String>,
 }
 
 /// One offer found by `GET /v1/offers?q=QUERY&limit=N`.

@@ -136,6 +136,8 @@ pub(crate) struct Daemon {
     ledger_service: Option<LedgerService<SledStore>>,
     /// What this node has learned about reaching hosts (its rents skip those backed off).
     reach: reach::Reach,
+    /// Peers connected now.
+    peers: std::collections::BTreeSet<libp2p::PeerId>,
 }
 
 /// Runs the node until `shutdown` resolves or the API asks it to stop.
@@ -202,6 +204,7 @@ pub async fn run(
         ledger: ledger.clone(),
         ledger_service,
         reach: reach::Reach::new(views::blocked_hosts(&state)),
+        peers: std::collections::BTreeSet::new(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -325,6 +328,7 @@ impl Daemon {
             gossip_over_budget: self.market.over_budget,
             arrivals_ms: self.market.arrivals_ms.iter().copied().collect(),
             uptime_s: now().ms_since(self.started) / 1000,
+            peers: self.peers.iter().map(ToString::to_string).collect(),
         }
     }
 

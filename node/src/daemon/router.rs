@@ -84,6 +84,13 @@ impl Daemon {
                 }
             }
             NetworkEvent::PeerIp { peer, ip } => self.market.budgets.connected(peer, ip),
+            NetworkEvent::Connected(peer) => {
+                // Bounded by the swarm's connection limits; kept only while connected.
+                self.peers.insert(peer);
+            }
+            NetworkEvent::Disconnected(peer) => {
+                self.peers.remove(&peer);
+            }
             NetworkEvent::Request {
                 id,
                 proto,

@@ -77,6 +77,8 @@ pub enum NetworkEvent {
     Listening(Multiaddr),
     /// A connection to a peer opened.
     Connected(PeerId),
+    /// The last connection to a peer closed.
+    Disconnected(PeerId),
     /// The IP address a peer's new connection comes from (before its `Connected`).
     PeerIp {
         /// The peer.

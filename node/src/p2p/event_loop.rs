@@ -20,6 +20,9 @@ pub(crate) struct EventLoop {
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<NetworkEvent>,
     pending_dials: HashMap<PeerId, Vec<oneshot::Sender<Result<(), NetError>>>>,
+    /// Peers disconnected for their score, and until when they stay out: not dialled
+    /// (kademlia would otherwise find them again at once), and cut off if they connect.
+    banned: HashMap<PeerId, std::time::Instant>,
     pending_requests: HashMap<(Proto, OutboundRequestId), ReplyTx>,
     pending_responses: HashMap<InboundId, ResponseChannel<Vec<u8>>>,
     bootstrapped: bool,
@@ -32,6 +35,10 @@ pub(crate) struct EventLoop {
 /// anyway (one invalid message costs -100 and keeps it there for about 4.6 minutes), so
 /// keeping the connection open would only cost us.
 const DISCONNECT_SCORE: f64 = -80.0;
+/// How long a peer disconnected for its score stays out.
+const BAN: std::time::Duration = std::time::Duration::from_secs(600);
+/// Banned peers remembered, at most (the ban list is not itself a way to use memory).
+const MAX_BANNED: usize = 4096;
 
 /// Peers this node dials on its own (found through kademlia), at most.
 const MAX_DISCOVERED_PEERS: usize = 50;
@@ -59,6 +66,7 @@ impl EventLoop {
             commands,
             events,
             pending_dials: HashMap::new(),
+            banned: HashMap::new(),
             pending_requests: HashMap::new(),
             pending_responses: HashMap::new(),
             bootstrapped: false,
@@ -101,9 +109,26 @@ impl EventLoop {
             .peer_score(&peer)
             .is_some_and(|score| score < DISCONNECT_SCORE)
         {
-            tracing::info!("disconnecting {peer}: its gossip score fell below {DISCONNECT_SCORE}");
+            tracing::info!(
+                "disconnecting {peer} for {} s: its gossip score fell below {DISCONNECT_SCORE}",
+                BAN.as_secs()
+            );
+            let now = std::time::Instant::now();
+            self.banned.retain(|_, until| *until > now);
+            if self.banned.len() < MAX_BANNED {
+                self.banned.insert(peer, now + BAN);
+            }
+            if let Some(kad) = self.swarm.behaviour_mut().kad.as_mut() {
+                kad.remove_peer(&peer);
+            }
             let _ = self.swarm.disconnect_peer_id(peer);
         }
+    }
+
+    fn is_banned(&self, peer: &PeerId) -> bool {
+        self.banned
+            .get(peer)
+            .is_some_and(|until| *until > std::time::Instant::now())
     }
 
     fn on_command(&mut self, command: Command) {
@@ -221,6 +246,9 @@ impl EventLoop {
             SwarmEvent::NewListenAddr { address, .. } => {
                 self.emit(NetworkEvent::Listening(address)).await
             }
+            SwarmEvent::ConnectionEstablished { peer_id, .. } if self.is_banned(&peer_id) => {
+                let _ = self.swarm.disconnect_peer_id(peer_id);
+            }
             SwarmEvent::ConnectionEstablished {
                 peer_id, endpoint, ..
             } => {
@@ -241,6 +269,11 @@ impl EventLoop {
                 }
                 self.emit(NetworkEvent::Connected(peer_id)).await;
             }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                num_established: 0,
+                ..
+            } => self.emit(NetworkEvent::Disconnected(peer_id)).await,
             SwarmEvent::OutgoingConnectionError {
                 peer_id: Some(peer),
                 error,
@@ -319,6 +352,7 @@ impl EventLoop {
             SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutingUpdated {
                 peer, ..
             })) if !self.swarm.is_connected(&peer)
+                && !self.is_banned(&peer)
                 && self.swarm.connected_peers().count() < MAX_DISCOVERED_PEERS =>
             {
                 // Dialing by peer id uses the addresses kademlia learned.
