@@ -97,3 +97,79 @@ fn a_sybil_flood_is_cut_off_at_the_relay_and_honest_offers_still_arrive() {
     assert!(report.honest_offers_seen >= 3, "{report:#?}");
     assert!(report.propagation_ms_p95 <= 1000, "{report:#?}");
 }
+
+#[test]
+fn malformed_frames_on_every_request_response_protocol_are_refused_and_harm_nothing() {
+    use gpux_node::p2p::Proto;
+    use gpux_protocol::ledger_wire::{self, LedgerRequest, LedgerResponse, RefusalCode};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ledger =
+        super::market::new_node(tmp.path(), "ledger", vec!["--serve-ledger".into()], vec![]);
+    ledger.spawn();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rogue = runtime
+        .block_on(Rogue::start(&format!(
+            "{}/p2p/{}",
+            ledger.addr, ledger.peer
+        )))
+        .unwrap();
+    // A real envelope of a kind no protocol takes here, one with bytes after it, one cut
+    // short, garbage, nothing, and the most bytes a frame may carry.
+    let key = gpux_protocol::Keypair::from_seed(&[5; 32]);
+    let (attestation, _) = gpux_testnet::rogue::fake_host(
+        &key,
+        MicroCredits(1),
+        ImageDigest([1; 32]),
+        EvidenceTier::SelfReported,
+        gpux_node::attest::now(),
+    )
+    .unwrap();
+    let mut trailing = attestation.clone();
+    trailing.push(0);
+    let cut = attestation[..attestation.len() / 2].to_vec();
+    let frames: Vec<(&str, Vec<u8>)> = vec![
+        ("a wrong kind", attestation),
+        ("trailing bytes", trailing),
+        ("cut short", cut),
+        ("garbage", (0..200u8).map(|i| i.wrapping_mul(37)).collect()),
+        ("empty", Vec::new()),
+        (
+            "the largest frame",
+            vec![0xee; gpux_protocol::MAX_ENVELOPE_BYTES],
+        ),
+    ];
+    for proto in [Proto::Lease, Proto::Receipt, Proto::Ledger] {
+        for (what, frame) in &frames {
+            let answer = runtime
+                .block_on(rogue.request(proto, &ledger.peer, frame.clone()))
+                .unwrap_or_else(|e| panic!("{proto:?}, {what}: no answer: {e:#}"));
+            match proto {
+                // The ledger says why, typed.
+                Proto::Ledger => {
+                    let response: LedgerResponse = ledger_wire::decode(&answer).unwrap();
+                    assert_eq!(
+                        response.refusal(),
+                        Some(RefusalCode::Malformed),
+                        "{what}: {response:?}"
+                    );
+                }
+                // The lease and receipt protocols answer nothing to what they cannot use.
+                _ => assert!(answer.is_empty(), "{proto:?}, {what}: {answer:?}"),
+            }
+        }
+    }
+    // The node is unharmed: it answers a well-formed request, and its API works.
+    let answer = runtime
+        .block_on(rogue.request(
+            Proto::Ledger,
+            &ledger.peer,
+            ledger_wire::encode(&LedgerRequest::Balance(key.public())),
+        ))
+        .unwrap();
+    assert_eq!(
+        ledger_wire::decode::<LedgerResponse>(&answer).unwrap(),
+        LedgerResponse::Balance(0)
+    );
+    assert!(ledger.api().status().is_ok());
+    assert!(!ledger.log().contains("panicked"), "{}", ledger.log());
+}

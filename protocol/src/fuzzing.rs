@@ -47,6 +47,19 @@ pub fn money(data: &[u8]) {
     }
 }
 
+/// Decodes `data` as a `/gpux/ledger/2` frame, both as a request and as an answer: the
+/// ledger's request-response codec. Must never panic; a frame that decodes must encode back
+/// to exactly the bytes it came from (no second spelling of one frame).
+pub fn ledger_wire(data: &[u8]) {
+    use crate::ledger_wire::{self, LedgerRequest, LedgerResponse};
+    if let Ok(request) = ledger_wire::decode::<LedgerRequest>(data) {
+        assert_eq!(ledger_wire::encode(&request), data, "{request:?}");
+    }
+    if let Ok(response) = ledger_wire::decode::<LedgerResponse>(data) {
+        assert_eq!(ledger_wire::encode(&response), data, "{response:?}");
+    }
+}
+
 /// [`body`] for the kind with this name (`Offer`, `LeaseRequest`, ...), as fuzz targets and
 /// the corpus replay name them.
 pub fn body_of_kind(kind: MessageKind, data: &[u8]) -> bool {
@@ -105,6 +118,10 @@ mod tests {
                 body_of_kind(*kind, &std::fs::read(&file).unwrap());
                 replayed += 1;
             }
+        }
+        for file in files(&corpus.join("ledger_wire")) {
+            ledger_wire(&std::fs::read(&file).unwrap());
+            replayed += 1;
         }
         // The corpus is committed; an empty replay means it went missing.
         assert!(replayed > 0, "no fuzz corpus under {}", corpus.display());

@@ -46,6 +46,12 @@ pub struct FloodReport {
     pub keys_refused: u64,
     /// The flood's length, s.
     pub duration_s: f64,
+    /// The victim's book, memory and disk just before the flood (the baseline).
+    pub victim_book_before: usize,
+    /// See `victim_book_before`, KiB.
+    pub victim_rss_before_kib: u64,
+    /// See `victim_book_before`, bytes.
+    pub victim_disk_before_bytes: u64,
     /// The victim's book at its largest.
     pub victim_book_max: usize,
     /// The victim's resident memory at its largest, KiB.
@@ -185,13 +191,16 @@ pub fn run(config: &FloodConfig, progress: impl Fn(&str)) -> anyhow::Result<Floo
     let mut seen = std::collections::BTreeMap::new();
     let rogue_peer = rogue.peer_id().to_string();
     let (keys_per_min, duration) = (config.keys_per_min, config.duration);
+    let victim_pid = victim.pid().unwrap_or(0);
+    report.victim_book_before = victim_api.status().map_or(0, |s| s.offers_in_book);
+    report.victim_rss_before_kib = rss_kib(victim_pid);
+    report.victim_disk_before_bytes = dir_bytes(&victim.dir);
     let flood = runtime.spawn(async move {
         rogue
             .flood(keys_per_min, duration, MicroCredits(36_000), image)
             .await
     });
     let flood_start = Instant::now();
-    let victim_pid = victim.pid().unwrap_or(0);
     let mut last_progress = Instant::now();
     while !flood.is_finished() {
         std::thread::sleep(Duration::from_millis(100));

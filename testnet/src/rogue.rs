@@ -91,6 +91,18 @@ impl Rogue {
         self.client.local_peer_id()
     }
 
+    /// Sends `data` as a request on `proto` to `peer` (a peer id the rogue is connected to)
+    /// and returns the answer: for malformed frames on the request-response protocols.
+    pub async fn request(
+        &self,
+        proto: gpux_node::p2p::Proto,
+        peer: &str,
+        data: Vec<u8>,
+    ) -> anyhow::Result<Vec<u8>> {
+        let peer: gpux_node::p2p::PeerId = peer.parse().context("the peer id")?;
+        Ok(self.client.request_on(proto, peer, data).await?)
+    }
+
     /// Publishes `data` on `topic`.
     pub async fn publish(&mut self, topic: &str, data: Vec<u8>) -> anyhow::Result<()> {
         self.client.publish(topic.to_string(), data).await?;
