@@ -385,6 +385,8 @@ mod testnet {
         assert_eq!(report["offers_before_renting"], 2, "{report}");
         assert_eq!(report["offers_seen_min_before_renting"], 2, "{report}");
         assert_eq!(report["double_allocations"], 0);
+        // The gossip budgets never throttle an honest market.
+        assert_eq!(report["over_budget_messages"], 0, "{report}");
         assert_eq!(report["errors"], serde_json::json!([]));
         assert!(
             report["propagation_samples"].as_u64().unwrap() >= 4,

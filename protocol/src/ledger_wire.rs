@@ -170,6 +170,10 @@ pub enum FrameError {
     /// Bytes left after the value.
     #[error("{0} trailing bytes after a ledger frame")]
     Trailing(usize),
+    /// Not the one encoding of its value (bincode reads varints written longer than
+    /// needed): a frame has exactly one spelling.
+    #[error("a ledger frame not in its canonical encoding")]
+    NonCanonical,
 }
 
 /// Encodes a ledger frame.
@@ -178,8 +182,9 @@ pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
     bincode::encode_to_vec(value, bincode::config::standard()).unwrap_or_default()
 }
 
-/// Decodes a ledger frame: bounded, and every byte must be consumed.
-pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, FrameError> {
+/// Decodes a ledger frame: bounded, every byte consumed, and in its one canonical encoding
+/// (found by the `ledger_wire` fuzz target: bincode took `fc 00 00 00 00` as the varint 0).
+pub fn decode<T: Decode<()> + Encode>(bytes: &[u8]) -> Result<T, FrameError> {
     if bytes.len() > MAX_LEDGER_FRAME {
         return Err(FrameError::TooLarge(bytes.len()));
     }
@@ -190,6 +195,9 @@ pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, FrameError> {
     .map_err(|e| FrameError::Undecodable(e.to_string()))?;
     if used != bytes.len() {
         return Err(FrameError::Trailing(bytes.len() - used));
+    }
+    if encode(&value) != bytes {
+        return Err(FrameError::NonCanonical);
     }
     Ok(value)
 }

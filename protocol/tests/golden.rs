@@ -170,3 +170,22 @@ fn ledger_frames_are_pinned_and_decode_exactly() {
         ledger_wire::decode::<LedgerRequest>(&vec![0; ledger_wire::MAX_LEDGER_FRAME + 1]).is_err()
     );
 }
+
+#[test]
+fn r011_a_ledger_frame_has_one_spelling() {
+    use gpux_protocol::ledger_wire::{self, LedgerRequest, LedgerResponse};
+    // Found by the `ledger_wire` fuzz target: the variant index 0 written as bincode's
+    // 4-byte varint (`fc 00 00 00 00`) decoded as `Submit(empty)`, which encodes as `00 00`.
+    let long = [0xfc, 0, 0, 0, 0, 0];
+    assert_eq!(
+        ledger_wire::decode::<LedgerRequest>(&long),
+        Err(ledger_wire::FrameError::NonCanonical)
+    );
+    assert!(ledger_wire::decode::<LedgerRequest>(&[0, 0]).is_ok());
+    for (_, bytes) in samples::ledger_frames() {
+        // Every pinned frame is canonical.
+        let r = ledger_wire::decode::<LedgerRequest>(&bytes);
+        let a = ledger_wire::decode::<LedgerResponse>(&bytes);
+        assert!(r.is_ok() || a.is_ok());
+    }
+}

@@ -58,6 +58,9 @@ pub struct Report {
     pub double_allocations: usize,
     /// Gossip messages rejected by validation, over all nodes.
     pub rejected_messages: u64,
+    /// Gossip messages ignored because their relaying peer was over its budget, over all
+    /// nodes (an honest testnet stays at 0).
+    pub over_budget_messages: u64,
     /// Median resident memory of the node processes once the offers had spread, KiB.
     pub node_rss_kb_median: u64,
     /// Largest resident memory of a node process at that time, KiB.
@@ -601,6 +604,7 @@ pub fn up(
     for c in hosts.iter().chain(&renters) {
         if let Ok(status) = c.status() {
             report.rejected_messages += status.gossip_rejected;
+            report.over_budget_messages += status.gossip_over_budget;
         }
     }
     for r in &renters {

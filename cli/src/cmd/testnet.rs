@@ -74,10 +74,11 @@ pub(crate) fn up(
         report.node_rss_kb_max / 1024
     )?;
     out!(
-        "{} leases agreed, {} double allocations, {} messages rejected, {} errors",
+        "{} leases agreed, {} double allocations, {} messages rejected, {} over a peer's budget, {} errors",
         report.leases_agreed,
         report.double_allocations,
         report.rejected_messages,
+        report.over_budget_messages,
         report.errors.len()
     )?;
     out!(

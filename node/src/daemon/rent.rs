@@ -242,7 +242,10 @@ impl RentTask {
                 ErrorCode::NoOffer,
                 "no offer in this node's view of the market satisfies the request",
             )
-            .with_hint("`gpux offers search` shows what the market offers")
+            .with_hint(
+                "`gpux offers search` shows what the market offers; hosts shown unreachable \
+                 or blocked are skipped",
+            )
         } else {
             let all_taken = reasons
                 .iter()
