@@ -153,7 +153,20 @@ fn seq_key(lease: &ContentId, seq: u64) -> Vec<u8> {
 pub struct SledStore {
     path: PathBuf,
     db: sled::Db,
+    /// Flushed writes counted, with the manifest that records them (set by
+    /// [`NodeState::open`]; a store opened alone counts nothing).
+    writes: std::sync::Arc<std::sync::Mutex<Option<WriteCount>>>,
 }
+
+/// How many flushed writes a database has had, and the manifest file that says so.
+#[derive(Debug)]
+struct WriteCount {
+    count: u64,
+    manifest: PathBuf,
+}
+
+/// The record inside the database that counts its flushed writes.
+const WRITES_KEY: &str = "db-writes";
 
 impl std::fmt::Debug for SledStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -198,7 +211,11 @@ impl SledStore {
             )),
             other => open_err(other.to_string()),
         })?;
-        let store = SledStore { path, db };
+        let store = SledStore {
+            path,
+            db,
+            writes: Default::default(),
+        };
         // Open every tree now, so that damage shows here rather than mid-operation.
         for tree in [
             Tree::Config,
@@ -228,11 +245,27 @@ impl SledStore {
         self.db.open_tree(tree.name()).map_err(|e| self.io(e))
     }
 
+    /// A flushed write is counted: the count goes into the database with the flush, then
+    /// into the manifest (synced), so the manifest may lag the database after a crash but
+    /// never lead it. A database found behind its manifest lost flushed writes.
     fn after_write(&self, durability: Durability) -> Result<(), StoreError> {
-        match durability {
-            Durability::Flush => self.flush(),
-            Durability::Lazy => Ok(()),
+        if durability == Durability::Lazy {
+            return Ok(());
         }
+        let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(w) = writes.as_mut() else {
+            return self.flush();
+        };
+        let next = w.count + 1;
+        self.tree(Tree::Config)?
+            .insert(WRITES_KEY, &next.to_be_bytes())
+            .map_err(|e| self.io(e))?;
+        self.flush()?;
+        w.count = next;
+        write_manifest(&w.manifest, next).map_err(|e| StoreError::Io {
+            path: w.manifest.clone(),
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -522,25 +555,40 @@ impl NodeState<SledStore> {
     /// first open writes a sentinel record (flushed) and then the manifest file beside the
     /// database (synced); every later open refuses a database that lacks the sentinel while
     /// the manifest exists (deleted, replaced, or so damaged that sled opened it as empty),
-    /// naming the path and the way out.
+    /// naming the path and the way out. Every flushed write is counted, in the database and
+    /// then in the manifest, so a database *behind* its manifest (an older copy, or one that
+    /// lost writes it had made durable) is refused too; one ahead of it (a crash between the
+    /// two) is fine.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join("db");
         let manifest = data_dir.join(MANIFEST_FILE);
-        let had_one = manifest.exists();
+        let recorded = match std::fs::read_to_string(&manifest) {
+            Ok(text) => Some(manifest_writes(&text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(StoreError::Io {
+                    path: manifest,
+                    reason: e.to_string(),
+                });
+            }
+        };
         let store = SledStore::open(&path)?;
         let state = Self::new(store, path.clone());
         let sentinel = state.config(SENTINEL_KEY)?;
-        match (had_one, sentinel.is_some()) {
-            (true, false) => {
+        let restore_hint = format!(
+            "Restore the database from a copy (a ledger node: `gpux ledger restore` rebuilds it \
+             from the ledger's copy of its log); only if its contents are truly gone, move {} \
+             away to start afresh",
+            manifest.display()
+        );
+        match (recorded, sentinel.is_some()) {
+            (Some(_), false) => {
                 return Err(StoreError::Open {
                     path,
                     reason: format!(
                         "the database is missing or came back empty, but this node had one ({} says so): \
-                         its balances and leases would be lost. Restore the database from a copy (a ledger node: \
-                         `gpux ledger restore` rebuilds it from the ledger's copy of its log); only \
-                         if its contents are truly gone, move {} away to start afresh",
+                         its balances and leases would be lost. {restore_hint}",
                         manifest.display(),
-                        manifest.display()
                     ),
                 });
             }
@@ -549,26 +597,52 @@ impl NodeState<SledStore> {
             }
             _ => {}
         }
-        if !had_one {
-            write_synced(
-                &manifest,
-                b"gpux database manifest: this data dir holds a database in db/\n",
-            )
-            .map_err(|e| StoreError::Io {
-                path: manifest.clone(),
-                reason: e.to_string(),
-            })?;
+        let count = state
+            .config(WRITES_KEY)?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes);
+        if let Some(recorded) = recorded
+            && count < recorded
+        {
+            return Err(StoreError::Open {
+                path,
+                reason: format!(
+                    "the database has had {count} flushed writes but {} says {recorded}: it is an \
+                     older copy or lost writes it had made durable, and leases or money would be \
+                     lost. {restore_hint}",
+                    manifest.display()
+                ),
+            });
         }
+        write_manifest(&manifest, count).map_err(|e| StoreError::Io {
+            path: manifest.clone(),
+            reason: e.to_string(),
+        })?;
+        *state.store.writes.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(WriteCount { count, manifest });
         Ok(state)
     }
 }
 
-/// Writes a small file and syncs it (and its directory) to disk.
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// The flushed writes a manifest records (0 for one written before they were counted).
+fn manifest_writes(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("writes "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Writes the manifest atomically (a temporary file, synced, renamed; the directory synced).
+fn write_manifest(path: &Path, writes: u64) -> std::io::Result<()> {
     use std::io::Write;
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(bytes)?;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(
+        format!("gpux database manifest: this data dir holds a database in db/\nwrites {writes}\n")
+            .as_bytes(),
+    )?;
     file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir)?.sync_all()?;
     }

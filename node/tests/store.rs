@@ -137,6 +137,55 @@ fn a_database_that_comes_back_empty_is_refused_not_started_afresh() {
 }
 
 #[test]
+fn a_database_behind_its_manifest_is_refused_one_ahead_is_fine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let older = tempfile::tempdir().unwrap();
+    {
+        let state = NodeState::open(tmp.path()).unwrap();
+        let (id, rec) = record(5);
+        state.save_host_lease(&id, &rec).unwrap();
+    }
+    // An operator's copy of the database, taken now.
+    copy_dir(&tmp.path().join("db"), &older.path().join("db"));
+    {
+        let state = NodeState::open(tmp.path()).unwrap();
+        let (id, rec) = record(6);
+        state.save_host_lease(&id, &rec).unwrap();
+        assert_eq!(state.host_leases().unwrap().len(), 2);
+    }
+    let manifest =
+        std::fs::read_to_string(tmp.path().join(gpux_node::store::MANIFEST_FILE)).unwrap();
+    assert!(manifest.contains("\nwrites "), "{manifest}");
+    // The older copy put back in place of the database: a lease would be lost, so refused.
+    std::fs::remove_dir_all(tmp.path().join("db")).unwrap();
+    copy_dir(&older.path().join("db"), &tmp.path().join("db"));
+    let err = NodeState::open(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("older copy or lost writes"), "{err}");
+    assert!(err.contains("db.manifest"), "{err}");
+    // A database ahead of its manifest (a crash between the flush and the manifest) opens.
+    std::fs::write(
+        tmp.path().join(gpux_node::store::MANIFEST_FILE),
+        "gpux database manifest: this data dir holds a database in db/\nwrites 1\n",
+    )
+    .unwrap();
+    let state = NodeState::open(tmp.path()).unwrap();
+    assert_eq!(state.host_leases().unwrap().len(), 1);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
 fn a_second_node_on_the_same_data_dir_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let _first = NodeState::open(tmp.path()).unwrap();

@@ -183,7 +183,10 @@ fn read_others(old: &SledStore) -> Result<Records, StoreError> {
     let mut out = Vec::new();
     for tree in Tree::ALL.into_iter().filter(|t| *t != Tree::LedgerLog) {
         for (k, v) in old.scan(tree)? {
-            if tree == Tree::Config && k == crate::store::SENTINEL_KEY.as_bytes() {
+            // The new database writes its own sentinel and counts its own writes.
+            if tree == Tree::Config
+                && (k == crate::store::SENTINEL_KEY.as_bytes() || k == b"db-writes")
+            {
                 continue;
             }
             out.push((tree, k, v));
