@@ -66,6 +66,8 @@ struct Budget {
     excess: f64,
     excess_at: u64,
     seen: u64,
+    /// The application score last handed to gossipsub.
+    reported: f64,
 }
 
 impl Budget {
@@ -76,6 +78,7 @@ impl Budget {
             excess: 0.0,
             excess_at: now,
             seen: now,
+            reported: 0.0,
         }
     }
 
@@ -174,6 +177,20 @@ impl Budgets {
         self.peers.get(peer).map_or(0.0, |b| -b.excess(now))
     }
 
+    /// The peer's application score when it has moved by a point or more since it was last
+    /// handed to gossipsub (down as a peer overruns, back up as its excess fades), else
+    /// None. What it returns counts as handed over.
+    pub fn score_update(&mut self, peer: &PeerId, now: u64) -> Option<f64> {
+        let b = self.peers.get_mut(peer)?;
+        let score = -b.excess(now);
+        let score = if score > -0.5 { 0.0 } else { score };
+        if (score - b.reported).abs() < 1.0 && !(score == 0.0 && b.reported != 0.0) {
+            return None;
+        }
+        b.reported = score;
+        Some(score)
+    }
+
     fn bound(&mut self) {
         while self.peers.len() > MAX_TRACKED {
             let Some(oldest) = self
@@ -232,6 +249,13 @@ mod tests {
             }
         }
         assert_eq!(b.app_score(&relay, t0 + 600_000), 0.0);
+        assert_eq!(b.score_update(&relay, t0 + 600_000), None);
+        // The flooder's score is handed over as it sinks, and again as it recovers.
+        let sunk = b.score_update(&flooder, t1).unwrap();
+        assert!(sunk < -80.0);
+        assert_eq!(b.score_update(&flooder, t1 + 10), None);
+        let recovered = b.score_update(&flooder, t1 + 20 * 60_000).unwrap();
+        assert_eq!(recovered, 0.0);
         // The excess fades: a minute halves it.
         let before = b.app_score(&flooder, t1);
         let after = b.app_score(&flooder, t1 + 60_000);

@@ -91,8 +91,8 @@ impl MarketView {
 
     /// A gossip message relayed by `source`: held against the peer's budgets, validated,
     /// and when accepted taken into the book. Returns the verdict for gossipsub, the bids of
-    /// this node an arriving offer may fill, and the peer's application score when a
-    /// budget was exceeded.
+    /// this node an arriving offer may fill, and the peer's application score when it has
+    /// moved (see [`Budgets::score_update`]).
     pub(crate) fn on_gossip(
         &mut self,
         topic: &str,
@@ -103,16 +103,14 @@ impl MarketView {
         // Budgets first, before paying for a signature check.
         let new_signer = gpux_protocol::peek_signer(&data)
             .is_ok_and(|signer| !self.known_signers.contains(&signer));
-        if self.budgets.admit(source, new_signer, now.0) != Admit::Yes {
+        let admitted = self.budgets.admit(source, new_signer, now.0) == Admit::Yes;
+        let score = self.budgets.score_update(&source, now.0);
+        if !admitted {
             self.over_budget += 1;
-            return (
-                MessageAcceptance::Ignore,
-                Vec::new(),
-                Some(self.budgets.app_score(&source, now.0)),
-            );
+            return (MessageAcceptance::Ignore, Vec::new(), score);
         }
         let (acceptance, fill) = self.on_admitted(topic, data, now);
-        (acceptance, fill, None)
+        (acceptance, fill, score)
     }
 
     fn know(&mut self, signer: gpux_protocol::PublicKey) {
