@@ -173,3 +173,43 @@ fn malformed_frames_on_every_request_response_protocol_are_refused_and_harm_noth
     assert!(ledger.api().status().is_ok());
     assert!(!ledger.log().contains("panicked"), "{}", ledger.log());
 }
+
+#[test]
+fn a_host_blocked_by_hand_stays_blocked_across_a_restart_until_unblocked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut node = super::market::new_node(tmp.path(), "renter", vec![], vec![]);
+    node.spawn();
+    let host = gpux_protocol::Keypair::from_seed(&[9; 32])
+        .peer_id()
+        .to_string();
+    let say = |node: &super::market::Node, args: &[&str]| {
+        let out = node.gpux(args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, text) = say(&node, &["block", &host]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("blocked") && text.contains("skip it"),
+        "{text}"
+    );
+    node.restart();
+    let (_, text) = say(&node, &["block", &host]);
+    assert!(
+        text.contains("already blocked"),
+        "kept across the restart: {text}"
+    );
+    let (_, text) = say(&node, &["block", &host, "--undo"]);
+    assert!(text.contains("unblocked"), "{text}");
+    let (_, text) = say(&node, &["block", &host, "--undo"]);
+    assert!(text.contains("was not blocked"), "{text}");
+    let (code, text) = say(&node, &["block", "not-a-peer-id"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("host") && !text.contains("panicked"),
+        "{text}"
+    );
+}
