@@ -192,28 +192,23 @@ impl Budgets {
     }
 
     fn bound(&mut self) {
-        while self.peers.len() > MAX_TRACKED {
-            let Some(oldest) = self
-                .peers
-                .iter()
-                .min_by_key(|(_, b)| b.seen)
-                .map(|(k, _)| *k)
-            else {
-                break;
-            };
-            self.peers.remove(&oldest);
-        }
-        while self.groups.len() > MAX_TRACKED {
-            let Some(oldest) = self
-                .groups
-                .iter()
-                .min_by_key(|(_, b)| b.seen)
-                .map(|(k, _)| *k)
-            else {
-                break;
-            };
-            self.groups.remove(&oldest);
-        }
+        trim_oldest(&mut self.peers, MAX_TRACKED, |b| b.seen);
+        trim_oldest(&mut self.groups, MAX_TRACKED, |b| b.seen);
+    }
+}
+
+/// Drops the entries seen longest ago until `map` holds at most `max` (bounded tables
+/// of peers and hosts, which anyone can make grow).
+pub(crate) fn trim_oldest<K: Ord + Copy, V>(
+    map: &mut BTreeMap<K, V>,
+    max: usize,
+    seen: impl Fn(&V) -> u64,
+) {
+    while map.len() > max {
+        let Some(oldest) = map.iter().min_by_key(|(_, v)| seen(v)).map(|(k, _)| *k) else {
+            break;
+        };
+        map.remove(&oldest);
     }
 }
 

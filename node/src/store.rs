@@ -166,7 +166,7 @@ struct WriteCount {
 }
 
 /// The record inside the database that counts its flushed writes.
-const WRITES_KEY: &str = "db-writes";
+pub(crate) const WRITES_KEY: &str = "db-writes";
 
 impl std::fmt::Debug for SledStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -632,15 +632,23 @@ fn manifest_writes(text: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes the manifest atomically (a temporary file, synced, renamed; the directory synced).
+/// Writes the manifest: how many flushed writes the database has had.
 fn write_manifest(path: &Path, writes: u64) -> std::io::Result<()> {
+    write_atomic(
+        path,
+        &format!(
+            "gpux database manifest: this data dir holds a database in db/\nwrites {writes}\n"
+        ),
+    )
+}
+
+/// Writes a small file atomically: a temporary file, synced, renamed over `path`, and the
+/// directory synced, so a crash leaves the old file or the new one, never a torn one.
+pub(crate) fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(
-        format!("gpux database manifest: this data dir holds a database in db/\nwrites {writes}\n")
-            .as_bytes(),
-    )?;
+    file.write_all(text.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {

@@ -101,15 +101,15 @@ impl MarketView {
         now: Timestamp,
     ) -> (MessageAcceptance, Vec<Verified<Bid>>, Option<f64>) {
         // Budgets first, before paying for a signature check.
-        let new_signer = gpux_protocol::peek_signer(&data)
-            .is_ok_and(|signer| !self.known_signers.contains(&signer));
+        let signer = gpux_protocol::peek_signer(&data).ok();
+        let new_signer = signer.is_some_and(|signer| !self.known_signers.contains(&signer));
         let admitted = self.budgets.admit(source, new_signer, now.0) == Admit::Yes;
         let score = self.budgets.score_update(&source, now.0);
         if !admitted {
             self.over_budget += 1;
             return (MessageAcceptance::Ignore, Vec::new(), score);
         }
-        let (acceptance, fill) = self.on_admitted(topic, data, now);
+        let (acceptance, fill) = self.on_admitted(topic, data, signer, now);
         (acceptance, fill, score)
     }
 
@@ -128,6 +128,7 @@ impl MarketView {
         &mut self,
         topic: &str,
         data: Vec<u8>,
+        signer: Option<gpux_protocol::PublicKey>,
         now: Timestamp,
     ) -> (MessageAcceptance, Vec<Verified<Bid>>) {
         let bytes = data.clone();
@@ -137,7 +138,7 @@ impl MarketView {
         match verdict {
             Verdict::Accept(v) => {
                 self.accepted += 1;
-                if let Ok(signer) = gpux_protocol::peek_signer(&bytes) {
+                if let Some(signer) = signer {
                     self.know(signer);
                 }
                 match *v {

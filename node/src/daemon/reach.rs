@@ -11,6 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpux_api::Reachability;
+
+use crate::budget::trim_oldest;
 use gpux_market::reputation::{HostEvent, Reputation};
 use gpux_protocol::{PublicKey, Timestamp};
 
@@ -120,28 +122,8 @@ impl Reach {
     }
 
     fn bound(&mut self) {
-        while self.backoff.len() > MAX_REMEMBERED {
-            let Some(oldest) = self
-                .backoff
-                .iter()
-                .min_by_key(|(_, b)| b.last)
-                .map(|(k, _)| *k)
-            else {
-                break;
-            };
-            self.backoff.remove(&oldest);
-        }
-        while self.reached.len() > MAX_REMEMBERED {
-            let Some(oldest) = self
-                .reached
-                .iter()
-                .min_by_key(|(_, t)| **t)
-                .map(|(k, _)| *k)
-            else {
-                break;
-            };
-            self.reached.remove(&oldest);
-        }
+        trim_oldest(&mut self.backoff, MAX_REMEMBERED, |b| b.last.0);
+        trim_oldest(&mut self.reached, MAX_REMEMBERED, |t| t.0);
     }
 }
 

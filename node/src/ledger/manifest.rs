@@ -52,17 +52,3 @@ impl Manifest {
         })
     }
 }
-
-/// Writes a file atomically (temporary file, sync, rename, sync of the directory).
-pub(super) fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}

@@ -23,7 +23,7 @@ use libp2p::{Multiaddr, PeerId};
 use crate::p2p::{Client, Proto};
 use std::path::PathBuf;
 
-use crate::store::{Durability, NodeState, Store, StoreError, Tree};
+use crate::store::{Durability, Entries, NodeState, Store, StoreError, Tree};
 
 /// How long a party waits for the ledger to answer.
 const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -71,10 +71,11 @@ mod copy;
 mod manifest;
 mod restore;
 
+use crate::store::write_atomic;
 pub use copy::LEDGER_COPY;
 use copy::{CopyContents, LogCopy, Tail};
 pub use manifest::LEDGER_MANIFEST;
-use manifest::{Manifest, write_atomic};
+use manifest::Manifest;
 pub use restore::{RestoreError, Restored, restore};
 
 impl<S> std::fmt::Debug for LedgerService<S> {
@@ -98,7 +99,9 @@ impl<S: Store> LedgerService<S> {
         state: NodeState<S>,
         config: LedgerConfig,
     ) -> Result<Self, ServiceError> {
-        let machine = Self::replay(&key, &state, config)?;
+        // The log is read once, for the replay and both checks.
+        let log = state.store().scan(Tree::LedgerLog)?;
+        let machine = Self::replay_entries(&key, &log, config)?;
         let data_dir = state
             .db_path()
             .parent()
@@ -106,8 +109,8 @@ impl<S: Store> LedgerService<S> {
             .map(std::path::Path::to_path_buf);
         let (manifest, copy) = match data_dir {
             Some(dir) => {
-                let manifest = Self::check_manifest(&state, dir.join(LEDGER_MANIFEST))?;
-                let copy = Self::check_copy(&state, &copy_path(&dir))?;
+                let manifest = Self::check_manifest(&log, dir.join(LEDGER_MANIFEST))?;
+                let copy = Self::check_copy(&log, &copy_path(&dir))?;
                 (Some(manifest), Some(copy))
             }
             None => (None, None),
@@ -127,8 +130,7 @@ impl<S: Store> LedgerService<S> {
     /// that is behind (a crash before its append) is brought up to the log; a missing or
     /// damaged one is rewritten from the log; a copy with entries the log lacks means the
     /// database lost flushed entries, and the ledger refuses to start.
-    fn check_copy(state: &NodeState<S>, path: &std::path::Path) -> Result<LogCopy, ServiceError> {
-        let log = state.store().scan(Tree::LedgerLog)?;
+    fn check_copy(log: &Entries, path: &std::path::Path) -> Result<LogCopy, ServiceError> {
         let refuse = |position: u64, reason: String| ReplayError { position, reason };
         let io = |e: std::io::Error| refuse(0, format!("{}: {e}", path.display()));
         let contents = CopyContents::read(path).map_err(io)?;
@@ -157,8 +159,8 @@ impl<S: Store> LedgerService<S> {
             }
         }
         let log: Vec<(u64, Vec<u8>)> = log
-            .into_iter()
-            .map(|(k, v)| (position(&k).unwrap_or(0), v))
+            .iter()
+            .map(|(k, v)| (position(k).unwrap_or(0), v.clone()))
             .collect();
         if let Some(Tail::Damaged(offset)) = contents.tail {
             tracing::warn!(
@@ -187,10 +189,9 @@ impl<S: Store> LedgerService<S> {
     /// Checks the log against its manifest: it may be ahead, never behind or different.
     /// Writes the manifest when there is none (a ledger of an earlier version).
     fn check_manifest(
-        state: &NodeState<S>,
+        entries: &Entries,
         path: PathBuf,
     ) -> Result<(PathBuf, Manifest), ServiceError> {
-        let entries = state.store().scan(Tree::LedgerLog)?;
         let refuse = |reason: String| ReplayError {
             position: 0,
             reason,
@@ -206,7 +207,7 @@ impl<S: Store> LedgerService<S> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(refuse(format!("{}: {e}", path.display())).into()),
         };
-        for (k, v) in &entries {
+        for (k, v) in entries {
             let at = position(k).unwrap_or(0);
             if recorded.is_some_and(|m| chain.count == m.count) {
                 break;
@@ -246,9 +247,16 @@ impl<S: Store> LedgerService<S> {
         state: &NodeState<S>,
         config: LedgerConfig,
     ) -> Result<LedgerMachine, ServiceError> {
-        let entries = state.store().scan(Tree::LedgerLog)?;
+        Self::replay_entries(key, &state.store().scan(Tree::LedgerLog)?, config)
+    }
+
+    fn replay_entries(
+        key: &Keypair,
+        entries: &Entries,
+        config: LedgerConfig,
+    ) -> Result<LedgerMachine, ServiceError> {
         let mut log = Vec::with_capacity(entries.len());
-        for (k, v) in &entries {
+        for (k, v) in entries {
             let at = position(k).ok_or_else(|| ReplayError {
                 position: 0,
                 reason: "a key is not a log position".into(),

@@ -7,8 +7,9 @@ use gpux_market::LedgerConfig;
 use gpux_protocol::Keypair;
 
 use super::copy::{CopyContents, Tail};
-use super::manifest::{Manifest, write_atomic};
+use super::manifest::Manifest;
 use super::{LEDGER_MANIFEST, copy_path};
+use crate::store::write_atomic;
 use crate::store::{Durability, MANIFEST_FILE, NodeState, SledStore, Store, StoreError, Tree};
 
 /// Why a restore did not happen. Nothing is changed when one of these comes back, except
@@ -185,7 +186,8 @@ fn read_others(old: &SledStore) -> Result<Records, StoreError> {
         for (k, v) in old.scan(tree)? {
             // The new database writes its own sentinel and counts its own writes.
             if tree == Tree::Config
-                && (k == crate::store::SENTINEL_KEY.as_bytes() || k == b"db-writes")
+                && (k == crate::store::SENTINEL_KEY.as_bytes()
+                    || k == crate::store::WRITES_KEY.as_bytes())
             {
                 continue;
             }
