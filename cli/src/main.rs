@@ -76,6 +76,33 @@ enum Command {
         /// The lease id.
         lease: String,
     },
+    /// Run a command in a lease's container (while it runs), as its unprivileged user;
+    /// exits with the command's exit code.
+    Exec {
+        /// The lease id.
+        lease: String,
+        /// Send standard input to the command.
+        #[arg(long, short)]
+        interactive: bool,
+        /// Give the command a terminal (needs one here; resizes follow).
+        #[arg(long, short)]
+        tty: bool,
+        /// An environment variable, NAME=VALUE (repeatable; NVIDIA_* is refused).
+        #[arg(long, short, value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(required = true, last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Make a port on a lease container's own loopback reachable on this machine's
+    /// 127.0.0.1, over the P2P link (the container has no network).
+    Forward {
+        /// The lease id.
+        lease: String,
+        /// `[LOCAL:]REMOTE`: the local port (default: the remote one) and the container's.
+        #[arg(value_parser = cmd::plane::parse_ports, value_name = "[LOCAL:]REMOTE")]
+        ports: (u16, u16),
+    },
     /// A lease's usage receipts and their acknowledgements.
     Receipts {
         /// The lease id.
@@ -238,8 +265,38 @@ fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Runs the command and gives its exit code: `gpux exec` the remote command's, the rest
+/// [`run_command`]'s.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if matches!(cli.command, Command::Exec { .. }) {
+        let dir = data_dir(&cli)?;
+        if let Command::Exec {
+            lease,
+            interactive,
+            tty,
+            env,
+            command,
+        } = cli.command
+        {
+            let args = cmd::plane::ExecArgs {
+                lease,
+                interactive,
+                tty,
+                env,
+                command,
+            };
+            return cmd::plane::exec(&dir, args);
+        }
+    }
+    Ok(if run_command(cli)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// Runs the command: Ok(true) for success, Ok(false) for a check that failed (exit 1).
-fn run(cli: Cli) -> anyhow::Result<bool> {
+fn run_command(cli: Cli) -> anyhow::Result<bool> {
     if let Command::Attest {
         action: Some(AttestAction::Verify { file, at }),
         ..
@@ -307,6 +364,9 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
+        Command::Forward { lease, ports } => cmd::plane::forward(&dir, &lease, ports)?,
+        // Taken by `run`.
+        Command::Exec { .. } => return Ok(false),
         Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,
         Command::Balance { json } => cmd::market::balance(&dir, json)?,
         Command::Block { host, undo } => cmd::market::block(&dir, host, undo)?,
@@ -337,8 +397,7 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+        Ok(code) => code,
         // Whoever read our output has stopped reading: nothing more to say.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {

@@ -313,6 +313,7 @@ mod attack;
 mod leases;
 mod ledger;
 mod market;
+mod workload;
 
 fn attest_lib() -> std::path::PathBuf {
     attest::lib_path()

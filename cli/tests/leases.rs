@@ -62,6 +62,10 @@ fn a_lease_runs_hardened_streams_logs_stops_and_settles_and_the_ledger_survives_
             .any(|m| m["Source"].as_str().unwrap_or("").contains("docker.sock")),
         "never the Docker socket"
     );
+    for m in c["Mounts"].as_array().unwrap() {
+        assert_eq!(m["Destination"], "/run/gpux/busybox", "{m}");
+        assert_eq!(m["RW"], false, "{m}");
+    }
 
     // Its output reaches the renter.
     wait_for("the logs at the renter", 20, || {

@@ -139,6 +139,17 @@ impl Market {
         ack_grace_s: u64,
     ) -> Market {
         let image = gpux_testnet::build_image().expect("building the workload image (Docker)");
+        Self::start_image(hosts, gpus_per_host, renters, ack_grace_s, image)
+    }
+
+    /// The same with hosts that offer `image` (already built).
+    pub fn start_image(
+        hosts: usize,
+        gpus_per_host: usize,
+        renters: usize,
+        ack_grace_s: u64,
+        image: String,
+    ) -> Market {
         let tmp = tempfile::tempdir().unwrap();
         let mut ledger = new_node(
             tmp.path(),

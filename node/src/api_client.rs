@@ -50,7 +50,7 @@ impl ClientError {
 }
 
 /// A client of one node's API.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ApiClient {
     base: String,
     token: String,
@@ -73,6 +73,15 @@ impl ApiClient {
             token: token.trim().to_string(),
             agent,
         })
+    }
+
+    /// The API's base URL (`http://127.0.0.1:PORT`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.token
     }
 
     fn finish<T: DeserializeOwned>(

@@ -24,6 +24,7 @@ pub mod executor;
 mod key_file;
 pub mod ledger;
 pub mod p2p;
+pub mod plane;
 pub mod store;
 pub mod validation;
 

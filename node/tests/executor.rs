@@ -164,7 +164,16 @@ async fn a_lease_container_runs_hardened_logs_and_is_removed() {
     assert_eq!(host.network_mode.as_deref(), Some("none"));
     assert!(host.binds.unwrap_or_default().is_empty());
     assert!(host.device_requests.unwrap_or_default().is_empty());
-    assert!(inspected.mounts.unwrap_or_default().is_empty());
+    // The one host path inside: the relay (static busybox) for forwards, read-only.
+    let mounts = inspected.mounts.unwrap_or_default();
+    assert!(
+        mounts.iter().all(
+            |m| m.destination.as_deref() == Some(gpux_node::executor::RELAY_BIN)
+                && m.rw == Some(false)
+        ),
+        "{mounts:?}"
+    );
+    assert_eq!(mounts.len(), usize::from(executor.relay().is_some()));
     let config = inspected.config.unwrap();
     assert_eq!(config.user.as_deref(), Some("65534:65534"));
     let labels = config.labels.unwrap();

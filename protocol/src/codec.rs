@@ -54,6 +54,50 @@ pub(crate) fn decode_exact<T: Encode + Decode<()>>(bytes: &[u8]) -> Result<T, Bo
     }
 }
 
+/// A frame (of a stream protocol, not an envelope) that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// Larger than the protocol's frame limit.
+    #[error("a frame of {0} bytes exceeds the protocol's limit")]
+    TooLarge(usize),
+    /// Not bincode of the expected type.
+    #[error("undecodable frame: {0}")]
+    Undecodable(String),
+    /// Bytes left after the value.
+    #[error("{0} trailing bytes after a frame")]
+    Trailing(usize),
+    /// Not the one encoding of its value (bincode reads varints written longer than
+    /// needed): a frame has exactly one spelling.
+    #[error("a frame not in its canonical encoding")]
+    NonCanonical,
+}
+
+/// Encodes a frame with bincode's standard configuration (little-endian varints).
+pub(crate) fn encode_frame<T: Encode>(value: &T) -> Vec<u8> {
+    // Encoding plain values into a Vec cannot fail.
+    bincode::encode_to_vec(value, bincode::config::standard()).unwrap_or_default()
+}
+
+/// Decodes a frame of at most `LIMIT` bytes: every byte consumed, canonical.
+pub(crate) fn decode_frame<T: Decode<()> + Encode, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<T, FrameError> {
+    if bytes.len() > LIMIT {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    let (value, used) =
+        bincode::decode_from_slice(bytes, bincode::config::standard().with_limit::<LIMIT>())
+            .map_err(|e| FrameError::Undecodable(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(FrameError::Trailing(bytes.len() - used));
+    }
+    if encode_frame(&value) != bytes {
+        return Err(FrameError::NonCanonical);
+    }
+    Ok(value)
+}
+
 /// Why a body failed to decode.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {

@@ -157,47 +157,16 @@ impl LedgerResponse {
     }
 }
 
-/// A ledger frame that cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum FrameError {
-    /// Larger than [`MAX_LEDGER_FRAME`].
-    #[error("a ledger frame of {0} bytes exceeds {MAX_LEDGER_FRAME}")]
-    TooLarge(usize),
-    /// Not bincode of the expected type.
-    #[error("undecodable ledger frame: {0}")]
-    Undecodable(String),
-    /// Bytes left after the value.
-    #[error("{0} trailing bytes after a ledger frame")]
-    Trailing(usize),
-    /// Not the one encoding of its value (bincode reads varints written longer than
-    /// needed): a frame has exactly one spelling.
-    #[error("a ledger frame not in its canonical encoding")]
-    NonCanonical,
-}
+pub use crate::codec::FrameError;
 
 /// Encodes a ledger frame.
 pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
-    // Encoding plain values into a Vec cannot fail.
-    bincode::encode_to_vec(value, bincode::config::standard()).unwrap_or_default()
+    crate::codec::encode_frame(value)
 }
 
-/// Decodes a ledger frame: bounded, every byte consumed, and in its one canonical encoding
-/// (found by the `ledger_wire` fuzz target: bincode took `fc 00 00 00 00` as the varint 0).
+/// Decodes a ledger frame: at most [`MAX_LEDGER_FRAME`] bytes, every byte consumed, and in
+/// its one canonical encoding (found by the `ledger_wire` fuzz target: bincode took
+/// `fc 00 00 00 00` as the varint 0).
 pub fn decode<T: Decode<()> + Encode>(bytes: &[u8]) -> Result<T, FrameError> {
-    if bytes.len() > MAX_LEDGER_FRAME {
-        return Err(FrameError::TooLarge(bytes.len()));
-    }
-    let (value, used) = bincode::decode_from_slice(
-        bytes,
-        bincode::config::standard().with_limit::<MAX_LEDGER_FRAME>(),
-    )
-    .map_err(|e| FrameError::Undecodable(e.to_string()))?;
-    if used != bytes.len() {
-        return Err(FrameError::Trailing(bytes.len() - used));
-    }
-    if encode(&value) != bytes {
-        return Err(FrameError::NonCanonical);
-    }
-    Ok(value)
+    crate::codec::decode_frame::<T, MAX_LEDGER_FRAME>(bytes)
 }

@@ -39,6 +39,7 @@ mod key;
 pub mod ledger_wire;
 pub mod messages;
 pub mod money;
+pub mod plane_wire;
 mod types;
 pub mod validate;
 
@@ -46,8 +47,8 @@ pub mod validate;
 pub mod fuzzing;
 
 pub use codec::{
-    BodyError, BoundedBytes, BoundedString, BoundedVec, Ext, LimitError, MAX_ENVELOPE_BYTES,
-    MAX_EXT_FIELDS, MAX_EXT_VALUE_BYTES,
+    BodyError, BoundedBytes, BoundedString, BoundedVec, Ext, FrameError, LimitError,
+    MAX_ENVELOPE_BYTES, MAX_EXT_FIELDS, MAX_EXT_VALUE_BYTES,
 };
 pub use envelope::{
     HEADER_LEN, MAGIC, Message, SIGNATURE_LEN, SignError, Signed, Verified, VerifyError, peek_kind,

@@ -191,11 +191,14 @@ impl Node {
 
     /// Runs a `gpux` command against its data dir.
     pub fn gpux(&self, args: &[&str]) -> std::io::Result<std::process::Output> {
-        Command::new(&self.gpux)
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(args)
-            .output()
+        self.gpux_command(args).output()
+    }
+
+    /// A `gpux` command against this node's data dir, to spawn with pipes of one's own.
+    pub fn gpux_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.gpux);
+        command.arg("--data-dir").arg(&self.dir).args(args);
+        command
     }
 }
 

@@ -103,6 +103,40 @@ impl Rogue {
         Ok(self.client.request_on(proto, peer, data).await?)
     }
 
+    /// Opens a workload-plane stream (`/gpux/exec/1`, `/gpux/forward/1`) to `peer`, sends
+    /// `open` (one frame, length-prefixed) and returns the host's answer: for trying another
+    /// renter's lease.
+    pub async fn plane_open(
+        &self,
+        peer: &str,
+        protocol: &'static str,
+        open: Vec<u8>,
+    ) -> anyhow::Result<gpux_protocol::plane_wire::Opened> {
+        use futures::{AsyncReadExt, AsyncWriteExt};
+        let peer: gpux_node::p2p::PeerId = peer.parse().context("the peer id")?;
+        let mut stream = self
+            .client
+            .open_stream(
+                peer,
+                gpux_node::p2p::StreamProtocol::new(protocol),
+                Duration::from_secs(10),
+            )
+            .await?;
+        let len = u32::try_from(open.len()).context("a frame that large")?;
+        stream.write_all(&len.to_be_bytes()).await?;
+        stream.write_all(&open).await?;
+        stream.flush().await?;
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len).await?;
+        let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+        anyhow::ensure!(
+            frame.len() <= gpux_protocol::plane_wire::MAX_PLANE_FRAME,
+            "an oversized answer"
+        );
+        stream.read_exact(&mut frame).await?;
+        Ok(gpux_protocol::plane_wire::decode(&frame)?)
+    }
+
     /// Publishes `data` on `topic`.
     pub async fn publish(&mut self, topic: &str, data: Vec<u8>) -> anyhow::Result<()> {
         self.client.publish(topic.to_string(), data).await?;

@@ -5,6 +5,7 @@ pub(crate) mod attest;
 pub(crate) mod lease;
 pub(crate) mod market;
 pub(crate) mod node;
+pub(crate) mod plane;
 pub(crate) mod testnet;
 
 use std::io::Write;

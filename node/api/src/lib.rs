@@ -242,6 +242,20 @@ pub struct RentRequest {
     pub network: bool,
 }
 
+/// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the
+/// request is base64url JSON in the `request` query parameter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Extra environment (`NVIDIA_*` is refused).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A pseudo-terminal of this size (rows, columns).
+    #[serde(default)]
+    pub tty: Option<(u16, u16)>,
+}
+
 /// The answer to a rent: the lease runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rented {

@@ -7,7 +7,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path as UrlPath, Query, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -15,11 +16,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gpux_api::{
-    ApiError, Balance, BidPlaced, BidRequest, BlockRequest, Blocked, ErrorCode, LeaseView,
-    LedgerTotals, LogsPage, MintRequest, Minted, OfferHit, Receipts, RentRequest, Rented,
-    ShuttingDown, Status, Stopping,
+    ApiError, Balance, BidPlaced, BidRequest, BlockRequest, Blocked, ErrorCode, ExecRequest,
+    LeaseView, LedgerTotals, LogsPage, MintRequest, Minted, OfferHit, Receipts, RentRequest,
+    Rented, ShuttingDown, Status, Stopping,
 };
 use tokio::sync::{mpsc, oneshot};
+
+use crate::plane::bridge::{self, Bridge};
 
 /// The token file's name.
 pub const TOKEN_FILE: &str = "api.token";
@@ -86,6 +89,7 @@ pub(crate) enum ApiCommand {
 struct AppState {
     token: String,
     commands: mpsc::Sender<ApiCommand>,
+    bridge: Bridge,
 }
 
 /// A request that carried the right token.
@@ -268,6 +272,67 @@ async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response
     ask(&state, |reply| ApiCommand::Shutdown { reply }).await
 }
 
+#[derive(serde::Deserialize)]
+struct ExecParams {
+    /// base64url of the JSON `ExecRequest`.
+    request: String,
+}
+
+/// The largest WebSocket message the plane endpoints take: one plane frame.
+const MAX_WS_MESSAGE: usize = gpux_protocol::plane_wire::MAX_PLANE_FRAME + 1024;
+
+async fn exec(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    params: Result<Query<ExecParams>, QueryRejection>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    use base64::Engine;
+    let request = params
+        .map_err(|e| e.body_text())
+        .and_then(|Query(p)| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p.request)
+                .map_err(|e| e.to_string())
+        })
+        .and_then(|json| serde_json::from_slice::<ExecRequest>(&json).map_err(|e| e.to_string()));
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => return error(ApiError::bad_input(format!("the exec request: {e}"))),
+    };
+    match state.bridge.open_exec(&lease, &request).await {
+        Ok(stream) => ws
+            .max_message_size(MAX_WS_MESSAGE)
+            .on_upgrade(move |socket| bridge::pump_exec(socket, stream)),
+        Err(e) => error(e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ForwardParams {
+    port: u16,
+}
+
+async fn forward(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    params: Result<Query<ForwardParams>, QueryRejection>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let port = match params {
+        Ok(Query(p)) => p.port,
+        Err(e) => return error(ApiError::bad_input(format!("port: {}", e.body_text()))),
+    };
+    match state.bridge.open_forward(&lease, port).await {
+        Ok(stream) => ws
+            .max_message_size(MAX_WS_MESSAGE)
+            .on_upgrade(move |socket| bridge::pump_forward(socket, stream)),
+        Err(e) => error(e),
+    }
+}
+
 async fn not_found() -> Response {
     error(ApiError::new(ErrorCode::BadInput, "no such API path"))
 }
@@ -310,6 +375,7 @@ pub(crate) async fn serve(
     addr: SocketAddr,
     token: String,
     commands: mpsc::Sender<ApiCommand>,
+    bridge: Bridge,
     data_dir: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
@@ -329,6 +395,8 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/logs", get(logs))
         .route("/v1/leases/{lease}/receipts", get(receipts))
         .route("/v1/leases/{lease}/stop", post(stop))
+        .route("/v1/leases/{lease}/exec", get(exec))
+        .route("/v1/leases/{lease}/forward", get(forward))
         .route("/v1/balance", get(balance))
         .route("/v1/ledger", get(ledger))
         .route("/v1/ledger/mint", post(mint))
@@ -337,7 +405,11 @@ pub(crate) async fn serve(
         .route("/v1/block", post(block))
         .route("/v1/shutdown", post(shutdown_node))
         .fallback(not_found)
-        .with_state(AppState { token, commands });
+        .with_state(AppState {
+            token,
+            commands,
+            bridge,
+        });
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

@@ -225,11 +225,16 @@ pub async fn run(
     }
     let (api_tx, mut api_rx) = mpsc::channel(API_CAPACITY);
     let (api_stop_tx, api_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (api_addr, api_task) = api::serve(config.api, token, api_tx, &config.data_dir, async {
-        let _ = api_stop_rx.await;
-    })
-    .await
-    .with_context(|| format!("starting the API on {}", config.api))?;
+    let bridge = crate::plane::bridge::Bridge {
+        net: net.clone(),
+        state: state.clone(),
+    };
+    let (api_addr, api_task) =
+        api::serve(config.api, token, api_tx, bridge, &config.data_dir, async {
+            let _ = api_stop_rx.await;
+        })
+        .await
+        .with_context(|| format!("starting the API on {}", config.api))?;
     tracing::info!("peer id {}, API on http://{api_addr}", key.peer_id());
 
     let republish = daemon.host.as_ref().map_or(3600, |h| h.republish_s());

@@ -180,6 +180,13 @@ fn build_context(busybox: &[u8], applets: &[String]) -> std::io::Result<Vec<u8>>
 
 /// Whether `elf` is a 64-bit little-endian ELF executable with no program interpreter
 /// (`PT_INTERP`): a dynamically linked busybox would not start in a `FROM scratch` image.
+/// Whether `path` is a statically linked busybox that runs in any image.
+pub(crate) async fn static_busybox(path: &Path) -> bool {
+    tokio::fs::read(path)
+        .await
+        .is_ok_and(|bytes| is_static_elf(&bytes))
+}
+
 fn is_static_elf(elf: &[u8]) -> bool {
     const PT_INTERP: u32 = 3;
     let u16_at = |at: usize| {

@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+mod exec;
 mod image;
 mod logs;
 mod spec;
@@ -53,6 +54,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use gpux_protocol::ImageDigest;
 
+pub use exec::{ExecSession, RELAY_BIN, RELAY_DIR, check_env};
 pub use image::{BUSYBOX_PATH, WORKLOAD_TAG, build_workload_image};
 pub use logs::LogCursor;
 pub use spec::{
@@ -204,6 +206,9 @@ pub struct Sample {
 pub struct Executor {
     docker: Docker,
     node: Arc<str>,
+    /// The host's static busybox, mounted read-only into every container as the forward
+    /// relay; `None` when the host has none (forwards are then refused).
+    relay: Option<Arc<std::path::Path>>,
 }
 
 /// Where bollard's local connection goes: `DOCKER_HOST` when it names a unix socket,
@@ -237,10 +242,24 @@ impl Executor {
             .negotiate_version()
             .await
             .map_err(connect_err)?;
+        let relay = image::static_busybox(std::path::Path::new(BUSYBOX_PATH))
+            .await
+            .then(|| Arc::from(std::path::Path::new(BUSYBOX_PATH)));
+        if relay.is_none() {
+            tracing::warn!(
+                "no static busybox at {BUSYBOX_PATH}: `gpux forward` into this host's leases is refused (apt-get install busybox-static)"
+            );
+        }
         Ok(Self {
             docker,
             node: node.into(),
+            relay,
         })
+    }
+
+    /// The relay mounted into containers, if this host has one.
+    pub fn relay(&self) -> Option<&std::path::Path> {
+        self.relay.as_deref()
     }
 
     /// The bollard client, for what this type does not wrap.
@@ -290,6 +309,9 @@ impl Executor {
         let mut body = container_config(spec, &self.node);
         let volumes = image.config.and_then(|c| c.volumes).unwrap_or_default();
         spec::shadow_image_volumes(&mut body, volumes, spec.scratch_bytes);
+        if let Some(relay) = &self.relay {
+            spec::mount_relay(&mut body, relay);
+        }
         let created = match self.docker.create_container(None, body).await {
             Ok(created) => created,
             Err(e) if is_status(&e, 404) => {

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig};
+use bollard::models::{
+    ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType,
+};
 use gpux_protocol::ImageDigest;
 
 use super::ExecError;
@@ -58,7 +60,7 @@ pub struct ContainerSpec {
 
 /// Whether an environment variable name is reserved for the host (`NVIDIA_*`, any case: the
 /// NVIDIA container toolkit reads these to decide which devices to mount).
-fn reserved_env(name: &str) -> bool {
+pub(crate) fn reserved_env(name: &str) -> bool {
     name.get(..7)
         .is_some_and(|p| p.eq_ignore_ascii_case("NVIDIA_"))
 }
@@ -217,6 +219,21 @@ pub(crate) fn shadow_image_volumes(
                 .entry(path)
                 .or_insert_with(|| tmpfs_options(scratch_bytes));
         }
+    }
+}
+
+/// Mounts the host's static busybox, read-only, at [`super::RELAY_BIN`]: the relay a forward
+/// runs inside the container (`busybox nc` to its loopback), so forwards work with images
+/// that have no `nc`. It is the only host path a container sees, and it cannot write there.
+pub(crate) fn mount_relay(body: &mut ContainerCreateBody, busybox: &std::path::Path) {
+    if let Some(host) = body.host_config.as_mut() {
+        host.mounts.get_or_insert_with(Vec::new).push(Mount {
+            typ: Some(MountType::BIND),
+            source: Some(busybox.display().to_string()),
+            target: Some(super::RELAY_BIN.into()),
+            read_only: Some(true),
+            ..Default::default()
+        });
     }
 }
 
@@ -382,6 +399,19 @@ mod tests {
         assert!(host(&body).tmpfs.as_ref().unwrap()["/scratch"].contains("size=4096,"));
         assert_eq!(body.cmd, None);
         assert_eq!(body.env.unwrap(), ["FOO=bar=baz", "HOME=/work"]);
+    }
+
+    #[test]
+    fn the_relay_is_mounted_read_only_and_alone() {
+        let mut body = container_config(&spec(GpuBinding::Fake), "n");
+        mount_relay(&mut body, std::path::Path::new("/bin/busybox"));
+        let mounts = host(&body).mounts.clone().unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].typ, Some(MountType::BIND));
+        assert_eq!(mounts[0].source.as_deref(), Some("/bin/busybox"));
+        assert_eq!(mounts[0].target.as_deref(), Some("/run/gpux/busybox"));
+        assert_eq!(mounts[0].read_only, Some(true));
+        assert_eq!(host(&body).binds, None);
     }
 
     #[test]

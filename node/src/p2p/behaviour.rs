@@ -30,6 +30,8 @@ pub(crate) struct Behaviour {
     pub(crate) lease: request_response::Behaviour<EnvelopeCodec>,
     pub(crate) receipt: request_response::Behaviour<EnvelopeCodec>,
     pub(crate) ledger: request_response::Behaviour<EnvelopeCodec>,
+    /// Raw streams: the workload plane (`crate::plane`).
+    pub(crate) stream: libp2p_stream::Behaviour,
 }
 
 fn request_response(protocol: StreamProtocol) -> request_response::Behaviour<EnvelopeCodec> {
@@ -138,5 +140,6 @@ pub(crate) fn build(
         lease: request_response(LEASE_PROTOCOL),
         receipt: request_response(RECEIPT_PROTOCOL),
         ledger: request_response(LEDGER_PROTOCOL),
+        stream: libp2p_stream::Behaviour::new(),
     })
 }

@@ -2,7 +2,7 @@
 
 use libp2p::gossipsub::{MessageAcceptance, MessageId};
 use libp2p::request_response::InboundRequestId;
-use libp2p::{Multiaddr, PeerId};
+use libp2p::{Multiaddr, PeerId, StreamProtocol};
 use tokio::sync::{mpsc, oneshot};
 
 /// A network operation that failed.
@@ -150,15 +150,62 @@ pub(crate) enum Command {
 
 /// A handle to the network task. Cheap to clone; the task stops when every handle is dropped
 /// or on [`Client::shutdown`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     tx: mpsc::Sender<Command>,
     local: PeerId,
+    streams: libp2p_stream::Control,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("local", &self.local)
+            .finish()
+    }
 }
 
 impl Client {
-    pub(crate) fn new(tx: mpsc::Sender<Command>, local: PeerId) -> Self {
-        Self { tx, local }
+    pub(crate) fn new(
+        tx: mpsc::Sender<Command>,
+        local: PeerId,
+        streams: libp2p_stream::Control,
+    ) -> Self {
+        Self { tx, local, streams }
+    }
+
+    /// Opens a stream to `peer` on `protocol` (dialling it when not connected), within
+    /// `timeout`.
+    pub async fn open_stream(
+        &self,
+        peer: PeerId,
+        protocol: StreamProtocol,
+        timeout: std::time::Duration,
+    ) -> Result<libp2p::Stream, NetError> {
+        let mut control = self.streams.clone();
+        match tokio::time::timeout(timeout, control.open_stream(peer, protocol.clone())).await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(libp2p_stream::OpenStreamError::UnsupportedProtocol(p))) => Err(
+                NetError::Request(format!("{peer} does not speak {p} (an older node?)")),
+            ),
+            Ok(Err(e)) => Err(NetError::Request(format!("{protocol} to {peer}: {e}"))),
+            Err(_) => Err(NetError::Request(format!(
+                "{protocol} to {peer}: no stream within {timeout:?}"
+            ))),
+        }
+    }
+
+    /// The streams other peers open on `protocol`. Only one taker per protocol: a second
+    /// call fails until the first's [`libp2p_stream::IncomingStreams`] is dropped. Keep
+    /// polling it: a stream that arrives while nobody waits is dropped.
+    pub fn accept_streams(
+        &self,
+        protocol: StreamProtocol,
+    ) -> Result<libp2p_stream::IncomingStreams, NetError> {
+        self.streams
+            .clone()
+            .accept(protocol.clone())
+            .map_err(|_| NetError::Setup(format!("{protocol} is already taken")))
     }
 
     /// This node's peer id.

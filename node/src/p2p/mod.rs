@@ -1,7 +1,8 @@
 //! The node's libp2p networking: TCP + noise + yamux, identify, ping, gossipsub (signed,
 //! strict, blake3 message ids, application validation, peer scoring), kademlia with bootstrap
 //! addresses, mDNS on LANs (off in tests), and request-response `/gpux/lease/1`,
-//! `/gpux/receipt/1` and `/gpux/ledger/1`.
+//! `/gpux/receipt/1` and `/gpux/ledger/1`, and raw streams (libp2p-stream) for the workload
+//! plane.
 //!
 //! One task owns the `Swarm` (the event loop); the rest of the node holds a cloneable
 //! [`Client`] that sends commands over a bounded channel, and receives [`NetworkEvent`]s.
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 
 pub use client::{Client, InboundId, NetError, NetworkEvent, Proto};
 pub use libp2p::gossipsub::{MessageAcceptance, MessageId};
-pub use libp2p::{Multiaddr, PeerId};
+pub use libp2p::{Multiaddr, PeerId, Stream, StreamProtocol};
 
 /// Capacity of the command channel into the event loop.
 pub const COMMAND_CAPACITY: usize = 256;
@@ -136,6 +137,7 @@ pub async fn spawn(
     let (command_tx, command_rx) = mpsc::channel(COMMAND_CAPACITY);
     let (event_tx, event_rx) = mpsc::channel(EVENT_CAPACITY);
     let local = *swarm.local_peer_id();
+    let streams = swarm.behaviour().stream.new_control();
     tokio::spawn(event_loop::EventLoop::new(swarm, command_rx, event_tx).run());
-    Ok((Client::new(command_tx, local), event_rx))
+    Ok((Client::new(command_tx, local, streams), event_rx))
 }

@@ -89,6 +89,8 @@ impl HostRole {
                 .await
                 .context("the probe task failed")??
         };
+        crate::plane::host::PlaneHost::spawn(&net, state.clone(), exec.clone())
+            .context("serving the workload plane")?;
         let worker_ctx = WorkerCtx {
             key: key.clone(),
             net: net.clone(),

@@ -1,0 +1,210 @@
+//! `gpux exec` and `gpux forward`: working in a rented container over the P2P link.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use gpux_api::ExecRequest;
+use gpux_node::api_client::ApiClient;
+use gpux_node::plane::client;
+use rustix::termios::{self, OptionalActions, Termios};
+
+/// What `gpux exec` was asked.
+pub(crate) struct ExecArgs {
+    pub(crate) lease: String,
+    pub(crate) interactive: bool,
+    pub(crate) tty: bool,
+    pub(crate) env: Vec<String>,
+    pub(crate) command: Vec<String>,
+}
+
+/// Puts the terminal in raw mode; restores it when dropped.
+struct RawMode {
+    saved: Termios,
+}
+
+impl RawMode {
+    fn enter() -> anyhow::Result<Self> {
+        let stdin = std::io::stdin();
+        let saved = termios::tcgetattr(stdin.as_fd()).context("reading the terminal's mode")?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        termios::tcsetattr(stdin.as_fd(), OptionalActions::Now, &raw)
+            .context("setting the terminal to raw mode")?;
+        Ok(Self { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.saved);
+    }
+}
+
+/// The terminal's size (rows, columns), if stdout is one.
+fn terminal_size() -> Option<(u16, u16)> {
+    termios::tcgetwinsize(std::io::stdout().as_fd())
+        .ok()
+        .map(|w| (w.ws_row, w.ws_col))
+        .filter(|&(r, c)| r > 0 && c > 0)
+}
+
+/// Runs a command in a lease's container; exits with the command's exit code.
+pub(crate) fn exec(dir: &Path, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let api = ApiClient::for_data_dir(dir)?;
+    let env = args
+        .env
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--env {kv}: expected NAME=VALUE"))
+        })
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let tty = if args.tty {
+        if !termios::isatty(std::io::stdin().as_fd()) {
+            anyhow::bail!("-t needs a terminal on standard input (drop -t to pipe input)");
+        }
+        Some(terminal_size().unwrap_or((24, 80)))
+    } else {
+        None
+    };
+    let request = ExecRequest {
+        command: args.command,
+        env,
+        tty,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let raw = if tty.is_some() {
+        Some(RawMode::enter()?)
+    } else {
+        None
+    };
+    let (resize_tx, resizes) = tokio::sync::mpsc::channel(8);
+    let code = runtime.block_on(async {
+        if tty.is_some() {
+            let mut changes =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
+            tokio::spawn(async move {
+                while changes.recv().await.is_some() {
+                    if let Some(size) = terminal_size()
+                        && resize_tx.send(size).await.is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        } else {
+            drop(resize_tx);
+        }
+        let stdin = args.interactive.then(tokio::io::stdin);
+        client::exec(
+            &api,
+            &args.lease,
+            &request,
+            stdin,
+            tokio::io::stdout(),
+            tokio::io::stderr(),
+            resizes,
+        )
+        .await
+        .map_err(anyhow::Error::from)
+    });
+    drop(raw);
+    // Standard input is read on a blocking thread that never returns: do not wait for it.
+    runtime.shutdown_background();
+    match code? {
+        Some(code) => Ok(ExitCode::from(
+            u8::try_from(code.clamp(0, 255)).unwrap_or(255),
+        )),
+        None => anyhow::bail!(
+            "the command's exit code is unknown (the link to the host broke, or the lease ended)"
+        ),
+    }
+}
+
+/// `[LOCAL:]REMOTE`: the local port defaults to the remote one.
+pub(crate) fn parse_ports(text: &str) -> Result<(u16, u16), String> {
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("'{p}' is not a port (1 to 65535)"))
+    };
+    match text.split_once(':') {
+        Some((local, remote)) => Ok((port(local)?, port(remote)?)),
+        None => {
+            let remote = port(text)?;
+            Ok((remote, remote))
+        }
+    }
+}
+
+/// Forwards a local port to a port on a lease container's loopback until Ctrl-C or the
+/// lease's end.
+pub(crate) fn forward(dir: &Path, lease: &str, ports: (u16, u16)) -> anyhow::Result<()> {
+    let api = ApiClient::for_data_dir(dir)?;
+    let (local, remote) = ports;
+    let local = SocketAddr::from((Ipv4Addr::LOCALHOST, local));
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let watcher = api.clone();
+    let lease_id = lease.to_string();
+    let result = runtime.block_on(async {
+        let ended = async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let api = watcher.clone();
+                let id = lease_id.clone();
+                let views = tokio::task::spawn_blocking(move || api.leases()).await;
+                let over = match views {
+                    Ok(Ok(views)) => views
+                        .iter()
+                        .any(|v| v.lease == id && matches!(v.phase.as_str(), "ended" | "settled")),
+                    _ => false,
+                };
+                if over {
+                    eprintln!("lease {id} has ended; forwarding stopped");
+                    return;
+                }
+            }
+        };
+        let stop = async {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = ended => {}
+            }
+        };
+        client::forward(
+            &api,
+            lease,
+            local,
+            remote,
+            |bound| {
+                eprintln!("forwarding {bound} to port {remote} in lease {lease}; Ctrl-C stops");
+            },
+            |e| eprintln!("a forwarded connection failed: {e}"),
+            stop,
+        )
+        .await
+    });
+    runtime.shutdown_background();
+    Ok(result?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_read_as_local_and_remote() {
+        assert_eq!(parse_ports("8080"), Ok((8080, 8080)));
+        assert_eq!(parse_ports("18080:8080"), Ok((18080, 8080)));
+        for bad in ["0", "x", "1:0", "70000", ":80", "80:"] {
+            assert!(parse_ports(bad).is_err(), "{bad}");
+        }
+    }
+}

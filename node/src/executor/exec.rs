@@ -1,0 +1,176 @@
+//! Commands in a running lease container (`docker exec`), for `gpux exec` and the relay that
+//! carries `gpux forward`'s connections to the container's loopback.
+//!
+//! Every command runs as the workload's user ([`WORKLOAD_USER`]), never privileged; its
+//! environment follows the lease's rules (no `NVIDIA_*`). Docker has no call to kill an exec:
+//! it ends with its own process, or with the container.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use futures::Stream;
+use tokio::io::AsyncWrite;
+
+use super::spec::{WORKLOAD_USER, reserved_env};
+use super::{ExecError, Executor, docker_err};
+
+/// Where the host's relay (its static busybox, read-only) appears in every container.
+pub const RELAY_DIR: &str = "/run/gpux";
+/// The relay binary inside the container.
+pub const RELAY_BIN: &str = "/run/gpux/busybox";
+
+/// How often the exit of a finished command is polled for (Docker reports it a moment after
+/// the output ends), and for how long.
+const EXIT_POLL: Duration = Duration::from_millis(20);
+const EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// A running command: its output, its stdin, and its id for resizing and the exit code.
+pub struct ExecSession {
+    /// Docker's exec id.
+    pub id: String,
+    /// What it writes: stdout and stderr apart, or the terminal's bytes with a tty.
+    pub output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+    /// Its stdin; shutting it down ends stdin.
+    pub input: Pin<Box<dyn AsyncWrite + Send>>,
+}
+
+impl std::fmt::Debug for ExecSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSession").field("id", &self.id).finish()
+    }
+}
+
+/// Checks a command's environment as a lease's is checked: names neither empty, nor with
+/// `=`, nor `NVIDIA_*`.
+pub fn check_env(env: &[(String, String)]) -> Result<(), ExecError> {
+    for (name, _) in env {
+        if reserved_env(name) {
+            return Err(ExecError::ReservedEnv { name: name.clone() });
+        }
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(ExecError::InvalidSpec {
+                reason: format!("environment variable name {name:?} is not valid"),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Executor {
+    /// Starts `command` in the running container `container` as the workload's user, with
+    /// stdin, stdout and stderr attached, and a terminal of `tty` (rows, columns) if given.
+    pub async fn exec(
+        &self,
+        container: &str,
+        command: Vec<String>,
+        env: &[(String, String)],
+        tty: Option<(u16, u16)>,
+    ) -> Result<ExecSession, ExecError> {
+        check_env(env)?;
+        if command.is_empty() || command.iter().any(|a| a.contains('\0')) {
+            return Err(ExecError::InvalidSpec {
+                reason: "a command is a non-empty list of arguments without NUL".into(),
+            });
+        }
+        let options = CreateExecOptions {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(tty.is_some()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            cmd: Some(command),
+            privileged: Some(false),
+            user: Some(WORKLOAD_USER.to_string()),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_exec(container, options)
+            .await
+            .map_err(|e| {
+                if super::is_status(&e, 404) || super::is_status(&e, 409) {
+                    ExecError::NoSuchContainer {
+                        id: container.to_string(),
+                    }
+                } else {
+                    docker_err("create exec")(e)
+                }
+            })?;
+        let started = self
+            .docker
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: tty.is_some(),
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(docker_err("start exec"))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(ExecError::Unexpected {
+                op: "start exec",
+                detail: "the exec started detached".into(),
+            });
+        };
+        if let Some((rows, cols)) = tty {
+            // Docker 20.10 takes no size at creation (API 1.41): resize once it runs.
+            let _ = self.resize_exec(&created.id, rows, cols).await;
+        }
+        Ok(ExecSession {
+            id: created.id,
+            output,
+            input,
+        })
+    }
+
+    /// Resizes a command's terminal.
+    pub async fn resize_exec(&self, id: &str, rows: u16, cols: u16) -> Result<(), ExecError> {
+        self.docker
+            .resize_exec(
+                id,
+                ResizeExecOptions {
+                    height: rows,
+                    width: cols,
+                },
+            )
+            .await
+            .map_err(docker_err("resize exec"))
+    }
+
+    /// A command's exit code once it has ended (its output has closed); `None` when Docker
+    /// still reports it running after a few seconds.
+    pub async fn exec_exit(&self, id: &str) -> Result<Option<i64>, ExecError> {
+        let deadline = tokio::time::Instant::now() + EXIT_WAIT;
+        loop {
+            let inspected = self
+                .docker
+                .inspect_exec(id)
+                .await
+                .map_err(docker_err("inspect exec"))?;
+            if inspected.running != Some(true) {
+                return Ok(inspected.exit_code);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_environment_follows_the_lease_rules() {
+        check_env(&[("FOO".into(), "1".into())]).unwrap();
+        for bad in ["NVIDIA_VISIBLE_DEVICES", "nvidia_x", "", "A=B", "A\0"] {
+            assert!(check_env(&[(bad.into(), "all".into())]).is_err(), "{bad:?}");
+        }
+    }
+}

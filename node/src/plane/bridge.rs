@@ -1,0 +1,254 @@
+//! The renter node's side of the workload plane: the local API's WebSocket endpoints
+//! (`GET /v1/leases/{lease}/exec`, `GET /v1/leases/{lease}/forward`), each bridged to one
+//! stream to the lease's host.
+//!
+//! The stream is opened and its open frame answered before the WebSocket upgrade, so every
+//! refusal (no such lease, not running, the host's own refusal) is a plain API error. After
+//! the upgrade, exec carries one plane frame per binary WebSocket message, both ways; forward
+//! carries raw bytes.
+
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use gpux_api::{ApiError, ErrorCode, ExecRequest};
+use gpux_lease::{RenterPhase, RenterRecord};
+use gpux_protocol::plane_wire::{ExecOpen, ForwardOpen, MAX_PLANE_FRAME, Opened, PlaneRefusal};
+use gpux_protocol::{BoundedString, BoundedVec, ContentId, EnvVar, LeaseAccept, Signed};
+use libp2p::{PeerId, StreamProtocol};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
+use crate::p2p::Client;
+use crate::store::{NodeState, SledStore};
+
+/// What the bridge needs: the network and the renter's leases.
+#[derive(Clone)]
+pub(crate) struct Bridge {
+    pub(crate) net: Client,
+    pub(crate) state: NodeState<SledStore>,
+}
+
+fn unknown(lease: &ContentId) -> ApiError {
+    ApiError::new(
+        ErrorCode::UnknownLease,
+        format!("no lease {lease} rented by this node"),
+    )
+    .with_hint("`gpux leases` lists this node's leases")
+}
+
+impl Bridge {
+    /// The host of a lease this node rents that still runs.
+    fn host_of(&self, lease: &str) -> Result<(ContentId, PeerId), ApiError> {
+        let id: ContentId = lease
+            .parse()
+            .map_err(|e| ApiError::bad_input(format!("lease id: {e}")))?;
+        let record: RenterRecord = self
+            .state
+            .renter_lease(&id)
+            .ok()
+            .flatten()
+            .ok_or_else(|| unknown(&id))?;
+        if !matches!(record.phase, RenterPhase::Starting | RenterPhase::Running) {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!("lease {id} has ended"),
+            ));
+        }
+        let accept = Signed::<LeaseAccept>::from_bytes(record.accept)
+            .and_then(Signed::verify)
+            .map_err(|e| {
+                ApiError::new(ErrorCode::Internal, format!("the stored acceptance: {e}"))
+            })?;
+        let host = PeerId::from_bytes(&accept.signer().peer_id().to_bytes())
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+        Ok((id, host))
+    }
+
+    /// Opens `protocol` to the lease's host and sends `open`; returns the stream once the
+    /// host said yes.
+    async fn open<T: bincode::Encode>(
+        &self,
+        host: PeerId,
+        protocol: StreamProtocol,
+        open: &T,
+    ) -> Result<FramedStream, ApiError> {
+        let unavailable = |e: String| {
+            ApiError::new(ErrorCode::Unavailable, format!("the host: {e}"))
+                .with_hint("the host may be offline; try again")
+        };
+        let stream = self
+            .net
+            .open_stream(host, protocol, OPEN_WITHIN)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let mut framed = framed(stream);
+        send(&mut framed, open)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        match recv::<Opened>(&mut framed, OPEN_WITHIN).await {
+            Ok(Opened::Yes) => Ok(framed),
+            Ok(Opened::No { code, detail }) => Err(refusal(code, &detail)),
+            Err(e) => Err(unavailable(e.to_string())),
+        }
+    }
+
+    /// Opens an exec stream for `request` in `lease`'s container.
+    pub(crate) async fn open_exec(
+        &self,
+        lease: &str,
+        request: &ExecRequest,
+    ) -> Result<FramedStream, ApiError> {
+        let (id, host) = self.host_of(lease)?;
+        let open = exec_open(id, request)?;
+        self.open(host, super::EXEC, &open).await
+    }
+
+    /// Opens a forward stream to `port` on `lease`'s container loopback.
+    pub(crate) async fn open_forward(
+        &self,
+        lease: &str,
+        port: u16,
+    ) -> Result<FramedStream, ApiError> {
+        if port == 0 {
+            return Err(ApiError::bad_input("port: must be 1 to 65535"));
+        }
+        let (id, host) = self.host_of(lease)?;
+        self.open(host, super::FORWARD, &ForwardOpen { lease: id, port })
+            .await
+    }
+}
+
+fn refusal(code: PlaneRefusal, detail: &str) -> ApiError {
+    let code = match code {
+        PlaneRefusal::Malformed => ErrorCode::BadInput,
+        PlaneRefusal::NotYourLease => ErrorCode::UnknownLease,
+        PlaneRefusal::NotRunning => ErrorCode::Conflict,
+        PlaneRefusal::Busy | PlaneRefusal::Unavailable => ErrorCode::Unavailable,
+        _ => ErrorCode::Unavailable,
+    };
+    ApiError::new(code, format!("the host refused: {detail}"))
+}
+
+/// The open frame of an exec request, with its bounds checked.
+fn exec_open(lease: ContentId, request: &ExecRequest) -> Result<ExecOpen, ApiError> {
+    if request.command.is_empty() {
+        return Err(ApiError::bad_input("command: give the command to run"));
+    }
+    let command = request
+        .command
+        .iter()
+        .map(|a| BoundedString::new(a.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(BoundedVec::new)
+        .map_err(|e| ApiError::bad_input(format!("command: {e}")))?;
+    let env = request
+        .env
+        .iter()
+        .map(|(name, value)| {
+            if name
+                .get(..7)
+                .is_some_and(|p| p.eq_ignore_ascii_case("NVIDIA_"))
+            {
+                return Err(ApiError::bad_input(format!(
+                    "env: {name} may not be set: NVIDIA_* variables are set by the host"
+                )));
+            }
+            Ok(EnvVar {
+                name: BoundedString::new(name.as_str())
+                    .map_err(|e| ApiError::bad_input(format!("env name: {e}")))?,
+                value: BoundedString::new(value.as_str())
+                    .map_err(|e| ApiError::bad_input(format!("env value: {e}")))?,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let env = BoundedVec::new(env).map_err(|e| ApiError::bad_input(format!("env: {e}")))?;
+    Ok(ExecOpen {
+        lease,
+        command,
+        env,
+        tty: request.tty,
+    })
+}
+
+/// Carries exec frames between the CLI's WebSocket and the host's stream until either ends.
+pub(crate) async fn pump_exec(ws: WebSocket, stream: FramedStream) {
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let (mut tx, mut rx) = stream.split();
+    let up = async {
+        while let Some(Ok(message)) = ws_rx.next().await {
+            let bytes = match message {
+                Message::Binary(bytes) if bytes.len() <= MAX_PLANE_FRAME => bytes,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if tx.send(bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = tx.close().await;
+    };
+    let down = async {
+        while let Some(Ok(frame)) = rx.next().await {
+            if ws_tx.send(Message::Binary(frame.freeze())).await.is_err() {
+                break;
+            }
+        }
+        let _ = ws_tx.close().await;
+    };
+    // The host's side decides the end (it sends the exit code last).
+    tokio::pin!(down);
+    tokio::select! {
+        () = &mut down => {}
+        () = up => {
+            let _ = tokio::time::timeout(Duration::from_secs(24 * 3600), down).await;
+        }
+    }
+}
+
+/// Carries a forwarded connection's bytes between the CLI's WebSocket and the host's stream.
+pub(crate) async fn pump_forward(ws: WebSocket, stream: FramedStream) {
+    let parts = stream.into_parts();
+    let (mut from_host, mut to_host) = tokio::io::split(parts.io);
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let leftover = parts.read_buf.freeze();
+    let up = async {
+        while let Some(Ok(message)) = ws_rx.next().await {
+            let bytes = match message {
+                Message::Binary(bytes) => bytes,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if to_host.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_host.shutdown().await;
+    };
+    let down = async {
+        if !leftover.is_empty() && ws_tx.send(Message::Binary(leftover)).await.is_err() {
+            return;
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from_host.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let chunk = Bytes::copy_from_slice(&buf[..n]);
+                    if ws_tx.send(Message::Binary(chunk)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = ws_tx.close().await;
+    };
+    tokio::pin!(down);
+    tokio::select! {
+        () = &mut down => {}
+        () = up => {
+            let _ = tokio::time::timeout(Duration::from_secs(24 * 3600), down).await;
+        }
+    }
+}

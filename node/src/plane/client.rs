@@ -1,0 +1,259 @@
+//! The CLI's side of the workload plane: `gpux exec` and `gpux forward` talk to their own
+//! node's local API over WebSockets (with its token), and the node bridges each to a stream
+//! to the lease's host.
+
+use std::net::SocketAddr;
+
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use gpux_api::{ApiError, ErrorCode, ExecRequest};
+use gpux_protocol::BoundedBytes;
+use gpux_protocol::plane_wire::{self, ExecInput, ExecOutput, MAX_EXEC_DATA};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::api_client::{ApiClient, ClientError};
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Opens the API's WebSocket at `path_and_query`; an API refusal comes back as its error.
+async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Socket, ClientError> {
+    let url = format!(
+        "{}{path_and_query}",
+        api.base().replacen("http://", "ws://", 1)
+    );
+    let mut request = url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| ClientError::Unreachable {
+            base: api.base().to_string(),
+            why: e.to_string(),
+        })?;
+    let bearer = format!("Bearer {}", api.token())
+        .parse()
+        .map_err(|_| ClientError::NotRunning(std::path::PathBuf::from("(bad token)")))?;
+    request.headers_mut().insert("Authorization", bearer);
+    let config = tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(plane_wire::MAX_PLANE_FRAME + 1024));
+    match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
+        Ok((socket, _)) => Ok(socket),
+        Err(tungstenite::Error::Http(response)) => {
+            let status = response.status();
+            let body = response.into_body().unwrap_or_default();
+            Err(ClientError::Api(
+                serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| {
+                    ApiError::new(ErrorCode::Internal, format!("HTTP {status}"))
+                }),
+            ))
+        }
+        Err(e) => Err(ClientError::Unreachable {
+            base: api.base().to_string(),
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// Runs `request` in `lease`'s container: `stdin` goes in (until it ends), the command's
+/// stdout and stderr come out, `resizes` carry terminal sizes (with a tty). Returns the
+/// command's exit code (`None` when the host could not say, or the link broke).
+pub async fn exec(
+    api: &ApiClient,
+    lease: &str,
+    request: &ExecRequest,
+    mut stdin: Option<impl AsyncRead + Unpin>,
+    mut stdout: impl AsyncWrite + Unpin,
+    mut stderr: impl AsyncWrite + Unpin,
+    mut resizes: mpsc::Receiver<(u16, u16)>,
+) -> Result<Option<i64>, ClientError> {
+    let json = serde_json::to_vec(request).unwrap_or_default();
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+    let socket = connect(api, &format!("/v1/leases/{lease}/exec?request={encoded}")).await?;
+    let (mut tx, mut rx) = socket.split();
+    let up = async {
+        let mut buf = vec![0u8; MAX_EXEC_DATA];
+        let mut reading = stdin.is_some();
+        if !reading {
+            // No stdin: the command reads end-of-file at once, as with `docker exec`
+            // without `-i`.
+            let end = plane_wire::encode(&ExecInput::StdinEnd);
+            if tx.send(Message::Binary(end.into())).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let read = async {
+                match stdin.as_mut() {
+                    Some(s) => s.read(&mut buf).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let frame = tokio::select! {
+                read = read, if reading => {
+                    match read {
+                        Ok(0) | Err(_) => {
+                            reading = false;
+                            ExecInput::StdinEnd
+                        }
+                        Ok(n) => match BoundedBytes::new(buf[..n].to_vec()) {
+                            Ok(data) => ExecInput::Stdin(data),
+                            Err(_) => continue,
+                        },
+                    }
+                }
+                size = resizes.recv() => match size {
+                    Some((rows, cols)) => ExecInput::Resize { rows, cols },
+                    None if reading => continue,
+                    None => std::future::pending().await,
+                },
+            };
+            let bytes = plane_wire::encode(&frame);
+            if tx.send(Message::Binary(bytes.into())).await.is_err() {
+                break;
+            }
+        }
+    };
+    let down = async {
+        while let Some(Ok(message)) = rx.next().await {
+            let Message::Binary(bytes) = message else {
+                continue;
+            };
+            match plane_wire::decode::<ExecOutput>(&bytes) {
+                Ok(ExecOutput::Stdout(data)) => {
+                    let _ = stdout.write_all(&data).await;
+                    let _ = stdout.flush().await;
+                }
+                Ok(ExecOutput::Stderr(data)) => {
+                    let _ = stderr.write_all(&data).await;
+                    let _ = stderr.flush().await;
+                }
+                Ok(ExecOutput::Exit(code)) => return code,
+                Err(_) => return None,
+            }
+        }
+        None
+    };
+    tokio::pin!(down);
+    let code = tokio::select! {
+        code = &mut down => code,
+        () = up => down.await,
+    };
+    Ok(code)
+}
+
+/// Forwards `local` (on the renter's loopback) to `remote` on `lease`'s container loopback
+/// until `stop` resolves: each accepted connection is carried over its own stream. Calls
+/// `ready` once listening, and `on_error` for each connection the host refused.
+pub async fn forward(
+    api: &ApiClient,
+    lease: &str,
+    local: SocketAddr,
+    remote: u16,
+    ready: impl FnOnce(SocketAddr),
+    on_error: impl Fn(&ClientError) + Send + Sync + 'static,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), ClientError> {
+    if !local.ip().is_loopback() {
+        return Err(ClientError::Api(ApiError::bad_input(format!(
+            "forwards listen on loopback only, not {local}"
+        ))));
+    }
+    // An unknown or ended lease is said at once, before listening.
+    let api_ = api.clone();
+    let lease_ = lease.to_string();
+    let views = tokio::task::spawn_blocking(move || api_.leases())
+        .await
+        .map_err(|e| ClientError::Unreachable {
+            base: api.base().to_string(),
+            why: e.to_string(),
+        })??;
+    let view = views
+        .into_iter()
+        .find(|v| v.lease == lease_ && v.role == gpux_api::Role::Renter)
+        .ok_or_else(|| {
+            ClientError::Api(
+                ApiError::new(
+                    ErrorCode::UnknownLease,
+                    format!("no lease {lease} rented by this node"),
+                )
+                .with_hint("`gpux leases` lists this node's leases"),
+            )
+        })?;
+    if matches!(view.phase.as_str(), "ended" | "settled") {
+        return Err(ClientError::Api(ApiError::new(
+            ErrorCode::Conflict,
+            format!("lease {lease} has ended"),
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(local).await.map_err(|e| {
+        ClientError::Api(ApiError::bad_input(format!(
+            "cannot listen on {local}: {e}"
+        )))
+    })?;
+    let bound = listener.local_addr().unwrap_or(local);
+    ready(bound);
+    let on_error = std::sync::Arc::new(on_error);
+    let accept = async {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = conn.set_nodelay(true);
+            let path = format!("/v1/leases/{lease}/forward?port={remote}");
+            let api = api.clone();
+            let on_error = on_error.clone();
+            tokio::spawn(async move {
+                match connect(&api, &path).await {
+                    Ok(socket) => carry(conn, socket).await,
+                    Err(e) => on_error(&e),
+                }
+            });
+        }
+    };
+    tokio::select! {
+        () = accept => Ok(()),
+        () = stop => Ok(()),
+    }
+}
+
+/// Carries one forwarded connection's bytes over its WebSocket, both ways.
+async fn carry(conn: TcpStream, socket: Socket) {
+    let (mut read, mut write) = conn.into_split();
+    let (mut tx, mut rx) = socket.split();
+    let up = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
+                    if tx.send(Message::Binary(chunk)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tx.close().await;
+    };
+    let down = async {
+        while let Some(Ok(message)) = rx.next().await {
+            let bytes = match message {
+                Message::Binary(bytes) => bytes,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if write.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+    };
+    tokio::pin!(down);
+    tokio::select! {
+        () = &mut down => {}
+        () = up => down.await,
+    }
+}

@@ -1,0 +1,432 @@
+//! The host's side of the workload plane: it takes `/gpux/exec/1` and `/gpux/forward/1`
+//! streams and serves each in its own task.
+//!
+//! A stream is served only when its peer (proven by the connection's noise handshake) signed
+//! the lease it names, the lease runs, and its container runs. At most
+//! [`MAX_STREAMS_PER_LEASE`] streams per lease and [`MAX_STREAMS`] in all run at once; each
+//! closes after [`super::IDLE`] without traffic, and at the lease's end at the latest.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use gpux_lease::{HostPhase, HostRecord};
+use gpux_protocol::plane_wire::{
+    ExecInput, ExecOpen, ExecOutput, ForwardOpen, MAX_EXEC_DATA, Opened, PlaneRefusal,
+};
+use gpux_protocol::{BoundedBytes, ContentId, LeaseRequest, Signed};
+use libp2p::PeerId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+
+use super::{FramedStream, IDLE, OPEN_WITHIN, PlaneError, framed, recv, send};
+use crate::attest::now;
+use crate::executor::{ExecSession, Executor, RELAY_BIN};
+use crate::p2p::Client;
+use crate::store::{NodeState, SledStore};
+
+/// Plane streams served at once, all leases together.
+pub(crate) const MAX_STREAMS: usize = 256;
+/// Plane streams served at once for one lease.
+pub(crate) const MAX_STREAMS_PER_LEASE: usize = 32;
+
+/// What the plane's tasks share.
+#[derive(Clone)]
+pub(crate) struct PlaneHost {
+    state: NodeState<SledStore>,
+    exec: Executor,
+    all: Arc<Semaphore>,
+    per_lease: Arc<Mutex<BTreeMap<ContentId, usize>>>,
+}
+
+/// A lease the plane may serve: its container, and when the lease ends.
+struct Served {
+    container: String,
+    /// How long until the lease's end.
+    left: Duration,
+}
+
+/// Holds one of a lease's stream slots; gives it back when dropped.
+struct Slot {
+    lease: ContentId,
+    per_lease: Arc<Mutex<BTreeMap<ContentId, usize>>>,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut counts) = self.per_lease.lock()
+            && let Some(n) = counts.get_mut(&self.lease)
+        {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.lease);
+            }
+        }
+    }
+}
+
+type Refusal = (PlaneRefusal, String);
+
+impl PlaneHost {
+    /// Takes the plane's protocols on `net` and serves them until the network stops.
+    pub(crate) fn spawn(
+        net: &Client,
+        state: NodeState<SledStore>,
+        exec: Executor,
+    ) -> anyhow::Result<()> {
+        let host = PlaneHost {
+            state,
+            exec,
+            all: Arc::new(Semaphore::new(MAX_STREAMS)),
+            per_lease: Arc::new(Mutex::new(BTreeMap::new())),
+        };
+        let mut exec_streams = net.accept_streams(super::EXEC)?;
+        let mut forward_streams = net.accept_streams(super::FORWARD)?;
+        let h = host.clone();
+        tokio::spawn(async move {
+            // Stay ready: a stream that arrives while nobody polls is dropped.
+            while let Some((peer, stream)) = exec_streams.next().await {
+                let h = h.clone();
+                tokio::spawn(async move { h.exec(peer, framed(stream)).await });
+            }
+        });
+        tokio::spawn(async move {
+            while let Some((peer, stream)) = forward_streams.next().await {
+                let h = host.clone();
+                tokio::spawn(async move { h.forward(peer, framed(stream)).await });
+            }
+        });
+        Ok(())
+    }
+
+    /// Whether `peer` may work in `lease`'s container now; takes a stream slot if so.
+    async fn authorize(&self, peer: PeerId, lease: ContentId) -> Result<(Served, Slot), Refusal> {
+        let not_yours = || {
+            (
+                PlaneRefusal::NotYourLease,
+                format!("this host has no lease {lease} of yours"),
+            )
+        };
+        let record: HostRecord = self
+            .state
+            .host_lease(&lease)
+            .ok()
+            .flatten()
+            .ok_or_else(not_yours)?;
+        let request = Signed::<LeaseRequest>::from_bytes(record.request.clone())
+            .and_then(Signed::verify)
+            .map_err(|_| not_yours())?;
+        let renter = PeerId::from_bytes(&request.signer().peer_id().to_bytes()).ok();
+        if renter != Some(peer) {
+            return Err(not_yours());
+        }
+        if record.phase != HostPhase::Running {
+            return Err((
+                PlaneRefusal::NotRunning,
+                format!("lease {lease} is not running (it is {:?})", record.phase),
+            ));
+        }
+        let ends = record
+            .started_at
+            .map_or(now().0, |s| s.0)
+            .saturating_add(u64::from(request.duration_s) * 1000);
+        let left = Duration::from_millis(ends.saturating_sub(now().0));
+        let hex = gpux_protocol::hex(&lease.0);
+        let container = self
+            .exec
+            .containers()
+            .await
+            .ok()
+            .and_then(|all| all.into_iter().find(|(l, _)| *l == hex).map(|(_, c)| c))
+            .ok_or((
+                PlaneRefusal::NotRunning,
+                format!("lease {lease} has no container now"),
+            ))?;
+        let all = self.all.clone().try_acquire_owned().map_err(|_| {
+            (
+                PlaneRefusal::Busy,
+                "this host serves too many streams now".to_string(),
+            )
+        })?;
+        {
+            let mut counts = self
+                .per_lease
+                .lock()
+                .map_err(|_| (PlaneRefusal::Unavailable, "the plane is broken".to_string()))?;
+            let n = counts.entry(lease).or_insert(0);
+            if *n >= MAX_STREAMS_PER_LEASE {
+                return Err((
+                    PlaneRefusal::Busy,
+                    format!("lease {lease} has {MAX_STREAMS_PER_LEASE} streams open already"),
+                ));
+            }
+            *n += 1;
+        }
+        let slot = Slot {
+            lease,
+            per_lease: self.per_lease.clone(),
+            _all: all,
+        };
+        Ok((Served { container, left }, slot))
+    }
+
+    async fn refuse(framed: &mut FramedStream, (code, detail): Refusal) {
+        tracing::debug!("plane stream refused: {detail}");
+        let _ = send(framed, &Opened::refused(code, &detail)).await;
+        let _ = SinkExt::<Bytes>::close(framed).await;
+    }
+
+    async fn exec(self, peer: PeerId, mut framed: FramedStream) {
+        let open: ExecOpen = match recv(&mut framed, OPEN_WITHIN).await {
+            Ok(open) => open,
+            Err(e) => {
+                let detail = format!("the open frame: {e}");
+                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
+            }
+        };
+        let (served, _slot) = match self.authorize(peer, open.lease).await {
+            Ok(ok) => ok,
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        let command: Vec<String> = open.command.iter().map(|a| a.to_string()).collect();
+        let env: Vec<(String, String)> = open
+            .env
+            .iter()
+            .map(|v| (v.name.to_string(), v.value.to_string()))
+            .collect();
+        let session = match self
+            .exec
+            .exec(&served.container, command, &env, open.tty)
+            .await
+        {
+            Ok(session) => session,
+            Err(e @ crate::executor::ExecError::NoSuchContainer { .. }) => {
+                return Self::refuse(&mut framed, (PlaneRefusal::NotRunning, e.to_string())).await;
+            }
+            Err(e @ crate::executor::ExecError::Docker { .. }) => {
+                return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, e.to_string())).await;
+            }
+            Err(e) => {
+                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, e.to_string())).await;
+            }
+        };
+        if send(&mut framed, &Opened::Yes).await.is_err() {
+            return;
+        }
+        let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
+        let id = session.id.clone();
+        match tokio::time::timeout(limit, run_exec(&self.exec, session, framed)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!("exec {id}: {e}"),
+            Err(_) => tracing::debug!("exec {id}: the lease ended"),
+        }
+    }
+
+    async fn forward(self, peer: PeerId, mut framed: FramedStream) {
+        let open: ForwardOpen = match recv(&mut framed, OPEN_WITHIN).await {
+            Ok(open) => open,
+            Err(e) => {
+                let detail = format!("the open frame: {e}");
+                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
+            }
+        };
+        if open.port == 0 {
+            let detail = "port 0 is not a port to forward".to_string();
+            return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
+        }
+        let (served, _slot) = match self.authorize(peer, open.lease).await {
+            Ok(ok) => ok,
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        if self.exec.relay().is_none() {
+            let detail = "this host has no relay (a static busybox) for forwards".to_string();
+            return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
+        }
+        let relay = vec![
+            RELAY_BIN.to_string(),
+            "nc".into(),
+            "127.0.0.1".into(),
+            open.port.to_string(),
+        ];
+        let session = match self.exec.exec(&served.container, relay, &[], None).await {
+            Ok(session) => session,
+            Err(e) => {
+                return Self::refuse(&mut framed, (PlaneRefusal::NotRunning, e.to_string())).await;
+            }
+        };
+        if send(&mut framed, &Opened::Yes).await.is_err() {
+            return;
+        }
+        let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
+        if let Ok(Err(e)) = tokio::time::timeout(limit, relay_bytes(session, framed)).await {
+            tracing::debug!("forward to port {}: {e}", open.port);
+        }
+    }
+}
+
+/// When a stream last carried bytes either way.
+struct Activity {
+    base: tokio::time::Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            base: tokio::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing moved for `limit`.
+    async fn idle(&self, limit: Duration) -> PlaneError {
+        loop {
+            let last = self.base + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            if last.elapsed() >= limit {
+                return PlaneError::Timeout(limit);
+            }
+            tokio::time::sleep_until(last + limit).await;
+        }
+    }
+}
+
+/// Runs a stream's two directions: `outbound` decides the end; when `inbound` ends first
+/// without error, `outbound` goes on. Either way, [`IDLE`] without traffic ends both.
+async fn both_ways(
+    activity: &Activity,
+    outbound: impl Future<Output = Result<(), PlaneError>>,
+    inbound: impl Future<Output = Result<(), PlaneError>>,
+) -> Result<(), PlaneError> {
+    tokio::pin!(outbound);
+    tokio::pin!(inbound);
+    tokio::select! {
+        done = &mut outbound => done,
+        ended = &mut inbound => {
+            ended?;
+            tokio::select! {
+                done = &mut outbound => done,
+                e = activity.idle(IDLE) => Err(e),
+            }
+        }
+        e = activity.idle(IDLE) => Err(e),
+    }
+}
+
+/// Carries an exec's stdin in and its output out until the command ends, then sends its
+/// exit code.
+async fn run_exec(
+    exec: &Executor,
+    session: ExecSession,
+    framed: FramedStream,
+) -> Result<(), PlaneError> {
+    let ExecSession {
+        id,
+        mut output,
+        mut input,
+    } = session;
+    let (mut sink, mut frames) = framed.split();
+    let activity = Activity::new();
+    let inbound = async {
+        while let Some(bytes) = frames.next().await {
+            let Ok(bytes) = bytes else { break };
+            activity.touch();
+            match gpux_protocol::plane_wire::decode::<ExecInput>(&bytes)? {
+                ExecInput::Stdin(data) => input.write_all(&data).await?,
+                ExecInput::StdinEnd => input.shutdown().await?,
+                ExecInput::Resize { rows, cols } => {
+                    let _ = exec.resize_exec(&id, rows, cols).await;
+                }
+            }
+        }
+        // The renter closed its side: stdin ends.
+        let _ = input.shutdown().await;
+        Ok(())
+    };
+    let outbound = async {
+        while let Some(item) = output.next().await {
+            activity.touch();
+            let frames = match item {
+                Ok(bollard::container::LogOutput::StdErr { message }) => {
+                    chunks(message, ExecOutput::Stderr)
+                }
+                Ok(other) => chunks(other.into_bytes(), ExecOutput::Stdout),
+                Err(_) => break,
+            };
+            for f in frames {
+                sink.send(Bytes::from(gpux_protocol::plane_wire::encode(&f)))
+                    .await?;
+            }
+        }
+        let code = exec.exec_exit(&id).await.ok().flatten();
+        let exit = gpux_protocol::plane_wire::encode(&ExecOutput::Exit(code));
+        sink.send(Bytes::from(exit)).await?;
+        let _ = sink.close().await;
+        Ok(())
+    };
+    both_ways(&activity, outbound, inbound).await
+}
+
+fn chunks(bytes: Bytes, make: fn(BoundedBytes<MAX_EXEC_DATA>) -> ExecOutput) -> Vec<ExecOutput> {
+    bytes
+        .chunks(MAX_EXEC_DATA)
+        .filter_map(|p| BoundedBytes::new(p.to_vec()).ok().map(make))
+        .collect()
+}
+
+/// Carries a forwarded connection's bytes both ways between the stream and the relay.
+async fn relay_bytes(session: ExecSession, framed: FramedStream) -> Result<(), PlaneError> {
+    let ExecSession {
+        mut output,
+        mut input,
+        ..
+    } = session;
+    let parts = framed.into_parts();
+    let (mut from_renter, mut to_renter) = tokio::io::split(parts.io);
+    // Bytes the renter sent right after its open frame.
+    if !parts.read_buf.is_empty() {
+        input.write_all(&parts.read_buf).await?;
+    }
+    let activity = Activity::new();
+    let inbound = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = from_renter.read(&mut buf).await?;
+            if n == 0 {
+                let _ = input.shutdown().await;
+                return Ok(());
+            }
+            activity.touch();
+            input.write_all(&buf[..n]).await?;
+        }
+    };
+    let outbound = async {
+        while let Some(item) = output.next().await {
+            activity.touch();
+            match item {
+                Ok(bollard::container::LogOutput::StdOut { message }) => {
+                    to_renter.write_all(&message).await?;
+                }
+                Ok(bollard::container::LogOutput::StdErr { message }) => {
+                    tracing::debug!(
+                        "forward relay: {}",
+                        String::from_utf8_lossy(&message).trim()
+                    );
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = to_renter.shutdown().await;
+        Ok(())
+    };
+    both_ways(&activity, outbound, inbound).await
+}

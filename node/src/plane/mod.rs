@@ -1,0 +1,84 @@
+//! The workload plane: what a lease's renter does in its container besides running the
+//! workload, over libp2p streams to the host (`gpux exec`, `gpux forward`).
+//!
+//! - [`host`] serves the streams: only to the peer that signed the lease, only while its
+//!   container runs, bounded in number, idle time and the lease's end.
+//! - [`bridge`] is the renter node's side: the local API's WebSocket endpoints that the CLI
+//!   talks to, each bridged to one stream to the host.
+//! - [`client`] is the CLI's side of those endpoints.
+//!
+//! Frames are [`gpux_protocol::plane_wire`]'s, length-prefixed on the stream.
+
+pub(crate) mod bridge;
+pub mod client;
+pub(crate) mod host;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use gpux_protocol::FrameError;
+use gpux_protocol::plane_wire::{self, MAX_PLANE_FRAME};
+use libp2p::StreamProtocol;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::compat::{Compat, FuturesAsyncReadCompatExt};
+
+/// `/gpux/exec/1`.
+pub(crate) const EXEC: StreamProtocol = StreamProtocol::new(plane_wire::EXEC_PROTOCOL);
+/// `/gpux/forward/1`.
+pub(crate) const FORWARD: StreamProtocol = StreamProtocol::new(plane_wire::FORWARD_PROTOCOL);
+
+/// How long the opening exchange of a stream may take, either side.
+pub(crate) const OPEN_WITHIN: Duration = Duration::from_secs(10);
+/// A stream with no bytes either way for this long is closed (and every stream closes when
+/// its lease ends).
+pub(crate) const IDLE: Duration = Duration::from_secs(15 * 60);
+
+/// A plane stream, framed.
+pub(crate) type FramedStream = Framed<Compat<libp2p::Stream>, LengthDelimitedCodec>;
+
+/// Frames `stream` with 4-byte big-endian lengths, at most [`MAX_PLANE_FRAME`] each.
+pub(crate) fn framed(stream: libp2p::Stream) -> FramedStream {
+    LengthDelimitedCodec::builder()
+        .big_endian()
+        .length_field_length(4)
+        .max_frame_length(MAX_PLANE_FRAME)
+        .new_framed(stream.compat())
+}
+
+/// What broke a plane stream.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PlaneError {
+    #[error("the stream failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the peer sent a bad frame: {0}")]
+    Frame(#[from] FrameError),
+    #[error("the peer closed the stream")]
+    Closed,
+    #[error("no frame within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Sends one frame.
+pub(crate) async fn send<T: bincode::Encode>(
+    framed: &mut FramedStream,
+    value: &T,
+) -> Result<(), PlaneError> {
+    framed
+        .send(Bytes::from(plane_wire::encode(value)))
+        .await
+        .map_err(PlaneError::Io)
+}
+
+/// Receives one frame within `within`.
+pub(crate) async fn recv<T: bincode::Decode<()> + bincode::Encode>(
+    framed: &mut FramedStream,
+    within: Duration,
+) -> Result<T, PlaneError> {
+    match tokio::time::timeout(within, framed.next()).await {
+        Err(_) => Err(PlaneError::Timeout(within)),
+        Ok(None) => Err(PlaneError::Closed),
+        Ok(Some(Err(e))) => Err(PlaneError::Io(e)),
+        Ok(Some(Ok(bytes))) => Ok(plane_wire::decode(&bytes)?),
+    }
+}

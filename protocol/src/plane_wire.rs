@@ -1,0 +1,179 @@
+//! The frames of the workload plane: the streams a lease's renter opens to its host to work
+//! in the lease's container (`/gpux/exec/1`, `/gpux/forward/1`).
+//!
+//! Each frame is bincode 2 (the standard configuration), at most [`MAX_PLANE_FRAME`] bytes,
+//! every byte consumed, in its one canonical encoding; on the stream each is preceded by its
+//! length (4 bytes, big-endian). Frames are not signed: the stream's noise handshake proves
+//! the renter's peer id, and the host serves a stream only when that peer signed the lease.
+//!
+//! A stream starts with the renter's open frame ([`ExecOpen`], [`ForwardOpen`]) and the
+//! host's [`Opened`] answer. Then:
+//! - exec: [`ExecInput`] frames from the renter, [`ExecOutput`] frames from the host, the
+//!   last of which is [`ExecOutput::Exit`];
+//! - forward: raw bytes both ways, the container's TCP connection, until either side closes.
+//!
+//! ```
+//! use gpux_protocol::plane_wire::{self, ExecInput};
+//!
+//! let frame = plane_wire::encode(&ExecInput::Resize { rows: 24, cols: 80 });
+//! let back: ExecInput = plane_wire::decode(&frame)?;
+//! assert_eq!(back, ExecInput::Resize { rows: 24, cols: 80 });
+//! # Ok::<(), gpux_protocol::FrameError>(())
+//! ```
+
+use bincode::{Decode, Encode};
+
+use crate::codec::{BoundedBytes, BoundedString, BoundedVec, FrameError};
+use crate::messages::EnvVar;
+use crate::types::ContentId;
+
+/// `gpux exec`: a command in the lease's container.
+pub const EXEC_PROTOCOL: &str = "/gpux/exec/1";
+/// `gpux forward`: a TCP connection to a port on the container's own loopback.
+pub const FORWARD_PROTOCOL: &str = "/gpux/forward/1";
+
+/// The largest plane frame, either way.
+pub const MAX_PLANE_FRAME: usize = 80 * 1024;
+/// The most bytes of stdin or output in one exec frame.
+pub const MAX_EXEC_DATA: usize = 64 * 1024;
+/// Longest detail text in a refusal.
+pub const MAX_DETAIL_CHARS: usize = 200;
+
+/// The renter's first frame on `/gpux/exec/1`.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ExecOpen {
+    /// The lease whose container runs the command.
+    pub lease: ContentId,
+    /// The command and its arguments (never empty).
+    pub command: BoundedVec<BoundedString<4096>, 256>,
+    /// Extra environment; `NVIDIA_*` names are refused, as in a lease request.
+    pub env: BoundedVec<EnvVar, 64>,
+    /// A pseudo-terminal, with this size (rows, columns).
+    pub tty: Option<(u16, u16)>,
+}
+
+/// The renter's first frame on `/gpux/forward/1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct ForwardOpen {
+    /// The lease whose container is reached.
+    pub lease: ContentId,
+    /// The TCP port on the container's loopback (127.0.0.1).
+    pub port: u16,
+}
+
+/// The host's answer to an open frame.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Opened {
+    /// Served: the stream goes on.
+    Yes,
+    /// Refused: the host closes the stream after this frame.
+    No {
+        /// Why, as a code.
+        code: PlaneRefusal,
+        /// Why, in words (at most [`MAX_DETAIL_CHARS`]).
+        detail: BoundedString<800>,
+    },
+}
+
+impl Opened {
+    /// A refusal, its detail cut to [`MAX_DETAIL_CHARS`].
+    pub fn refused(code: PlaneRefusal, detail: &str) -> Self {
+        let detail: String = detail.chars().take(MAX_DETAIL_CHARS).collect();
+        Opened::No {
+            code,
+            detail: BoundedString::new(detail).unwrap_or_default(),
+        }
+    }
+}
+
+/// Why a host refused a plane stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PlaneRefusal {
+    /// The open frame did not read, or asked for something invalid.
+    Malformed,
+    /// No lease with that id on this host, or not one the stream's peer rented.
+    NotYourLease,
+    /// The lease's container does not run (not yet, or no more).
+    NotRunning,
+    /// The host serves no more streams of this kind for the lease now.
+    Busy,
+    /// The host cannot do this (for example, it has no relay for forwards).
+    Unavailable,
+}
+
+/// What the renter sends on an exec stream after it was opened.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ExecInput {
+    /// Bytes for the command's stdin.
+    Stdin(BoundedBytes<MAX_EXEC_DATA>),
+    /// The end of stdin.
+    StdinEnd,
+    /// The renter's terminal changed size (tty only).
+    Resize {
+        /// Rows.
+        rows: u16,
+        /// Columns.
+        cols: u16,
+    },
+}
+
+/// What the host sends on an exec stream after it was opened.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ExecOutput {
+    /// Bytes the command wrote to stdout (with a tty: to its terminal).
+    Stdout(BoundedBytes<MAX_EXEC_DATA>),
+    /// Bytes the command wrote to stderr (never with a tty).
+    Stderr(BoundedBytes<MAX_EXEC_DATA>),
+    /// The command ended: its exit code (`None` when Docker could not say). The last frame.
+    Exit(Option<i64>),
+}
+
+/// Encodes a plane frame (without its length prefix).
+pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
+    crate::codec::encode_frame(value)
+}
+
+/// Decodes a plane frame: at most [`MAX_PLANE_FRAME`] bytes, every byte consumed, canonical.
+pub fn decode<T: Decode<()> + Encode>(bytes: &[u8]) -> Result<T, FrameError> {
+    crate::codec::decode_frame::<T, MAX_PLANE_FRAME>(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_odd_bytes_are_refused() {
+        let open = ExecOpen {
+            lease: ContentId([3; 32]),
+            command: BoundedVec::new(vec![BoundedString::new("id").unwrap()]).unwrap(),
+            env: BoundedVec::new(vec![]).unwrap(),
+            tty: Some((24, 80)),
+        };
+        let bytes = encode(&open);
+        assert_eq!(decode::<ExecOpen>(&bytes).unwrap(), open);
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert_eq!(decode::<ExecOpen>(&trailing), Err(FrameError::Trailing(1)));
+        assert!(matches!(
+            decode::<ExecOpen>(&bytes[..bytes.len() - 1]),
+            Err(FrameError::Undecodable(_))
+        ));
+        assert_eq!(
+            decode::<ExecOutput>(&vec![0; MAX_PLANE_FRAME + 1]),
+            Err(FrameError::TooLarge(MAX_PLANE_FRAME + 1))
+        );
+        // Stdin over its bound does not decode, whatever the frame's size.
+        let big = encode(&vec![7u8; MAX_EXEC_DATA + 1]);
+        let mut frame = vec![0u8];
+        frame.extend(big);
+        assert!(decode::<ExecInput>(&frame).is_err());
+        let refused = Opened::refused(PlaneRefusal::Busy, &"x".repeat(500));
+        let Opened::No { detail, .. } = decode::<Opened>(&encode(&refused)).unwrap() else {
+            panic!("not a refusal");
+        };
+        assert_eq!(detail.len(), MAX_DETAIL_CHARS);
+    }
+}
