@@ -282,21 +282,26 @@ impl Market {
 
     /// Rents one GPU running `script` for `duration_s`; returns the lease id.
     pub fn rent(&self, renter: &Node, duration_s: u64, script: &str) -> String {
-        let out = renter.gpux(&[
+        self.rent_with(renter, duration_s, script, &[])
+    }
+
+    /// The same with more `gpux rent` options (`--disk 32MiB`).
+    pub fn rent_with(&self, renter: &Node, duration_s: u64, script: &str, more: &[&str]) -> String {
+        let duration = duration_s.to_string();
+        let mut args = vec![
             "rent",
             "gpu=l4",
             "--max-price",
             "5",
             "--duration",
-            &duration_s.to_string(),
+            &duration,
             "--image",
             &self.image,
             "--json",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ]);
+        ];
+        args.extend_from_slice(more);
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        let out = renter.gpux(&args);
         assert!(
             out.status.success(),
             "rent failed: {}",

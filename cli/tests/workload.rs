@@ -68,14 +68,34 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let renter = &market.renters[0];
     let other = &market.renters[1];
     let host = &market.hosts[0];
-    let lease = market.rent(
+    let lease = market.rent_with(
         renter,
         120,
         "mkdir -p /tmp/www && echo forwarded-ok > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www",
+        &["--disk", "32MiB"],
     );
     wait_for("the lease to run", 30, || {
         renter.lease(&lease).phase == "running"
     });
+
+    // A workspace of exactly the signed size, the workload's own, and its working directory.
+    let workspace = host.dir.join("workspaces").join(&lease);
+    let image_bytes = || std::fs::metadata(workspace.join("disk.img")).unwrap().len();
+    assert_eq!(image_bytes(), 32 << 20);
+    let out = renter.gpux(&[
+        "exec",
+        &lease,
+        "--",
+        "sh",
+        "-c",
+        "pwd; stat -c %u:%g /workspace; dd if=/dev/zero of=/workspace/fill bs=1M count=64",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout} {stderr}");
+    assert!(stdout.starts_with("/workspace\n65534:65534\n"), "{stdout}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    // The host's disk outside it is untouched: the image did not grow.
+    assert_eq!(image_bytes(), 32 << 20);
 
     // Exit codes come back as the command's own.
     let out = renter.gpux(&["exec", &lease, "--", "sh", "-c", "exit 7"]);
@@ -209,4 +229,32 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let out = renter.gpux(&["exec", &lease, "--", "true"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("ended"), "{:?}", text(&out));
+    // Its workspace is gone, unmounted and deleted.
+    wait_for("the workspace to be erased", 30, || !workspace.exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&lease), "{mounts}");
+
+    // A workspace above the host's disk quota (64 GiB by default) is refused, and says why.
+    wait_for("the GPU to be offered again", 30, || {
+        other
+            .api()
+            .offers("gpu=l4", 10)
+            .is_ok_and(|hits| !hits.is_empty())
+    });
+    let out = other.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image",
+        &market.image,
+        "--disk",
+        "100GiB",
+        "--",
+        "true",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("does not fit"), "{:?}", text(&out));
 }

@@ -26,6 +26,7 @@
 //! max_duration_s = 86400
 //! offer_ttl_s = 600
 //! republish_s = 120
+//! disk_quota = "64GiB"                  # host: all open leases' workspaces together
 //! ```
 
 use std::net::SocketAddr;
@@ -106,6 +107,10 @@ pub struct Options {
     /// Host: how often offers are re-published, seconds.
     #[arg(long = "republish", value_name = "SECONDS")]
     pub republish_s: Option<u64>,
+    /// Host: the disk all open leases' workspaces may take together (`64GiB`; 0: no
+    /// workspaces). Each workspace's blocks are reserved when its lease starts.
+    #[arg(long = "disk-quota", value_name = "SIZE")]
+    pub disk_quota: Option<String>,
 }
 
 /// Where an effective setting came from.
@@ -210,7 +215,8 @@ macro_rules! each_setting {
             min_duration_s,
             max_duration_s,
             offer_ttl_s,
-            republish_s
+            republish_s,
+            disk_quota
         )
     };
 }
@@ -240,6 +246,7 @@ impl Options {
             max_duration_s: Some(86_400),
             offer_ttl_s: Some(600),
             republish_s: Some(120),
+            disk_quota: Some("64GiB".into()),
         }
     }
 
@@ -362,6 +369,11 @@ impl Effective {
                 })
                 .collect::<Result<_, _>>()?;
             let price = o.price.clone().or(d.price).unwrap_or_default();
+            let quota = o.disk_quota.clone().or(d.disk_quota).unwrap_or_default();
+            let disk_quota_bytes = quota
+                .parse::<bytesize::ByteSize>()
+                .map_err(|e| self.bad("disk_quota", format!("'{quota}': {e} (e.g. 64GiB)")))?
+                .as_u64();
             Some(HostOptions {
                 nvml_lib: o.nvml_lib.clone(),
                 price: price
@@ -382,6 +394,8 @@ impl Effective {
                 offer_ttl_s: o.offer_ttl_s.unwrap_or(600),
                 republish_s: o.republish_s.unwrap_or(120),
                 fake_gpus: o.fake_gpus.unwrap_or(false),
+                disk_quota_bytes,
+                workspace_root: data_dir.join("workspaces"),
             })
         } else {
             None

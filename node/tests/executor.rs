@@ -80,6 +80,7 @@ fn spec(image: ImageDigest, lease: &str, script: &str) -> ContainerSpec {
         scratch_bytes: 8 << 20,
         network: false,
         gpus: GpuBinding::Fake,
+        workspace: None,
     }
 }
 

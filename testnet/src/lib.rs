@@ -193,6 +193,7 @@ fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
                 scratch_bytes: 1 << 28,
                 network: false,
                 gpus: GpuBinding::Fake,
+                workspace: None,
             };
             let started = Instant::now();
             let id = exec.start(&spec).await?;
@@ -515,6 +516,7 @@ pub fn up(
                 command: vec!["sh".into(), "-c".into(), script.into()],
                 env: Default::default(),
                 network: false,
+                disk_bytes: None,
             };
             let asked = Instant::now();
             match renter.rent(&body) {

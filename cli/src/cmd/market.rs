@@ -38,9 +38,20 @@ pub(crate) struct Run {
     /// Give the container a network (none by default).
     #[arg(long)]
     network: bool,
+    /// A `/workspace` of this size for the lease's files (`10GiB`, `512MiB`): enforced,
+    /// erased when the lease ends.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    disk: Option<u64>,
     /// The command to run in the container, after `--` [default: the image's].
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+/// A size on the command line: `10GiB`, `512MiB`, `1.5GB`, or bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    text.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("'{text}': {e} (e.g. 10GiB)"))
 }
 
 pub(crate) fn status(dir: &Path) -> anyhow::Result<()> {
@@ -111,6 +122,7 @@ pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Resu
         command: run.command,
         env,
         network: run.network,
+        disk_bytes: run.disk,
     };
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {

@@ -240,6 +240,9 @@ pub struct RentRequest {
     /// Whether the container may use the network.
     #[serde(default)]
     pub network: bool,
+    /// A `/workspace` of this many bytes (a signed lease term); none when absent.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the

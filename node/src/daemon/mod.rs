@@ -67,6 +67,10 @@ pub struct HostOptions {
     pub republish_s: u64,
     /// The GPUs are simulated (the fake NVML driver): containers get no GPU device.
     pub fake_gpus: bool,
+    /// The disk all open leases' workspaces may take together, bytes (0: no workspaces).
+    pub disk_quota_bytes: u64,
+    /// Where the workspaces are (`<data-dir>/workspaces`).
+    pub workspace_root: PathBuf,
 }
 
 /// The daemon's settings.

@@ -65,6 +65,8 @@ pub(crate) struct Workload {
     command: Vec<BoundedString<1024>>,
     env: Vec<EnvVar>,
     network: bool,
+    /// The lease terms carried as `LeaseRequest` ext keys (the workspace's size).
+    terms: Ext,
 }
 
 /// One rent, run outside the loop.
@@ -125,10 +127,26 @@ pub(crate) fn parse(
         kind: LeaseKind::OnDemand,
         allow_spread: false,
     };
+    let mut terms = Ext::new();
+    if let Some(bytes) = request.disk_bytes {
+        if bytes < crate::executor::MIN_WORKSPACE_BYTES {
+            return Err(bad("--disk")(format!(
+                "a workspace has at least {} MiB",
+                crate::executor::MIN_WORKSPACE_BYTES >> 20
+            )));
+        }
+        terms
+            .insert(
+                gpux_protocol::EXT_WORKSPACE_BYTES,
+                bytes.to_le_bytes().to_vec(),
+            )
+            .map_err(|e| bad("--disk")(e.to_string()))?;
+    }
     let workload = Workload {
         command,
         env,
         network: request.network,
+        terms,
     };
     Ok((spec, image, workload))
 }
@@ -304,7 +322,7 @@ impl RentTask {
             escrow: EscrowId(escrow),
             escrow_amount,
             bid: None,
-            ext: Ext::new(),
+            ext: self.workload.terms.clone(),
         };
         let request = Signed::sign(&self.key, body).map_err(|e| refused(e.to_string()))?;
         let host = allocation.host.peer_id();

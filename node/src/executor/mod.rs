@@ -25,6 +25,7 @@
 //!         scratch_bytes: 64 << 20,
 //!         network: false,
 //!         gpus: GpuBinding::Fake,
+//!         workspace: None,
 //!     })
 //!     .await?;
 //! let (output, _next) = executor.logs_since(&id, LogCursor::START, 1 << 20).await?;
@@ -37,6 +38,7 @@ mod exec;
 mod image;
 mod logs;
 mod spec;
+mod workspace;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -61,6 +63,7 @@ pub use spec::{
     ContainerSpec, GpuBinding, LEASE_LABEL, NODE_LABEL, SCRATCH_DIR, WORKLOAD_USER,
     container_config,
 };
+pub use workspace::{MIN_WORKSPACE_BYTES, WORKSPACE_DIR, Workspaces};
 
 /// How long [`Executor::remove`] waits for Docker to finish a removal already under way.
 const REMOVAL_WAIT: Duration = Duration::from_secs(10);
@@ -140,6 +143,12 @@ pub enum ExecError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// A lease's workspace could not be made or removed.
+    #[error("the lease's workspace: {reason}")]
+    Workspace {
+        /// What failed.
+        reason: String,
     },
     /// Docker failed to build the workload image.
     #[error("building the workload image failed: {message}")]

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType,
+    ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType,
 };
 use gpux_protocol::ImageDigest;
 
@@ -56,6 +57,9 @@ pub struct ContainerSpec {
     pub network: bool,
     /// The GPUs passed in.
     pub gpus: GpuBinding,
+    /// The lease's workspace on the host (a mounted filesystem of the lease's size), bound
+    /// at `/workspace`; `None` for a lease without one.
+    pub workspace: Option<std::path::PathBuf>,
 }
 
 /// Whether an environment variable name is reserved for the host (`NVIDIA_*`, any case: the
@@ -191,7 +195,7 @@ pub fn container_config(spec: &ContainerSpec, node: &str) -> ContainerCreateBody
         device_requests,
         ..Default::default()
     };
-    ContainerCreateBody {
+    let mut body = ContainerCreateBody {
         image: Some(spec.image.to_string()),
         cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
         env: Some(env),
@@ -201,8 +205,26 @@ pub fn container_config(spec: &ContainerSpec, node: &str) -> ContainerCreateBody
         attach_stdin: Some(false),
         open_stdin: Some(false),
         host_config: Some(host_config),
+        working_dir: spec
+            .workspace
+            .as_ref()
+            .map(|_| super::WORKSPACE_DIR.to_string()),
         ..Default::default()
+    };
+    if let (Some(dir), Some(host)) = (&spec.workspace, body.host_config.as_mut()) {
+        host.mounts.get_or_insert_with(Vec::new).push(Mount {
+            typ: Some(MountType::BIND),
+            source: Some(dir.display().to_string()),
+            target: Some(super::WORKSPACE_DIR.into()),
+            read_only: Some(false),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
     }
+    body
 }
 
 /// Covers each volume the image declares (`VOLUME` in its Dockerfile) with a scratch-sized
@@ -253,6 +275,7 @@ mod tests {
             scratch_bytes: 100 << 20,
             network: false,
             gpus,
+            workspace: None,
         }
     }
 
@@ -399,6 +422,23 @@ mod tests {
         assert!(host(&body).tmpfs.as_ref().unwrap()["/scratch"].contains("size=4096,"));
         assert_eq!(body.cmd, None);
         assert_eq!(body.env.unwrap(), ["FOO=bar=baz", "HOME=/work"]);
+    }
+
+    #[test]
+    fn a_workspace_is_bound_read_write_at_slash_workspace() {
+        let mut s = spec(GpuBinding::Fake);
+        s.workspace = Some("/data/workspaces/ab/mnt".into());
+        let body = container_config(&s, "n");
+        let mounts = host(&body).mounts.clone().unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].source.as_deref(), Some("/data/workspaces/ab/mnt"));
+        assert_eq!(mounts[0].target.as_deref(), Some("/workspace"));
+        assert_eq!(mounts[0].read_only, Some(false));
+        assert_eq!(body.working_dir.as_deref(), Some("/workspace"));
+        assert_eq!(
+            container_config(&spec(GpuBinding::Fake), "n").working_dir,
+            None
+        );
     }
 
     #[test]

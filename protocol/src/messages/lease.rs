@@ -164,6 +164,38 @@ pub struct LeaseRequest {
     pub ext: Ext,
 }
 
+/// `LeaseRequest` ext key: the lease's `/workspace` size, bytes (u64 little-endian). Without
+/// it the lease has no workspace.
+pub const EXT_WORKSPACE_BYTES: u16 = 1;
+/// `LeaseRequest` ext key: how long the host keeps the workspace after the workload ends,
+/// seconds (u64 little-endian).
+pub const EXT_RETAIN_S: u16 = 2;
+
+impl LeaseRequest {
+    fn ext_u64(&self, key: u16) -> Result<Option<u64>, InvalidMessage> {
+        match self.ext.get(key) {
+            None => Ok(None),
+            Some(v) => <[u8; 8]>::try_from(v)
+                .map(|b| Some(u64::from_le_bytes(b)))
+                .map_err(|_| InvalidMessage::Malformed {
+                    field: "ext",
+                    reason: "a lease term is 8 bytes, little-endian",
+                }),
+        }
+    }
+
+    /// The workspace size the renter asked for, bytes (`None`: no workspace). A value that
+    /// is not 8 bytes is an invalid term.
+    pub fn workspace_bytes(&self) -> Result<Option<u64>, InvalidMessage> {
+        self.ext_u64(EXT_WORKSPACE_BYTES)
+    }
+
+    /// How long the workspace outlives the workload, seconds (`None`: the host's default).
+    pub fn retain_s(&self) -> Result<Option<u64>, InvalidMessage> {
+        self.ext_u64(EXT_RETAIN_S)
+    }
+}
+
 fn is_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')

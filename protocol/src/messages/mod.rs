@@ -47,8 +47,9 @@ pub use challenge::{
     MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS,
-    MAX_LEASE_ENV, PreemptionNotice, RejectReason, ResourceLimits,
+    EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind,
+    LeaseReject, LeaseRequest, MAX_LEASE_ARGS, MAX_LEASE_ENV, PreemptionNotice, RejectReason,
+    ResourceLimits,
 };
 pub use ledger::{
     EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry, LedgerRecord, Redeem,

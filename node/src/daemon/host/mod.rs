@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::{Event, HostOptions, report, schedule};
 use crate::attest::now;
-use crate::executor::Executor;
+use crate::executor::{Executor, Workspaces};
 use crate::ledger::LedgerClient;
 use crate::p2p::{Client, InboundId, Proto};
 use crate::store::{NodeState, SledStore};
@@ -69,6 +69,12 @@ impl HostRole {
         let exec = Executor::connect(&key.peer_id().to_string())
             .await
             .context("a host runs leases in Docker")?;
+        if options.disk_quota_bytes > 0 && !Workspaces::supported() {
+            tracing::warn!(
+                "workspaces need root and mkfs.ext4: this host offers none (leases asking for --disk are refused)"
+            );
+            options.disk_quota_bytes = 0;
+        }
         if options.images.is_empty() {
             options.images = exec
                 .list_images()
@@ -89,6 +95,7 @@ impl HostRole {
                 .await
                 .context("the probe task failed")??
         };
+        let workspaces = Workspaces::new(options.workspace_root.clone());
         crate::plane::host::PlaneHost::spawn(&net, state.clone(), exec.clone())
             .context("serving the workload plane")?;
         let worker_ctx = WorkerCtx {
@@ -98,6 +105,7 @@ impl HostRole {
             events: events.clone(),
             fake_gpus: options.fake_gpus,
             nvml,
+            workspaces: workspaces.clone(),
         };
         let mut role = Self {
             book: HostBook::new(key.clone(), timing),
@@ -115,13 +123,13 @@ impl HostRole {
             publish_pending: false,
             last_publish: Timestamp(0),
         };
-        role.recover(&exec).await?;
+        role.recover(&exec, &workspaces).await?;
         Ok(role)
     }
 
     /// After a restart: every stored lease not settled is restored with what its container
     /// became; containers of this node that belong to no open lease are erased.
-    async fn recover(&mut self, exec: &Executor) -> anyhow::Result<()> {
+    async fn recover(&mut self, exec: &Executor, workspaces: &Workspaces) -> anyhow::Result<()> {
         let t = now();
         let containers = exec
             .containers()
@@ -209,6 +217,18 @@ impl HostRole {
                 let _ = exec.remove(&container).await;
             }
         }
+        for lease in workspaces.leases() {
+            let open = gpux_protocol::unhex(&lease)
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .is_some_and(|b| self.leases.contains_key(&ContentId(b)));
+            if !open {
+                tracing::info!("erasing the workspace of closed lease {lease}");
+                if let Err(e) = workspaces.remove(&lease).await {
+                    tracing::error!("lease {lease}: erasing its workspace: {e}");
+                }
+            }
+        }
         Ok(())
     }
 
@@ -253,12 +273,49 @@ impl HostRole {
             .unwrap_or_default()
     }
 
+    /// Why this host cannot give `request` the workspace it asks for, if it cannot: the
+    /// size is above what the quota leaves after the open leases' workspaces.
+    fn workspace_refusal(&self, request: &LeaseRequest) -> Option<String> {
+        let bytes = match request.workspace_bytes() {
+            Ok(None) => return None,
+            Ok(Some(bytes)) => bytes,
+            Err(e) => return Some(format!("the workspace term: {e}")),
+        };
+        if self.options.disk_quota_bytes == 0 {
+            return Some("this host offers no workspaces".into());
+        }
+        if bytes < crate::executor::MIN_WORKSPACE_BYTES {
+            return Some(format!(
+                "a workspace has at least {} bytes",
+                crate::executor::MIN_WORKSPACE_BYTES
+            ));
+        }
+        let used: u64 = self
+            .leases
+            .values()
+            .filter_map(|l| l.request().workspace_bytes().ok().flatten())
+            .sum();
+        let left = self.options.disk_quota_bytes.saturating_sub(used);
+        (bytes > left).then(|| {
+            format!(
+                "a workspace of {bytes} bytes does not fit: {left} of this host's {} are free",
+                self.options.disk_quota_bytes
+            )
+        })
+    }
+
     /// A renter's lease request: the signed answer, and whether a lease was made.
     pub(crate) fn on_lease_request(
         &mut self,
         request: Verified<LeaseRequest>,
         now: Timestamp,
     ) -> (Vec<u8>, bool) {
+        if let Some(why) = self.workspace_refusal(&request) {
+            return (
+                self.reject(request.id(), RejectReason::LimitsTooHigh, &why),
+                false,
+            );
+        }
         match self.book.handle_request(request, now) {
             Answer::Accepted {
                 lease,

@@ -16,7 +16,7 @@ use gpux_protocol::{
 use tokio::sync::{mpsc, watch};
 
 use crate::daemon::{Event, report};
-use crate::executor::{ContainerSpec, ExecError, Executor, GpuBinding, LogCursor};
+use crate::executor::{ContainerSpec, ExecError, Executor, GpuBinding, LogCursor, Workspaces};
 use crate::p2p::{Client, Proto};
 
 /// Most container output shipped per chunk.
@@ -54,6 +54,7 @@ pub(crate) struct WorkerCtx {
     pub(crate) events: mpsc::Sender<Event>,
     pub(crate) fake_gpus: bool,
     pub(crate) nvml: Option<Arc<gpux_attestation::Probe>>,
+    pub(crate) workspaces: Workspaces,
 }
 
 /// The container spec of a lease.
@@ -77,6 +78,7 @@ pub(crate) fn spec(request: &LeaseRequest, lease: ContentId, fake: bool) -> Cont
         } else {
             GpuBinding::Real(request.gpus.iter().map(ToString::to_string).collect())
         },
+        workspace: None,
     }
 }
 
@@ -145,7 +147,18 @@ impl Worker {
     }
 
     async fn start(&mut self) {
-        let spec = spec(&self.request, self.lease, self.ctx.fake_gpus);
+        let mut spec = spec(&self.request, self.lease, self.ctx.fake_gpus);
+        if let Ok(Some(bytes)) = self.request.workspace_bytes() {
+            match self.ctx.workspaces.create(&spec.lease, bytes).await {
+                Ok(dir) => spec.workspace = Some(dir),
+                Err(e) => {
+                    tracing::warn!("lease {}: no workspace: {e}", self.lease.short());
+                    self.tell(HostInput::ContainerNotStarted(StartFailure::Failed))
+                        .await;
+                    return;
+                }
+            }
+        }
         let started = match self.ctx.exec.start(&spec).await {
             Ok(id) => {
                 self.container = Some(id.clone());
@@ -232,6 +245,7 @@ impl Worker {
             let _ = stop.send(true);
         }
         let Some(container) = self.container.clone() else {
+            self.erase_workspace().await;
             self.tell(HostInput::ContainerErased).await;
             return;
         };
@@ -246,8 +260,19 @@ impl Worker {
         };
         sampler.ship_logs().await;
         match self.ctx.exec.remove(&container).await {
-            Ok(()) => self.tell(HostInput::ContainerErased).await,
+            Ok(()) => {
+                self.erase_workspace().await;
+                self.tell(HostInput::ContainerErased).await;
+            }
             Err(e) => tracing::error!("lease {}: erasing the container: {e}", self.lease.short()),
+        }
+    }
+
+    /// Erases the lease's workspace, if it has one (after its container is gone).
+    async fn erase_workspace(&self) {
+        let hex = gpux_protocol::hex(&self.lease.0);
+        if let Err(e) = self.ctx.workspaces.remove(&hex).await {
+            tracing::error!("lease {}: erasing the workspace: {e}", self.lease.short());
         }
     }
 }

@@ -1,0 +1,180 @@
+//! Per-lease workspaces: a `/workspace` of exactly the size the lease signed, on its own
+//! loop-mounted ext4 image, so writing past it fails with `ENOSPC` inside the container and
+//! never touches the rest of the host's disk.
+//!
+//! Docker's local volume driver enforces sizes only on tmpfs (RAM), and `--storage-opt size`
+//! needs xfs with project quotas; a filesystem image per lease enforces the size anywhere.
+//! Each lease gets, under `<data-dir>/workspaces/<lease>/`:
+//!
+//! - `disk.img`: `fallocate`d to the full size (blocks reserved up front, so a full host disk
+//!   can never surface as I/O errors inside a lease), formatted ext4 with no root reserve and
+//!   its root directory owned by the workload's user;
+//! - `mnt/`: where it is mounted (`loop,nodev,nosuid`), bound into the container at
+//!   `/workspace`.
+//!
+//! The standard tools do the work (`fallocate`, `mkfs.ext4`, `mount`, `umount`): they are on
+//! every Linux host, and mounting needs root (a host that is not root offers no workspaces).
+//! [`Workspaces::remove`] unmounts and deletes it, and checks it is gone.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::ExecError;
+
+/// Where a lease's workspace appears in its container.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// The smallest workspace (ext4's own structures need a few MiB).
+pub const MIN_WORKSPACE_BYTES: u64 = 16 << 20;
+
+/// The workspaces of one host's leases.
+#[derive(Debug, Clone)]
+pub struct Workspaces {
+    root: PathBuf,
+}
+
+async fn run(program: &str, args: &[&str]) -> Result<(), ExecError> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .map_err(|source| ExecError::Io {
+            path: PathBuf::from(program),
+            source,
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(ExecError::Workspace {
+            reason: format!(
+                "{program} {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        })
+    }
+}
+
+/// Whether `dir` is a mount point now (from `/proc/self/mountinfo`).
+fn is_mounted(dir: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let Some(want) = dir.to_str() else {
+        return false;
+    };
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mount_point| mount_point == want)
+}
+
+impl Workspaces {
+    /// The workspaces under `root` (created when the first one is).
+    pub fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    /// Whether this host can make workspaces: it runs as root and has `mkfs.ext4`.
+    pub fn supported() -> bool {
+        rustix::process::geteuid().is_root()
+            && ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"]
+                .iter()
+                .any(|p| Path::new(p).exists())
+    }
+
+    fn dir(&self, lease: &str) -> PathBuf {
+        self.root.join(lease)
+    }
+
+    /// Where lease `lease`'s workspace is mounted on the host.
+    pub fn mount_point(&self, lease: &str) -> PathBuf {
+        self.dir(lease).join("mnt")
+    }
+
+    /// Makes and mounts lease `lease`'s workspace of `bytes`; returns its mount point. A
+    /// workspace already mounted (a host restarted) is kept as it is.
+    pub async fn create(&self, lease: &str, bytes: u64) -> Result<PathBuf, ExecError> {
+        if lease.is_empty() || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ExecError::InvalidSpec {
+                reason: format!("lease label {lease:?} is not hex"),
+            });
+        }
+        if bytes < MIN_WORKSPACE_BYTES {
+            return Err(ExecError::InvalidSpec {
+                reason: format!("a workspace has at least {MIN_WORKSPACE_BYTES} bytes"),
+            });
+        }
+        let dir = self.dir(lease);
+        let mnt = self.mount_point(lease);
+        if is_mounted(&mnt) {
+            return Ok(mnt);
+        }
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ExecError::Io { path, source }
+        };
+        tokio::fs::create_dir_all(&mnt).await.map_err(io(&mnt))?;
+        let image = dir.join("disk.img");
+        let image_s = image.display().to_string();
+        let mnt_s = mnt.display().to_string();
+        // A half-made image from a crash is made again.
+        let _ = tokio::fs::remove_file(&image).await;
+        run("fallocate", &["-l", &bytes.to_string(), &image_s]).await?;
+        let owner = format!("root_owner={}", super::WORKLOAD_USER);
+        run(
+            "mkfs.ext4",
+            &[
+                "-F", "-q", "-m", "0", "-E", &owner, "-L", "gpux-ws", &image_s,
+            ],
+        )
+        .await?;
+        run("mount", &["-o", "loop,nodev,nosuid", &image_s, &mnt_s]).await?;
+        // ext4's lost+found is root's and useless to the workload.
+        let _ = tokio::fs::remove_dir(mnt.join("lost+found")).await;
+        Ok(mnt)
+    }
+
+    /// Unmounts and deletes lease `lease`'s workspace, if it has one; checks nothing is
+    /// left.
+    pub async fn remove(&self, lease: &str) -> Result<(), ExecError> {
+        let dir = self.dir(lease);
+        let mnt = self.mount_point(lease);
+        let mnt_s = mnt.display().to_string();
+        for attempt in 0..10 {
+            if !is_mounted(&mnt) {
+                break;
+            }
+            // Busy for a moment after its container went (the kernel drops its last
+            // references asynchronously); lazily at the last try.
+            let lazy = attempt == 9;
+            let args: &[&str] = if lazy { &["-l", &mnt_s] } else { &[&mnt_s] };
+            if run("umount", args).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(ExecError::Io { path: dir, source }),
+        }
+        if dir.exists() || is_mounted(&mnt) {
+            return Err(ExecError::Workspace {
+                reason: format!("{} is still there after its removal", dir.display()),
+            });
+        }
+        Ok(())
+    }
+
+    /// The leases (hex) that have a workspace here.
+    pub fn leases(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut leases: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit()))
+            .collect();
+        leases.sort();
+        leases
+    }
+}
