@@ -94,6 +94,18 @@ enum Command {
         #[arg(required = true, last = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// Copy files or directories in or out of a lease's workspace: one side is
+    /// `LEASE:/workspace/PATH`. Verified end to end; run it again after an interruption and
+    /// it sends only what is missing.
+    Cp {
+        /// What to copy.
+        src: String,
+        /// Where to (into it, when it is a directory or ends with `/`).
+        dst: String,
+        /// Print a JSON summary.
+        #[arg(long)]
+        json: bool,
+    },
     /// Make a port on a lease container's own loopback reachable on this machine's
     /// 127.0.0.1, over the P2P link (the container has no network).
     Forward {
@@ -365,6 +377,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
         Command::Forward { lease, ports } => cmd::plane::forward(&dir, &lease, ports)?,
+        Command::Cp { src, dst, json } => cmd::plane::cp(&dir, &src, &dst, json)?,
         // Taken by `run`.
         Command::Exec { .. } => return Ok(false),
         Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,

@@ -258,3 +258,192 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     assert!(!out.status.success());
     assert!(text(&out).1.contains("does not fit"), "{:?}", text(&out));
 }
+
+/// `len` bytes that compress to nothing useful (blake3's output stream).
+fn noise(path: &std::path::Path, len: u64, seed: &str) {
+    let mut xof = blake3::Hasher::new().update(seed.as_bytes()).finalize_xof();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = buf.len().min(left as usize);
+        xof.fill(&mut buf[..n]);
+        out.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+    out.flush().unwrap();
+}
+
+fn hash_of(path: &std::path::Path) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(std::fs::File::open(path).unwrap())
+        .unwrap();
+    hasher.finalize()
+}
+
+fn copy_report(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{:?}", text(out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_workspace() {
+    // Receipts every second, acknowledgements due within 3 s: bulk bytes must not delay them.
+    let market = Market::start(1, 1, 3);
+    let renter = &market.renters[0];
+    let host = &market.hosts[0];
+    let lease = market.rent_with(renter, 600, "sleep 600", &["--disk", "1200MiB"]);
+    wait_for("the lease to run", 30, || {
+        renter.lease(&lease).phase == "running"
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let big = tmp.path().join("big.bin");
+    const GIB: u64 = 1 << 30;
+    noise(&big, GIB, "big");
+    let remote = |p: &str| format!("{lease}:/workspace/{p}");
+
+    // Up, killed half-way, and again: only what had not arrived is sent.
+    let part = host
+        .dir
+        .join(format!("workspaces/{lease}/mnt/.big.bin.gpux-part"));
+    let mut first = KillOnDrop(
+        renter
+            .gpux_command(&["cp", big.to_str().unwrap(), &remote("")])
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("half the file to arrive", 120, || {
+        std::fs::metadata(&part).is_ok_and(|m| m.len() >= GIB / 2)
+    });
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let arrived = std::fs::metadata(&part).unwrap().len();
+    let again = copy_report(&renter.gpux(&["cp", big.to_str().unwrap(), &remote(""), "--json"]));
+    eprintln!("resumed after {arrived} bytes: {again}");
+    let sent = again["bytes_sent"].as_u64().unwrap();
+    assert_eq!(again["bytes"].as_u64(), Some(GIB));
+    assert!(
+        sent <= GIB - arrived + (16 << 20),
+        "{sent} sent, {arrived} had arrived"
+    );
+    assert!(!part.exists());
+
+    // Down again, identical.
+    let back = tmp.path().join("back.bin");
+    let down =
+        copy_report(&renter.gpux(&["cp", &remote("big.bin"), back.to_str().unwrap(), "--json"]));
+    assert_eq!(down["bytes_sent"].as_u64(), Some(GIB));
+    assert_eq!(hash_of(&back), hash_of(&big));
+    std::fs::remove_file(&back).unwrap();
+    std::fs::remove_file(&big).unwrap();
+
+    // A tree, up and down; links are left out and said so.
+    let tree = tmp.path().join("tree");
+    std::fs::create_dir_all(tree.join("a/b")).unwrap();
+    std::fs::create_dir_all(tree.join("empty")).unwrap();
+    noise(&tree.join("a/b/deep.bin"), 3 << 20, "deep");
+    std::fs::write(tree.join("top.txt"), b"top\n").unwrap();
+    std::fs::write(tree.join("a/zero"), b"").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", tree.join("link")).unwrap();
+    let up = copy_report(&renter.gpux(&["cp", tree.to_str().unwrap(), &remote(""), "--json"]));
+    assert_eq!(up["files"].as_u64(), Some(3), "{up}");
+    assert_eq!(up["skipped"], serde_json::json!(["link"]), "{up}");
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let down =
+        copy_report(&renter.gpux(&["cp", &remote("tree"), out_dir.to_str().unwrap(), "--json"]));
+    assert_eq!(down["files"].as_u64(), Some(3), "{down}");
+    for f in ["a/b/deep.bin", "top.txt", "a/zero"] {
+        assert_eq!(
+            hash_of(&out_dir.join("tree").join(f)),
+            hash_of(&tree.join(f)),
+            "{f}"
+        );
+    }
+    assert!(out_dir.join("tree/empty").is_dir());
+    assert!(!out_dir.join("tree/link").exists());
+
+    // Nothing outside the workspace: `..`, a link the workload made, and a directory the
+    // workload keeps flipping to a link.
+    let probe = tmp.path().join("probe.txt");
+    std::fs::write(&probe, b"probe\n").unwrap();
+    let out = renter.gpux(&[
+        "cp",
+        probe.to_str().unwrap(),
+        &format!("{lease}:/workspace/../etc"),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("inside /workspace"),
+        "{:?}",
+        text(&out)
+    );
+    let made = renter.gpux(&[
+        "exec",
+        &lease,
+        "--",
+        "ln",
+        "-s",
+        "/etc",
+        "/workspace/etc-link",
+    ]);
+    assert!(made.status.success(), "{:?}", text(&made));
+    let out = renter.gpux(&[
+        "cp",
+        probe.to_str().unwrap(),
+        &remote("etc-link/gpux-probe"),
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("symbolic link"), "{:?}", text(&out));
+    let out = renter.gpux(&[
+        "cp",
+        &remote("etc-link/hostname"),
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success(), "{:?}", text(&out));
+    let flip = "while true; do mkdir /workspace/flip 2>/dev/null; rmdir /workspace/flip 2>/dev/null; ln -s /etc /workspace/flip 2>/dev/null; rm -f /workspace/flip; done";
+    let started = renter.gpux(&[
+        "exec",
+        &lease,
+        "--",
+        "sh",
+        "-c",
+        &format!("nohup sh -c '{flip}' >/dev/null 2>&1 &"),
+    ]);
+    assert!(started.status.success(), "{:?}", text(&started));
+    for i in 0..40 {
+        let _ = renter.gpux(&[
+            "cp",
+            probe.to_str().unwrap(),
+            &remote(&format!("flip/gpux-probe-{i}")),
+        ]);
+    }
+    let escaped: Vec<_> = std::fs::read_dir("/etc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gpux-probe"))
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        escaped.is_empty(),
+        "written outside the workspace: {escaped:?}"
+    );
+
+    // All that copying ended no lease: it runs until its renter stops it.
+    assert_eq!(renter.lease(&lease).phase, "running");
+    assert!(renter.gpux(&["stop", &lease]).status.success());
+    wait_for("the lease to end", 30, || {
+        matches!(renter.lease(&lease).phase.as_str(), "ended" | "settled")
+    });
+    assert_eq!(
+        renter.lease(&lease).end.as_deref(),
+        Some("renter-stopped"),
+        "{:?}",
+        renter.lease(&lease)
+    );
+    wait_for("the workspace to be erased", 30, || {
+        !host.dir.join("workspaces").join(&lease).exists()
+    });
+}

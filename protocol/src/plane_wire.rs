@@ -31,6 +31,8 @@ use crate::types::ContentId;
 pub const EXEC_PROTOCOL: &str = "/gpux/exec/1";
 /// `gpux forward`: a TCP connection to a port on the container's own loopback.
 pub const FORWARD_PROTOCOL: &str = "/gpux/forward/1";
+/// `gpux cp`: files in and out of the lease's workspace.
+pub const FILES_PROTOCOL: &str = "/gpux/files/1";
 
 /// The largest plane frame, either way.
 pub const MAX_PLANE_FRAME: usize = 80 * 1024;
@@ -38,6 +40,15 @@ pub const MAX_PLANE_FRAME: usize = 80 * 1024;
 pub const MAX_EXEC_DATA: usize = 64 * 1024;
 /// Longest detail text in a refusal.
 pub const MAX_DETAIL_CHARS: usize = 200;
+/// The most file bytes in one files frame.
+pub const MAX_FILE_DATA: usize = 64 * 1024;
+/// The longest path in the workspace, bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// The most entries in one page of a listing.
+pub const MAX_LIST_PAGE: usize = 256;
+
+/// A path inside the workspace, relative to its root (`data/train.csv`).
+pub type WorkspacePath = BoundedString<MAX_PATH_BYTES>;
 
 /// The renter's first frame on `/gpux/exec/1`.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -128,6 +139,147 @@ pub enum ExecOutput {
     Stderr(BoundedBytes<MAX_EXEC_DATA>),
     /// The command ended: its exit code (`None` when Docker could not say). The last frame.
     Exit(Option<i64>),
+}
+
+/// The renter's first frame on `/gpux/files/1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct FilesOpen {
+    /// The lease whose workspace is reached.
+    pub lease: ContentId,
+}
+
+/// A renter's request on a files stream (one at a time; each has its answer).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum FilesRequest {
+    /// What is at `path`.
+    Stat {
+        /// The path.
+        path: WorkspacePath,
+    },
+    /// Everything under the directory `path`, depth first, sorted: the host answers with
+    /// pages of [`FilesResponse::Entries`], the last with `more` false.
+    List {
+        /// The directory.
+        path: WorkspacePath,
+    },
+    /// Makes the directory `path` and its parents.
+    Mkdir {
+        /// The directory.
+        path: WorkspacePath,
+    },
+    /// Stores a file of `size` bytes whose blake3 is `hash`: the host answers where to go
+    /// on from ([`FilesResponse::PutFrom`]) or that it has it ([`FilesResponse::Have`]); the
+    /// renter then sends the rest in [`FilesRequest::Data`] frames.
+    Put {
+        /// Where.
+        path: WorkspacePath,
+        /// Its size.
+        size: u64,
+        /// blake3 of the whole file.
+        hash: [u8; 32],
+    },
+    /// Sends the file `path` from byte `offset` (the part the renter has).
+    Get {
+        /// The file.
+        path: WorkspacePath,
+        /// Where to start.
+        offset: u64,
+    },
+    /// Bytes of the file being put.
+    Data(BoundedBytes<MAX_FILE_DATA>),
+}
+
+/// What is at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryKind {
+    /// A regular file of this size.
+    File(u64),
+    /// A directory.
+    Dir,
+    /// A symbolic link: never followed, never copied.
+    Symlink,
+    /// Anything else (a device, a socket, a fifo): never copied.
+    Other,
+}
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Entry {
+    /// Its path, relative to the directory listed.
+    pub path: WorkspacePath,
+    /// What it is.
+    pub kind: EntryKind,
+}
+
+/// The host's answer on a files stream.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum FilesResponse {
+    /// What [`FilesRequest::Stat`] found (`None`: nothing there).
+    Stat(Option<EntryKind>),
+    /// A page of a listing; `more` when another follows.
+    Entries {
+        /// The entries.
+        entries: BoundedVec<Entry, MAX_LIST_PAGE>,
+        /// Whether there are more.
+        more: bool,
+    },
+    /// Done: the directory exists, or the file put is stored and verified.
+    Done,
+    /// Send the file from this byte (what an interrupted put left).
+    PutFrom(u64),
+    /// The file is there already, with this content: nothing to send.
+    Have,
+    /// The file asked for: its whole size and blake3; its bytes from the offset follow as
+    /// [`FilesResponse::Data`] frames.
+    Sending {
+        /// Its size.
+        size: u64,
+        /// blake3 of the whole file.
+        hash: [u8; 32],
+    },
+    /// Bytes of the file being sent.
+    Data(BoundedBytes<MAX_FILE_DATA>),
+    /// The request failed; the stream goes on unless the host closes it.
+    Failed {
+        /// Why, as a code.
+        code: FilesError,
+        /// Why, in words (at most [`MAX_DETAIL_CHARS`]).
+        detail: BoundedString<800>,
+    },
+}
+
+impl FilesResponse {
+    /// A failure, its detail cut to [`MAX_DETAIL_CHARS`].
+    pub fn failed(code: FilesError, detail: &str) -> Self {
+        let detail: String = detail.chars().take(MAX_DETAIL_CHARS).collect();
+        FilesResponse::Failed {
+            code,
+            detail: BoundedString::new(detail).unwrap_or_default(),
+        }
+    }
+}
+
+/// Why a files request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum FilesError {
+    /// Nothing at that path.
+    NotFound,
+    /// The path leaves the workspace, or goes through a symbolic link.
+    OutsideWorkspace,
+    /// A file where a directory is needed, or the other way round.
+    WrongKind,
+    /// The workspace is full.
+    NoSpace,
+    /// The bytes received do not hash to what was announced (or the file changed while it
+    /// was read).
+    HashMismatch,
+    /// Any other failure of the host's filesystem.
+    Io,
+    /// A request that does not fit the stream's state, or a bad path.
+    Invalid,
 }
 
 /// Encodes a plane frame (without its length prefix).

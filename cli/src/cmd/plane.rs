@@ -195,6 +195,54 @@ pub(crate) fn forward(dir: &Path, lease: &str, ports: (u16, u16)) -> anyhow::Res
     Ok(result?)
 }
 
+/// An indicatif bar on standard error (hidden when it is not a terminal).
+struct Bar(indicatif::ProgressBar);
+
+impl gpux_node::plane::copy::Progress for Bar {
+    fn total(&self, bytes: u64) {
+        self.0.set_length(bytes);
+    }
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+}
+
+/// Copies files and directories in or out of a lease's workspace.
+pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result<()> {
+    use gpux_node::plane::copy::{self, Place};
+    let api = ApiClient::for_data_dir(dir)?;
+    let src = Place::parse(src).map_err(anyhow::Error::msg)?;
+    let dst = Place::parse(dst).map_err(anyhow::Error::msg)?;
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let bar = Bar(bar);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let report = runtime.block_on(copy::copy(&api, &src, &dst, &bar));
+    bar.0.finish_and_clear();
+    let report = report?;
+    if json {
+        return super::print_json(&report);
+    }
+    for skipped in &report.skipped {
+        eprintln!("skipped {skipped}: links and special files are never copied");
+    }
+    super::out!(
+        "{} file(s), {} director(ies), {} bytes ({} sent) in {:.1} s",
+        report.files,
+        report.dirs,
+        report.bytes,
+        report.bytes_sent,
+        report.elapsed_ms as f64 / 1000.0
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

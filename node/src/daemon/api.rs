@@ -304,7 +304,21 @@ async fn exec(
     match state.bridge.open_exec(&lease, &request).await {
         Ok(stream) => ws
             .max_message_size(MAX_WS_MESSAGE)
-            .on_upgrade(move |socket| bridge::pump_exec(socket, stream)),
+            .on_upgrade(move |socket| bridge::pump_frames(socket, stream)),
+        Err(e) => error(e),
+    }
+}
+
+async fn files(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    match state.bridge.open_files(&lease).await {
+        Ok(stream) => ws
+            .max_message_size(MAX_WS_MESSAGE)
+            .on_upgrade(move |socket| bridge::pump_frames(socket, stream)),
         Err(e) => error(e),
     }
 }
@@ -397,6 +411,7 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/stop", post(stop))
         .route("/v1/leases/{lease}/exec", get(exec))
         .route("/v1/leases/{lease}/forward", get(forward))
+        .route("/v1/leases/{lease}/files", get(files))
         .route("/v1/balance", get(balance))
         .route("/v1/ledger", get(ledger))
         .route("/v1/ledger/mint", post(mint))

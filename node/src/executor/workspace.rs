@@ -85,6 +85,11 @@ impl Workspaces {
         self.root.join(lease)
     }
 
+    /// Whether `dir` (a workspace's mount point) is mounted now.
+    pub fn is_mounted(&self, dir: &Path) -> bool {
+        is_mounted(dir)
+    }
+
     /// Where lease `lease`'s workspace is mounted on the host.
     pub fn mount_point(&self, lease: &str) -> PathBuf {
         self.dir(lease).join("mnt")

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use gpux_api::{ApiError, ErrorCode, ExecRequest};
 use gpux_lease::{RenterPhase, RenterRecord};
-use gpux_protocol::plane_wire::{ExecOpen, ForwardOpen, MAX_PLANE_FRAME, Opened, PlaneRefusal};
+use gpux_protocol::plane_wire::{
+    ExecOpen, FilesOpen, ForwardOpen, MAX_PLANE_FRAME, Opened, PlaneRefusal,
+};
 use gpux_protocol::{BoundedString, BoundedVec, ContentId, EnvVar, LeaseAccept, Signed};
 use libp2p::{PeerId, StreamProtocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -105,6 +107,13 @@ impl Bridge {
         self.open(host, super::EXEC, &open).await
     }
 
+    /// Opens a files stream to `lease`'s workspace.
+    pub(crate) async fn open_files(&self, lease: &str) -> Result<FramedStream, ApiError> {
+        let (id, host) = self.host_of(lease)?;
+        self.open(host, super::FILES, &FilesOpen { lease: id })
+            .await
+    }
+
     /// Opens a forward stream to `port` on `lease`'s container loopback.
     pub(crate) async fn open_forward(
         &self,
@@ -172,8 +181,9 @@ fn exec_open(lease: ContentId, request: &ExecRequest) -> Result<ExecOpen, ApiErr
     })
 }
 
-/// Carries exec frames between the CLI's WebSocket and the host's stream until either ends.
-pub(crate) async fn pump_exec(ws: WebSocket, stream: FramedStream) {
+/// Carries plane frames (exec, files) between the CLI's WebSocket and the host's stream,
+/// one frame per message, until either ends.
+pub(crate) async fn pump_frames(ws: WebSocket, stream: FramedStream) {
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (mut tx, mut rx) = stream.split();
     let up = async {

@@ -18,10 +18,10 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::api_client::{ApiClient, ClientError};
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Opens the API's WebSocket at `path_and_query`; an API refusal comes back as its error.
-async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Socket, ClientError> {
+pub(crate) async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Socket, ClientError> {
     let url = format!(
         "{}{path_and_query}",
         api.base().replacen("http://", "ws://", 1)

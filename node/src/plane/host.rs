@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use gpux_lease::{HostPhase, HostRecord};
 use gpux_protocol::plane_wire::{
-    ExecInput, ExecOpen, ExecOutput, ForwardOpen, MAX_EXEC_DATA, Opened, PlaneRefusal,
+    ExecInput, ExecOpen, ExecOutput, FilesOpen, ForwardOpen, MAX_EXEC_DATA, Opened, PlaneRefusal,
 };
 use gpux_protocol::{BoundedBytes, ContentId, LeaseRequest, Signed};
 use libp2p::PeerId;
@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 
 use super::{FramedStream, IDLE, OPEN_WITHIN, PlaneError, framed, recv, send};
 use crate::attest::now;
-use crate::executor::{ExecSession, Executor, RELAY_BIN};
+use crate::executor::{ExecSession, Executor, RELAY_BIN, Workspaces};
 use crate::p2p::Client;
 use crate::store::{NodeState, SledStore};
 
@@ -38,6 +38,7 @@ pub(crate) const MAX_STREAMS_PER_LEASE: usize = 32;
 pub(crate) struct PlaneHost {
     state: NodeState<SledStore>,
     exec: Executor,
+    workspaces: Workspaces,
     all: Arc<Semaphore>,
     per_lease: Arc<Mutex<BTreeMap<ContentId, usize>>>,
 }
@@ -77,15 +78,25 @@ impl PlaneHost {
         net: &Client,
         state: NodeState<SledStore>,
         exec: Executor,
+        workspaces: Workspaces,
     ) -> anyhow::Result<()> {
         let host = PlaneHost {
             state,
             exec,
+            workspaces,
             all: Arc::new(Semaphore::new(MAX_STREAMS)),
             per_lease: Arc::new(Mutex::new(BTreeMap::new())),
         };
         let mut exec_streams = net.accept_streams(super::EXEC)?;
         let mut forward_streams = net.accept_streams(super::FORWARD)?;
+        let mut files_streams = net.accept_streams(super::FILES)?;
+        let h = host.clone();
+        tokio::spawn(async move {
+            while let Some((peer, stream)) = files_streams.next().await {
+                let h = h.clone();
+                tokio::spawn(async move { h.files(peer, framed(stream)).await });
+            }
+        });
         let h = host.clone();
         tokio::spawn(async move {
             // Stay ready: a stream that arrives while nobody polls is dropped.
@@ -223,6 +234,36 @@ impl PlaneHost {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!("exec {id}: {e}"),
             Err(_) => tracing::debug!("exec {id}: the lease ended"),
+        }
+    }
+
+    async fn files(self, peer: PeerId, mut framed: FramedStream) {
+        let open: FilesOpen = match recv(&mut framed, OPEN_WITHIN).await {
+            Ok(open) => open,
+            Err(e) => {
+                let detail = format!("the open frame: {e}");
+                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
+            }
+        };
+        let (served, _slot) = match self.authorize(peer, open.lease).await {
+            Ok(ok) => ok,
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        let dir = self
+            .workspaces
+            .mount_point(&gpux_protocol::hex(&open.lease.0));
+        if !self.workspaces.is_mounted(&dir) {
+            let detail = "this lease has no workspace (rent with --disk)".to_string();
+            return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
+        }
+        if send(&mut framed, &Opened::Yes).await.is_err() {
+            return;
+        }
+        let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
+        match tokio::time::timeout(limit, super::files::serve(dir, framed)).await {
+            Ok(Err(e)) => tracing::debug!("files for lease {}: {e}", open.lease.short()),
+            Err(_) => tracing::debug!("files for lease {}: the lease ended", open.lease.short()),
+            Ok(Ok(())) => {}
         }
     }
 

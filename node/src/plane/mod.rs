@@ -11,6 +11,9 @@
 
 pub(crate) mod bridge;
 pub mod client;
+mod confined;
+pub mod copy;
+mod files;
 pub(crate) mod host;
 
 use std::time::Duration;
@@ -27,6 +30,8 @@ use tokio_util::compat::{Compat, FuturesAsyncReadCompatExt};
 pub(crate) const EXEC: StreamProtocol = StreamProtocol::new(plane_wire::EXEC_PROTOCOL);
 /// `/gpux/forward/1`.
 pub(crate) const FORWARD: StreamProtocol = StreamProtocol::new(plane_wire::FORWARD_PROTOCOL);
+/// `/gpux/files/1`.
+pub(crate) const FILES: StreamProtocol = StreamProtocol::new(plane_wire::FILES_PROTOCOL);
 
 /// How long the opening exchange of a stream may take, either side.
 pub(crate) const OPEN_WITHIN: Duration = Duration::from_secs(10);

@@ -96,7 +96,7 @@ impl HostRole {
                 .context("the probe task failed")??
         };
         let workspaces = Workspaces::new(options.workspace_root.clone());
-        crate::plane::host::PlaneHost::spawn(&net, state.clone(), exec.clone())
+        crate::plane::host::PlaneHost::spawn(&net, state.clone(), exec.clone(), workspaces.clone())
             .context("serving the workload plane")?;
         let worker_ctx = WorkerCtx {
             key: key.clone(),

@@ -1,0 +1,367 @@
+//! File operations confined to a lease's workspace by the kernel.
+//!
+//! The workload owns its workspace and can swap any directory for a symbolic link at any
+//! moment, so a check followed by an open proves nothing. Every path here is resolved by
+//! `openat2` from the workspace's root with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS`: a path that would leave the root, or that goes through a symbolic
+//! link anywhere, fails in the kernel, atomically with the open. Operations on a name (make
+//! a directory, rename, remove) first open its parent that way and then act on one plain
+//! name relative to that descriptor, so nothing between the check and the act can be
+//! swapped. The host runs as root: what it creates is handed to the workload's user.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+
+/// The workload's user and group, owner of what the host creates in a workspace.
+const OWNER: u32 = 65534;
+
+/// How many times an `openat2` that raced with a rename (`EAGAIN`) is tried.
+const RACE_RETRIES: usize = 8;
+
+/// Why a path cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PathError {
+    #[error("{0:?} is not a path inside the workspace")]
+    Invalid(String),
+    #[error("{0:?} leaves the workspace or goes through a symbolic link")]
+    Outside(String),
+    #[error("{0:?}: {1}")]
+    Io(String, io::Error),
+}
+
+impl PathError {
+    fn from_errno(path: &str, e: rustix::io::Errno) -> Self {
+        if e == rustix::io::Errno::XDEV || e == rustix::io::Errno::LOOP {
+            PathError::Outside(path.to_string())
+        } else {
+            PathError::Io(path.to_string(), e.into())
+        }
+    }
+
+    /// The I/O error's kind, when it is one.
+    pub(crate) fn kind(&self) -> Option<io::ErrorKind> {
+        match self {
+            PathError::Io(_, e) => Some(e.kind()),
+            _ => None,
+        }
+    }
+
+    /// Whether the filesystem is full.
+    pub(crate) fn is_no_space(&self) -> bool {
+        matches!(self, PathError::Io(_, e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()))
+    }
+}
+
+/// A workspace's root, by descriptor.
+pub(crate) struct Root {
+    fd: OwnedFd,
+}
+
+/// Checks a workspace path: relative, non-empty components, no `.` or `..`, no NUL.
+pub(crate) fn check(path: &str) -> Result<(), PathError> {
+    let ok = !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(PathError::Invalid(path.to_string()))
+    }
+}
+
+/// `path`'s parent directory and last name.
+fn split(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some((parent, name)) => (parent, name),
+        None => ("", path),
+    }
+}
+
+impl Root {
+    /// Opens the workspace at `dir` (a path of the host's own, trusted).
+    pub(crate) fn open(dir: &Path) -> io::Result<Root> {
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Root { fd })
+    }
+
+    /// `openat2` from the root, confined; `""` is the root itself.
+    fn resolve(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, PathError> {
+        let at = if path.is_empty() { "." } else { path };
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let mut tries = 0;
+        loop {
+            match rustix::fs::openat2(&self.fd, at, flags | OFlags::CLOEXEC, mode, how) {
+                Ok(fd) => return Ok(fd),
+                Err(rustix::io::Errno::AGAIN) if tries < RACE_RETRIES => tries += 1,
+                Err(e) => return Err(PathError::from_errno(path, e)),
+            }
+        }
+    }
+
+    fn dir(&self, path: &str) -> Result<OwnedFd, PathError> {
+        self.resolve(path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+    }
+
+    /// Opens the regular file `path` for reading.
+    pub(crate) fn open_read(&self, path: &str) -> Result<File, PathError> {
+        check(path)?;
+        let fd = self.resolve(path, OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty())?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| PathError::from_errno(path, e))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(PathError::Io(
+                path.to_string(),
+                io::Error::other("not a regular file"),
+            ));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Opens (creating it, owned by the workload) the regular file `path` for writing,
+    /// without truncating it.
+    pub(crate) fn open_write(&self, path: &str) -> Result<File, PathError> {
+        check(path)?;
+        let fd = self.resolve(
+            path,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o644),
+        )?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| PathError::from_errno(path, e))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(PathError::Io(
+                path.to_string(),
+                io::Error::other("not a regular file"),
+            ));
+        }
+        own(&fd, path)?;
+        Ok(File::from(fd))
+    }
+
+    /// What is at `path` (`None`: nothing); `""` is the root.
+    pub(crate) fn stat(&self, path: &str) -> Result<Option<rustix::fs::Stat>, PathError> {
+        if !path.is_empty() {
+            check(path)?;
+        }
+        let (parent, name) = split(path);
+        let fd = match self.dir(parent) {
+            Ok(fd) => fd,
+            Err(PathError::Io(_, e)) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let name = if name.is_empty() { "." } else { name };
+        match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(PathError::from_errno(path, e)),
+        }
+    }
+
+    /// Makes the directory `path` and its missing parents, owned by the workload.
+    pub(crate) fn mkdir_all(&self, path: &str) -> Result<(), PathError> {
+        check(path)?;
+        let mut done = String::new();
+        for part in path.split('/') {
+            let parent = self.dir(&done)?;
+            match rustix::fs::mkdirat(&parent, part, Mode::from_raw_mode(0o755)) {
+                Ok(()) => {
+                    let made = self.resolve(
+                        &join(&done, part),
+                        OFlags::RDONLY | OFlags::DIRECTORY,
+                        Mode::empty(),
+                    )?;
+                    own(&made, path)?;
+                }
+                Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(PathError::from_errno(path, e)),
+            }
+            done = join(&done, part);
+        }
+        // What is there now is a directory reached without a link.
+        self.dir(path).map(drop)
+    }
+
+    /// Renames `from` to `to`, both in one directory.
+    pub(crate) fn rename_in_place(&self, from: &str, to: &str) -> Result<(), PathError> {
+        check(from)?;
+        check(to)?;
+        let (parent, from_name) = split(from);
+        let (to_parent, to_name) = split(to);
+        if parent != to_parent {
+            return Err(PathError::Invalid(to.to_string()));
+        }
+        let dir = self.dir(parent)?;
+        rustix::fs::renameat(&dir, from_name, &dir, to_name)
+            .map_err(|e| PathError::from_errno(to, e))
+    }
+
+    /// Removes the file `path` (a link itself, never what it points to); nothing there is
+    /// fine.
+    pub(crate) fn remove_file(&self, path: &str) -> Result<(), PathError> {
+        check(path)?;
+        let (parent, name) = split(path);
+        let dir = self.dir(parent)?;
+        match rustix::fs::unlinkat(&dir, name, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(PathError::from_errno(path, e)),
+        }
+    }
+
+    /// Every entry under the directory `path` (`""`: the whole workspace), depth first and
+    /// sorted, with paths relative to it; at most `limit`. Links are listed, never entered.
+    pub(crate) fn walk(
+        &self,
+        path: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, rustix::fs::Stat)>, PathError> {
+        if !path.is_empty() {
+            check(path)?;
+        }
+        let mut out = Vec::new();
+        self.walk_into(path, "", limit, &mut out)?;
+        Ok(out)
+    }
+
+    fn walk_into(
+        &self,
+        base: &str,
+        rel: &str,
+        limit: usize,
+        out: &mut Vec<(String, rustix::fs::Stat)>,
+    ) -> Result<(), PathError> {
+        let here = join(base, rel);
+        let fd = self.resolve(&here, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&fd).map_err(|e| PathError::from_errno(&here, e))? {
+            let entry = entry.map_err(|e| PathError::from_errno(&here, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." && !name.contains('/') {
+                names.push(name);
+            }
+        }
+        names.sort();
+        for name in names {
+            if out.len() >= limit {
+                return Err(PathError::Io(
+                    here,
+                    io::Error::other(format!("more than {limit} entries")),
+                ));
+            }
+            let stat = match rustix::fs::statat(&fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => stat,
+                // Gone since the listing: the workload is busy there.
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(PathError::from_errno(&here, e)),
+            };
+            let child = join(rel, &name);
+            let is_dir = rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                == rustix::fs::FileType::Directory;
+            out.push((child.clone(), stat));
+            if is_dir {
+                self.walk_into(base, &child, limit, out)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}/{b}"),
+    }
+}
+
+fn own(fd: impl AsFd, path: &str) -> Result<(), PathError> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(());
+    }
+    rustix::fs::fchown(
+        fd,
+        Some(rustix::fs::Uid::from_raw(OWNER)),
+        Some(rustix::fs::Gid::from_raw(OWNER)),
+    )
+    .map_err(|e| PathError::from_errno(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_relative_and_plain() {
+        for ok in ["a", "a/b.txt", "x y/z"] {
+            check(ok).unwrap();
+        }
+        for bad in [
+            "",
+            "/etc",
+            "../etc",
+            "a/../../b",
+            "a//b",
+            "a/./b",
+            "a/",
+            "a\0b",
+        ] {
+            assert!(check(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_outside_the_root_or_through_a_link_is_reached() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"host").unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join("d")).unwrap();
+        std::fs::write(ws.path().join("d/f"), b"mine").unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("out")).unwrap();
+        std::os::unix::fs::symlink("d", ws.path().join("inner")).unwrap();
+        let root = Root::open(ws.path()).unwrap();
+
+        assert_eq!(
+            std::io::read_to_string(root.open_read("d/f").unwrap()).unwrap(),
+            "mine"
+        );
+        for through_link in ["out/secret", "inner/f"] {
+            let e = root.open_read(through_link).unwrap_err();
+            assert!(matches!(e, PathError::Outside(_)), "{through_link}: {e}");
+            let e = root.open_write(through_link).unwrap_err();
+            assert!(matches!(e, PathError::Outside(_)), "{through_link}: {e}");
+        }
+        assert!(matches!(root.open_read("out"), Err(PathError::Outside(_))));
+        assert!(root.mkdir_all("out/new").is_err());
+        assert!(!outside.path().join("new").exists());
+        assert!(matches!(root.open_read("../x"), Err(PathError::Invalid(_))));
+
+        root.mkdir_all("a/b/c").unwrap();
+        let mut f = root.open_write("a/b/c/x.part").unwrap();
+        std::io::Write::write_all(&mut f, b"data").unwrap();
+        root.rename_in_place("a/b/c/x.part", "a/b/c/x").unwrap();
+        assert_eq!(std::fs::read(ws.path().join("a/b/c/x")).unwrap(), b"data");
+
+        let listed: Vec<String> = root
+            .walk("", 100)
+            .unwrap()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(
+            listed,
+            ["a", "a/b", "a/b/c", "a/b/c/x", "d", "d/f", "inner", "out"]
+        );
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"host"
+        );
+    }
+}

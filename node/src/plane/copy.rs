@@ -1,0 +1,683 @@
+//! `gpux cp`: files and directories in and out of a lease's workspace, over the node's
+//! `/v1/leases/{lease}/files` WebSocket (one `/gpux/files/1` stream to the host).
+//!
+//! Every file is verified end to end: the whole file's blake3 is compared on the far side
+//! before it takes its name. An interrupted copy leaves a `.<name>.gpux-part` beside the
+//! target (on the host for a put, here for a get); running the same copy again sends only
+//! what the part lacks. Names are checked on both sides: a listing from the host with a path
+//! that leaves the directory is refused.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use gpux_protocol::plane_wire::{
+    self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_FILE_DATA, WorkspacePath,
+};
+use gpux_protocol::{BoundedBytes, BoundedString};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::client::{Socket, connect};
+use crate::api_client::{ApiClient, ClientError};
+
+/// One side of a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// A path on this machine.
+    Local(PathBuf),
+    /// A path in a lease's workspace, relative to `/workspace` (`""`: the workspace).
+    Remote {
+        /// The lease id.
+        lease: String,
+        /// The path under `/workspace`.
+        path: String,
+        /// Written with a trailing `/`: a directory to copy into.
+        into: bool,
+    },
+}
+
+impl Place {
+    /// `LEASE:/workspace/PATH` (or `LEASE:PATH`, relative to `/workspace`) is in a lease's
+    /// workspace, where `LEASE` is a lease id (64 hex digits); anything else is local.
+    pub fn parse(text: &str) -> Result<Place, String> {
+        let Some((lease, path)) = text.split_once(':') else {
+            return Ok(Place::Local(PathBuf::from(text)));
+        };
+        if lease.len() != 64 || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(Place::Local(PathBuf::from(text)));
+        }
+        let rest = if path == "/workspace" {
+            ""
+        } else if let Some(rest) = path.strip_prefix("/workspace/") {
+            rest
+        } else if path.starts_with('/') {
+            return Err(format!("{text}: a lease's files are under /workspace"));
+        } else {
+            path
+        };
+        let into = rest.ends_with('/') || rest.is_empty();
+        let rest = rest.trim_end_matches('/');
+        if !rest.is_empty() {
+            super::confined::check(rest).map_err(|_| {
+                format!("{text}: the path must stay inside /workspace (no '..', no '//')")
+            })?;
+        }
+        Ok(Place::Remote {
+            lease: lease.to_ascii_lowercase(),
+            path: rest.to_string(),
+            into,
+        })
+    }
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CopyReport {
+    /// Files copied (or found already there, unchanged).
+    pub files: u64,
+    /// Directories made.
+    pub dirs: u64,
+    /// The files' bytes, all together.
+    pub bytes: u64,
+    /// Bytes that crossed the link (less, when a part from an interrupted copy was kept or
+    /// a file was there already).
+    pub bytes_sent: u64,
+    /// What was left out: symbolic links and special files (never copied).
+    pub skipped: Vec<String>,
+    /// How long it took, milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// What a copy reports as it goes.
+pub trait Progress: Send + Sync {
+    /// The total bytes to copy, once known.
+    fn total(&self, _bytes: u64) {}
+    /// `bytes` more are done (sent, or found in place).
+    fn advance(&self, _bytes: u64) {}
+}
+
+/// No progress shown.
+impl Progress for () {}
+
+/// Why a copy failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CopyError {
+    /// The node refused, or is not running.
+    #[error(transparent)]
+    Api(#[from] ClientError),
+    /// A local file.
+    #[error("{}: {source}", path.display())]
+    Local {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The host refused a request.
+    #[error("{path}: {detail}")]
+    Remote {
+        /// The workspace path.
+        path: String,
+        /// The host's code.
+        code: FilesError,
+        /// Its words.
+        detail: String,
+    },
+    /// The link to the host broke (run the copy again to go on).
+    #[error(
+        "the link to the host broke ({0}); run the same copy again to go on from where it stopped"
+    )]
+    Link(String),
+    /// A copy that cannot be done as asked.
+    #[error("{0}")]
+    Usage(String),
+}
+
+fn local(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
+    move |source| CopyError::Local {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn wpath(path: &str) -> Result<WorkspacePath, CopyError> {
+    BoundedString::new(path).map_err(|e| CopyError::Usage(format!("{path}: {e}")))
+}
+
+fn join(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_string()
+    } else {
+        format!("{a}/{b}")
+    }
+}
+
+/// blake3 of a whole local file.
+async fn hash_local(path: &Path) -> Result<[u8; 32], CopyError> {
+    let p = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut file = std::fs::File::open(&p)?;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(&mut file)?;
+        Ok::<_, std::io::Error>(*hasher.finalize().as_bytes())
+    })
+    .await
+    .map_err(|e| CopyError::Link(e.to_string()))?
+    .map_err(local(path))
+}
+
+/// The part file beside a local target.
+fn local_part(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.gpux-part"))
+}
+
+/// One files stream.
+struct Session {
+    tx: SplitSink<Socket, Message>,
+    rx: SplitStream<Socket>,
+}
+
+impl Session {
+    async fn open(api: &ApiClient, lease: &str) -> Result<Session, CopyError> {
+        let socket = connect(api, &format!("/v1/leases/{lease}/files")).await?;
+        let (tx, rx) = socket.split();
+        Ok(Session { tx, rx })
+    }
+
+    async fn send(&mut self, request: &FilesRequest) -> Result<(), CopyError> {
+        self.tx
+            .send(Message::Binary(plane_wire::encode(request).into()))
+            .await
+            .map_err(|e| CopyError::Link(e.to_string()))
+    }
+
+    async fn recv(&mut self) -> Result<FilesResponse, CopyError> {
+        loop {
+            match self.rx.next().await {
+                Some(Ok(Message::Binary(bytes))) => {
+                    return plane_wire::decode(&bytes).map_err(|e| CopyError::Link(e.to_string()));
+                }
+                Some(Ok(Message::Close(_))) | None => {
+                    return Err(CopyError::Link("the host closed the stream".into()));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(CopyError::Link(e.to_string())),
+            }
+        }
+    }
+
+    async fn ask(&mut self, request: &FilesRequest) -> Result<FilesResponse, CopyError> {
+        self.send(request).await?;
+        self.recv().await
+    }
+
+    async fn stat(&mut self, path: &str) -> Result<Option<EntryKind>, CopyError> {
+        match self.ask(&FilesRequest::Stat { path: wpath(path)? }).await? {
+            FilesResponse::Stat(kind) => Ok(kind),
+            other => Err(unexpected(path, other)),
+        }
+    }
+
+    async fn mkdir(&mut self, path: &str) -> Result<(), CopyError> {
+        match self
+            .ask(&FilesRequest::Mkdir { path: wpath(path)? })
+            .await?
+        {
+            FilesResponse::Done => Ok(()),
+            other => Err(unexpected(path, other)),
+        }
+    }
+
+    async fn list(&mut self, path: &str) -> Result<Vec<Entry>, CopyError> {
+        self.send(&FilesRequest::List { path: wpath(path)? })
+            .await?;
+        let mut all = Vec::new();
+        loop {
+            match self.recv().await? {
+                FilesResponse::Entries { entries, more } => {
+                    all.extend(entries.into_inner());
+                    if !more {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(unexpected(path, other)),
+            }
+        }
+    }
+
+    /// Puts one local file; returns the bytes sent.
+    async fn put(
+        &mut self,
+        from: &Path,
+        to: &str,
+        size: u64,
+        progress: &dyn Progress,
+    ) -> Result<u64, CopyError> {
+        let hash = hash_local(from).await?;
+        let request = FilesRequest::Put {
+            path: wpath(to)?,
+            size,
+            hash,
+        };
+        let offset = match self.ask(&request).await? {
+            FilesResponse::Have => {
+                progress.advance(size);
+                return Ok(0);
+            }
+            FilesResponse::PutFrom(offset) if offset <= size => offset,
+            other => return Err(unexpected(to, other)),
+        };
+        progress.advance(offset);
+        let mut file = tokio::fs::File::open(from).await.map_err(local(from))?;
+        tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(offset))
+            .await
+            .map_err(local(from))?;
+        let mut reader = tokio::io::BufReader::with_capacity(1 << 20, file);
+        let mut left = size - offset;
+        let mut buf = vec![0u8; MAX_FILE_DATA];
+        while left > 0 {
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = reader.read(&mut buf[..want]).await.map_err(local(from))?;
+            if n == 0 {
+                return Err(CopyError::Local {
+                    path: from.to_path_buf(),
+                    source: std::io::Error::other("the file shrank while it was copied"),
+                });
+            }
+            let data = BoundedBytes::new(buf[..n].to_vec()).unwrap_or_default();
+            let frame = Message::Binary(plane_wire::encode(&FilesRequest::Data(data)).into());
+            // The host answers early only to fail (its disk is full, say).
+            tokio::select! {
+                biased;
+                early = self.rx.next() => {
+                    let answer = match early {
+                        Some(Ok(Message::Binary(bytes))) => plane_wire::decode(&bytes).ok(),
+                        _ => None,
+                    };
+                    return Err(match answer {
+                        Some(answer) => unexpected(to, answer),
+                        None => CopyError::Link("the host closed the stream".into()),
+                    });
+                }
+                sent = self.tx.feed(frame) => sent.map_err(|e| CopyError::Link(e.to_string()))?,
+            }
+            left -= n as u64;
+            progress.advance(n as u64);
+        }
+        self.tx
+            .flush()
+            .await
+            .map_err(|e| CopyError::Link(e.to_string()))?;
+        match self.recv().await? {
+            FilesResponse::Done => Ok(size - offset),
+            other => Err(unexpected(to, other)),
+        }
+    }
+
+    /// Gets one file into `to`; returns its size and the bytes received.
+    async fn get(
+        &mut self,
+        from: &str,
+        to: &Path,
+        progress: &dyn Progress,
+    ) -> Result<(u64, u64), CopyError> {
+        let part = local_part(to);
+        let mut have = tokio::fs::metadata(&part)
+            .await
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let request = |offset| -> Result<FilesRequest, CopyError> {
+            Ok(FilesRequest::Get {
+                path: wpath(from)?,
+                offset,
+            })
+        };
+        let (size, hash) = match self.ask(&request(have)?).await? {
+            FilesResponse::Sending { size, hash } => (size, hash),
+            // The part is longer than the file now: start again.
+            FilesResponse::Failed {
+                code: FilesError::Invalid,
+                ..
+            } if have > 0 => {
+                have = 0;
+                let _ = tokio::fs::remove_file(&part).await;
+                match self.ask(&request(0)?).await? {
+                    FilesResponse::Sending { size, hash } => (size, hash),
+                    other => return Err(unexpected(from, other)),
+                }
+            }
+            other => return Err(unexpected(from, other)),
+        };
+        progress.advance(have);
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&part)
+            .await
+            .map_err(local(&part))?;
+        file.set_len(have).await.map_err(local(&part))?;
+        let mut writer = tokio::io::BufWriter::with_capacity(1 << 20, file);
+        let mut left = size - have;
+        while left > 0 {
+            match self.recv().await? {
+                FilesResponse::Data(data) if data.len() as u64 <= left => {
+                    writer.write_all(&data).await.map_err(local(&part))?;
+                    left -= data.len() as u64;
+                    progress.advance(data.len() as u64);
+                }
+                other => {
+                    writer.flush().await.map_err(local(&part))?;
+                    return Err(unexpected(from, other));
+                }
+            }
+        }
+        writer.flush().await.map_err(local(&part))?;
+        drop(writer);
+        if hash_local(&part).await? != hash {
+            let _ = tokio::fs::remove_file(&part).await;
+            return Err(CopyError::Remote {
+                path: from.to_string(),
+                code: FilesError::HashMismatch,
+                detail: "the bytes received do not hash to the host's file (did it change while it was copied?); nothing was kept".into(),
+            });
+        }
+        tokio::fs::rename(&part, to).await.map_err(local(to))?;
+        Ok((size, size - have))
+    }
+}
+
+fn unexpected(path: &str, answer: FilesResponse) -> CopyError {
+    match answer {
+        FilesResponse::Failed { code, detail } => CopyError::Remote {
+            path: path.to_string(),
+            code,
+            detail: detail.to_string(),
+        },
+        other => CopyError::Link(format!("an answer out of turn for {path}: {other:?}")),
+    }
+}
+
+fn base_name(path: &Path) -> Result<String, CopyError> {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| CopyError::Usage(format!("{} has no name to copy under", path.display())))
+}
+
+/// Copies `src` to `dst` (one of them in a lease's workspace), as `cp -r` would: into `dst`
+/// when it is a directory (or written with a trailing `/`), as `dst` otherwise.
+pub async fn copy(
+    api: &ApiClient,
+    src: &Place,
+    dst: &Place,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let started = Instant::now();
+    let mut report = match (src, dst) {
+        (Place::Local(from), Place::Remote { lease, path, into }) => {
+            let mut session = Session::open(api, lease).await?;
+            upload(&mut session, from, path, *into, progress).await?
+        }
+        (Place::Remote { lease, path, .. }, Place::Local(to)) => {
+            let mut session = Session::open(api, lease).await?;
+            download(&mut session, path, to, progress).await?
+        }
+        _ => {
+            return Err(CopyError::Usage(
+                "one side of a copy is a lease's workspace (LEASE:/workspace/PATH), the other a local path".into(),
+            ));
+        }
+    };
+    report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(report)
+}
+
+/// What is under a local directory, relative to it, sorted.
+#[derive(Default)]
+struct LocalTree {
+    /// Files and their sizes.
+    files: Vec<(String, u64)>,
+    dirs: Vec<String>,
+    /// Links and special files.
+    skipped: Vec<String>,
+}
+
+/// Every file and directory under a local directory; links and special files apart.
+fn walk_local(root: &Path) -> Result<LocalTree, CopyError> {
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    let mut skipped = Vec::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(&rel)
+        };
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(local(&dir))?
+            .filter_map(Result::ok)
+            .collect();
+        names.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in names {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let child = join(&rel, &name);
+            let kind = entry.file_type().map_err(local(&entry.path()))?;
+            if kind.is_dir() {
+                dirs.push(child.clone());
+                stack.push(child);
+            } else if kind.is_file() {
+                let len = entry.metadata().map_err(local(&entry.path()))?.len();
+                files.push((child, len));
+            } else {
+                skipped.push(child);
+            }
+        }
+    }
+    dirs.sort();
+    files.sort();
+    Ok(LocalTree {
+        files,
+        dirs,
+        skipped,
+    })
+}
+
+async fn upload(
+    session: &mut Session,
+    from: &Path,
+    to: &str,
+    into: bool,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let meta = tokio::fs::symlink_metadata(from)
+        .await
+        .map_err(local(from))?;
+    let at = session.stat(to).await?;
+    let target = match at {
+        Some(EntryKind::Dir) => join(to, &base_name(from)?),
+        None if into && !to.is_empty() => {
+            session.mkdir(to).await?;
+            join(to, &base_name(from)?)
+        }
+        Some(EntryKind::File(_)) if meta.is_dir() => {
+            return Err(CopyError::Usage(format!(
+                "/workspace/{to} is a file; a directory cannot be copied onto it"
+            )));
+        }
+        _ => to.to_string(),
+    };
+    let mut report = CopyReport::default();
+    if meta.is_file() {
+        progress.total(meta.len());
+        report.bytes_sent += session.put(from, &target, meta.len(), progress).await?;
+        report.files = 1;
+        report.bytes = meta.len();
+        return Ok(report);
+    }
+    if !meta.is_dir() {
+        return Err(CopyError::Usage(format!(
+            "{} is neither a file nor a directory",
+            from.display()
+        )));
+    }
+    let from_dir = from.to_path_buf();
+    let LocalTree {
+        files,
+        dirs,
+        skipped,
+    } = tokio::task::spawn_blocking(move || walk_local(&from_dir))
+        .await
+        .map_err(|e| CopyError::Link(e.to_string()))??;
+    progress.total(files.iter().map(|(_, n)| n).sum());
+    session.mkdir(&target).await?;
+    report.dirs += 1;
+    for dir in &dirs {
+        session.mkdir(&join(&target, dir)).await?;
+        report.dirs += 1;
+    }
+    for (file, size) in &files {
+        let remote = join(&target, file);
+        report.bytes_sent += session
+            .put(&from.join(file), &remote, *size, progress)
+            .await?;
+        report.files += 1;
+        report.bytes += size;
+    }
+    report.skipped = skipped;
+    Ok(report)
+}
+
+async fn download(
+    session: &mut Session,
+    from: &str,
+    to: &Path,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let kind = session.stat(from).await?.ok_or_else(|| CopyError::Remote {
+        path: from.to_string(),
+        code: FilesError::NotFound,
+        detail: format!("nothing at /workspace/{from}"),
+    })?;
+    let name = from
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("workspace");
+    let local_is_dir = tokio::fs::metadata(to).await.is_ok_and(|m| m.is_dir());
+    let target = if local_is_dir {
+        to.join(name)
+    } else {
+        to.to_path_buf()
+    };
+    let mut report = CopyReport::default();
+    match kind {
+        EntryKind::File(size) => {
+            progress.total(size);
+            let (size, got) = session.get(from, &target, progress).await?;
+            report.files = 1;
+            report.bytes = size;
+            report.bytes_sent = got;
+            Ok(report)
+        }
+        EntryKind::Dir => {
+            let entries = session.list(from).await?;
+            let total = entries
+                .iter()
+                .map(|e| match e.kind {
+                    EntryKind::File(n) => n,
+                    _ => 0,
+                })
+                .sum();
+            progress.total(total);
+            tokio::fs::create_dir_all(&target)
+                .await
+                .map_err(local(&target))?;
+            report.dirs += 1;
+            for entry in entries {
+                // The host names what it lists: nothing may lead out of the target.
+                if super::confined::check(&entry.path).is_err() {
+                    return Err(CopyError::Link(format!(
+                        "the host listed {:?}, a path that leaves the directory",
+                        entry.path.as_str()
+                    )));
+                }
+                let local_path = target.join(entry.path.as_str());
+                let remote = join(from, &entry.path);
+                match entry.kind {
+                    EntryKind::Dir => {
+                        tokio::fs::create_dir_all(&local_path)
+                            .await
+                            .map_err(local(&local_path))?;
+                        report.dirs += 1;
+                    }
+                    EntryKind::File(_) => {
+                        let (size, got) = session.get(&remote, &local_path, progress).await?;
+                        report.files += 1;
+                        report.bytes += size;
+                        report.bytes_sent += got;
+                    }
+                    EntryKind::Symlink | EntryKind::Other => {
+                        report.skipped.push(entry.path.to_string())
+                    }
+                }
+            }
+            Ok(report)
+        }
+        EntryKind::Symlink | EntryKind::Other => Err(CopyError::Remote {
+            path: from.to_string(),
+            code: FilesError::WrongKind,
+            detail: format!("/workspace/{from} is a link or a special file: never copied"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_read_as_local_or_a_lease_workspace() {
+        let lease = "ab".repeat(32);
+        let remote = |path: &str, into| Place::Remote {
+            lease: lease.clone(),
+            path: path.into(),
+            into,
+        };
+        assert_eq!(
+            Place::parse("data.bin").unwrap(),
+            Place::Local("data.bin".into())
+        );
+        assert_eq!(Place::parse("./a:b").unwrap(), Place::Local("./a:b".into()));
+        assert_eq!(
+            Place::parse(&format!("{lease}:/workspace/out/r.txt")).unwrap(),
+            remote("out/r.txt", false)
+        );
+        assert_eq!(
+            Place::parse(&format!("{lease}:/workspace/out/")).unwrap(),
+            remote("out", true)
+        );
+        assert_eq!(
+            Place::parse(&format!("{lease}:/workspace")).unwrap(),
+            remote("", true)
+        );
+        assert_eq!(
+            Place::parse(&format!("{lease}:in.csv")).unwrap(),
+            remote("in.csv", false)
+        );
+        for bad in [
+            "/workspace/../etc",
+            "/etc/passwd",
+            "/workspace/a/../../x",
+            "/workspacex",
+        ] {
+            assert!(Place::parse(&format!("{lease}:{bad}")).is_err(), "{bad}");
+        }
+    }
+}
