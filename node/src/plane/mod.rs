@@ -1,11 +1,13 @@
 //! The workload plane: what a lease's renter does in its container besides running the
-//! workload, over libp2p streams to the host (`gpux exec`, `gpux forward`).
+//! workload, over libp2p streams to the host (`gpux exec`, `gpux forward`, `gpux cp`).
 //!
-//! - [`host`] serves the streams: only to the peer that signed the lease, only while its
+//! - `host` serves the streams: only to the peer that signed the lease, only while its
 //!   container runs, bounded in number, idle time and the lease's end.
-//! - [`bridge`] is the renter node's side: the local API's WebSocket endpoints that the CLI
+//! - `bridge` is the renter node's side: the local API's WebSocket endpoints that the CLI
 //!   talks to, each bridged to one stream to the host.
-//! - [`client`] is the CLI's side of those endpoints.
+//! - [`client`] and [`copy`] are the CLI's side of those endpoints.
+//! - `files` serves a lease's workspace from its filesystem on the host, through `confined`
+//!   (every path resolved by `openat2` beneath the workspace, through no link).
 //!
 //! Frames are [`gpux_protocol::plane_wire`]'s, length-prefixed on the stream.
 
