@@ -238,6 +238,17 @@ enum TestnetAction {
         #[arg(long, default_value = "5m", value_parser = cmd::parse_duration)]
         duration: u32,
     },
+    /// Benchmark the workload plane: `gpux cp` against a raw libp2p stream and raw TCP,
+    /// exec echo latency, HTTP through `gpux forward` against direct loopback; prints JSON
+    /// (docs/benchmarks.md).
+    PlaneBench {
+        /// Bytes each copy moves (`1GiB`).
+        #[arg(long, default_value = "1GiB", value_parser = cmd::market::parse_size)]
+        bytes: u64,
+        /// Exec echo samples.
+        #[arg(long, default_value_t = 200)]
+        echo_samples: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,6 +378,13 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     duration,
                 },
         } => cmd::testnet::flood(keys_per_min, duration)?,
+        Command::Testnet {
+            action:
+                TestnetAction::PlaneBench {
+                    bytes,
+                    echo_samples,
+                },
+        } => cmd::testnet::plane_bench(bytes, echo_samples)?,
         Command::Status => cmd::market::status(&dir)?,
         Command::Offers {
             action: OffersAction::Search { query, limit, json },

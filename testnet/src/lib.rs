@@ -16,6 +16,7 @@ use gpux_node::api_client::ApiClient;
 
 pub mod flood;
 pub mod harness;
+pub mod plane_bench;
 pub mod rogue;
 
 /// What to run.

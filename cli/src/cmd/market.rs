@@ -48,7 +48,7 @@ pub(crate) struct Run {
 }
 
 /// A size on the command line: `10GiB`, `512MiB`, `1.5GB`, or bytes.
-fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     text.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
         .map_err(|e| format!("'{text}': {e} (e.g. 10GiB)"))

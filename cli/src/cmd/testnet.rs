@@ -146,3 +146,17 @@ pub(crate) fn flood(keys_per_min: u32, duration: u32) -> anyhow::Result<()> {
     })?;
     super::print_json(&report)
 }
+
+pub(crate) fn plane_bench(bytes: u64, echo_samples: usize) -> anyhow::Result<()> {
+    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let config = gpux_testnet::plane_bench::PlaneBenchConfig {
+        gpux,
+        bytes,
+        echo_samples,
+    };
+    let started = std::time::Instant::now();
+    let report = gpux_testnet::plane_bench::run(&config, |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
+    })?;
+    super::print_json(&report)
+}

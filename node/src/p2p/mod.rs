@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 pub use client::{Client, InboundId, NetError, NetworkEvent, Proto};
 pub use libp2p::gossipsub::{MessageAcceptance, MessageId};
-pub use libp2p::{Multiaddr, PeerId, Stream, StreamProtocol};
+pub use libp2p::{Multiaddr, PeerId, Stream, StreamProtocol, multiaddr};
 
 /// Capacity of the command channel into the event loop.
 pub const COMMAND_CAPACITY: usize = 256;

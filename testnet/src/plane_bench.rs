@@ -1,0 +1,415 @@
+//! The workload plane, as a benchmark (`gpux testnet plane-bench`): what `gpux cp`, `gpux
+//! exec` and `gpux forward` cost against the transport under them, measured in one run on
+//! real processes (a ledger, a host with a fake GPU, a renter) and the real Docker daemon.
+//!
+//! - `gpux cp` of `bytes` up and down, against a raw libp2p stream (the same TCP, noise and
+//!   yamux) between two in-process peers, and raw loopback TCP;
+//! - exec echo latency: a line through `gpux exec -i LEASE -- cat` and back;
+//! - HTTP through `gpux forward` (busybox httpd in the container) against the same httpd run
+//!   on this machine's loopback.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{AsyncReadExt, AsyncWriteExt, StreamExt};
+use serde::Serialize;
+
+use crate::harness::{Node, free_port};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct PlaneBenchConfig {
+    /// The `gpux` binary.
+    pub gpux: PathBuf,
+    /// Bytes each copy moves.
+    pub bytes: u64,
+    /// Exec echo samples.
+    pub echo_samples: usize,
+}
+
+/// What came out (rates in MiB/s, times in ms).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PlaneBenchReport {
+    /// Bytes each copy moved.
+    pub bytes: u64,
+    /// `gpux cp` up (renter to workspace), MiB/s.
+    pub cp_up_mib_s: f64,
+    /// `gpux cp` down, MiB/s.
+    pub cp_down_mib_s: f64,
+    /// A raw libp2p stream between two in-process peers on loopback, MiB/s.
+    pub libp2p_stream_mib_s: f64,
+    /// Raw loopback TCP, MiB/s.
+    pub tcp_mib_s: f64,
+    /// The slower cp direction over the raw libp2p stream (goal ≥ 0.8).
+    pub cp_over_libp2p: f64,
+    /// Exec echo round trips, ms.
+    pub exec_echo_ms_p50: f64,
+    /// See `exec_echo_ms_p50`.
+    pub exec_echo_ms_p95: f64,
+    /// A 64 MiB HTTP download through `gpux forward`, MiB/s (best of 3).
+    pub forward_http_mib_s: f64,
+    /// The same from the same httpd on this machine's loopback, MiB/s (best of 3).
+    pub direct_http_mib_s: f64,
+    /// Forward over direct (goal ≥ 0.5).
+    pub forward_over_direct: f64,
+}
+
+fn mib_s(bytes: u64, took: Duration) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0) / took.as_secs_f64().max(1e-9)
+}
+
+fn noise(path: &Path, len: u64) -> anyhow::Result<()> {
+    let mut xof = blake3::Hasher::new().update(b"plane-bench").finalize_xof();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        xof.fill(&mut buf[..n]);
+        out.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn run_ok(node: &Node, args: &[&str]) -> anyhow::Result<std::process::Output> {
+    let out = node.gpux(args)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "gpux {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(out)
+}
+
+/// `bytes` through a raw libp2p stream between two fresh in-process peers.
+async fn libp2p_stream(bytes: u64) -> anyhow::Result<Duration> {
+    use gpux_node::p2p::{self, NetConfig, StreamProtocol};
+    let config = || NetConfig {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a multiaddr")],
+        kademlia: false,
+        ..NetConfig::default()
+    };
+    let (a, _a_events) = p2p::spawn(&gpux_protocol::Keypair::from_seed(&[1; 32]), config()).await?;
+    let (b, _b_events) = p2p::spawn(&gpux_protocol::Keypair::from_seed(&[2; 32]), config()).await?;
+    let proto = StreamProtocol::new("/gpux-bench/1");
+    let mut incoming = b.accept_streams(proto.clone())?;
+    let addr = b
+        .listen_addrs()
+        .await?
+        .into_iter()
+        .next()
+        .context("no listen address")?;
+    a.dial(addr.with(libp2p_p2p(b.local_peer_id()))).await?;
+    let start = Instant::now();
+    while !a.peers().await?.contains(&b.local_peer_id()) {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "the peers did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reader = tokio::spawn(async move {
+        let (_, mut stream) = incoming.next().await.context("no stream")?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0u64;
+        loop {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<u64, anyhow::Error>(got);
+            }
+            got += n as u64;
+        }
+    });
+    let mut stream = a
+        .open_stream(b.local_peer_id(), proto, Duration::from_secs(10))
+        .await?;
+    let buf = vec![7u8; 64 * 1024];
+    let start = Instant::now();
+    let mut left = bytes;
+    while left > 0 {
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        stream.write_all(&buf[..n]).await?;
+        left -= n as u64;
+    }
+    stream.close().await?;
+    let got = reader.await??;
+    anyhow::ensure!(got == bytes, "the stream carried {got} of {bytes} bytes");
+    Ok(start.elapsed())
+}
+
+fn libp2p_p2p(peer: gpux_node::p2p::PeerId) -> gpux_node::p2p::multiaddr::Protocol<'static> {
+    gpux_node::p2p::multiaddr::Protocol::P2p(peer)
+}
+
+/// `bytes` through raw loopback TCP.
+async fn tcp(bytes: u64) -> anyhow::Result<Duration> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let reader = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0u64;
+        loop {
+            let n = conn.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<u64, std::io::Error>(got);
+            }
+            got += n as u64;
+        }
+    });
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    let buf = vec![7u8; 64 * 1024];
+    let start = Instant::now();
+    let mut left = bytes;
+    while left > 0 {
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        conn.write_all(&buf[..n]).await?;
+        left -= n as u64;
+    }
+    conn.shutdown().await?;
+    reader.await??;
+    Ok(start.elapsed())
+}
+
+/// The best of three HTTP/1.0 downloads of `/blob` from `port`, MiB/s.
+fn http_best(port: u16) -> anyhow::Result<f64> {
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        conn.set_read_timeout(Some(Duration::from_secs(60)))?;
+        conn.write_all(b"GET /blob HTTP/1.0\r\nHost: x\r\n\r\n")?;
+        let mut got = Vec::new();
+        conn.read_to_end(&mut got)?;
+        anyhow::ensure!(got.starts_with(b"HTTP/1.1 200"), "the download failed");
+        best = best.max(mib_s(got.len() as u64, start.elapsed()));
+    }
+    Ok(best)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Runs the benchmark; `progress` hears what it is doing.
+pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result<PlaneBenchReport> {
+    let fake = crate::fake_nvml_beside(&config.gpux)?;
+    let image = crate::build_image()?;
+    let temp = tempfile::tempdir().context("creating a temporary directory")?;
+    let base = temp.path();
+    let api = || vec!["--api".to_string(), "127.0.0.1:0".to_string()];
+    let mut ledger_args = api();
+    ledger_args.push("--serve-ledger".into());
+    let mut ledger = Node::new(&config.gpux, base, "ledger", ledger_args, vec![])?;
+    ledger.spawn()?;
+    let ledger_addr = format!("{}/p2p/{}", ledger.addr, ledger.peer);
+    let mut joined = api();
+    joined.extend(["--bootstrap", &ledger_addr, "--ledger", &ledger_addr].map(String::from));
+    let gpus = base.join("gpus.toml");
+    std::fs::write(
+        &gpus,
+        "[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-0000beef-0000-4000-8000-000000000002\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n",
+    )?;
+    let mut host_args = joined.clone();
+    host_args.extend(
+        [
+            "--host",
+            "--fake-gpus",
+            "--nvml-lib",
+            &fake.display().to_string(),
+            "--image",
+            &image,
+            "--price",
+            "3.60",
+            "--min-duration",
+            "1",
+            "--receipt-interval",
+            "1",
+        ]
+        .map(String::from),
+    );
+    let mut host = Node::new(
+        &config.gpux,
+        base,
+        "host",
+        host_args,
+        vec![("GPUX_FAKE_NVML_CONFIG".into(), gpus)],
+    )?;
+    host.spawn()?;
+    let mut renter = Node::new(&config.gpux, base, "renter", joined, vec![])?;
+    renter.spawn()?;
+    let ledger_api = ledger.api()?;
+    for node in [&host, &renter] {
+        ledger_api.mint(&gpux_api::MintRequest {
+            account: node.peer.clone(),
+            amount: "1000".into(),
+        })?;
+    }
+    let start = Instant::now();
+    while renter.api()?.status().map_or(0, |s| s.offers_in_book) == 0 {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "no offer reached the renter"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let disk = format!("{}MiB", (config.bytes >> 20) * 11 / 10 + 200);
+    let rented = run_ok(
+        &renter,
+        &[
+            "rent",
+            "gpu=l4",
+            "--max-price",
+            "5",
+            "--duration",
+            "3600",
+            "--image",
+            &image,
+            "--disk",
+            &disk,
+            "--json",
+            "--",
+            "sleep",
+            "3600",
+        ],
+    )?;
+    let lease = serde_json::from_slice::<gpux_api::Rented>(&rented.stdout)?.lease;
+    progress(&format!("lease {lease} runs with a {disk} workspace"));
+
+    let mut report = PlaneBenchReport {
+        bytes: config.bytes,
+        ..PlaneBenchReport::default()
+    };
+    let file = base.join("blob.bin");
+    noise(&file, config.bytes)?;
+    let remote = format!("{lease}:/workspace/");
+    let t = Instant::now();
+    run_ok(&renter, &["cp", &file.display().to_string(), &remote])?;
+    report.cp_up_mib_s = mib_s(config.bytes, t.elapsed());
+    let back = base.join("back.bin");
+    let t = Instant::now();
+    run_ok(
+        &renter,
+        &[
+            "cp",
+            &format!("{lease}:/workspace/blob.bin"),
+            &back.display().to_string(),
+        ],
+    )?;
+    report.cp_down_mib_s = mib_s(config.bytes, t.elapsed());
+    std::fs::remove_file(&back)?;
+    progress(&format!(
+        "cp: up {:.0} MiB/s, down {:.0} MiB/s",
+        report.cp_up_mib_s, report.cp_down_mib_s
+    ));
+
+    let runtime = tokio::runtime::Runtime::new()?;
+    report.libp2p_stream_mib_s =
+        mib_s(config.bytes, runtime.block_on(libp2p_stream(config.bytes))?);
+    report.tcp_mib_s = mib_s(config.bytes, runtime.block_on(tcp(config.bytes))?);
+    report.cp_over_libp2p =
+        report.cp_up_mib_s.min(report.cp_down_mib_s) / report.libp2p_stream_mib_s.max(1e-9);
+    progress(&format!(
+        "raw libp2p stream {:.0} MiB/s, raw TCP {:.0} MiB/s",
+        report.libp2p_stream_mib_s, report.tcp_mib_s
+    ));
+
+    // Exec echo: one line to `cat` and back, many times.
+    let mut cat = renter
+        .gpux_command(&["exec", "-i", &lease, "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdin = cat.stdin.take().context("cat's stdin")?;
+    let mut stdout = BufReader::new(cat.stdout.take().context("cat's stdout")?);
+    let mut samples = Vec::with_capacity(config.echo_samples);
+    let mut line = String::new();
+    for i in 0..config.echo_samples + 5 {
+        let t = Instant::now();
+        writeln!(stdin, "echo {i}")?;
+        stdin.flush()?;
+        line.clear();
+        stdout.read_line(&mut line)?;
+        anyhow::ensure!(line == format!("echo {i}\n"), "cat answered {line:?}");
+        // The first few warm the path up.
+        if i >= 5 {
+            samples.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    drop(stdin);
+    let _ = cat.wait();
+    samples.sort_by(f64::total_cmp);
+    report.exec_echo_ms_p50 = percentile(&samples, 0.5);
+    report.exec_echo_ms_p95 = percentile(&samples, 0.95);
+    progress(&format!(
+        "exec echo p50 {:.1} ms, p95 {:.1} ms",
+        report.exec_echo_ms_p50, report.exec_echo_ms_p95
+    ));
+
+    // HTTP: the same busybox httpd and the same 64 MiB, in the container and here.
+    run_ok(
+        &renter,
+        &[
+            "exec",
+            &lease,
+            "--",
+            "sh",
+            "-c",
+            "mkdir -p /workspace/www && head -c 67108864 /workspace/blob.bin > /workspace/www/blob && httpd -p 127.0.0.1:8080 -h /workspace/www",
+        ],
+    )?;
+    let www = base.join("www");
+    std::fs::create_dir_all(&www)?;
+    let mut blob = std::fs::File::open(&file)?.take(64 << 20);
+    std::io::copy(&mut blob, &mut std::fs::File::create(www.join("blob"))?)?;
+    let direct_port = free_port()?;
+    let mut direct = std::process::Command::new(gpux_node::executor::BUSYBOX_PATH)
+        .args([
+            "httpd",
+            "-f",
+            "-p",
+            &format!("127.0.0.1:{direct_port}"),
+            "-h",
+        ])
+        .arg(&www)
+        .spawn()
+        .context("busybox httpd on this machine")?;
+    let forward_port = free_port()?;
+    let mut forward = renter
+        .gpux_command(&["forward", &lease, &format!("{forward_port}:8080")])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut said = String::new();
+    BufReader::new(forward.stderr.take().context("forward's stderr")?).read_line(&mut said)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let measured = (|| -> anyhow::Result<(f64, f64)> {
+        Ok((http_best(direct_port)?, http_best(forward_port)?))
+    })();
+    let _ = forward.kill();
+    let _ = direct.kill();
+    let _ = forward.wait();
+    let _ = direct.wait();
+    let (direct_rate, forward_rate) = measured?;
+    report.direct_http_mib_s = direct_rate;
+    report.forward_http_mib_s = forward_rate;
+    report.forward_over_direct = forward_rate / direct_rate.max(1e-9);
+    progress(&format!(
+        "HTTP: forward {forward_rate:.0} MiB/s, direct {direct_rate:.0} MiB/s"
+    ));
+
+    let _ = renter.gpux(&["stop", &lease]);
+    std::thread::sleep(Duration::from_secs(3));
+    crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
+    Ok(report)
+}
