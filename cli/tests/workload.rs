@@ -72,7 +72,7 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         renter,
         120,
         "mkdir -p /tmp/www && echo forwarded-ok > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www",
-        &["--disk", "32MiB"],
+        &["--disk", "32MiB", "--retain", "2s"],
     );
     wait_for("the lease to run", 30, || {
         renter.lease(&lease).phase == "running"
@@ -293,7 +293,12 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     let market = Market::start(1, 1, 3);
     let renter = &market.renters[0];
     let host = &market.hosts[0];
-    let lease = market.rent_with(renter, 600, "sleep 600", &["--disk", "1200MiB"]);
+    let lease = market.rent_with(
+        renter,
+        600,
+        "sleep 600",
+        &["--disk", "1200MiB", "--retain", "15s"],
+    );
     wait_for("the lease to run", 30, || {
         renter.lease(&lease).phase == "running"
     });
@@ -443,7 +448,21 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
         "{:?}",
         renter.lease(&lease)
     );
-    wait_for("the workspace to be erased", 30, || {
+    // The workspace outlives the lease for its retention: results can still be fetched
+    // (but the container is gone: no more commands).
+    let late = tmp.path().join("late.txt");
+    let fetched = renter.gpux(&["cp", &remote("tree/top.txt"), late.to_str().unwrap()]);
+    assert!(fetched.status.success(), "{:?}", text(&fetched));
+    assert_eq!(std::fs::read(&late).unwrap(), b"top\n");
+    assert!(
+        !renter
+            .gpux(&["exec", &lease, "--", "true"])
+            .status
+            .success()
+    );
+    wait_for("the workspace to be erased after its retention", 60, || {
         !host.dir.join("workspaces").join(&lease).exists()
     });
+    let out = renter.gpux(&["cp", &remote("tree/top.txt"), late.to_str().unwrap()]);
+    assert!(!out.status.success(), "{:?}", text(&out));
 }

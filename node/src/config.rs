@@ -27,6 +27,7 @@
 //! offer_ttl_s = 600
 //! republish_s = 120
 //! disk_quota = "64GiB"                  # host: all open leases' workspaces together
+//! max_retain_s = 3600                   # host: the longest a workspace outlives its lease
 //! ```
 
 use std::net::SocketAddr;
@@ -111,6 +112,10 @@ pub struct Options {
     /// workspaces). Each workspace's blocks are reserved when its lease starts.
     #[arg(long = "disk-quota", value_name = "SIZE")]
     pub disk_quota: Option<String>,
+    /// Host: the longest a lease's workspace is kept after the lease for its renter to
+    /// fetch results, seconds.
+    #[arg(long = "max-retain", value_name = "SECONDS")]
+    pub max_retain_s: Option<u64>,
 }
 
 /// Where an effective setting came from.
@@ -216,7 +221,8 @@ macro_rules! each_setting {
             max_duration_s,
             offer_ttl_s,
             republish_s,
-            disk_quota
+            disk_quota,
+            max_retain_s
         )
     };
 }
@@ -247,6 +253,7 @@ impl Options {
             offer_ttl_s: Some(600),
             republish_s: Some(120),
             disk_quota: Some("64GiB".into()),
+            max_retain_s: Some(3600),
         }
     }
 
@@ -396,6 +403,7 @@ impl Effective {
                 fake_gpus: o.fake_gpus.unwrap_or(false),
                 disk_quota_bytes,
                 workspace_root: data_dir.join("workspaces"),
+                max_retain_s: o.max_retain_s.or(d.max_retain_s).unwrap_or(3600),
             })
         } else {
             None

@@ -518,6 +518,7 @@ pub fn up(
                 env: Default::default(),
                 network: false,
                 disk_bytes: None,
+                retain_s: None,
             };
             let asked = Instant::now();
             match renter.rent(&body) {

@@ -42,9 +42,23 @@ pub(crate) struct Run {
     /// erased when the lease ends.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     disk: Option<u64>,
+    /// Keep the workspace this long after the lease, for `gpux cp` to fetch results
+    /// (`30m`; the host's default, 10 minutes, otherwise; 0: erase at once).
+    #[arg(long, value_name = "DURATION", value_parser = parse_retain)]
+    retain: Option<u64>,
     /// The command to run in the container, after `--` [default: the image's].
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+/// A retention on the command line: seconds or a duration (`30m`); 0 is allowed.
+fn parse_retain(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(s) => Ok(s),
+        Err(_) => humantime::parse_duration(text)
+            .map(|d| d.as_secs())
+            .map_err(|_| format!("'{text}': use seconds or a duration like 30m")),
+    }
 }
 
 /// A size on the command line: `10GiB`, `512MiB`, `1.5GB`, or bytes.
@@ -123,6 +137,7 @@ pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Resu
         env,
         network: run.network,
         disk_bytes: run.disk,
+        retain_s: run.retain,
     };
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {

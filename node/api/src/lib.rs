@@ -243,6 +243,10 @@ pub struct RentRequest {
     /// A `/workspace` of this many bytes (a signed lease term); none when absent.
     #[serde(default)]
     pub disk_bytes: Option<u64>,
+    /// How long the host keeps the workspace after the lease, seconds (a signed lease
+    /// term; the host's default, 10 minutes, when absent; capped by the host).
+    #[serde(default)]
+    pub retain_s: Option<u64>,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the

@@ -71,6 +71,9 @@ pub struct HostOptions {
     pub disk_quota_bytes: u64,
     /// Where the workspaces are (`<data-dir>/workspaces`).
     pub workspace_root: PathBuf,
+    /// The longest a workspace is kept after its lease, seconds (renters ask for less or
+    /// more with `--retain`; 10 minutes when they do not say).
+    pub max_retain_s: u64,
 }
 
 /// The daemon's settings.

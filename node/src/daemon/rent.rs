@@ -142,6 +142,14 @@ pub(crate) fn parse(
             )
             .map_err(|e| bad("--disk")(e.to_string()))?;
     }
+    if let Some(retain) = request.retain_s {
+        if request.disk_bytes.is_none() {
+            return Err(bad("--retain")("keeps a workspace: give --disk too".into()));
+        }
+        terms
+            .insert(gpux_protocol::EXT_RETAIN_S, retain.to_le_bytes().to_vec())
+            .map_err(|e| bad("--retain")(e.to_string()))?;
+    }
     let workload = Workload {
         command,
         env,

@@ -63,7 +63,7 @@ pub use spec::{
     ContainerSpec, GpuBinding, LEASE_LABEL, NODE_LABEL, SCRATCH_DIR, WORKLOAD_USER,
     container_config,
 };
-pub use workspace::{MIN_WORKSPACE_BYTES, WORKSPACE_DIR, Workspaces};
+pub use workspace::{DEFAULT_RETAIN_S, MIN_WORKSPACE_BYTES, WORKSPACE_DIR, Workspaces};
 
 /// How long [`Executor::remove`] waits for Docker to finish a removal already under way.
 const REMOVAL_WAIT: Duration = Duration::from_secs(10);

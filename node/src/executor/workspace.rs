@@ -25,6 +25,10 @@ use super::ExecError;
 pub const WORKSPACE_DIR: &str = "/workspace";
 /// The smallest workspace (ext4's own structures need a few MiB).
 pub const MIN_WORKSPACE_BYTES: u64 = 16 << 20;
+/// How long a workspace outlives its lease when the lease does not say (seconds).
+pub const DEFAULT_RETAIN_S: u64 = 600;
+/// The file beside a retained workspace saying until when (unix ms).
+const RETAIN_FILE: &str = "retain-until";
 
 /// The workspaces of one host's leases.
 #[derive(Debug, Clone)]
@@ -167,6 +171,43 @@ impl Workspaces {
             });
         }
         Ok(())
+    }
+
+    /// Keeps lease `lease`'s workspace until `until_ms` (unix ms): written beside it, so a
+    /// restarted host still knows when to erase it.
+    pub async fn retain(&self, lease: &str, until_ms: u64) -> Result<(), ExecError> {
+        let path = self.dir(lease).join(RETAIN_FILE);
+        tokio::fs::write(&path, until_ms.to_string())
+            .await
+            .map_err(|source| ExecError::Io { path, source })
+    }
+
+    /// Erases lease `lease`'s workspace at `until_ms` (unix ms; at once if that has passed),
+    /// in a task of its own.
+    pub fn erase_at(&self, lease: &str, until_ms: u64) {
+        let (workspaces, lease) = (self.clone(), lease.to_string());
+        tokio::spawn(async move {
+            let now = crate::attest::now().0;
+            tokio::time::sleep(Duration::from_millis(until_ms.saturating_sub(now))).await;
+            match workspaces.remove(&lease).await {
+                Ok(()) => tracing::info!("lease {lease}: its workspace's retention ended; erased"),
+                Err(e) => tracing::error!("lease {lease}: erasing its workspace: {e}"),
+            }
+        });
+    }
+
+    /// Until when lease `lease`'s workspace is kept after its lease (unix ms), if it is.
+    pub fn retained_until(&self, lease: &str) -> Option<u64> {
+        std::fs::read_to_string(self.dir(lease).join(RETAIN_FILE))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The size of lease `lease`'s workspace image, bytes (0 when it has none).
+    pub fn bytes(&self, lease: &str) -> u64 {
+        std::fs::metadata(self.dir(lease).join("disk.img")).map_or(0, |m| m.len())
     }
 
     /// The leases (hex) that have a workspace here.

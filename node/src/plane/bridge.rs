@@ -41,8 +41,9 @@ fn unknown(lease: &ContentId) -> ApiError {
 }
 
 impl Bridge {
-    /// The host of a lease this node rents that still runs.
-    fn host_of(&self, lease: &str) -> Result<(ContentId, PeerId), ApiError> {
+    /// The host of a lease this node rents that still runs (or, `ended_too`, that ran: its
+    /// workspace may be kept for a while after).
+    fn host_of(&self, lease: &str, ended_too: bool) -> Result<(ContentId, PeerId), ApiError> {
         let id: ContentId = lease
             .parse()
             .map_err(|e| ApiError::bad_input(format!("lease id: {e}")))?;
@@ -52,7 +53,7 @@ impl Bridge {
             .ok()
             .flatten()
             .ok_or_else(|| unknown(&id))?;
-        if !matches!(record.phase, RenterPhase::Starting | RenterPhase::Running) {
+        if !ended_too && !matches!(record.phase, RenterPhase::Starting | RenterPhase::Running) {
             return Err(ApiError::new(
                 ErrorCode::Conflict,
                 format!("lease {id} has ended"),
@@ -102,14 +103,14 @@ impl Bridge {
         lease: &str,
         request: &ExecRequest,
     ) -> Result<FramedStream, ApiError> {
-        let (id, host) = self.host_of(lease)?;
+        let (id, host) = self.host_of(lease, false)?;
         let open = exec_open(id, request)?;
         self.open(host, super::EXEC, &open).await
     }
 
     /// Opens a files stream to `lease`'s workspace.
     pub(crate) async fn open_files(&self, lease: &str) -> Result<FramedStream, ApiError> {
-        let (id, host) = self.host_of(lease)?;
+        let (id, host) = self.host_of(lease, true)?;
         self.open(host, super::FILES, &FilesOpen { lease: id })
             .await
     }
@@ -123,7 +124,7 @@ impl Bridge {
         if port == 0 {
             return Err(ApiError::bad_input("port: must be 1 to 65535"));
         }
-        let (id, host) = self.host_of(lease)?;
+        let (id, host) = self.host_of(lease, false)?;
         self.open(host, super::FORWARD, &ForwardOpen { lease: id, port })
             .await
     }

@@ -45,9 +45,18 @@ pub(crate) struct PlaneHost {
 
 /// A lease the plane may serve: its container, and when the lease ends.
 struct Served {
-    container: String,
-    /// How long until the lease's end.
+    /// `None` after the lease (a retained workspace).
+    container: Option<String>,
+    /// How long until the lease's end (or its workspace's erasure).
     left: Duration,
+}
+
+impl Served {
+    fn container(&self) -> Result<&str, Refusal> {
+        self.container
+            .as_deref()
+            .ok_or((PlaneRefusal::NotRunning, "the lease has ended".to_string()))
+    }
 }
 
 /// Holds one of a lease's stream slots; gives it back when dropped.
@@ -114,8 +123,14 @@ impl PlaneHost {
         Ok(())
     }
 
-    /// Whether `peer` may work in `lease`'s container now; takes a stream slot if so.
-    async fn authorize(&self, peer: PeerId, lease: ContentId) -> Result<(Served, Slot), Refusal> {
+    /// Whether `peer` may work in `lease`'s container now (or, `retained`, in its workspace
+    /// kept after the lease); takes a stream slot if so.
+    async fn authorize(
+        &self,
+        peer: PeerId,
+        lease: ContentId,
+        retained: bool,
+    ) -> Result<(Served, Slot), Refusal> {
         let not_yours = || {
             (
                 PlaneRefusal::NotYourLease,
@@ -135,28 +150,35 @@ impl PlaneHost {
         if renter != Some(peer) {
             return Err(not_yours());
         }
-        if record.phase != HostPhase::Running {
-            return Err((
-                PlaneRefusal::NotRunning,
-                format!("lease {lease} is not running (it is {:?})", record.phase),
-            ));
-        }
-        let ends = record
-            .started_at
-            .map_or(now().0, |s| s.0)
-            .saturating_add(u64::from(request.duration_s) * 1000);
-        let left = Duration::from_millis(ends.saturating_sub(now().0));
         let hex = gpux_protocol::hex(&lease.0);
-        let container = self
-            .exec
-            .containers()
-            .await
-            .ok()
-            .and_then(|all| all.into_iter().find(|(l, _)| *l == hex).map(|(_, c)| c))
-            .ok_or((
-                PlaneRefusal::NotRunning,
-                format!("lease {lease} has no container now"),
-            ))?;
+        let (container, ends) = if record.phase == HostPhase::Running {
+            let ends = record
+                .started_at
+                .map_or(now().0, |s| s.0)
+                .saturating_add(u64::from(request.duration_s) * 1000);
+            let container = self
+                .exec
+                .containers()
+                .await
+                .ok()
+                .and_then(|all| all.into_iter().find(|(l, _)| *l == hex).map(|(_, c)| c))
+                .ok_or((
+                    PlaneRefusal::NotRunning,
+                    format!("lease {lease} has no container now"),
+                ))?;
+            (Some(container), ends)
+        } else {
+            match self.workspaces.retained_until(&hex) {
+                Some(until) if retained && until > now().0 => (None, until),
+                _ => {
+                    return Err((
+                        PlaneRefusal::NotRunning,
+                        format!("lease {lease} is not running (it is {:?})", record.phase),
+                    ));
+                }
+            }
+        };
+        let left = Duration::from_millis(ends.saturating_sub(now().0));
         let all = self.all.clone().try_acquire_owned().map_err(|_| {
             (
                 PlaneRefusal::Busy,
@@ -199,8 +221,12 @@ impl PlaneHost {
                 return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
             }
         };
-        let (served, _slot) = match self.authorize(peer, open.lease).await {
+        let (served, _slot) = match self.authorize(peer, open.lease, false).await {
             Ok(ok) => ok,
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        let container = match served.container() {
+            Ok(c) => c.to_string(),
             Err(refusal) => return Self::refuse(&mut framed, refusal).await,
         };
         let command: Vec<String> = open.command.iter().map(|a| a.to_string()).collect();
@@ -209,11 +235,7 @@ impl PlaneHost {
             .iter()
             .map(|v| (v.name.to_string(), v.value.to_string()))
             .collect();
-        let session = match self
-            .exec
-            .exec(&served.container, command, &env, open.tty)
-            .await
-        {
+        let session = match self.exec.exec(&container, command, &env, open.tty).await {
             Ok(session) => session,
             Err(e @ crate::executor::ExecError::NoSuchContainer { .. }) => {
                 return Self::refuse(&mut framed, (PlaneRefusal::NotRunning, e.to_string())).await;
@@ -245,7 +267,7 @@ impl PlaneHost {
                 return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
             }
         };
-        let (served, _slot) = match self.authorize(peer, open.lease).await {
+        let (served, _slot) = match self.authorize(peer, open.lease, true).await {
             Ok(ok) => ok,
             Err(refusal) => return Self::refuse(&mut framed, refusal).await,
         };
@@ -279,8 +301,12 @@ impl PlaneHost {
             let detail = "port 0 is not a port to forward".to_string();
             return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
         }
-        let (served, _slot) = match self.authorize(peer, open.lease).await {
+        let (served, _slot) = match self.authorize(peer, open.lease, false).await {
             Ok(ok) => ok,
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        let container = match served.container() {
+            Ok(c) => c.to_string(),
             Err(refusal) => return Self::refuse(&mut framed, refusal).await,
         };
         if self.exec.relay().is_none() {
@@ -293,7 +319,7 @@ impl PlaneHost {
             "127.0.0.1".into(),
             open.port.to_string(),
         ];
-        let session = match self.exec.exec(&served.container, relay, &[], None).await {
+        let session = match self.exec.exec(&container, relay, &[], None).await {
             Ok(session) => session,
             Err(e) => {
                 return Self::refuse(&mut framed, (PlaneRefusal::NotRunning, e.to_string())).await;

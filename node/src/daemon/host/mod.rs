@@ -106,6 +106,7 @@ impl HostRole {
             fake_gpus: options.fake_gpus,
             nvml,
             workspaces: workspaces.clone(),
+            max_retain_s: options.max_retain_s,
         };
         let mut role = Self {
             book: HostBook::new(key.clone(), timing),
@@ -222,10 +223,19 @@ impl HostRole {
                 .ok()
                 .and_then(|b| <[u8; 32]>::try_from(b).ok())
                 .is_some_and(|b| self.leases.contains_key(&ContentId(b)));
-            if !open {
-                tracing::info!("erasing the workspace of closed lease {lease}");
-                if let Err(e) = workspaces.remove(&lease).await {
-                    tracing::error!("lease {lease}: erasing its workspace: {e}");
+            if open {
+                continue;
+            }
+            match workspaces.retained_until(&lease) {
+                Some(until) if until > now().0 => {
+                    tracing::info!("lease {lease}: keeping its workspace until {until} (unix ms)");
+                    workspaces.erase_at(&lease, until);
+                }
+                _ => {
+                    tracing::info!("erasing the workspace of closed lease {lease}");
+                    if let Err(e) = workspaces.remove(&lease).await {
+                        tracing::error!("lease {lease}: erasing its workspace: {e}");
+                    }
                 }
             }
         }
@@ -290,11 +300,26 @@ impl HostRole {
                 crate::executor::MIN_WORKSPACE_BYTES
             ));
         }
-        let used: u64 = self
+        // Open leases' workspaces (made or to be made), and those kept after their lease.
+        let open: u64 = self
             .leases
             .values()
             .filter_map(|l| l.request().workspace_bytes().ok().flatten())
             .sum();
+        let retained: u64 = self
+            .worker_ctx
+            .workspaces
+            .leases()
+            .iter()
+            .filter(|hex| {
+                !self
+                    .leases
+                    .keys()
+                    .any(|id| gpux_protocol::hex(&id.0) == **hex)
+            })
+            .map(|hex| self.worker_ctx.workspaces.bytes(hex))
+            .sum();
+        let used = open + retained;
         let left = self.options.disk_quota_bytes.saturating_sub(used);
         (bytes > left).then(|| {
             format!(

@@ -55,6 +55,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) fake_gpus: bool,
     pub(crate) nvml: Option<Arc<gpux_attestation::Probe>>,
     pub(crate) workspaces: Workspaces,
+    /// The longest the host keeps a workspace after its lease, seconds.
+    pub(crate) max_retain_s: u64,
 }
 
 /// The container spec of a lease.
@@ -268,9 +270,35 @@ impl Worker {
         }
     }
 
-    /// Erases the lease's workspace, if it has one (after its container is gone).
+    /// After its container is gone: keeps the lease's workspace (if it has one) for its
+    /// retention, for `gpux cp` to fetch results from, and erases it then; at once when the
+    /// retention is 0.
     async fn erase_workspace(&self) {
         let hex = gpux_protocol::hex(&self.lease.0);
+        let retain_s = self
+            .request
+            .retain_s()
+            .ok()
+            .flatten()
+            .unwrap_or(crate::executor::DEFAULT_RETAIN_S)
+            .min(self.ctx.max_retain_s);
+        if retain_s > 0 && self.ctx.workspaces.bytes(&hex) > 0 {
+            let until = crate::attest::now().0.saturating_add(retain_s * 1000);
+            match self.ctx.workspaces.retain(&hex, until).await {
+                Ok(()) => {
+                    tracing::info!(
+                        "lease {}: its workspace is kept {retain_s} s for the renter",
+                        self.lease.short()
+                    );
+                    self.ctx.workspaces.erase_at(&hex, until);
+                    return;
+                }
+                Err(e) => tracing::error!(
+                    "lease {}: cannot keep the workspace ({e}); erasing it",
+                    self.lease.short()
+                ),
+            }
+        }
         if let Err(e) = self.ctx.workspaces.remove(&hex).await {
             tracing::error!("lease {}: erasing the workspace: {e}", self.lease.short());
         }
