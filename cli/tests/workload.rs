@@ -183,6 +183,31 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         assert!(answer.ends_with("forwarded-ok\n"), "{answer}");
     }
     drop(forward);
+    // The relay a host that is not root forwards through: its own busybox, mounted
+    // read-only in the container, reaches the port from inside.
+    let mut relay = renter
+        .gpux_command(&[
+            "exec",
+            "-i",
+            &lease,
+            "--",
+            "/run/gpux/busybox",
+            "nc",
+            "127.0.0.1",
+            "8080",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    relay
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let out = relay.wait_with_output().unwrap();
+    assert!(text(&out).0.ends_with("forwarded-ok\n"), "{:?}", text(&out));
 
     // Nobody else gets in: another renter's node knows no such lease, and a peer that
     // goes to the host directly is refused.
@@ -234,13 +259,22 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&lease), "{mounts}");
 
-    // A workspace above the host's disk quota (64 GiB by default) is refused, and says why.
+    // Hosts say in their offers how large a workspace they give now (64 GiB of quota by
+    // default, less what is held): `disk` finds them, and a rent that asks for more than any
+    // host gives finds no offer.
     wait_for("the GPU to be offered again", 30, || {
         other
             .api()
-            .offers("gpu=l4", 10)
+            .offers("gpu=l4 disk>=60", 10)
             .is_ok_and(|hits| !hits.is_empty())
     });
+    assert!(
+        other
+            .api()
+            .offers("gpu=l4 disk>=69", 10)
+            .unwrap()
+            .is_empty()
+    );
     let out = other.gpux(&[
         "rent",
         "gpu=l4",
@@ -256,7 +290,7 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         "true",
     ]);
     assert!(!out.status.success());
-    assert!(text(&out).1.contains("does not fit"), "{:?}", text(&out));
+    assert!(text(&out).1.contains("no offer"), "{:?}", text(&out));
 }
 
 /// `len` bytes that compress to nothing useful (blake3's output stream).

@@ -92,6 +92,35 @@ fn search_filters_and_orders_by_price_then_reliability_then_age() {
 }
 
 #[test]
+fn disk_finds_hosts_that_say_they_give_a_workspace_that_large() {
+    let book = book_with(&[
+        O {
+            host: 1,
+            disk_bytes: 100_000_000_000,
+            ..O::default()
+        },
+        O {
+            host: 2,
+            disk_bytes: 20_000_000_000,
+            ..O::default()
+        },
+        O {
+            host: 3,
+            ..O::default()
+        },
+    ]);
+    let hosts = |q: &str| -> Vec<PublicKey> { search(&book, q).iter().map(|h| h.host).collect() };
+    assert_eq!(hosts("disk>=50"), [key(1).public()]);
+    let mut some = hosts("disk>=20");
+    some.sort();
+    let mut want = vec![key(1).public(), key(2).public()];
+    want.sort();
+    assert_eq!(some, want);
+    assert_eq!(hosts("disk=0"), [key(3).public()]);
+    assert_eq!(hosts("disk>=101"), Vec::<PublicKey>::new());
+}
+
+#[test]
 fn newer_offers_replace_older_ones_in_their_slot_only() {
     let mut book = book_with(&[
         O {

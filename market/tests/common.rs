@@ -31,6 +31,8 @@ pub struct O {
     pub tier: EvidenceTier,
     pub created_at: u64,
     pub max_duration_s: u32,
+    /// The workspace the host says it gives, bytes (0: it says nothing).
+    pub disk_bytes: u64,
 }
 
 impl Default for O {
@@ -49,6 +51,7 @@ impl Default for O {
             tier: EvidenceTier::SelfReported,
             created_at: T0.0,
             max_duration_s: 86_400,
+            disk_bytes: 0,
         }
     }
 }
@@ -93,7 +96,17 @@ impl O {
             driver: Version::new(550, 54, 15),
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![image()]).unwrap(),
-            ext: Ext::new(),
+            ext: {
+                let mut ext = Ext::new();
+                if self.disk_bytes > 0 {
+                    ext.insert(
+                        EXT_OFFER_WORKSPACE_BYTES,
+                        self.disk_bytes.to_le_bytes().to_vec(),
+                    )
+                    .unwrap();
+                }
+                ext
+            },
         };
         Signed::sign(&key(self.host), offer).unwrap()
     }

@@ -82,6 +82,7 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
             clause,
             |v| matches!(v, Value::Image(d) if e.images.contains(d)),
         ),
+        Field::Disk => number(clause, e.disk_bytes / 1_000_000_000),
     }
 }
 

@@ -158,6 +158,8 @@ pub(crate) struct Entry {
     pub(crate) cuda: u64,
     pub(crate) images: Box<[ImageDigest]>,
     pub(crate) gpus: Box<[GpuUuid]>,
+    /// The largest workspace the host gives a lease now, bytes.
+    pub(crate) disk_bytes: u64,
 }
 
 impl Entry {
@@ -410,6 +412,7 @@ impl OrderBook {
             cuda: version_key(offer.cuda),
             images: offer.images.to_vec().into_boxed_slice(),
             gpus: offer.gpus.iter().map(|g| g.uuid).collect(),
+            disk_bytes: offer.workspace_bytes(),
         };
         let key = BucketKey {
             family,

@@ -59,11 +59,13 @@ pub enum Field {
     Cuda,
     /// An image the host has (`sha256:...`).
     Image,
+    /// The largest workspace the host gives a lease now, GB (10^9 bytes).
+    Disk,
 }
 
 impl Field {
     /// Every field, with its name.
-    pub const ALL: [(Field, &'static str); 14] = [
+    pub const ALL: [(Field, &'static str); 15] = [
         (Field::Gpu, "gpu"),
         (Field::Vram, "vram"),
         (Field::Count, "count"),
@@ -78,6 +80,7 @@ impl Field {
         (Field::Driver, "driver"),
         (Field::Cuda, "cuda"),
         (Field::Image, "image"),
+        (Field::Disk, "disk"),
     ];
 
     /// The field's name in queries.

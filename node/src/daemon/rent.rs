@@ -93,7 +93,12 @@ pub(crate) fn parse(
     if request.duration_s == 0 {
         return Err(ApiError::bad_input("--duration must be at least 1 s"));
     }
-    let query = Query::parse(&request.query).map_err(|e| bad("query")(e.to_string()))?;
+    // A workspace narrows the market to hosts that say they can give one that large now.
+    let text = match request.disk_bytes {
+        Some(bytes) => format!("{} disk>={}", request.query, bytes.div_ceil(1_000_000_000)),
+        None => request.query.clone(),
+    };
+    let query = Query::parse(&text).map_err(|e| bad("query")(e.to_string()))?;
     let max_price = request
         .max_price
         .parse::<MicroCredits>()

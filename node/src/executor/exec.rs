@@ -25,6 +25,8 @@ pub const RELAY_BIN: &str = "/run/gpux/busybox";
 /// the output ends), and for how long.
 const EXIT_POLL: Duration = Duration::from_millis(20);
 const EXIT_WAIT: Duration = Duration::from_secs(5);
+/// How long a forward's connection to the container's port may take.
+const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 /// A running command: its output, its stdin, and its id for resizing and the exit code.
 pub struct ExecSession {
@@ -124,6 +126,66 @@ impl Executor {
             id: created.id,
             output,
             input,
+        })
+    }
+
+    /// A TCP connection to `port` on the running container's own loopback, made from this
+    /// host: a fresh thread enters the container's network namespace (and nothing else),
+    /// connects, and ends; the socket stays in the container's namespace. Needs root; the
+    /// container keeps no network of its own, and nothing runs inside it.
+    pub async fn connect_in(
+        &self,
+        container: &str,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream, ExecError> {
+        let missing = || ExecError::NoSuchContainer {
+            id: container.to_string(),
+        };
+        let inspected = self
+            .docker
+            .inspect_container(container, None)
+            .await
+            .map_err(|e| {
+                if super::is_status(&e, 404) {
+                    missing()
+                } else {
+                    docker_err("inspect container")(e)
+                }
+            })?;
+        let state = inspected.state.unwrap_or_default();
+        let pid = state
+            .pid
+            .filter(|&p| p > 0 && state.running == Some(true))
+            .ok_or_else(missing)?;
+        let ns = std::path::PathBuf::from(format!("/proc/{pid}/ns/net"));
+        let joined = tokio::task::spawn_blocking(move || {
+            // Never a pooled thread: the namespace change must die with this one.
+            std::thread::spawn(move || -> std::io::Result<std::net::TcpStream> {
+                let ns = std::fs::File::open(&ns)?;
+                rustix::thread::move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&ns),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )?;
+                let to = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+                let stream = std::net::TcpStream::connect_timeout(&to, CONNECT_WITHIN)?;
+                stream.set_nodelay(true)?;
+                stream.set_nonblocking(true)?;
+                Ok(stream)
+            })
+            .join()
+        })
+        .await;
+        let connected = match joined {
+            Ok(Ok(result)) => result,
+            _ => Err(std::io::Error::other("the connecting thread failed")),
+        };
+        let stream = connected.map_err(|source| ExecError::Io {
+            path: format!("127.0.0.1:{port} in container {container}").into(),
+            source,
+        })?;
+        tokio::net::TcpStream::from_std(stream).map_err(|source| ExecError::Io {
+            path: "a socket".into(),
+            source,
         })
     }
 

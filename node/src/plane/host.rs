@@ -309,6 +309,27 @@ impl PlaneHost {
             Ok(c) => c.to_string(),
             Err(refusal) => return Self::refuse(&mut framed, refusal).await,
         };
+        let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
+        // As root, the host connects inside the container's network namespace itself.
+        if rustix::process::geteuid().is_root() {
+            let conn = match self.exec.connect_in(&container, open.port).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    let detail = format!(
+                        "nothing answers on port {} in the container: {e}",
+                        open.port
+                    );
+                    return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
+                }
+            };
+            if send(&mut framed, &Opened::Yes).await.is_err() {
+                return;
+            }
+            if let Ok(Err(e)) = tokio::time::timeout(limit, splice(conn, framed)).await {
+                tracing::debug!("forward to port {}: {e}", open.port);
+            }
+            return;
+        }
         if self.exec.relay().is_none() {
             let detail = "this host has no relay (a static busybox) for forwards".to_string();
             return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
@@ -328,7 +349,6 @@ impl PlaneHost {
         if send(&mut framed, &Opened::Yes).await.is_err() {
             return;
         }
-        let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
         if let Ok(Err(e)) = tokio::time::timeout(limit, relay_bytes(session, framed)).await {
             tracing::debug!("forward to port {}: {e}", open.port);
         }
@@ -447,6 +467,43 @@ fn chunks(bytes: Bytes, make: fn(BoundedBytes<MAX_EXEC_DATA>) -> ExecOutput) -> 
         .chunks(MAX_EXEC_DATA)
         .filter_map(|p| BoundedBytes::new(p.to_vec()).ok().map(make))
         .collect()
+}
+
+/// Carries a forwarded connection's bytes both ways between the stream and a TCP connection
+/// in the container.
+async fn splice(conn: tokio::net::TcpStream, framed: FramedStream) -> Result<(), PlaneError> {
+    let parts = framed.into_parts();
+    let (mut from_renter, mut to_renter) = tokio::io::split(parts.io);
+    let (mut from_app, mut to_app) = conn.into_split();
+    if !parts.read_buf.is_empty() {
+        to_app.write_all(&parts.read_buf).await?;
+    }
+    let activity = Activity::new();
+    let inbound = async {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = from_renter.read(&mut buf).await?;
+            if n == 0 {
+                let _ = to_app.shutdown().await;
+                return Ok(());
+            }
+            activity.touch();
+            to_app.write_all(&buf[..n]).await?;
+        }
+    };
+    let outbound = async {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = from_app.read(&mut buf).await?;
+            if n == 0 {
+                let _ = to_renter.shutdown().await;
+                return Ok(());
+            }
+            activity.touch();
+            to_renter.write_all(&buf[..n]).await?;
+        }
+    };
+    both_ways(&activity, outbound, inbound).await
 }
 
 /// Carries a forwarded connection's bytes both ways between the stream and the relay.

@@ -143,7 +143,31 @@ impl Message for Offer {
     }
 }
 
+/// `Offer` ext key: the largest workspace (`/workspace`) the host gives a lease now, bytes
+/// (u64 little-endian). Without it the host offers none.
+pub const EXT_OFFER_WORKSPACE_BYTES: u16 = 1;
+/// `Offer` ext key: the longest the host keeps a workspace after its lease, seconds (u64
+/// little-endian).
+pub const EXT_OFFER_MAX_RETAIN_S: u16 = 2;
+
 impl Offer {
+    fn ext_u64(&self, key: u16) -> Option<u64> {
+        self.ext
+            .get(key)
+            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+            .map(u64::from_le_bytes)
+    }
+
+    /// The largest workspace the host gives a lease now, bytes (0: none, or not said).
+    pub fn workspace_bytes(&self) -> u64 {
+        self.ext_u64(EXT_OFFER_WORKSPACE_BYTES).unwrap_or(0)
+    }
+
+    /// The longest the host keeps a workspace after its lease, seconds, if it says.
+    pub fn max_retain_s(&self) -> Option<u64> {
+        self.ext_u64(EXT_OFFER_MAX_RETAIN_S)
+    }
+
     /// The family key the offer is published under: that of its first GPU.
     pub fn topic_family(&self) -> &str {
         self.gpus

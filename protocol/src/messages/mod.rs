@@ -56,8 +56,8 @@ pub use ledger::{
     Release,
 };
 pub use market::{
-    Bid, MAX_BID_GPUS, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
-    OfferWithdrawal,
+    Bid, EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_WORKSPACE_BYTES, MAX_BID_GPUS, MAX_OFFER_GPUS,
+    MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal,
 };
 pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
 

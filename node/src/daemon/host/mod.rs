@@ -300,6 +300,17 @@ impl HostRole {
                 crate::executor::MIN_WORKSPACE_BYTES
             ));
         }
+        let left = self.workspace_free();
+        (bytes > left).then(|| {
+            format!(
+                "a workspace of {bytes} bytes does not fit: {left} of this host's {} are free",
+                self.options.disk_quota_bytes
+            )
+        })
+    }
+
+    /// What the disk quota leaves for a new workspace, bytes.
+    fn workspace_free(&self) -> u64 {
         // Open leases' workspaces (made or to be made), and those kept after their lease.
         let open: u64 = self
             .leases
@@ -319,14 +330,27 @@ impl HostRole {
             })
             .map(|hex| self.worker_ctx.workspaces.bytes(hex))
             .sum();
-        let used = open + retained;
-        let left = self.options.disk_quota_bytes.saturating_sub(used);
-        (bytes > left).then(|| {
-            format!(
-                "a workspace of {bytes} bytes does not fit: {left} of this host's {} are free",
-                self.options.disk_quota_bytes
-            )
-        })
+        self.options
+            .disk_quota_bytes
+            .saturating_sub(open + retained)
+    }
+
+    /// What this host's offers say of its workspaces: the largest it gives now, and the
+    /// longest it keeps one after its lease (nothing when it offers none).
+    fn workspace_policy(&self) -> Ext {
+        let mut ext = Ext::new();
+        if self.options.disk_quota_bytes > 0 {
+            // Two 8-byte values: within the ext map's limits.
+            let _ = ext.insert(
+                gpux_protocol::EXT_OFFER_WORKSPACE_BYTES,
+                self.workspace_free().to_le_bytes().to_vec(),
+            );
+            let _ = ext.insert(
+                gpux_protocol::EXT_OFFER_MAX_RETAIN_S,
+                self.options.max_retain_s.to_le_bytes().to_vec(),
+            );
+        }
+        ext
     }
 
     /// A renter's lease request: the signed answer, and whether a lease was made.
@@ -549,10 +573,11 @@ impl HostRole {
     pub(crate) fn publish_offers(&mut self, t: Timestamp) -> anyhow::Result<Published> {
         self.last_publish = t;
         self.publish_pending = false;
+        let policy = self.workspace_policy();
         let Some(att) = self.attestation.as_mut() else {
             return Ok(Published::default());
         };
-        let published = offers::sign(&self.key, att, &mut self.book, &self.options, t)?;
+        let published = offers::sign(&self.key, att, &mut self.book, &self.options, policy, t)?;
         for (id, bytes) in &published.stored {
             let _ = self.state.save_own_offer(id, bytes);
         }

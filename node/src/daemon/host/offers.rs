@@ -63,6 +63,7 @@ pub(crate) fn sign(
     att: &mut Verified<Attestation>,
     book: &mut HostBook,
     options: &HostOptions,
+    policy: Ext,
     t: Timestamp,
 ) -> anyhow::Result<Published> {
     let mut body = att.body().clone();
@@ -135,7 +136,7 @@ pub(crate) fn sign(
             cuda: att.cuda_driver_version.unwrap_or_default(),
             images: BoundedVec::new(options.images.clone())
                 .map_err(|e| anyhow::anyhow!("images: {e}"))?,
-            ext: Ext::new(),
+            ext: policy.clone(),
         };
         let signed = Signed::sign(key, offer).context("signing an offer")?;
         let change = book.add_offer(signed.clone(), t);
