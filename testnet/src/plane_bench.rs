@@ -99,12 +99,17 @@ async fn libp2p_stream(bytes: u64) -> anyhow::Result<Duration> {
     let (b, _b_events) = p2p::spawn(&gpux_protocol::Keypair::from_seed(&[2; 32]), config()).await?;
     let proto = StreamProtocol::new("/gpux-bench/1");
     let mut incoming = b.accept_streams(proto.clone())?;
-    let addr = b
-        .listen_addrs()
-        .await?
-        .into_iter()
-        .next()
-        .context("no listen address")?;
+    let started = Instant::now();
+    let addr = loop {
+        if let Some(addr) = b.listen_addrs().await?.into_iter().next() {
+            break addr;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "no listen address"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     a.dial(addr.with(libp2p_p2p(b.local_peer_id()))).await?;
     let start = Instant::now();
     while !a.peers().await?.contains(&b.local_peer_id()) {

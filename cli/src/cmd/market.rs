@@ -1,10 +1,8 @@
 //! `gpux status`, `offers search`, `rent`, `bid`, `leases`, `balance`, `mint`: the market and
 //! this node's part in it, through its API.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::Context;
 use gpux_api::{BidRequest, MintRequest, OfferHit, RentRequest};
 use gpux_node::api_client::ApiClient;
 
@@ -118,15 +116,7 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
 }
 
 pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Result<()> {
-    let env = run
-        .env
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .with_context(|| format!("--env {kv}: expected NAME=VALUE"))
-        })
-        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let env = super::parse_env(&run.env)?;
     let request = RentRequest {
         query: want.query,
         gpus: want.gpus,

@@ -20,6 +20,21 @@ macro_rules! out {
 }
 pub(crate) use out;
 
+/// `--env NAME=VALUE` options as a map.
+pub(crate) fn parse_env(
+    pairs: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    use anyhow::Context;
+    pairs
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--env {kv}: expected NAME=VALUE"))
+        })
+        .collect()
+}
+
 /// Prints a value as pretty JSON.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)?;

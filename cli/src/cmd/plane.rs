@@ -1,6 +1,5 @@
 //! `gpux exec` and `gpux forward`: working in a rented container over the P2P link.
 
-use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -56,15 +55,7 @@ fn terminal_size() -> Option<(u16, u16)> {
 /// Runs a command in a lease's container; exits with the command's exit code.
 pub(crate) fn exec(dir: &Path, args: ExecArgs) -> anyhow::Result<ExitCode> {
     let api = ApiClient::for_data_dir(dir)?;
-    let env = args
-        .env
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .with_context(|| format!("--env {kv}: expected NAME=VALUE"))
-        })
-        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let env = super::parse_env(&args.env)?;
     let tty = if args.tty {
         if !termios::isatty(std::io::stdin().as_fd()) {
             anyhow::bail!("-t needs a terminal on standard input (drop -t to pipe input)");

@@ -425,6 +425,10 @@ pub(crate) async fn serve(
             commands,
             bridge,
         });
+    // Interactive streams (exec, forwards) go through here: no Nagle delay on replies.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

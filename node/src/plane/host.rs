@@ -479,31 +479,28 @@ async fn splice(conn: tokio::net::TcpStream, framed: FramedStream) -> Result<(),
         to_app.write_all(&parts.read_buf).await?;
     }
     let activity = Activity::new();
-    let inbound = async {
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let n = from_renter.read(&mut buf).await?;
-            if n == 0 {
-                let _ = to_app.shutdown().await;
-                return Ok(());
-            }
-            activity.touch();
-            to_app.write_all(&buf[..n]).await?;
-        }
-    };
-    let outbound = async {
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let n = from_app.read(&mut buf).await?;
-            if n == 0 {
-                let _ = to_renter.shutdown().await;
-                return Ok(());
-            }
-            activity.touch();
-            to_renter.write_all(&buf[..n]).await?;
-        }
-    };
+    let inbound = carry(&mut from_renter, &mut to_app, &activity);
+    let outbound = carry(&mut from_app, &mut to_renter, &activity);
     both_ways(&activity, outbound, inbound).await
+}
+
+/// Copies `from` to `to` until `from` ends, then shuts `to` down; every chunk counts as
+/// activity.
+async fn carry(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    activity: &Activity,
+) -> Result<(), PlaneError> {
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        activity.touch();
+        to.write_all(&buf[..n]).await?;
+    }
 }
 
 /// Carries a forwarded connection's bytes both ways between the stream and the relay.
@@ -520,18 +517,7 @@ async fn relay_bytes(session: ExecSession, framed: FramedStream) -> Result<(), P
         input.write_all(&parts.read_buf).await?;
     }
     let activity = Activity::new();
-    let inbound = async {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = from_renter.read(&mut buf).await?;
-            if n == 0 {
-                let _ = input.shutdown().await;
-                return Ok(());
-            }
-            activity.touch();
-            input.write_all(&buf[..n]).await?;
-        }
-    };
+    let inbound = carry(&mut from_renter, &mut input, &activity);
     let outbound = async {
         while let Some(item) = output.next().await {
             activity.touch();
