@@ -61,6 +61,23 @@ ensure_busybox() {
     fi
 }
 
+# ensure_workspace_tools: a lease's workspace is a loop-mounted ext4 image (mkfs.ext4 from
+# e2fsprogs, fallocate and mount from util-linux); installs e2fsprogs when it is missing.
+ensure_workspace_tools() {
+    if command -v mkfs.ext4 >/dev/null 2>&1 || [ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ]; then
+        return 0
+    fi
+    say "installing e2fsprogs (mkfs.ext4, for lease workspaces)"
+    local sudo=
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=sudo
+    fi
+    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y e2fsprogs; then
+        $sudo apt-get update
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y e2fsprogs
+    fi
+}
+
 # The lease tests and the testnet run containers: a Docker daemon must be running.
 ensure_docker() {
     if ! command -v docker >/dev/null 2>&1; then
