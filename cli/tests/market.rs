@@ -89,6 +89,14 @@ impl Drop for Market {
                 }
             }
         }
+        // And any workspace a host kept mounted (a retention cut short by the test's end).
+        let base = self._tmp.path().to_string_lossy().into_owned();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for point in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
+            if point.starts_with(&base) {
+                let _ = Command::new("umount").args(["-l", point]).output();
+            }
+        }
     }
 }
 

@@ -283,6 +283,8 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
             &image,
             "--disk",
             &disk,
+            "--retain",
+            "0",
             "--json",
             "--",
             "sleep",
@@ -292,6 +294,25 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
     let lease = serde_json::from_slice::<gpux_api::Rented>(&rented.stdout)?.lease;
     progress(&format!("lease {lease} runs with a {disk} workspace"));
 
+    let measured = measure(config, &renter, &lease, base, &progress);
+    // Whatever happened: the lease ends, its container and workspace go, the nodes stop.
+    let _ = renter.gpux(&["stop", &lease]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && host.phase(&lease) != "settled" {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
+    measured
+}
+
+/// The measurements, on a running lease with a workspace.
+fn measure(
+    config: &PlaneBenchConfig,
+    renter: &Node,
+    lease: &str,
+    base: &Path,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<PlaneBenchReport> {
     let mut report = PlaneBenchReport {
         bytes: config.bytes,
         ..PlaneBenchReport::default()
@@ -300,12 +321,12 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
     noise(&file, config.bytes)?;
     let remote = format!("{lease}:/workspace/");
     let t = Instant::now();
-    run_ok(&renter, &["cp", &file.display().to_string(), &remote])?;
+    run_ok(renter, &["cp", &file.display().to_string(), &remote])?;
     report.cp_up_mib_s = mib_s(config.bytes, t.elapsed());
     let back = base.join("back.bin");
     let t = Instant::now();
     run_ok(
-        &renter,
+        renter,
         &[
             "cp",
             &format!("{lease}:/workspace/blob.bin"),
@@ -332,7 +353,7 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
 
     // Exec echo: one line to `cat` and back, many times.
     let mut cat = renter
-        .gpux_command(&["exec", "-i", &lease, "--", "cat"])
+        .gpux_command(&["exec", "-i", lease, "--", "cat"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -364,10 +385,10 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
 
     // HTTP: the same busybox httpd and the same 64 MiB, in the container and here.
     run_ok(
-        &renter,
+        renter,
         &[
             "exec",
-            &lease,
+            lease,
             "--",
             "sh",
             "-c",
@@ -392,7 +413,7 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
         .context("busybox httpd on this machine")?;
     let forward_port = free_port()?;
     let mut forward = renter
-        .gpux_command(&["forward", &lease, &format!("{forward_port}:8080")])
+        .gpux_command(&["forward", lease, &format!("{forward_port}:8080")])
         .stderr(Stdio::piped())
         .spawn()?;
     let mut said = String::new();
@@ -413,8 +434,5 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
         "HTTP: forward {forward_rate:.0} MiB/s, direct {direct_rate:.0} MiB/s"
     ));
 
-    let _ = renter.gpux(&["stop", &lease]);
-    std::thread::sleep(Duration::from_secs(3));
-    crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
     Ok(report)
 }
