@@ -207,6 +207,32 @@ impl PlaneHost {
         Ok((Served { container, left }, slot))
     }
 
+    /// Reads a stream's open frame and admits its lease (see [`Self::authorize`]); on any
+    /// failure the stream is refused with the reason and `None` comes back.
+    async fn admit<T: bincode::Decode<()> + bincode::Encode>(
+        &self,
+        peer: PeerId,
+        framed: &mut FramedStream,
+        lease_of: fn(&T) -> ContentId,
+        retained: bool,
+    ) -> Option<(T, Served, Slot)> {
+        let open: T = match recv(framed, OPEN_WITHIN).await {
+            Ok(open) => open,
+            Err(e) => {
+                let detail = format!("the open frame: {e}");
+                Self::refuse(framed, (PlaneRefusal::Malformed, detail)).await;
+                return None;
+            }
+        };
+        match self.authorize(peer, lease_of(&open), retained).await {
+            Ok((served, slot)) => Some((open, served, slot)),
+            Err(refusal) => {
+                Self::refuse(framed, refusal).await;
+                None
+            }
+        }
+    }
+
     async fn refuse(framed: &mut FramedStream, (code, detail): Refusal) {
         tracing::debug!("plane stream refused: {detail}");
         let _ = send(framed, &Opened::refused(code, &detail)).await;
@@ -214,16 +240,10 @@ impl PlaneHost {
     }
 
     async fn exec(self, peer: PeerId, mut framed: FramedStream) {
-        let open: ExecOpen = match recv(&mut framed, OPEN_WITHIN).await {
-            Ok(open) => open,
-            Err(e) => {
-                let detail = format!("the open frame: {e}");
-                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
-            }
-        };
-        let (served, _slot) = match self.authorize(peer, open.lease, false).await {
-            Ok(ok) => ok,
-            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        let lease_of: fn(&ExecOpen) -> ContentId = |o| o.lease;
+        let Some((open, served, _slot)) = self.admit(peer, &mut framed, lease_of, false).await
+        else {
+            return;
         };
         let container = match served.container() {
             Ok(c) => c.to_string(),
@@ -260,16 +280,10 @@ impl PlaneHost {
     }
 
     async fn files(self, peer: PeerId, mut framed: FramedStream) {
-        let open: FilesOpen = match recv(&mut framed, OPEN_WITHIN).await {
-            Ok(open) => open,
-            Err(e) => {
-                let detail = format!("the open frame: {e}");
-                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
-            }
-        };
-        let (served, _slot) = match self.authorize(peer, open.lease, true).await {
-            Ok(ok) => ok,
-            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        let lease_of: fn(&FilesOpen) -> ContentId = |o| o.lease;
+        let Some((open, served, _slot)) = self.admit(peer, &mut framed, lease_of, true).await
+        else {
+            return;
         };
         let dir = self
             .workspaces
@@ -290,21 +304,15 @@ impl PlaneHost {
     }
 
     async fn forward(self, peer: PeerId, mut framed: FramedStream) {
-        let open: ForwardOpen = match recv(&mut framed, OPEN_WITHIN).await {
-            Ok(open) => open,
-            Err(e) => {
-                let detail = format!("the open frame: {e}");
-                return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
-            }
+        let lease_of: fn(&ForwardOpen) -> ContentId = |o| o.lease;
+        let Some((open, served, _slot)) = self.admit(peer, &mut framed, lease_of, false).await
+        else {
+            return;
         };
         if open.port == 0 {
             let detail = "port 0 is not a port to forward".to_string();
             return Self::refuse(&mut framed, (PlaneRefusal::Malformed, detail)).await;
         }
-        let (served, _slot) = match self.authorize(peer, open.lease, false).await {
-            Ok(ok) => ok,
-            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
-        };
         let container = match served.container() {
             Ok(c) => c.to_string(),
             Err(refusal) => return Self::refuse(&mut framed, refusal).await,
