@@ -232,8 +232,14 @@ impl HostBook {
         Answer::Rejected { reason, envelope }
     }
 
-    /// Answers a (verified) lease request at `now`.
-    pub fn handle_request(&mut self, request: Verified<LeaseRequest>, now: Timestamp) -> Answer {
+    /// Answers a (verified) lease request at `now`; `staged`: the host holds the image the
+    /// request names for its renter (staged by it, see [`lease_request_matches_offer`]).
+    pub fn handle_request(
+        &mut self,
+        request: Verified<LeaseRequest>,
+        now: Timestamp,
+        staged: bool,
+    ) -> Answer {
         let id = request.id();
         self.answered.retain(|_, expires| *expires > now);
         if request.host != self.key.public() {
@@ -271,7 +277,7 @@ impl HostBook {
         if offer.expires_at <= now {
             return self.reject(id, RejectReason::OfferExpired, "the offer has expired", now);
         }
-        if let Err(e) = lease_request_matches_offer(&request, offer) {
+        if let Err(e) = lease_request_matches_offer(&request, offer, staged) {
             return self.reject(id, reason_for(&e), &e.to_string(), now);
         }
         // Execution starts at once: a reserved window in the future is refused before it

@@ -106,7 +106,7 @@ fn accepted() -> (HostLease, Verified<LeaseRequest>) {
     let mut book = HostBook::new(host(), Timing::default());
     book.add_offer(o.clone(), Timestamp(T0));
     let r = request(&o, T0, LeaseKind::OnDemand);
-    let Answer::Accepted { lease, .. } = book.handle_request(r.clone(), Timestamp(T0)) else {
+    let Answer::Accepted { lease, .. } = book.handle_request(r.clone(), Timestamp(T0), false) else {
         panic!("refused");
     };
     (*lease, r)
@@ -254,6 +254,7 @@ fn a_restarted_host_keeps_leased_gpus_out_of_the_market_even_with_no_offer_store
     let answer = book.handle_request(
         request(&o, T0 + 2000, LeaseKind::OnDemand),
         Timestamp(T0 + 2000),
+        false,
     );
     assert!(
         matches!(
@@ -266,7 +267,7 @@ fn a_restarted_host_keeps_leased_gpus_out_of_the_market_even_with_no_offer_store
         "{answer:?}"
     );
     // A request answered before the restart stays answered.
-    let replay = book.handle_request(lease.request().clone(), Timestamp(T0 + 2000));
+    let replay = book.handle_request(lease.request().clone(), Timestamp(T0 + 2000), false);
     assert!(matches!(replay, Answer::Rejected { .. }));
     book.release(&lease.id());
     assert!(book.busy_gpus(Timestamp(T0 + 2000)).is_empty());
@@ -281,7 +282,7 @@ fn reserved_windows_ahead_are_refused_before_anything_is_booked() {
         start: Timestamp(T0 + 3_600_000),
         end: Timestamp(T0 + 3_720_000),
     };
-    let answer = book.handle_request(request(&o, T0, kind), Timestamp(T0));
+    let answer = book.handle_request(request(&o, T0, kind), Timestamp(T0), false);
     assert!(
         matches!(
             answer,

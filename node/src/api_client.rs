@@ -57,6 +57,9 @@ pub struct ApiClient {
     agent: ureq::Agent,
 }
 
+/// The longest a rent is waited for (staging a large image takes a while).
+pub const RENT_WAIT: Duration = Duration::from_secs(60 * 60);
+
 impl ApiClient {
     /// The client of the node running on `data_dir`.
     pub fn for_data_dir(data_dir: &Path) -> Result<Self, ClientError> {
@@ -158,9 +161,18 @@ impl ApiClient {
         self.get("/v1/leases", &[])
     }
 
-    /// `POST /v1/rent`.
+    /// `POST /v1/rent`. It may stage the renter's image first, so it waits up to
+    /// [`RENT_WAIT`].
     pub fn rent(&self, request: &gpux_api::RentRequest) -> Result<gpux_api::Rented, ClientError> {
-        self.post("/v1/rent", request)
+        let path = "/v1/rent";
+        let call = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .config()
+            .timeout_global(Some(RENT_WAIT))
+            .build();
+        self.finish(path, call.send_json(request))
     }
 
     /// `GET /v1/balance`.

@@ -32,21 +32,24 @@ pub const EXCESS_HALF_LIFE_MS: u64 = 60_000;
 /// Peers and groups tracked, at most (the least recently seen go first).
 const MAX_TRACKED: usize = 4096;
 
+/// A token bucket: `rate` tokens a second, up to `capacity`; times are unix ms.
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     at: u64,
 }
 
 impl Bucket {
-    fn full(capacity: f64, now: u64) -> Self {
+    /// A full bucket.
+    pub(crate) fn full(capacity: f64, now: u64) -> Self {
         Self {
             tokens: capacity,
             at: now,
         }
     }
 
-    fn take(&mut self, rate: f64, capacity: f64, now: u64) -> bool {
+    /// Takes a token, if there is one.
+    pub(crate) fn take(&mut self, rate: f64, capacity: f64, now: u64) -> bool {
         let elapsed = now.saturating_sub(self.at) as f64 / 1000.0;
         self.tokens = (self.tokens + elapsed * rate).min(capacity);
         self.at = now.max(self.at);

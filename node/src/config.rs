@@ -28,6 +28,8 @@
 //! republish_s = 120
 //! disk_quota = "64GiB"                  # host: all open leases' workspaces together
 //! max_retain_s = 3600                   # host: the longest a workspace outlives its lease
+//! max_image = "20GiB"                   # host: the largest renter image staged (0: none)
+//! stage_quota = "64GiB"                 # host: renters' staged images together
 //! ```
 
 use std::net::SocketAddr;
@@ -116,6 +118,13 @@ pub struct Options {
     /// fetch results, seconds.
     #[arg(long = "max-retain", value_name = "SECONDS")]
     pub max_retain_s: Option<u64>,
+    /// Host: the largest image a renter may stage here to run (`20GiB`; 0: renters run only
+    /// the images this host lists).
+    #[arg(long = "max-image", value_name = "SIZE")]
+    pub max_image: Option<String>,
+    /// Host: the disk renters' staged images may take together, kept or arriving (`64GiB`).
+    #[arg(long = "stage-quota", value_name = "SIZE")]
+    pub stage_quota: Option<String>,
 }
 
 /// Where an effective setting came from.
@@ -222,7 +231,9 @@ macro_rules! each_setting {
             offer_ttl_s,
             republish_s,
             disk_quota,
-            max_retain_s
+            max_retain_s,
+            max_image,
+            stage_quota
         )
     };
 }
@@ -254,6 +265,8 @@ impl Options {
             republish_s: Some(120),
             disk_quota: Some("64GiB".into()),
             max_retain_s: Some(3600),
+            max_image: Some("20GiB".into()),
+            stage_quota: Some("64GiB".into()),
         }
     }
 
@@ -381,6 +394,14 @@ impl Effective {
                 .parse::<bytesize::ByteSize>()
                 .map_err(|e| self.bad("disk_quota", format!("'{quota}': {e} (e.g. 64GiB)")))?
                 .as_u64();
+            let size = |name: &'static str, value: Option<String>| {
+                let text = value.unwrap_or_default();
+                text.parse::<bytesize::ByteSize>()
+                    .map(|b| b.as_u64())
+                    .map_err(|e| self.bad(name, format!("'{text}': {e} (e.g. 20GiB)")))
+            };
+            let max_image_bytes = size("max_image", o.max_image.clone().or(d.max_image))?;
+            let stage_quota_bytes = size("stage_quota", o.stage_quota.clone().or(d.stage_quota))?;
             Some(HostOptions {
                 nvml_lib: o.nvml_lib.clone(),
                 price: price
@@ -404,6 +425,9 @@ impl Effective {
                 disk_quota_bytes,
                 workspace_root: data_dir.join("workspaces"),
                 max_retain_s: o.max_retain_s.or(d.max_retain_s).unwrap_or(3600),
+                max_image_bytes,
+                stage_quota_bytes,
+                staging_root: data_dir.join("staging"),
             })
         } else {
             None

@@ -121,7 +121,7 @@ fn handle(
     request: &Verified<LeaseRequest>,
     t: Timestamp,
 ) -> Answer {
-    let answer = book.handle_request(request.clone(), t);
+    let answer = book.handle_request(request.clone(), t, false);
     if let Answer::Accepted { lease, .. } = &answer {
         state.save_host_lease(&lease.id(), lease.record()).unwrap();
     }
@@ -221,17 +221,17 @@ fn bad_requests_get_typed_rejections() {
     cheap.escrow_amount = MicroCredits(1_000_000);
     let cheap = Signed::sign(&renter, cheap).unwrap();
     assert_eq!(
-        reason(host.handle_request(cheap, t)),
+        reason(host.handle_request(cheap, t, false)),
         RejectReason::PriceTooLow
     );
     let late = request(&renter, &o, t, 2);
     assert_eq!(
-        reason(host.handle_request(late, t.plus_secs(31))),
+        reason(host.handle_request(late, t.plus_secs(31), false)),
         RejectReason::RequestExpired
     );
     let other_host = offer(&Keypair::from_seed(&[33; 32]), t, 1);
     let wrong = request(&renter, &other_host, t, 3);
-    assert_eq!(reason(host.handle_request(wrong, t)), RejectReason::Invalid);
+    assert_eq!(reason(host.handle_request(wrong, t, false)), RejectReason::Invalid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +263,7 @@ async fn two_renters_racing_for_the_same_gpus_get_exactly_one_lease_each_time() 
                 Some(event) = host_events.recv() => {
                     if let NetworkEvent::Request { id, data, .. } = event {
                         let request = Signed::<LeaseRequest>::from_bytes(data).unwrap().verify().unwrap();
-                        let answer = host.handle_request(request, now());
+                        let answer = host.handle_request(request, now(), false);
                         responder.respond(id, answer.envelope().to_vec()).await.unwrap();
                     }
                 }

@@ -1,5 +1,6 @@
 //! The frames of the workload plane: the streams a lease's renter opens to its host to work
-//! in the lease's container (`/gpux/exec/1`, `/gpux/forward/1`).
+//! in the lease's container (`/gpux/exec/1`, `/gpux/forward/1`, `/gpux/files/1`), and the
+//! stream a renter stages its own image on before it asks for a lease (`/gpux/stage/1`).
 //!
 //! Each frame is bincode 2 (the standard configuration), at most [`MAX_PLANE_FRAME`] bytes,
 //! every byte consumed, in its one canonical encoding; on the stream each is preceded by its
@@ -10,7 +11,10 @@
 //! host's [`Opened`] answer. Then:
 //! - exec: [`ExecInput`] frames from the renter, [`ExecOutput`] frames from the host, the
 //!   last of which is [`ExecOutput::Exit`];
-//! - forward: raw bytes both ways, the container's TCP connection, until either side closes.
+//! - forward: raw bytes both ways, the container's TCP connection, until either side closes;
+//! - files: [`FilesRequest`] frames, each answered by [`FilesResponse`] frames;
+//! - stage: the host's [`StagePlan`], the renter's [`StageData`] frames (the config, then
+//!   the layers the host lacks), and the host's [`StageDone`] once the image is loaded.
 //!
 //! ```
 //! use gpux_protocol::plane_wire::{self, ExecInput};
@@ -25,7 +29,7 @@ use bincode::{Decode, Encode};
 
 use crate::codec::{BoundedBytes, BoundedString, BoundedVec, FrameError};
 use crate::messages::EnvVar;
-use crate::types::ContentId;
+use crate::types::{ContentId, ImageDigest};
 
 /// `gpux exec`: a command in the lease's container.
 pub const EXEC_PROTOCOL: &str = "/gpux/exec/1";
@@ -33,6 +37,8 @@ pub const EXEC_PROTOCOL: &str = "/gpux/exec/1";
 pub const FORWARD_PROTOCOL: &str = "/gpux/forward/1";
 /// `gpux cp`: files in and out of the lease's workspace.
 pub const FILES_PROTOCOL: &str = "/gpux/files/1";
+/// `gpux rent --image`: a renter's own image, staged on the host before the lease.
+pub const STAGE_PROTOCOL: &str = "/gpux/stage/1";
 
 /// The largest plane frame, either way.
 pub const MAX_PLANE_FRAME: usize = 80 * 1024;
@@ -46,6 +52,10 @@ pub const MAX_FILE_DATA: usize = 64 * 1024;
 pub const MAX_PATH_BYTES: usize = 4096;
 /// The most entries in one page of a listing.
 pub const MAX_LIST_PAGE: usize = 256;
+/// The most layers in a staged image (Docker's own limit is 127 above the base).
+pub const MAX_STAGE_LAYERS: usize = 128;
+/// The largest image config staged, bytes.
+pub const MAX_STAGE_CONFIG: u32 = 1 << 20;
 
 /// A path inside the workspace, relative to its root (`data/train.csv`).
 pub type WorkspacePath = BoundedString<MAX_PATH_BYTES>;
@@ -280,6 +290,75 @@ pub enum FilesError {
     Io,
     /// A request that does not fit the stream's state, or a bad path.
     Invalid,
+}
+
+/// One layer of an image being staged, in the order of the config's `rootfs.diff_ids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct StageLayer {
+    /// Its diff id: sha256 of the uncompressed layer tar (what the config lists).
+    pub diff_id: [u8; 32],
+    /// The layer tar's size, bytes.
+    pub bytes: u64,
+    /// blake3 of the layer tar, checked by the host before it loads anything.
+    pub blake3: [u8; 32],
+}
+
+/// The renter's first frame on `/gpux/stage/1`: the image it will name in a lease request.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct StageOpen {
+    /// The image id: sha256 of its config, byte for byte.
+    pub image: ImageDigest,
+    /// The config's size, bytes (at most [`MAX_STAGE_CONFIG`]).
+    pub config_bytes: u32,
+    /// Its layers, base first.
+    pub layers: BoundedVec<StageLayer, MAX_STAGE_LAYERS>,
+}
+
+/// Where a layer's bytes start again: the host has `from` bytes of it already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct StageNeed {
+    /// The layer's index in [`StageOpen::layers`].
+    pub index: u16,
+    /// How much of it the host has (from an interrupted staging).
+    pub from: u64,
+}
+
+/// The host's plan, after [`Opened::Yes`]: what the renter sends, in this order, as
+/// [`StageData`] frames: the config (when `config`), then each needed layer from its `from`.
+/// Layers left out are in the host's layer store already, with their whole chain of parents.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct StagePlan {
+    /// Whether the config is needed (not when the host holds the image for this renter).
+    pub config: bool,
+    /// The layers needed, by index, ascending.
+    pub layers: BoundedVec<StageNeed, MAX_STAGE_LAYERS>,
+}
+
+/// Bytes of the config or a layer, in the plan's order.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct StageData(pub BoundedBytes<MAX_FILE_DATA>);
+
+/// The host's last frame on a stage stream.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum StageDone {
+    /// The image is loaded, its id checked, and held for this renter: a lease request may
+    /// name it now.
+    Loaded,
+    /// It failed; what arrived and verified is kept for a retry.
+    Failed {
+        /// Why, in words (at most [`MAX_DETAIL_CHARS`]).
+        detail: BoundedString<800>,
+    },
+}
+
+impl StageDone {
+    /// A failure, its detail cut to [`MAX_DETAIL_CHARS`].
+    pub fn failed(detail: &str) -> Self {
+        let detail: String = detail.chars().take(MAX_DETAIL_CHARS).collect();
+        StageDone::Failed {
+            detail: BoundedString::new(detail).unwrap_or_default(),
+        }
+    }
 }
 
 /// Encodes a plane frame (without its length prefix).

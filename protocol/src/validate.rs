@@ -392,10 +392,12 @@ pub fn offer_matches_attestation(
 
 /// A lease request against the offer it names: addressed to the offer's host, GPUs from the
 /// offer, price at least the offer's (or the spot floor for spot), duration in bounds, an
-/// image the offer lists.
+/// image the offer lists, or one the renter staged on the host (`staged`: the host holds
+/// it for this renter) when the offer says it stages renters' images.
 pub fn lease_request_matches_offer(
     request: &Verified<LeaseRequest>,
     offer: &Verified<Offer>,
+    staged: bool,
 ) -> Result<(), RuleError> {
     same_id("request.offer", request.offer, offer.id())?;
     same_signer("the offer", request.host, offer.signer())?;
@@ -423,7 +425,7 @@ pub fn lease_request_matches_offer(
             max_s: offer.max_duration_s,
         });
     }
-    if !offer.images.contains(&request.image) {
+    if !offer.images.contains(&request.image) && !(staged && offer.max_image_bytes() > 0) {
         return Err(RuleError::ImageNotOffered);
     }
     Ok(())

@@ -277,7 +277,7 @@ fn att_gpu(offer: &Offer) -> OfferGpu {
 fn lease_request_must_fit_its_offer() {
     let (_, offer, request) = chain();
     assert_eq!(
-        validate::lease_request_matches_offer(&request, &offer),
+        validate::lease_request_matches_offer(&request, &offer, false),
         Ok(())
     );
     let renter = samples::renter();
@@ -286,7 +286,7 @@ fn lease_request_must_fit_its_offer() {
     let mut cheap = samples::lease_request_for(&offer);
     cheap.price_per_gpu_hour = MicroCredits(offer.price_per_gpu_hour.0 - 1);
     assert!(matches!(
-        validate::lease_request_matches_offer(&sign(cheap), &offer),
+        validate::lease_request_matches_offer(&sign(cheap), &offer, false),
         Err(RuleError::PriceBelowOffer { .. })
     ));
 
@@ -294,19 +294,19 @@ fn lease_request_must_fit_its_offer() {
     spot.kind = LeaseKind::Spot;
     spot.price_per_gpu_hour = offer.spot_floor_per_gpu_hour.unwrap();
     assert_eq!(
-        validate::lease_request_matches_offer(&sign(spot.clone()), &offer),
+        validate::lease_request_matches_offer(&sign(spot.clone()), &offer, false),
         Ok(())
     );
     spot.price_per_gpu_hour = MicroCredits(spot.price_per_gpu_hour.0 - 1);
     assert!(matches!(
-        validate::lease_request_matches_offer(&sign(spot), &offer),
+        validate::lease_request_matches_offer(&sign(spot), &offer, false),
         Err(RuleError::PriceBelowOffer { .. })
     ));
 
     let mut stranger = samples::lease_request_for(&offer);
     stranger.gpus = BoundedVec::new(vec![samples::uuid(77)]).unwrap();
     assert_eq!(
-        validate::lease_request_matches_offer(&sign(stranger), &offer),
+        validate::lease_request_matches_offer(&sign(stranger), &offer, false),
         Err(RuleError::GpuNotOffered {
             uuid: samples::uuid(77)
         })
@@ -315,21 +315,48 @@ fn lease_request_must_fit_its_offer() {
     let mut long = samples::lease_request_for(&offer);
     long.duration_s = offer.max_duration_s + 1;
     assert!(matches!(
-        validate::lease_request_matches_offer(&sign(long), &offer),
+        validate::lease_request_matches_offer(&sign(long), &offer, false),
         Err(RuleError::DurationOutOfRange { .. })
     ));
 
     let mut image = samples::lease_request_for(&offer);
     image.image = ImageDigest([0; 32]);
+    let image = sign(image);
     assert_eq!(
-        validate::lease_request_matches_offer(&sign(image), &offer),
+        validate::lease_request_matches_offer(&image, &offer, false),
+        Err(RuleError::ImageNotOffered)
+    );
+    // A staged image counts only where the offer says the host stages renters' images.
+    assert_eq!(
+        validate::lease_request_matches_offer(&image, &offer, true),
+        Err(RuleError::ImageNotOffered)
+    );
+    let mut staging = offer.body().clone();
+    staging
+        .ext
+        .insert(
+            gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
+            (1u64 << 30).to_le_bytes().to_vec(),
+        )
+        .unwrap();
+    staging.images = BoundedVec::new(Vec::new()).unwrap();
+    let staging = Signed::sign(&samples::host(), staging).unwrap();
+    let mut staged = samples::lease_request_for(&staging);
+    staged.image = ImageDigest([0; 32]);
+    let staged = sign(staged);
+    assert_eq!(
+        validate::lease_request_matches_offer(&staged, &staging, true),
+        Ok(())
+    );
+    assert_eq!(
+        validate::lease_request_matches_offer(&staged, &staging, false),
         Err(RuleError::ImageNotOffered)
     );
 
     let mut wrong_host = samples::lease_request_for(&offer);
     wrong_host.host = renter.public();
     assert!(matches!(
-        validate::lease_request_matches_offer(&sign(wrong_host), &offer),
+        validate::lease_request_matches_offer(&sign(wrong_host), &offer, false),
         Err(RuleError::SignerMismatch { .. })
     ));
 }

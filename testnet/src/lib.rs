@@ -514,6 +514,8 @@ pub fn up(
                 max_price: "10".into(),
                 duration_s: LEASE_S as u32,
                 image: Some(image.clone()),
+                image_archive: None,
+                cache_image: false,
                 command: vec!["sh".into(), "-c".into(), script.into()],
                 env: Default::default(),
                 network: false,

@@ -27,9 +27,18 @@ pub(crate) struct Want {
 /// How a container is to run, for `rent`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Run {
-    /// The image to run, by digest.
-    #[arg(long, value_name = "sha256:DIGEST")]
+    /// The image to run: a digest (`sha256:...`) the host lists, or an image in this
+    /// node's Docker (`name:tag`), staged on the host before the lease [default: the
+    /// host's first image].
+    #[arg(long, value_name = "REF")]
     image: Option<String>,
+    /// A `docker save` archive whose image is staged on the host and run.
+    #[arg(long, value_name = "FILE", conflicts_with = "image")]
+    image_archive: Option<std::path::PathBuf>,
+    /// Keep the staged image on the host for your later leases, up to 24 h after this one
+    /// (a new version then sends only the layers that changed).
+    #[arg(long)]
+    cache_image: bool,
     /// An environment variable for the workload, NAME=VALUE (repeatable).
     #[arg(long, value_name = "NAME=VALUE")]
     env: Vec<String>,
@@ -117,12 +126,23 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
 
 pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Result<()> {
     let env = super::parse_env(&run.env)?;
+    // The node reads the archive: give it a path that does not depend on this directory.
+    let image_archive = run
+        .image_archive
+        .map(|p| {
+            std::fs::canonicalize(&p)
+                .map_err(|e| anyhow::anyhow!("--image-archive {}: {e}", p.display()))
+        })
+        .transpose()?
+        .map(|p| p.display().to_string());
     let request = RentRequest {
         query: want.query,
         gpus: want.gpus,
         max_price: want.max_price,
         duration_s: want.duration,
         image: run.image,
+        image_archive,
+        cache_image: run.cache_image,
         command: run.command,
         env,
         network: run.network,
@@ -142,6 +162,16 @@ pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Resu
         lease.duration_s,
         lease.escrow_amount,
     )?;
+    if let Some(staged) = &lease.staged {
+        out!(
+            "image {} staged: {} of {} layers sent, {} of {}",
+            lease.image,
+            staged.layers_sent,
+            staged.layers,
+            bytesize::ByteSize(staged.bytes_sent),
+            bytesize::ByteSize(staged.image_bytes),
+        )?;
+    }
     Ok(())
 }
 

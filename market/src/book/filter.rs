@@ -83,6 +83,7 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
             |v| matches!(v, Value::Image(d) if e.images.contains(d)),
         ),
         Field::Disk => number(clause, e.disk_bytes / 1_000_000_000),
+        Field::Stage => number(clause, e.stage_bytes / 1_000_000_000),
     }
 }
 

@@ -160,6 +160,8 @@ pub(crate) struct Entry {
     pub(crate) gpus: Box<[GpuUuid]>,
     /// The largest workspace the host gives a lease now, bytes.
     pub(crate) disk_bytes: u64,
+    /// The largest renter image the host stages, bytes.
+    pub(crate) stage_bytes: u64,
 }
 
 impl Entry {
@@ -413,6 +415,7 @@ impl OrderBook {
             images: offer.images.to_vec().into_boxed_slice(),
             gpus: offer.gpus.iter().map(|g| g.uuid).collect(),
             disk_bytes: offer.workspace_bytes(),
+            stage_bytes: offer.max_image_bytes(),
         };
         let key = BucketKey {
             family,

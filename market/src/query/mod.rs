@@ -61,11 +61,13 @@ pub enum Field {
     Image,
     /// The largest workspace the host gives a lease now, GB (10^9 bytes).
     Disk,
+    /// The largest renter image the host stages, GB (10^9 bytes; 0: it stages none).
+    Stage,
 }
 
 impl Field {
     /// Every field, with its name.
-    pub const ALL: [(Field, &'static str); 15] = [
+    pub const ALL: [(Field, &'static str); 16] = [
         (Field::Gpu, "gpu"),
         (Field::Vram, "vram"),
         (Field::Count, "count"),
@@ -81,6 +83,7 @@ impl Field {
         (Field::Cuda, "cuda"),
         (Field::Image, "image"),
         (Field::Disk, "disk"),
+        (Field::Stage, "stage"),
     ];
 
     /// The field's name in queries.

@@ -294,7 +294,7 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
                 },
             )
         }),
-        Field::Vram | Field::Count | Field::PcieGen | Field::Disk => word
+        Field::Vram | Field::Count | Field::PcieGen | Field::Disk | Field::Stage => word
             .parse::<u64>()
             .map(Value::Number)
             .map_err(|_| bad(field, word, column, "a whole number")),

@@ -117,13 +117,14 @@ fn every_field_parses_its_values() {
             Value::Image(gpux_protocol::ImageDigest([0xab; 32])),
         ),
         ("disk>=20".into(), Field::Disk, Value::Number(20)),
+        ("stage>=2".into(), Field::Stage, Value::Number(2)),
     ];
     for (text, field, value) in cases {
         let c = one(&text);
         assert_eq!((c.field, &c.values[..]), (field, &[value][..]), "{text}");
     }
     // Every field is covered above.
-    assert_eq!(Field::ALL.len(), 15);
+    assert_eq!(Field::ALL.len(), 16);
 }
 
 #[test]

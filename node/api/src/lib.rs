@@ -228,9 +228,19 @@ pub struct RentRequest {
     pub max_price: String,
     /// Lease length, seconds (at least 1).
     pub duration_s: u32,
-    /// Image to run (`sha256:...`); the first the host lists when absent.
+    /// Image to run: a digest (`sha256:...`) the host lists, or a reference (`name:tag`,
+    /// an id) to an image in this node's Docker, staged on the host before the lease; the
+    /// first image the host lists when absent.
     #[serde(default)]
     pub image: Option<String>,
+    /// A `docker save` archive on this node's machine: its image is staged on the host
+    /// before the lease and run.
+    #[serde(default)]
+    pub image_archive: Option<String>,
+    /// Keep the staged image on the host for this renter's later leases, up to 24 h after
+    /// this one (a signed lease term).
+    #[serde(default)]
+    pub cache_image: bool,
     /// The command to run (empty: the image's default).
     #[serde(default)]
     pub command: Vec<String>,
@@ -280,6 +290,25 @@ pub struct Rented {
     pub duration_s: u32,
     /// Amount locked in escrow, credits.
     pub escrow_amount: String,
+    /// The image the lease runs (`sha256:...`).
+    #[serde(default)]
+    pub image: String,
+    /// How the renter's own image was staged, when it was.
+    #[serde(default)]
+    pub staged: Option<StagedImage>,
+}
+
+/// A renter's image staged on the host before its lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedImage {
+    /// The image's layers.
+    pub layers: usize,
+    /// The image's config and layers, bytes.
+    pub image_bytes: u64,
+    /// Layers sent (the host had the others, with their chains).
+    pub layers_sent: usize,
+    /// Bytes sent.
+    pub bytes_sent: u64,
 }
 
 /// `POST /v1/bid`.

@@ -74,6 +74,12 @@ pub struct HostOptions {
     /// The longest a workspace is kept after its lease, seconds (renters ask for less or
     /// more with `--retain`; 10 minutes when they do not say).
     pub max_retain_s: u64,
+    /// The largest image a renter may stage, bytes (0: renters run only `images`).
+    pub max_image_bytes: u64,
+    /// The disk renters' staged images may take together, bytes.
+    pub stage_quota_bytes: u64,
+    /// Where staged layers arrive (`<data-dir>/staging`), and the record of staged images.
+    pub staging_root: PathBuf,
 }
 
 /// The daemon's settings.
@@ -145,6 +151,8 @@ pub(crate) struct Daemon {
     reach: reach::Reach,
     /// Peers connected now.
     peers: std::collections::BTreeSet<libp2p::PeerId>,
+    /// The data directory (renters' images are saved under `outbox/` for staging).
+    data_dir: std::path::PathBuf,
 }
 
 /// Runs the node until `shutdown` resolves or the API asks it to stop.
@@ -212,6 +220,7 @@ pub async fn run(
         ledger_service,
         reach: reach::Reach::new(views::blocked_hosts(&state)),
         peers: std::collections::BTreeSet::new(),
+        data_dir: config.data_dir.clone(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use gpux_api::{ApiError, ErrorCode, RentRequest, Rented};
+use gpux_api::{ApiError, ErrorCode, RentRequest, Rented, StagedImage};
 use gpux_lease::RentReport;
 use gpux_market::query::Query;
 use gpux_market::{Allocation, BidSpec};
@@ -35,6 +35,38 @@ const MAX_SCAN: usize = 256;
 
 /// One candidate: the allocation and the first image its offer lists.
 type Candidate = (Allocation, Option<ImageDigest>);
+
+/// Times a broken staging is tried again on the same host (it goes on from what arrived).
+const STAGE_ATTEMPTS: usize = 3;
+
+/// Which image a rent runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum ImageChoice {
+    /// The first image the offer lists.
+    #[default]
+    Any,
+    /// One the host lists, by digest.
+    Host(ImageDigest),
+    /// An image in this node's Docker, by reference: staged on the host.
+    Local(String),
+    /// A `docker save` archive: staged on the host.
+    Archive(std::path::PathBuf),
+}
+
+/// A renter's image ready to stage: its archive, indexed.
+struct Staging {
+    archive: crate::plane::stage::Archive,
+    /// The archive was saved from Docker for this rent: removed after it.
+    saved: bool,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if self.saved {
+            let _ = std::fs::remove_file(&self.archive.path);
+        }
+    }
+}
 
 /// A rent's request to the loop.
 pub(crate) enum RentEvent {
@@ -75,8 +107,10 @@ pub(crate) struct RentTask {
     net: Client,
     events: mpsc::Sender<Event>,
     spec: BidSpec,
-    image: Option<ImageDigest>,
+    image: ImageChoice,
     workload: Workload,
+    /// Where an image from Docker is saved for staging.
+    outbox: std::path::PathBuf,
 }
 
 fn bad(what: &str) -> impl Fn(String) -> ApiError + '_ {
@@ -84,9 +118,7 @@ fn bad(what: &str) -> impl Fn(String) -> ApiError + '_ {
 }
 
 /// Checks and converts a rent request.
-pub(crate) fn parse(
-    request: &RentRequest,
-) -> Result<(BidSpec, Option<ImageDigest>, Workload), ApiError> {
+pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Workload), ApiError> {
     if request.gpus == 0 {
         return Err(ApiError::bad_input("--gpus must be at least 1"));
     }
@@ -94,21 +126,42 @@ pub(crate) fn parse(
         return Err(ApiError::bad_input("--duration must be at least 1 s"));
     }
     // A workspace narrows the market to hosts that say they can give one that large now.
-    let text = match request.disk_bytes {
+    let mut text = match request.disk_bytes {
         Some(bytes) => format!("{} disk>={}", request.query, bytes.div_ceil(1_000_000_000)),
         None => request.query.clone(),
     };
+    let image = match (&request.image, &request.image_archive) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_input(
+                "give --image or --image-archive, not both",
+            ));
+        }
+        (None, Some(path)) => ImageChoice::Archive(path.into()),
+        (Some(reference), None) => match reference.parse::<ImageDigest>() {
+            // Only hosts that list it.
+            Ok(digest) => {
+                text.push_str(&format!(" image={digest}"));
+                ImageChoice::Host(digest)
+            }
+            Err(_) if reference.starts_with("sha256:") => {
+                return Err(bad("--image")(format!(
+                    "'{reference}' is not an image digest (sha256:<64 hex digits>)"
+                )));
+            }
+            Err(_) => ImageChoice::Local(reference.clone()),
+        },
+        (None, None) => ImageChoice::Any,
+    };
+    if request.cache_image && !matches!(image, ImageChoice::Local(_) | ImageChoice::Archive(_)) {
+        return Err(bad("--cache-image")(
+            "keeps a staged image: give --image NAME or --image-archive FILE".into(),
+        ));
+    }
     let query = Query::parse(&text).map_err(|e| bad("query")(e.to_string()))?;
     let max_price = request
         .max_price
         .parse::<MicroCredits>()
         .map_err(|e| bad("--max-price")(e.to_string()))?;
-    let image = request
-        .image
-        .as_deref()
-        .map(str::parse::<ImageDigest>)
-        .transpose()
-        .map_err(|e| bad("--image")(e.to_string()))?;
     let env = request
         .env
         .iter()
@@ -155,6 +208,11 @@ pub(crate) fn parse(
             .insert(gpux_protocol::EXT_RETAIN_S, retain.to_le_bytes().to_vec())
             .map_err(|e| bad("--retain")(e.to_string()))?;
     }
+    if request.cache_image {
+        terms
+            .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])
+            .map_err(|e| bad("--cache-image")(e.to_string()))?;
+    }
     let workload = Workload {
         command,
         env,
@@ -179,8 +237,9 @@ impl RentTask {
         net: Client,
         events: mpsc::Sender<Event>,
         spec: BidSpec,
-        image: Option<ImageDigest>,
+        image: ImageChoice,
         workload: Workload,
+        outbox: std::path::PathBuf,
     ) -> Self {
         Self {
             key,
@@ -189,11 +248,102 @@ impl RentTask {
             spec,
             image,
             workload,
+            outbox,
         }
     }
 
-    pub(crate) async fn run(self) -> Result<Rented, ApiError> {
+    /// The renter's own image, saved (from Docker) and indexed for staging; `None` when
+    /// the rent runs a host's image.
+    async fn prepare(&self) -> Result<Option<Staging>, ApiError> {
+        let (path, saved) = match &self.image {
+            ImageChoice::Any | ImageChoice::Host(_) => return Ok(None),
+            ImageChoice::Archive(path) => (path.clone(), false),
+            ImageChoice::Local(reference) => {
+                let docker = crate::executor::Executor::connect(&self.key.peer_id().to_string())
+                    .await
+                    .map_err(|e| {
+                        ApiError::bad_input(format!("--image {reference}: {e}")).with_hint(
+                            "a local image is read from this node's Docker; --image-archive                              takes a `docker save` file instead",
+                        )
+                    })?;
+                let id = docker
+                    .resolve_image(reference)
+                    .await
+                    .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string()))?
+                    .ok_or_else(|| {
+                        ApiError::bad_input(format!(
+                            "--image {reference}: this node's Docker has no such image"
+                        ))
+                        .with_hint("build or load it first, or name a host's image by digest")
+                    })?;
+                tokio::fs::create_dir_all(&self.outbox)
+                    .await
+                    .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string()))?;
+                let path = self
+                    .outbox
+                    .join(format!("{}.tar", gpux_protocol::hex(&id.0)));
+                tracing::info!("saving image {reference} ({id}) for staging");
+                if let Err(e) = docker.save_image(&id, &path).await {
+                    let _ = tokio::fs::remove_file(&path).await;
+                    return Err(ApiError::new(ErrorCode::Unavailable, e.to_string()));
+                }
+                (path, true)
+            }
+        };
+        let read = path.clone();
+        let archive = tokio::task::spawn_blocking(move || crate::plane::stage::Archive::open(&read))
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r);
+        let archive = match archive {
+            Ok(archive) => archive,
+            Err(e) => {
+                if saved {
+                    let _ = std::fs::remove_file(&path);
+                }
+                return Err(ApiError::bad_input(format!("the image archive: {e:#}")));
+            }
+        };
+        Ok(Some(Staging { archive, saved }))
+    }
+
+    /// Stages the renter's image on `host`, trying again (from what arrived) when the stream
+    /// breaks.
+    async fn stage(
+        &self,
+        staging: &Staging,
+        host: gpux_protocol::PublicKey,
+    ) -> Result<crate::plane::stage::Sent, String> {
+        let peer = libp2p::PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| e.to_string())?;
+        let mut total = crate::plane::stage::Sent::default();
+        let mut last = String::new();
+        for attempt in 1..=STAGE_ATTEMPTS {
+            match crate::plane::stage::stage_image(&self.net, peer, &staging.archive).await {
+                Ok(sent) => {
+                    total.layers = total.layers.max(sent.layers);
+                    total.bytes += sent.bytes;
+                    return Ok(total);
+                }
+                Err(crate::plane::stage::StageError::Refused(why)) => return Err(why),
+                Err(crate::plane::stage::StageError::Broken(why)) => {
+                    tracing::info!("staging on {} broke (try {attempt}): {why}", host.peer_id());
+                    last = why;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    pub(crate) async fn run(mut self) -> Result<Rented, ApiError> {
         let stopping = || ApiError::new(ErrorCode::Unavailable, "the node is shutting down");
+        let staging = self.prepare().await?;
+        if let Some(staging) = &staging {
+            // Only hosts that stage an image this large.
+            let gb = staging.archive.total_bytes().div_ceil(1_000_000_000);
+            let stage = gpux_market::query::Query::parse(&format!("stage>={gb}"))
+                .map_err(|e| ApiError::bad_input(e.to_string()))?;
+            self.spec.query.clauses.extend(stage.clauses);
+        }
         let mut excluded = BTreeSet::new();
         let mut refusals = Vec::new();
         let mut reasons = Vec::new();
@@ -244,13 +394,35 @@ impl RentTask {
                     reasons.push(None);
                     continue;
                 }
-                // Without an image named, run the first one the offer lists.
-                let Some(image) = self.image.or(offered_image) else {
+                let mut sent = None;
+                let image = match (&self.image, &staging) {
+                    (_, Some(staging)) => match self.stage(staging, host).await {
+                        Ok(s) => {
+                            sent = Some(s);
+                            Some(staging.archive.image)
+                        }
+                        Err(why) => {
+                            refusals.push(format!("{}: {why}", host.peer_id()));
+                            reasons.push(None);
+                            continue;
+                        }
+                    },
+                    (ImageChoice::Host(digest), None) => Some(*digest),
+                    // Without an image named, run the first one the offer lists.
+                    _ => offered_image,
+                };
+                let Some(image) = image else {
                     refusals.push(format!("{} lists no image", host.peer_id()));
                     reasons.push(None);
                     continue;
                 };
-                match self.request(&allocation, image).await {
+                let staged = staging.as_ref().zip(sent).map(|(s, sent)| StagedImage {
+                    layers: s.archive.layers.len(),
+                    image_bytes: s.archive.total_bytes(),
+                    layers_sent: sent.layers,
+                    bytes_sent: sent.bytes,
+                });
+                match self.request(&allocation, image, staged).await {
                     Ok(rented) => return Ok(rented),
                     Err(Refusal::Refused(why, reason)) => {
                         if reason.is_none() {
@@ -301,6 +473,7 @@ impl RentTask {
         &self,
         allocation: &Allocation,
         image: ImageDigest,
+        staged: Option<StagedImage>,
     ) -> Result<Rented, Refusal> {
         let t = now();
         let refused = |e: String| Refusal::Refused(e, None);
@@ -386,6 +559,8 @@ impl RentTask {
                 price_per_gpu_hour: allocation.price_per_gpu_hour.amount_text(),
                 duration_s: self.spec.duration_s,
                 escrow_amount: escrow_amount.amount_text(),
+                image: image.to_string(),
+                staged,
             }),
             Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
             Err(_) => Err(Refusal::NotStarted(
@@ -484,6 +659,7 @@ impl Daemon {
             spec,
             image,
             workload,
+            self.data_dir.join("outbox"),
         );
         tokio::spawn(async move {
             let _ = reply.send(task.run().await);
@@ -503,8 +679,9 @@ impl Daemon {
             self.net.clone(),
             self.events_tx.clone(),
             spec,
-            None,
+            ImageChoice::Any,
             Workload::default(),
+            self.data_dir.join("outbox"),
         );
         let id = bid.id();
         tokio::spawn(async move {

@@ -36,6 +36,7 @@
 
 mod exec;
 mod image;
+mod images;
 mod logs;
 mod spec;
 mod workspace;

@@ -9,6 +9,9 @@
 //! - `files` serves a lease's workspace from its filesystem on the host, through `confined`
 //!   (every path resolved by `openat2` beneath the workspace, through no link).
 //!
+//! - `stage` and `stage_host` stage a renter's own image on a host before its lease: the
+//!   renter's side and the host's.
+//!
 //! Frames are [`gpux_protocol::plane_wire`]'s, length-prefixed on the stream.
 
 pub(crate) mod bridge;
@@ -17,6 +20,10 @@ mod confined;
 pub mod copy;
 mod files;
 pub(crate) mod host;
+pub(crate) mod stage;
+pub(crate) mod stage_host;
+
+pub(crate) use stage::chain_ids;
 
 use std::time::Duration;
 

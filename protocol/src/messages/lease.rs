@@ -170,6 +170,9 @@ pub const EXT_WORKSPACE_BYTES: u16 = 1;
 /// `LeaseRequest` ext key: how long the host keeps the workspace after the workload ends,
 /// seconds (u64 little-endian).
 pub const EXT_RETAIN_S: u16 = 2;
+/// `LeaseRequest` ext key: the host keeps the renter's staged image (one byte, 1) for the
+/// same renter's later leases, up to 24 h after this one ends, instead of erasing it.
+pub const EXT_CACHE_IMAGE: u16 = 3;
 
 impl LeaseRequest {
     fn ext_u64(&self, key: u16) -> Result<Option<u64>, InvalidMessage> {
@@ -193,6 +196,19 @@ impl LeaseRequest {
     /// How long the workspace outlives the workload, seconds (`None`: the host's default).
     pub fn retain_s(&self) -> Result<Option<u64>, InvalidMessage> {
         self.ext_u64(EXT_RETAIN_S)
+    }
+
+    /// Whether the renter asked the host to keep its staged image after the lease. Any
+    /// value but the one byte 1 is an invalid term.
+    pub fn cache_image(&self) -> Result<bool, InvalidMessage> {
+        match self.ext.get(EXT_CACHE_IMAGE) {
+            None => Ok(false),
+            Some([1]) => Ok(true),
+            Some(_) => Err(InvalidMessage::Malformed {
+                field: "ext",
+                reason: "the cache-image term is the one byte 1",
+            }),
+        }
     }
 }
 

@@ -124,8 +124,10 @@ impl Message for Offer {
             });
         }
         ensure_token("region", &self.region)?;
-        // An offer without images can never be leased: a lease names one of them.
-        ensure_nonempty("images", &self.images)?;
+        // An offer without images can be leased only with an image the renter stages.
+        if self.max_image_bytes() == 0 {
+            ensure_nonempty("images", &self.images)?;
+        }
         ensure_unique("images", self.images.iter().copied())?;
         Ok(())
     }
@@ -149,6 +151,10 @@ pub const EXT_OFFER_WORKSPACE_BYTES: u16 = 1;
 /// `Offer` ext key: the longest the host keeps a workspace after its lease, seconds (u64
 /// little-endian).
 pub const EXT_OFFER_MAX_RETAIN_S: u16 = 2;
+/// `Offer` ext key: the host stages renters' own images up to this size, bytes (u64
+/// little-endian; the layers it lacks are sent over `/gpux/stage/1`). Without it the host
+/// runs only the images it lists.
+pub const EXT_OFFER_MAX_IMAGE_BYTES: u16 = 3;
 
 impl Offer {
     fn ext_u64(&self, key: u16) -> Option<u64> {
@@ -166,6 +172,11 @@ impl Offer {
     /// The longest the host keeps a workspace after its lease, seconds, if it says.
     pub fn max_retain_s(&self) -> Option<u64> {
         self.ext_u64(EXT_OFFER_MAX_RETAIN_S)
+    }
+
+    /// The largest renter image the host stages, bytes (0: it stages none).
+    pub fn max_image_bytes(&self) -> u64 {
+        self.ext_u64(EXT_OFFER_MAX_IMAGE_BYTES).unwrap_or(0)
     }
 
     /// The family key the offer is published under: that of its first GPU.

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use super::{Event, HostOptions, report, schedule};
 use crate::attest::now;
 use crate::executor::{Executor, Workspaces};
+use crate::plane::stage_host::{StageHost, StagedImages};
 use crate::ledger::LedgerClient;
 use crate::p2p::{Client, InboundId, Proto};
 use crate::store::{NodeState, SledStore};
@@ -75,11 +76,17 @@ impl HostRole {
             );
             options.disk_quota_bytes = 0;
         }
+        let staged = StagedImages::open(&options.staging_root)?;
         if options.images.is_empty() {
+            // Every image Docker has, but none a renter staged: those are its alone.
+            let renters = staged.renter_images();
             options.images = exec
                 .list_images()
                 .await
-                .context("listing the host's images")?;
+                .context("listing the host's images")?
+                .into_iter()
+                .filter(|i| !renters.contains(i))
+                .collect();
         }
         let nvml = match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
             Ok(probe) => Some(Arc::new(probe)),
@@ -98,6 +105,15 @@ impl HostRole {
         let workspaces = Workspaces::new(options.workspace_root.clone());
         crate::plane::host::PlaneHost::spawn(&net, state.clone(), exec.clone(), workspaces.clone())
             .context("serving the workload plane")?;
+        StageHost::spawn(
+            &net,
+            exec.clone(),
+            staged.clone(),
+            options.staging_root.clone(),
+            options.max_image_bytes,
+            options.stage_quota_bytes,
+        )
+        .context("serving image staging")?;
         let worker_ctx = WorkerCtx {
             key: key.clone(),
             net: net.clone(),
@@ -107,6 +123,7 @@ impl HostRole {
             nvml,
             workspaces: workspaces.clone(),
             max_retain_s: options.max_retain_s,
+            staged,
         };
         let mut role = Self {
             book: HostBook::new(key.clone(), timing),
@@ -204,6 +221,10 @@ impl HostRole {
             .filter_map(|b| verify(&b))
             .collect();
         self.book.restore(offers, self.leases.values(), answered, t);
+        // Staged images of leases that ended while the host was down.
+        self.worker_ctx
+            .staged
+            .release(|l| self.leases.contains_key(l), t.0);
         for (id, effects) in restored {
             self.apply(id, effects);
         }
@@ -335,10 +356,21 @@ impl HostRole {
             .saturating_sub(open + retained)
     }
 
-    /// What this host's offers say of its workspaces: the largest it gives now, and the
-    /// longest it keeps one after its lease (nothing when it offers none).
-    fn workspace_policy(&self) -> Ext {
+    /// What this host's offers say of its workspaces (the largest it gives now, and the
+    /// longest it keeps one after its lease; nothing when it offers none) and of renters'
+    /// images (the largest it stages; nothing when it stages none).
+    fn offer_policy(&self) -> Ext {
         let mut ext = Ext::new();
+        let max_image = self
+            .options
+            .max_image_bytes
+            .min(self.options.stage_quota_bytes);
+        if max_image > 0 {
+            let _ = ext.insert(
+                gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
+                max_image.to_le_bytes().to_vec(),
+            );
+        }
         if self.options.disk_quota_bytes > 0 {
             // Two 8-byte values: within the ext map's limits.
             let _ = ext.insert(
@@ -365,13 +397,25 @@ impl HostRole {
                 false,
             );
         }
-        match self.book.handle_request(request, now) {
+        let staged = self
+            .worker_ctx
+            .staged
+            .held(&request.image, &request.signer());
+        match self.book.handle_request(request, now, staged) {
             Answer::Accepted {
                 lease,
                 effects,
                 envelope,
             } => {
                 let id = lease.id();
+                if staged {
+                    // Kept while the lease lasts (and cached after, if the renter asked).
+                    let request = lease.request();
+                    let cache = request.cache_image().unwrap_or(false);
+                    self.worker_ctx
+                        .staged
+                        .attach(&request.image, &request.signer(), id, cache);
+                }
                 // Stored (flushed) before the renter hears of it.
                 if let Err(e) = self.state.save_host_lease(&id, lease.record()) {
                     tracing::error!("cannot store lease {}: {e}", id.short());
@@ -573,7 +617,7 @@ impl HostRole {
     pub(crate) fn publish_offers(&mut self, t: Timestamp) -> anyhow::Result<Published> {
         self.last_publish = t;
         self.publish_pending = false;
-        let policy = self.workspace_policy();
+        let policy = self.offer_policy();
         let Some(att) = self.attestation.as_mut() else {
             return Ok(Published::default());
         };

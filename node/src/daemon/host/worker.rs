@@ -57,6 +57,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) workspaces: Workspaces,
     /// The longest the host keeps a workspace after its lease, seconds.
     pub(crate) max_retain_s: u64,
+    /// Renters' staged images, released when their lease ends.
+    pub(crate) staged: crate::plane::stage_host::StagedImages,
 }
 
 /// The container spec of a lease.
@@ -248,6 +250,7 @@ impl Worker {
         }
         let Some(container) = self.container.clone() else {
             self.erase_workspace().await;
+            self.release_image().await;
             self.tell(HostInput::ContainerErased).await;
             return;
         };
@@ -264,10 +267,21 @@ impl Worker {
         match self.ctx.exec.remove(&container).await {
             Ok(()) => {
                 self.erase_workspace().await;
+                self.release_image().await;
                 self.tell(HostInput::ContainerErased).await;
             }
             Err(e) => tracing::error!("lease {}: erasing the container: {e}", self.lease.short()),
         }
+    }
+
+    /// After its container is gone: a staged image the lease ran is erased (or kept for the
+    /// renter, when the lease asked to cache it).
+    async fn release_image(&self) {
+        let lease = self.lease;
+        self.ctx
+            .staged
+            .release(|l| *l != lease, crate::attest::now().0);
+        self.ctx.staged.erase_expired(&self.ctx.exec).await;
     }
 
     /// After its container is gone: keeps the lease's workspace (if it has one) for its

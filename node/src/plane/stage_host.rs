@@ -1,0 +1,807 @@
+//! The host's side of staging (`/gpux/stage/1`): it plans by chain, takes the config and
+//! the layers it lacks (blake3-checked, kept across a dropped connection), writes the load
+//! manifest itself (no tags: a renter never re-points a host's tag), loads the image,
+//! checks its id, and holds it for that renter only ([`StagedImages`]).
+//!
+//! Bounds: [`MAX_STAGINGS`] at once, one per renter, [`STARTS_BURST`] starts per renter and
+//! then one a minute, the host's largest image, and its staging quota (kept images and
+//! arriving bytes together). A staged image no lease names expires after [`UNUSED_TTL_MS`];
+//! one a lease ran is erased when the lease ends, or kept [`CACHE_TTL_MS`] for the same
+//! renter when the lease's cache-image term asks for it. Interrupted stagings' bytes are
+//! dropped after [`PART_TTL`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use gpux_protocol::plane_wire::{
+    MAX_STAGE_CONFIG, Opened, PlaneRefusal, StageData, StageDone, StageNeed, StageOpen, StagePlan,
+};
+use gpux_protocol::{BoundedVec, ContentId, ImageDigest, PublicKey};
+use libp2p::PeerId;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
+
+use super::stage::{DATA_WITHIN, STAGE, chain_ids, diff_ids, image_id};
+use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
+use crate::attest::now;
+use crate::budget::Bucket;
+use crate::executor::Executor;
+use crate::p2p::Client;
+
+/// Stagings served at once, all renters together.
+pub(crate) const MAX_STAGINGS: usize = 4;
+/// Stagings a renter may start in a burst (then one a minute).
+pub(crate) const STARTS_BURST: f64 = 10.0;
+/// How long a staged image no lease names is kept, ms.
+pub(crate) const UNUSED_TTL_MS: u64 = 30 * 60 * 1000;
+/// How long a cached image outlives its lease, ms.
+pub(crate) const CACHE_TTL_MS: u64 = 24 * 3600 * 1000;
+/// How long an interrupted staging's bytes wait for the renter to come back.
+pub(crate) const PART_TTL: Duration = Duration::from_secs(3600);
+/// How often expired images and stale bytes are erased.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+/// The record of staged images, in the staging root.
+const RECORD: &str = "staged.json";
+
+/// One renter's hold on a staged image.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Hold {
+    image: ImageDigest,
+    renter: PublicKey,
+    /// The image's layers and config, bytes (counted against the staging quota).
+    bytes: u64,
+    /// Leases that run it, each with its cache-image term.
+    leases: BTreeMap<ContentId, bool>,
+    /// Kept until then at least (unix ms), with no lease.
+    until_ms: u64,
+    /// The host had the image before it was staged: it is never erased.
+    host_image: bool,
+}
+
+/// Which images renters staged on this host, for whom, and until when; on disk (written
+/// whole, atomically, at every change) so a restarted host still erases them.
+#[derive(Debug, Clone)]
+pub(crate) struct StagedImages {
+    holds: Arc<Mutex<Vec<Hold>>>,
+    file: PathBuf,
+}
+
+impl StagedImages {
+    /// The record under `root` (created if missing). A record that does not read stops the
+    /// host: starting without it would leave renters' images behind, or offer them.
+    pub(crate) fn open(root: &Path) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+        let file = root.join(RECORD);
+        let holds = match std::fs::read(&file) {
+            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+                format!(
+                    "{} is damaged; move it away to start without it (the images it records \
+                     stay in Docker until removed by hand)",
+                    file.display()
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+        };
+        Ok(Self {
+            holds: Arc::new(Mutex::new(holds)),
+            file,
+        })
+    }
+
+    fn change<T>(&self, f: impl FnOnce(&mut Vec<Hold>) -> T) -> T {
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut holds);
+        let text = serde_json::to_string_pretty(&*holds).unwrap_or_else(|_| "[]".into());
+        if let Err(e) = crate::store::write_atomic(&self.file, &text) {
+            tracing::error!("cannot write {}: {e}", self.file.display());
+        }
+        out
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&[Hold]) -> T) -> T {
+        f(&self.holds.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether `renter` holds `image` here (staged it, and it has not expired).
+    pub(crate) fn held(&self, image: &ImageDigest, renter: &PublicKey) -> bool {
+        self.read(|h| h.iter().any(|h| h.image == *image && h.renter == *renter))
+    }
+
+    fn add(&self, hold: Hold) {
+        self.change(|holds| {
+            match holds
+                .iter_mut()
+                .find(|h| h.image == hold.image && h.renter == hold.renter)
+            {
+                Some(h) => h.until_ms = h.until_ms.max(hold.until_ms),
+                None => holds.push(hold),
+            }
+        });
+    }
+
+    /// A lease of `renter` runs `image`: it is kept while the lease lasts.
+    pub(crate) fn attach(
+        &self,
+        image: &ImageDigest,
+        renter: &PublicKey,
+        lease: ContentId,
+        cache: bool,
+    ) {
+        self.change(|holds| {
+            if let Some(h) = holds
+                .iter_mut()
+                .find(|h| h.image == *image && h.renter == *renter)
+            {
+                h.leases.insert(lease, cache);
+            }
+        });
+    }
+
+    /// The leases for which `open` is false have ended at `now` (unix ms): each hold they
+    /// kept lasts until `now`, or a day longer when the lease asked to cache its image.
+    pub(crate) fn release(&self, open: impl Fn(&ContentId) -> bool, now: u64) {
+        self.change(|holds| {
+            for h in holds.iter_mut() {
+                let ended: Vec<(ContentId, bool)> = h
+                    .leases
+                    .iter()
+                    .filter(|(l, _)| !open(l))
+                    .map(|(l, c)| (*l, *c))
+                    .collect();
+                for (lease, cache) in ended {
+                    h.leases.remove(&lease);
+                    let keep = if cache { now + CACHE_TTL_MS } else { now };
+                    h.until_ms = h.until_ms.max(keep);
+                }
+            }
+        });
+    }
+
+    /// Drops the holds that expired by `now`; returns the images no hold keeps any more and
+    /// that were not the host's own: to erase.
+    fn take_expired(&self, now: u64) -> Vec<ImageDigest> {
+        self.change(|holds| {
+            let (gone, kept): (Vec<Hold>, Vec<Hold>) = std::mem::take(holds)
+                .into_iter()
+                .partition(|h| h.leases.is_empty() && h.until_ms <= now);
+            *holds = kept;
+            let mut erase: Vec<ImageDigest> = gone
+                .iter()
+                .filter(|g| !g.host_image && !holds.iter().any(|h| h.image == g.image))
+                .map(|g| g.image)
+                .collect();
+            erase.sort();
+            erase.dedup();
+            erase
+        })
+    }
+
+    /// Images renters staged (not the host's own): never offered, and never counted as
+    /// layers another renter may skip.
+    pub(crate) fn renter_images(&self) -> BTreeSet<ImageDigest> {
+        self.read(|h| {
+            h.iter()
+                .filter(|h| !h.host_image)
+                .map(|h| h.image)
+                .collect()
+        })
+    }
+
+    /// Images held for other renters than `renter` only.
+    fn foreign(&self, renter: &PublicKey) -> BTreeSet<ImageDigest> {
+        let own: BTreeSet<ImageDigest> =
+            self.read(|h| h.iter().filter(|h| h.renter == *renter).map(|h| h.image).collect());
+        self.renter_images()
+            .into_iter()
+            .filter(|i| !own.contains(i))
+            .collect()
+    }
+
+    /// Whether anyone holds `image`.
+    fn any_hold(&self, image: &ImageDigest) -> bool {
+        self.read(|h| h.iter().any(|h| h.image == *image))
+    }
+
+    /// The disk renters' images take, bytes (each image once).
+    fn bytes(&self) -> u64 {
+        self.read(|h| {
+            let mut seen = BTreeMap::new();
+            for h in h.iter().filter(|h| !h.host_image) {
+                seen.insert(h.image, h.bytes);
+            }
+            seen.values().sum()
+        })
+    }
+
+    /// Erases the images whose holds expired by now.
+    pub(crate) async fn erase_expired(&self, exec: &Executor) {
+        for image in self.take_expired(now().0) {
+            match exec.remove_image(&image).await {
+                Ok(()) => tracing::info!("erased staged image {image}"),
+                Err(e) => {
+                    // In use still (its container is being removed): try again soon.
+                    tracing::warn!("cannot erase staged image {image} yet: {e}");
+                    self.add(Hold {
+                        image,
+                        renter: PublicKey([0; 32]),
+                        bytes: 0,
+                        leases: BTreeMap::new(),
+                        until_ms: now().0 + SWEEP_EVERY.as_millis() as u64,
+                        host_image: false,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A renter's stagings now, and its start budget.
+#[derive(Debug, Clone, Copy)]
+struct RenterUse {
+    running: usize,
+    starts: Bucket,
+}
+
+/// Holds a renter's staging turn; gives it back when dropped.
+struct Turn {
+    renter: PublicKey,
+    renters: Arc<Mutex<BTreeMap<PublicKey, RenterUse>>>,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut renters = self.renters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(u) = renters.get_mut(&self.renter) {
+            u.running = u.running.saturating_sub(1);
+        }
+    }
+}
+
+/// The host's staging service.
+#[derive(Clone)]
+pub(crate) struct StageHost {
+    exec: Executor,
+    staged: StagedImages,
+    /// Where arriving layers wait: `<root>/parts/<renter>/<image>/`.
+    root: PathBuf,
+    max_image_bytes: u64,
+    quota_bytes: u64,
+    all: Arc<Semaphore>,
+    renters: Arc<Mutex<BTreeMap<PublicKey, RenterUse>>>,
+}
+
+type Refusal = (PlaneRefusal, String);
+
+/// A staging that failed after the plan: said to the renter in [`StageDone::Failed`].
+struct Failed(String);
+
+impl<E: std::fmt::Display> From<E> for Failed {
+    fn from(e: E) -> Self {
+        Failed(e.to_string())
+    }
+}
+
+impl StageHost {
+    /// Takes `/gpux/stage/1` on `net` (when the host stages renter images at all) and
+    /// sweeps expired images and stale bytes until the network stops.
+    pub(crate) fn spawn(
+        net: &Client,
+        exec: Executor,
+        staged: StagedImages,
+        root: PathBuf,
+        max_image_bytes: u64,
+        quota_bytes: u64,
+    ) -> anyhow::Result<()> {
+        let host = StageHost {
+            exec,
+            staged,
+            root,
+            max_image_bytes,
+            quota_bytes,
+            all: Arc::new(Semaphore::new(MAX_STAGINGS)),
+            renters: Arc::new(Mutex::new(BTreeMap::new())),
+        };
+        let mut streams = net.accept_streams(STAGE)?;
+        let h = host.clone();
+        tokio::spawn(async move {
+            while let Some((peer, stream)) = streams.next().await {
+                let h = h.clone();
+                tokio::spawn(async move { h.serve(peer, framed(stream)).await });
+            }
+        });
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                tick.tick().await;
+                host.staged.erase_expired(&host.exec).await;
+                let parts = host.root.join("parts");
+                let _ = tokio::task::spawn_blocking(move || remove_stale(&parts, PART_TTL)).await;
+            }
+        });
+        Ok(())
+    }
+
+    async fn refuse(framed: &mut FramedStream, (code, detail): Refusal) {
+        tracing::debug!("staging refused: {detail}");
+        let _ = send(framed, &Opened::refused(code, &detail)).await;
+        let _ = SinkExt::<Bytes>::close(framed).await;
+    }
+
+    /// Checks the open frame against the host's policy and the renter's bounds; takes a
+    /// staging turn.
+    fn admit(&self, renter: PublicKey, open: &StageOpen) -> Result<Turn, Refusal> {
+        let malformed = |d: String| (PlaneRefusal::Malformed, d);
+        if self.max_image_bytes == 0 {
+            return Err((
+                PlaneRefusal::Unavailable,
+                "this host runs only the images it lists".into(),
+            ));
+        }
+        if open.layers.is_empty() {
+            return Err(malformed("an image has at least one layer".into()));
+        }
+        if open.config_bytes == 0 || open.config_bytes > MAX_STAGE_CONFIG {
+            return Err(malformed(format!(
+                "an image config has 1 to {MAX_STAGE_CONFIG} bytes"
+            )));
+        }
+        let total = open
+            .layers
+            .iter()
+            .try_fold(u64::from(open.config_bytes), |t, l| t.checked_add(l.bytes))
+            .unwrap_or(u64::MAX);
+        if total > self.max_image_bytes {
+            return Err((
+                PlaneRefusal::Unavailable,
+                format!(
+                    "the image has {total} bytes; this host stages images up to {}",
+                    self.max_image_bytes
+                ),
+            ));
+        }
+        let busy = |d: &str| (PlaneRefusal::Busy, d.to_string());
+        let all = self
+            .all
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| busy("this host stages too many images now; try again shortly"))?;
+        let mut renters = self.renters.lock().unwrap_or_else(|p| p.into_inner());
+        let t = now().0;
+        let usage = renters.entry(renter).or_insert(RenterUse {
+            running: 0,
+            starts: Bucket::full(STARTS_BURST, t),
+        });
+        if usage.running > 0 {
+            return Err(busy("you are staging an image here already"));
+        }
+        if !usage.starts.take(1.0 / 60.0, STARTS_BURST, t) {
+            return Err(busy("you started too many stagings here; try again in a minute"));
+        }
+        usage.running += 1;
+        if renters.len() > 4096 {
+            renters.retain(|_, u| u.running > 0);
+        }
+        Ok(Turn {
+            renter,
+            renters: self.renters.clone(),
+            _all: all,
+        })
+    }
+
+    async fn serve(self, peer: PeerId, mut framed: FramedStream) {
+        let open: StageOpen = match recv(&mut framed, OPEN_WITHIN).await {
+            Ok(open) => open,
+            Err(e) => {
+                let refusal = (PlaneRefusal::Malformed, format!("the open frame: {e}"));
+                return Self::refuse(&mut framed, refusal).await;
+            }
+        };
+        let Ok(renter) = peer
+            .to_string()
+            .parse::<gpux_protocol::PeerId>()
+            .map(|p| p.public_key())
+        else {
+            let refusal = (
+                PlaneRefusal::Malformed,
+                "only ed25519 peers rent here".to_string(),
+            );
+            return Self::refuse(&mut framed, refusal).await;
+        };
+        let _turn = match self.admit(renter, &open) {
+            Ok(turn) => turn,
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        let image = open.image;
+        match self.stage(&mut framed, renter, &open).await {
+            Ok(Some(())) => {
+                tracing::info!("staged image {image} for {}", renter.peer_id());
+                let _ = send(&mut framed, &StageDone::Loaded).await;
+            }
+            Ok(None) => {}
+            Err(Failed(why)) => {
+                tracing::info!("staging image {image} failed: {why}");
+                let _ = send(&mut framed, &StageDone::failed(&why)).await;
+            }
+        }
+        let _ = SinkExt::<Bytes>::close(&mut framed).await;
+    }
+
+    /// Plans, receives and loads; `Ok(None)` when it refused (and said so).
+    async fn stage(
+        &self,
+        framed: &mut FramedStream,
+        renter: PublicKey,
+        open: &StageOpen,
+    ) -> Result<Option<()>, Failed> {
+        let image = open.image;
+        let present = self.exec.diff_ids(&image).await?.is_some();
+        if present && self.staged.held(&image, &renter) {
+            // Held for this renter already (cached, or staged moments ago): nothing to send.
+            send(framed, &Opened::Yes).await?;
+            let plan = StagePlan {
+                config: false,
+                layers: BoundedVec::new(Vec::new())?,
+            };
+            send(framed, &plan).await?;
+            self.staged.add(self.hold(open, renter, present));
+            return Ok(Some(()));
+        }
+        let declared: Vec<[u8; 32]> = open.layers.iter().map(|l| l.diff_id).collect();
+        let have = self
+            .exec
+            .layer_chains(&self.staged.foreign(&renter))
+            .await?;
+        let chains = chain_ids(&declared);
+        let dir = self
+            .root
+            .join("parts")
+            .join(gpux_protocol::hex(&renter.0))
+            .join(gpux_protocol::hex(&image.0));
+        tokio::fs::create_dir_all(&dir).await?;
+        // Layers to load (not in the layer store with their chain), and which of them to
+        // send, from where.
+        let mut load = Vec::new();
+        let mut needs = Vec::new();
+        let mut incoming = u64::from(open.config_bytes);
+        for (i, layer) in open.layers.iter().enumerate() {
+            if have.contains(&chains[i]) {
+                continue;
+            }
+            let name = gpux_protocol::hex(&layer.diff_id);
+            load.push(i);
+            let done = tokio::fs::metadata(dir.join(format!("{name}.tar"))).await;
+            if done.is_ok_and(|m| m.len() == layer.bytes) {
+                continue;
+            }
+            let part = tokio::fs::metadata(dir.join(format!("{name}.part")))
+                .await
+                .map_or(0, |m| m.len());
+            let from = if part <= layer.bytes { part } else { 0 };
+            incoming += layer.bytes - from;
+            needs.push(StageNeed {
+                index: i as u16,
+                from,
+            });
+        }
+        let used = self.staged.bytes() + dir_bytes(self.root.join("parts")).await;
+        if used.saturating_add(incoming) > self.quota_bytes {
+            let detail = format!(
+                "this host's staging quota is full ({used} of {} bytes used); try later",
+                self.quota_bytes
+            );
+            Self::refuse(framed, (PlaneRefusal::Busy, detail)).await;
+            return Ok(None);
+        }
+        send(framed, &Opened::Yes).await?;
+        send(
+            framed,
+            &StagePlan {
+                config: true,
+                layers: BoundedVec::new(needs.clone())?,
+            },
+        )
+        .await?;
+        let config = receive_config(framed, open.config_bytes).await?;
+        if image_id(&config) != image {
+            return Err(Failed("the config is not the image's (its sha256 differs)".into()));
+        }
+        if diff_ids(&config)? != declared {
+            return Err(Failed("the config lists other layers than announced".into()));
+        }
+        for need in &needs {
+            let layer = open.layers[usize::from(need.index)];
+            receive_layer(framed, &dir, &layer, need.from).await?;
+        }
+        self.load(&dir, &config, open, &load).await?;
+        let host_image = present && !self.staged.any_hold(&image);
+        self.staged.add(self.hold(open, renter, host_image));
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        Ok(Some(()))
+    }
+
+    fn hold(&self, open: &StageOpen, renter: PublicKey, host_image: bool) -> Hold {
+        Hold {
+            image: open.image,
+            renter,
+            bytes: u64::from(open.config_bytes) + open.layers.iter().map(|l| l.bytes).sum::<u64>(),
+            leases: BTreeMap::new(),
+            until_ms: now().0 + UNUSED_TTL_MS,
+            host_image,
+        }
+    }
+
+    /// `docker load` of a tar written here: the manifest (no tags), the config, and the
+    /// layers in `load`; the others are in the layer store with their chains already.
+    async fn load(
+        &self,
+        dir: &Path,
+        config: &[u8],
+        open: &StageOpen,
+        load: &[usize],
+    ) -> Result<(), Failed> {
+        let names: Vec<String> = open
+            .layers
+            .iter()
+            .map(|l| format!("layers/{}.tar", gpux_protocol::hex(&l.diff_id)))
+            .collect();
+        let manifest = serde_json::to_vec(&serde_json::json!([{
+            "Config": "config.json",
+            "RepoTags": null,
+            "Layers": names,
+        }]))?;
+        let files: Vec<(String, PathBuf)> = load
+            .iter()
+            .map(|&i| {
+                let hex = gpux_protocol::hex(&open.layers[i].diff_id);
+                (names[i].clone(), dir.join(format!("{hex}.tar")))
+            })
+            .collect();
+        let config = config.to_vec();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+        let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let sink = std::io::BufWriter::with_capacity(1 << 20, ChannelWriter(tx.clone()));
+            let mut tar = tar::Builder::new(sink);
+            let mut add = |name: &str, size: u64, data: &mut dyn std::io::Read| {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(size);
+                header.set_mode(0o644);
+                header.set_mtime(0);
+                header.set_cksum();
+                tar.append_data(&mut header, name, data)
+            };
+            add("manifest.json", manifest.len() as u64, &mut &manifest[..])?;
+            add("config.json", config.len() as u64, &mut &config[..])?;
+            for (name, path) in files {
+                let mut file = std::fs::File::open(&path)?;
+                let size = file.metadata()?.len();
+                add(&name, size, &mut file)?;
+            }
+            tar.into_inner()?.flush()?;
+            Ok(())
+        });
+        let loaded = self
+            .exec
+            .load_image(tokio_stream_of(rx))
+            .await
+            .map_err(|e| Failed(format!("docker load: {e}")));
+        let written = writer.await.map_err(|e| Failed(e.to_string()))?;
+        loaded?;
+        written.map_err(|e| Failed(format!("writing the load archive: {e}")))?;
+        match self.exec.diff_ids(&open.image).await? {
+            Some(_) => Ok(()),
+            None => Err(Failed(format!(
+                "Docker loaded something, but not image {}",
+                open.image
+            ))),
+        }
+    }
+}
+
+/// A blocking writer into a channel (the load archive, as the daemon reads it).
+struct ChannelWriter(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>);
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+            .map_err(|_| std::io::Error::other("the daemon stopped reading"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn tokio_stream_of(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+async fn receive_config(framed: &mut FramedStream, size: u32) -> Result<Vec<u8>, Failed> {
+    let mut config = Vec::with_capacity(size as usize);
+    while config.len() < size as usize {
+        let StageData(data) = recv(framed, DATA_WITHIN).await?;
+        if config.len() + data.len() > size as usize {
+            return Err(Failed("more config bytes than announced".into()));
+        }
+        config.extend_from_slice(&data);
+    }
+    Ok(config)
+}
+
+/// Receives a layer from byte `from` into `<dir>/<diff>.part`, checks its blake3 over the
+/// whole file, and renames it `<diff>.tar`. Bytes that arrived stay for a retry when the
+/// stream breaks; a layer that does not verify is dropped.
+async fn receive_layer(
+    framed: &mut FramedStream,
+    dir: &Path,
+    layer: &gpux_protocol::plane_wire::StageLayer,
+    from: u64,
+) -> Result<(), Failed> {
+    let hex = gpux_protocol::hex(&layer.diff_id);
+    let part = dir.join(format!("{hex}.part"));
+    let mut hasher = blake3::Hasher::new();
+    if from > 0 {
+        let path = part.clone();
+        hasher = tokio::task::spawn_blocking(move || -> std::io::Result<blake3::Hasher> {
+            let mut file = std::fs::File::open(&path)?;
+            let mut hasher = blake3::Hasher::new();
+            std::io::copy(&mut std::io::Read::take(&mut file, from), &mut hasher)?;
+            Ok(hasher)
+        })
+        .await??;
+    }
+    let file = tokio::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(&part)
+        .await?;
+    file.set_len(from).await?;
+    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
+    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(from)).await?;
+    let mut left = layer.bytes - from;
+    let mut result = Ok(());
+    while left > 0 {
+        let StageData(data) = match recv(framed, DATA_WITHIN).await {
+            Ok(d) => d,
+            Err(e) => {
+                result = Err(Failed(e.to_string()));
+                break;
+            }
+        };
+        if data.len() as u64 > left {
+            result = Err(Failed("more layer bytes than announced".into()));
+            break;
+        }
+        file.write_all(&data).await?;
+        hasher.update(&data);
+        left -= data.len() as u64;
+    }
+    file.flush().await?;
+    result?;
+    if *hasher.finalize().as_bytes() != layer.blake3 {
+        let _ = tokio::fs::remove_file(&part).await;
+        return Err(Failed(format!(
+            "layer sha256:{hex} arrived damaged (its blake3 differs); it was dropped"
+        )));
+    }
+    tokio::fs::rename(&part, dir.join(format!("{hex}.tar"))).await?;
+    Ok(())
+}
+
+/// Bytes of the files under `dir`.
+async fn dir_bytes(dir: PathBuf) -> u64 {
+    tokio::task::spawn_blocking(move || {
+        fn walk(dir: &Path) -> u64 {
+            std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .map(|e| match e.file_type() {
+                            Ok(t) if t.is_dir() => walk(&e.path()),
+                            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                            _ => 0,
+                        })
+                        .sum()
+                })
+                .unwrap_or(0)
+        }
+        walk(&dir)
+    })
+    .await
+    .unwrap_or(0)
+}
+
+/// Removes the image directories under `<parts>/<renter>/` not written to for `ttl`.
+fn remove_stale(parts: &Path, ttl: Duration) {
+    let Ok(renters) = std::fs::read_dir(parts) else {
+        return;
+    };
+    for renter in renters.flatten() {
+        let Ok(images) = std::fs::read_dir(renter.path()) else {
+            continue;
+        };
+        for image in images.flatten() {
+            let newest = std::fs::read_dir(image.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|f| f.metadata().ok()?.modified().ok())
+                .chain(image.metadata().ok().and_then(|m| m.modified().ok()))
+                .max();
+            if newest.is_some_and(|t| t.elapsed().unwrap_or_default() > ttl) {
+                let _ = std::fs::remove_dir_all(image.path());
+            }
+        }
+        let _ = std::fs::remove_dir(renter.path());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(image: u8, renter: u8, host_image: bool) -> Hold {
+        Hold {
+            image: ImageDigest([image; 32]),
+            renter: PublicKey([renter; 32]),
+            bytes: 100,
+            leases: BTreeMap::new(),
+            until_ms: 1_000,
+            host_image,
+        }
+    }
+
+    #[test]
+    fn holds_expire_into_erasures_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = StagedImages::open(dir.path()).unwrap();
+        staged.add(hold(1, 1, false));
+        staged.add(hold(1, 2, false));
+        staged.add(hold(2, 1, true));
+        staged.add(hold(3, 1, false));
+        let (a, b) = (PublicKey([1; 32]), PublicKey([2; 32]));
+        assert!(staged.held(&ImageDigest([1; 32]), &b));
+        assert!(!staged.held(&ImageDigest([3; 32]), &b));
+        // Image 3 is the first renter's: the second may not skip its layers.
+        assert_eq!(staged.foreign(&b), BTreeSet::from([ImageDigest([3; 32])]));
+        assert_eq!(staged.bytes(), 200);
+
+        // A lease of renter 1 runs image 3, caching it; another runs image 1, not caching.
+        let (l3, l1) = (ContentId([3; 32]), ContentId([1; 32]));
+        staged.attach(&ImageDigest([3; 32]), &a, l3, true);
+        staged.attach(&ImageDigest([1; 32]), &a, l1, false);
+        assert_eq!(staged.take_expired(5_000), Vec::<ImageDigest>::new());
+        // Image 2 was the host's own: its hold went, the image stays.
+        assert!(!staged.held(&ImageDigest([2; 32]), &a));
+
+        // Restarted: the record is read back.
+        let staged = StagedImages::open(dir.path()).unwrap();
+        staged.release(|_| false, 10_000);
+        // Image 1's last hold (renter 2's expired before) ends with its lease.
+        let erased = staged.take_expired(10_000);
+        assert_eq!(erased, vec![ImageDigest([1; 32])]);
+        // Image 3 is cached a day for renter 1 only.
+        assert!(staged.held(&ImageDigest([3; 32]), &a));
+        assert_eq!(staged.take_expired(10_000 + CACHE_TTL_MS - 1), vec![]);
+        assert_eq!(
+            staged.take_expired(10_000 + CACHE_TTL_MS),
+            vec![ImageDigest([3; 32])]
+        );
+
+        std::fs::write(dir.path().join(RECORD), b"{not json").unwrap();
+        let err = StagedImages::open(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("damaged"), "{err:#}");
+    }
+}
