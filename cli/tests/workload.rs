@@ -500,3 +500,189 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     let out = renter.gpux(&["cp", &remote("tree/top.txt"), late.to_str().unwrap()]);
     assert!(!out.status.success(), "{:?}", text(&out));
 }
+
+/// `docker build` of `dockerfile` with `files` in its context; returns the image id.
+fn build_with(dockerfile: &str, files: &[(&str, &std::path::Path)]) -> String {
+    let context = tempfile::tempdir().unwrap();
+    std::fs::write(context.path().join("Dockerfile"), dockerfile).unwrap();
+    for (name, from) in files {
+        std::fs::copy(from, context.path().join(name)).unwrap();
+    }
+    let out = Command::new("docker")
+        .args(["build", "-q"])
+        .arg(context.path())
+        .output()
+        .expect("the docker CLI");
+    assert!(out.status.success(), "docker build: {:?}", text(&out));
+    text(&out).0.trim().to_string()
+}
+
+fn docker_has(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// Images removed when the test ends, passed or not.
+struct RemoveImages(Vec<String>);
+
+impl Drop for RemoveImages {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = Command::new("docker").args(["rmi", "-f", image]).output();
+        }
+    }
+}
+
+/// Rents one GPU running the image in `archive`; returns what the rent said.
+fn rent_archive(
+    renter: &super::market::Node,
+    archive: &std::path::Path,
+    more: &[&str],
+) -> gpux_api::Rented {
+    let mut args = vec![
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image-archive",
+        archive.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(more);
+    args.extend_from_slice(&["--", "sleep", "60"]);
+    let out = renter.gpux(&args);
+    assert!(out.status.success(), "rent failed: {:?}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn renters_stage_their_own_images_by_chain_and_nothing_is_left_but_what_they_cache() {
+    let base = gpux_testnet::build_image().expect("building the workload image (Docker)");
+    let dir = tempfile::tempdir().unwrap();
+    let (data, top1, top2) = (
+        dir.path().join("data"),
+        dir.path().join("top1"),
+        dir.path().join("top2"),
+    );
+    noise(&data, 4 << 20, "data");
+    noise(&top1, 2 << 20, "top, version 1");
+    noise(&top2, 2 << 20, "top, version 2");
+    // Two versions of one image: the same data layer on the host's base, another top layer.
+    let dockerfile =
+        |top: &str| format!("FROM {base}\nCOPY data /data/data\nCOPY {top} /data/top\n");
+    let v1 = build_with(&dockerfile("top1"), &[("data", &data), ("top1", &top1)]);
+    let v2 = build_with(&dockerfile("top2"), &[("data", &data), ("top2", &top2)]);
+    let _cleanup = RemoveImages(vec![v1.clone(), v2.clone()]);
+    let save = |image: &str, name: &str| {
+        let path = dir.path().join(name);
+        let out = Command::new("docker")
+            .args(["save", "-o", path.to_str().unwrap(), image])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "docker save: {:?}", text(&out));
+        path
+    };
+    let (a1, a2) = (save(&v1, "v1.tar"), save(&v2, "v2.tar"));
+    for image in [&v1, &v2] {
+        let out = Command::new("docker")
+            .args(["rmi", image])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "docker rmi: {:?}", text(&out));
+    }
+    // The host (it shares this Docker daemon) lacks both before any staging.
+    assert!(!docker_has(&v1) && !docker_has(&v2));
+
+    // Two GPUs: a lease that ended never stands in the next one's way.
+    let market = Market::start_image(1, 2, 2, 30, base);
+    let (renter, other) = (&market.renters[0], &market.renters[1]);
+    let ended = |r: &super::market::Node, lease: &str| {
+        wait_for("the lease to end", 60, || {
+            let phase = r.lease(lease).phase;
+            (phase == "settled" || phase == "ended")
+                && super::market::docker_containers(lease).is_empty()
+        });
+    };
+    let stop = |r: &super::market::Node, lease: &str| {
+        let out = r.gpux(&["stop", lease]);
+        assert!(out.status.success(), "stop: {:?}", text(&out));
+        ended(r, lease);
+    };
+
+    // A renter image, not cached: staged (the base's layers are on the host already: only
+    // the data and top layers travel), run, and erased when the lease ends.
+    let rented = rent_archive(other, &a1, &[]);
+    assert_eq!(rented.image, v1);
+    let staged = rented.staged.clone().expect("a staged image");
+    assert_eq!(staged.layers_sent, 2, "{staged:?}");
+    assert!(staged.bytes_sent >= 6 << 20 && staged.bytes_sent < staged.image_bytes + 1);
+    let out = other.gpux(&["exec", &rented.lease, "--", "sh", "-c", "wc -c < /data/top"]);
+    assert_eq!(
+        text(&out).0.trim(),
+        (2 << 20).to_string(),
+        "{:?}",
+        text(&out)
+    );
+    assert!(docker_has(&v1));
+    stop(other, &rented.lease);
+    wait_for("the staged image to be erased", 30, || !docker_has(&v1));
+
+    // Cached: kept after the lease, for this renter.
+    let rented = rent_archive(renter, &a1, &["--cache-image"]);
+    assert_eq!(rented.staged.as_ref().map(|s| s.layers_sent), Some(2));
+    stop(renter, &rented.lease);
+    assert!(docker_has(&v1), "a cached image is kept");
+
+    // The second version sends only its top layer: the chain below it is cached.
+    let rented = rent_archive(renter, &a2, &["--cache-image"]);
+    let staged = rented.staged.clone().unwrap();
+    assert_eq!(staged.layers_sent, 1, "{staged:?}");
+    let top = (2u64 << 20) as f64;
+    let ratio = staged.bytes_sent as f64 / top;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "sent {} for a 2 MiB top layer",
+        staged.bytes_sent
+    );
+    let out = renter.gpux(&[
+        "exec",
+        &rented.lease,
+        "--",
+        "sh",
+        "-c",
+        "wc -c < /data/data",
+    ]);
+    assert_eq!(
+        text(&out).0.trim(),
+        (4 << 20).to_string(),
+        "{:?}",
+        text(&out)
+    );
+    stop(renter, &rented.lease);
+
+    // Another renter gets nothing from that cache: it sends the whole chain above the
+    // host's own image again, and its lease cannot name an image it did not stage.
+    let rented = rent_archive(other, &a2, &[]);
+    assert_eq!(rented.staged.as_ref().map(|s| s.layers_sent), Some(2));
+    stop(other, &rented.lease);
+    assert!(docker_has(&v2), "the first renter's cache holds it still");
+    let out = other.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image",
+        &v1,
+        "--",
+        "true",
+    ]);
+    assert!(!out.status.success(), "{:?}", text(&out));
+}

@@ -106,7 +106,8 @@ fn accepted() -> (HostLease, Verified<LeaseRequest>) {
     let mut book = HostBook::new(host(), Timing::default());
     book.add_offer(o.clone(), Timestamp(T0));
     let r = request(&o, T0, LeaseKind::OnDemand);
-    let Answer::Accepted { lease, .. } = book.handle_request(r.clone(), Timestamp(T0), false) else {
+    let Answer::Accepted { lease, .. } = book.handle_request(r.clone(), Timestamp(T0), false)
+    else {
         panic!("refused");
     };
     (*lease, r)

@@ -231,7 +231,10 @@ fn bad_requests_get_typed_rejections() {
     );
     let other_host = offer(&Keypair::from_seed(&[33; 32]), t, 1);
     let wrong = request(&renter, &other_host, t, 3);
-    assert_eq!(reason(host.handle_request(wrong, t, false)), RejectReason::Invalid);
+    assert_eq!(
+        reason(host.handle_request(wrong, t, false)),
+        RejectReason::Invalid
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -291,10 +291,11 @@ impl RentTask {
             }
         };
         let read = path.clone();
-        let archive = tokio::task::spawn_blocking(move || crate::plane::stage::Archive::open(&read))
-            .await
-            .map_err(anyhow::Error::from)
-            .and_then(|r| r);
+        let archive =
+            tokio::task::spawn_blocking(move || crate::plane::stage::Archive::open(&read))
+                .await
+                .map_err(anyhow::Error::from)
+                .and_then(|r| r);
         let archive = match archive {
             Ok(archive) => archive,
             Err(e) => {
@@ -314,7 +315,8 @@ impl RentTask {
         staging: &Staging,
         host: gpux_protocol::PublicKey,
     ) -> Result<crate::plane::stage::Sent, String> {
-        let peer = libp2p::PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| e.to_string())?;
+        let peer =
+            libp2p::PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| e.to_string())?;
         let mut total = crate::plane::stage::Sent::default();
         let mut last = String::new();
         for attempt in 1..=STAGE_ATTEMPTS {

@@ -76,7 +76,10 @@ pub(crate) fn diff_ids(config: &[u8]) -> anyhow::Result<Vec<[u8; 32]>> {
     }
     let config: Config = serde_json::from_slice(config).context("the image config")?;
     if config.rootfs.kind != "layers" {
-        bail!("the image config's rootfs is {:?}, not layers", config.rootfs.kind);
+        bail!(
+            "the image config's rootfs is {:?}, not layers",
+            config.rootfs.kind
+        );
     }
     config
         .rootfs
@@ -142,8 +145,7 @@ impl Archive {
             config: String,
             layers: Vec<String>,
         }
-        let entries: Vec<Entry> =
-            serde_json::from_slice(&manifest).context("its manifest.json")?;
+        let entries: Vec<Entry> = serde_json::from_slice(&manifest).context("its manifest.json")?;
         let [entry] = &entries[..] else {
             bail!(
                 "it holds {} images; `docker save` one image into it",
@@ -231,7 +233,10 @@ fn index_tar(file: &mut std::fs::File) -> anyhow::Result<BTreeMap<String, (u64, 
             && let Some(target) = entry.link_name()?
         {
             // `docker save` links a layer saved twice to its first copy.
-            let parent = Path::new(&path).parent().unwrap_or(Path::new(".")).to_owned();
+            let parent = Path::new(&path)
+                .parent()
+                .unwrap_or(Path::new("."))
+                .to_owned();
             links.push((path, normalise(&parent, &target)));
         }
     }
@@ -332,7 +337,9 @@ pub(crate) async fn stage_image(
         Opened::No { code, detail } => {
             return Err(StageError::Refused(format!(
                 "the host refused to stage the image ({}): {detail}",
-                serde_json::to_string(&code).unwrap_or_default().trim_matches('"')
+                serde_json::to_string(&code)
+                    .unwrap_or_default()
+                    .trim_matches('"')
             )));
         }
     }
@@ -419,7 +426,10 @@ mod tests {
             normalise(Path::new("abc"), Path::new("../def/layer.tar")),
             "def/layer.tar"
         );
-        assert_eq!(normalise(Path::new("."), Path::new("./manifest.json")), "manifest.json");
+        assert_eq!(
+            normalise(Path::new("."), Path::new("./manifest.json")),
+            "manifest.json"
+        );
         assert_eq!(normalise(Path::new("."), Path::new("../../x")), "x");
     }
 

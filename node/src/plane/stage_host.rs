@@ -126,7 +126,8 @@ impl StagedImages {
         });
     }
 
-    /// A lease of `renter` runs `image`: it is kept while the lease lasts.
+    /// A lease of `renter` runs `image`: it is kept while the lease lasts (and no longer
+    /// for not being used).
     pub(crate) fn attach(
         &self,
         image: &ImageDigest,
@@ -139,7 +140,9 @@ impl StagedImages {
                 .iter_mut()
                 .find(|h| h.image == *image && h.renter == *renter)
             {
+                // From now on the lease keeps it, and its end decides how much longer.
                 h.leases.insert(lease, cache);
+                h.until_ms = 0;
             }
         });
     }
@@ -196,8 +199,12 @@ impl StagedImages {
 
     /// Images held for other renters than `renter` only.
     fn foreign(&self, renter: &PublicKey) -> BTreeSet<ImageDigest> {
-        let own: BTreeSet<ImageDigest> =
-            self.read(|h| h.iter().filter(|h| h.renter == *renter).map(|h| h.image).collect());
+        let own: BTreeSet<ImageDigest> = self.read(|h| {
+            h.iter()
+                .filter(|h| h.renter == *renter)
+                .map(|h| h.image)
+                .collect()
+        });
         self.renter_images()
             .into_iter()
             .filter(|i| !own.contains(i))
@@ -383,7 +390,9 @@ impl StageHost {
             return Err(busy("you are staging an image here already"));
         }
         if !usage.starts.take(1.0 / 60.0, STARTS_BURST, t) {
-            return Err(busy("you started too many stagings here; try again in a minute"));
+            return Err(busy(
+                "you started too many stagings here; try again in a minute",
+            ));
         }
         usage.running += 1;
         if renters.len() > 4096 {
@@ -511,10 +520,14 @@ impl StageHost {
         .await?;
         let config = receive_config(framed, open.config_bytes).await?;
         if image_id(&config) != image {
-            return Err(Failed("the config is not the image's (its sha256 differs)".into()));
+            return Err(Failed(
+                "the config is not the image's (its sha256 differs)".into(),
+            ));
         }
         if diff_ids(&config)? != declared {
-            return Err(Failed("the config lists other layers than announced".into()));
+            return Err(Failed(
+                "the config lists other layers than announced".into(),
+            ));
         }
         for need in &needs {
             let layer = open.layers[usize::from(need.index)];

@@ -47,17 +47,18 @@ pub use challenge::{
     MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    EXT_CACHE_IMAGE, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind,
-    LeaseReject, LeaseRequest, MAX_LEASE_ARGS, MAX_LEASE_ENV, PreemptionNotice, RejectReason,
-    ResourceLimits,
+    EXT_CACHE_IMAGE, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EndReason, EnvVar, LeaseAccept, LeaseEnd,
+    LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS, MAX_LEASE_ENV, PreemptionNotice,
+    RejectReason, ResourceLimits,
 };
 pub use ledger::{
     EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry, LedgerRecord, Redeem,
     Release,
 };
 pub use market::{
-    Bid, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_WORKSPACE_BYTES, MAX_BID_GPUS, MAX_OFFER_GPUS,
-    MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal,
+    Bid, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_WORKSPACE_BYTES,
+    MAX_BID_GPUS, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
+    OfferWithdrawal,
 };
 pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
 
