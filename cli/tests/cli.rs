@@ -402,6 +402,14 @@ mod testnet {
             "{report}"
         );
         assert_eq!(report["containers_left"], 0, "{report}");
+        // The workload plane: a renter image no host had, its input pushed and its result
+        // fetched (and checked by the run), and nothing of it left.
+        assert_eq!(report["images_pushed"], 1, "{report}");
+        assert!(report["image_bytes_sent"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(report["files_copied"], 2, "{report}");
+        assert!(report["bytes_copied"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(report["workspaces_left"], 0, "{report}");
+        assert_eq!(report["renter_images_left"], 0, "{report}");
         assert!(report["receipts_acked"].as_u64().unwrap() >= 2, "{report}");
         assert!(report["credits_before"].as_u64().unwrap() > 0);
         assert_eq!(

@@ -18,6 +18,7 @@ pub mod flood;
 pub mod harness;
 pub mod plane_bench;
 pub mod rogue;
+mod workload;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -101,6 +102,18 @@ pub struct Report {
     pub dockerd_cpu_pct_leasing: f64,
     /// The Docker daemon's CPU added per running lease, % of one core.
     pub dockerd_cpu_pct_per_lease: f64,
+    /// Renter images staged on a host that lacked them (the workload-plane round).
+    pub images_pushed: usize,
+    /// Bytes those stagings sent.
+    pub image_bytes_sent: u64,
+    /// Files `gpux cp` moved in and out of workspaces.
+    pub files_copied: u64,
+    /// Bytes those files held.
+    pub bytes_copied: u64,
+    /// Lease workspaces still on a host after the run and its retention (must be 0).
+    pub workspaces_left: usize,
+    /// Renter images still in Docker after their leases (must be 0).
+    pub renter_images_left: usize,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
     /// Anything that went wrong.
@@ -559,6 +572,30 @@ pub fn up(
         Err(e) => report
             .errors
             .push(format!("measuring Docker's start time: {e:#}")),
+    }
+
+    // The workload plane: a renter's own image, its files in and out.
+    if !stop.load(Ordering::Relaxed)
+        && let Some(renter) = nodes.iter().find(|n| n.name == "renter-0")
+    {
+        progress("workload plane: renter-0 brings its own image and data");
+        match workload::round(renter, &host_dirs, &image, &base, &progress) {
+            Ok(f) => {
+                report.images_pushed = f.images_pushed;
+                report.image_bytes_sent = f.image_bytes_sent;
+                report.files_copied = f.files_copied;
+                report.bytes_copied = f.bytes_copied;
+                report.workspaces_left = f.workspaces_left;
+                report.renter_images_left = f.renter_images_left;
+                if f.workspaces_left > 0 || f.renter_images_left > 0 {
+                    report.errors.push(format!(
+                        "left behind: {} workspaces, {} renter images",
+                        f.workspaces_left, f.renter_images_left
+                    ));
+                }
+            }
+            Err(e) => report.errors.push(format!("workload plane: {e:#}")),
+        }
     }
 
     // Every lease ends within its time; wait for all of them to settle.

@@ -1,0 +1,206 @@
+//! The testnet's workload-plane round: a renter builds an image of its own, hands it over
+//! as a `docker save` archive (removed from Docker first, so no host has it), rents with it
+//! and a workspace, pushes an input file, lets the workload turn it into a result, fetches
+//! the result after the workload exits, and checks it; then nothing may be left: no
+//! workspace, no renter image.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bollard::body_full;
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use futures::StreamExt;
+use gpux_node::api_client::ApiClient;
+use gpux_node::executor::Executor;
+use gpux_protocol::ImageDigest;
+
+use crate::harness;
+
+/// What the round did, for the report.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PlaneFigures {
+    pub(crate) images_pushed: usize,
+    pub(crate) image_bytes_sent: u64,
+    pub(crate) files_copied: u64,
+    pub(crate) bytes_copied: u64,
+    pub(crate) workspaces_left: usize,
+    pub(crate) renter_images_left: usize,
+}
+
+/// The job the renter's image runs: it waits for its input, writes the result, exits.
+const JOB: &str = "#!/bin/sh\n\
+i=0\n\
+while [ ! -f /workspace/input.txt ]; do i=$((i+1)); [ $i -gt 600 ] && exit 2; sleep 0.1; done\n\
+tr a-z A-Z < /workspace/input.txt > /workspace/result.txt\n";
+
+/// Input lines for the job.
+const INPUT_LINES: usize = 20_000;
+
+/// Runs the round with `renter`, on hosts whose data directories are `host_dirs`.
+pub(crate) fn round(
+    renter: &harness::Node,
+    host_dirs: &[std::path::PathBuf],
+    base_image: &str,
+    work: &Path,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<PlaneFigures> {
+    let mut figures = PlaneFigures::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting an async runtime")?;
+    let exec = rt.block_on(Executor::connect("gpux-testnet"))?;
+    let archive = work.join("renter-image.tar");
+    let image = rt.block_on(async {
+        let image = build(&exec, base_image).await?;
+        exec.save_image(&image, &archive).await?;
+        exec.remove_image(&image).await?;
+        anyhow::Ok(image)
+    })?;
+    if rt.block_on(exec.diff_ids(&image))?.is_some() {
+        bail!("the renter's image {image} is still in Docker after its removal");
+    }
+    progress(&format!(
+        "renter image {image} built, saved to an archive and removed from Docker: no host has it"
+    ));
+
+    let api = ApiClient::for_data_dir(&renter.dir)?;
+    let rented = api.rent(&gpux_api::RentRequest {
+        query: String::new(),
+        gpus: 1,
+        max_price: "10".into(),
+        duration_s: 120,
+        image: None,
+        image_archive: Some(archive.display().to_string()),
+        cache_image: false,
+        command: Vec::new(),
+        env: Default::default(),
+        network: false,
+        disk_bytes: Some(64 << 20),
+        retain_s: Some(20),
+    })?;
+    let staged = rented.staged.clone().context("the rent staged no image")?;
+    figures.images_pushed = 1;
+    figures.image_bytes_sent = staged.bytes_sent;
+    progress(&format!(
+        "staged on {}: {} of {} layers, {} bytes sent; lease {}",
+        rented.host, staged.layers_sent, staged.layers, staged.bytes_sent, rented.lease
+    ));
+
+    let input = work.join("input.txt");
+    let text: String = (0..INPUT_LINES)
+        .map(|i| format!("line {i} of the renter's input\n"))
+        .collect();
+    std::fs::write(&input, &text)?;
+    let remote = |name: &str| format!("{}:/workspace/{name}", rented.lease);
+    let copied = cp(renter, &input.display().to_string(), &remote("input.txt"))?;
+    figures.files_copied += copied.0;
+    figures.bytes_copied += copied.1;
+
+    let ended = wait(Duration::from_secs(60), || {
+        api.leases().is_ok_and(|ls| {
+            ls.iter()
+                .any(|l| l.lease == rented.lease && matches!(&*l.phase, "ended" | "settled"))
+        })
+    });
+    if !ended {
+        bail!("the workload did not exit within 60 s");
+    }
+    let result = work.join("result.txt");
+    let copied = cp(renter, &remote("result.txt"), &result.display().to_string())?;
+    figures.files_copied += copied.0;
+    figures.bytes_copied += copied.1;
+    if std::fs::read_to_string(&result)? != text.to_uppercase() {
+        bail!("the result fetched is not the workload's output for the input pushed");
+    }
+    progress("input pushed, result fetched after the workload exited, and checked");
+
+    let lease = rented.lease.clone();
+    let workspaces = || {
+        host_dirs
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d.join("workspaces")).ok())
+            .flat_map(|entries| entries.flatten())
+            .filter(|e| e.file_name().to_string_lossy() == lease)
+            .count()
+    };
+    wait(Duration::from_secs(40), || workspaces() == 0);
+    figures.workspaces_left = workspaces();
+    let image_left = || {
+        rt.block_on(exec.diff_ids(&image))
+            .is_ok_and(|d| d.is_some())
+    };
+    wait(Duration::from_secs(30), || !image_left());
+    figures.renter_images_left = usize::from(image_left());
+    Ok(figures)
+}
+
+/// `gpux cp` as the renter; (files, bytes) from its summary.
+fn cp(renter: &harness::Node, from: &str, to: &str) -> anyhow::Result<(u64, u64)> {
+    let out = renter
+        .gpux_command(&["cp", from, to, "--json"])
+        .output()
+        .context("running gpux cp")?;
+    if !out.status.success() {
+        bail!(
+            "gpux cp {from} {to}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let n = |k: &str| {
+        report
+            .get(k)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
+    Ok((n("files"), n("bytes")))
+}
+
+fn wait(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    done()
+}
+
+/// Builds the renter's image: the workload image plus the job, as its command.
+async fn build(exec: &Executor, base: &str) -> anyhow::Result<ImageDigest> {
+    let dockerfile = format!("FROM {base}\nCOPY job.sh /job.sh\nCMD [\"sh\", \"/job.sh\"]\n");
+    let mut context = tar::Builder::new(Vec::new());
+    for (name, body) in [
+        ("Dockerfile", dockerfile.as_bytes()),
+        ("job.sh", JOB.as_bytes()),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o755);
+        header.set_mtime(1_700_000_000);
+        header.set_cksum();
+        context.append_data(&mut header, name, body)?;
+    }
+    let context = context.into_inner()?;
+    let options = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let mut stream = exec
+        .docker()
+        .build_image(options, None, Some(body_full(context.into())));
+    let mut id = None;
+    while let Some(item) = stream.next().await {
+        let info = item.context("building the renter's image")?;
+        if let Some(found) = info.aux.and_then(|aux| aux.id) {
+            id = Some(found);
+        }
+    }
+    id.context("the build reported no image id")?
+        .parse()
+        .map_err(|e| anyhow::anyhow!("the build's image id: {e}"))
+}
