@@ -425,7 +425,9 @@ pub fn lease_request_matches_offer(
             max_s: offer.max_duration_s,
         });
     }
-    if !offer.images.contains(&request.image) && !(staged && offer.max_image_bytes() > 0) {
+    let listed = offer.images.contains(&request.image);
+    let staged_here = staged && offer.max_image_bytes() > 0;
+    if !(listed || staged_here) {
         return Err(RuleError::ImageNotOffered);
     }
     Ok(())
