@@ -2,6 +2,9 @@
 //! exec` and `gpux forward` cost against the transport under them, measured in one run on
 //! real processes (a ledger, a host with a fake GPU, a renter) and the real Docker daemon.
 //!
+//! - staging a renter image of `bytes` (one layer above the host's image) through `gpux
+//!   rent --image-archive`, against `docker save` plus `docker load` of the same image into
+//!   a daemon that lacks it (the same daemon, the image removed in between);
 //! - `gpux cp` of `bytes` up and down, against a raw libp2p stream (the same TCP, noise and
 //!   yamux) between two in-process peers, and raw loopback TCP;
 //! - exec echo latency: a line through `gpux exec -i LEASE -- cat` and back;
@@ -55,6 +58,133 @@ pub struct PlaneBenchReport {
     pub direct_http_mib_s: f64,
     /// Forward over direct (goal ≥ 0.5).
     pub forward_over_direct: f64,
+    /// The staged image's bytes (config and layers).
+    pub image_bytes: u64,
+    /// `docker save` of it to a file, ms.
+    pub docker_save_ms: u64,
+    /// `docker load` of that file into a daemon that lacks the image, ms.
+    pub docker_load_ms: u64,
+    /// `docker save` + `docker load`, MiB/s.
+    pub save_load_mib_s: f64,
+    /// The renter node's preparation of the archive (index, sha256 and blake3 of each
+    /// layer), ms.
+    pub stage_prepare_ms: u64,
+    /// Staging itself: the layers sent and the host's load, ms.
+    pub stage_ms: u64,
+    /// Bytes sent to stage it.
+    pub stage_bytes_sent: u64,
+    /// `docker save` + preparation + staging, MiB/s: moving the image with gpux.
+    pub stage_mib_s: f64,
+    /// Staging over save + load (goal ≥ 0.7).
+    pub stage_over_save_load: f64,
+}
+
+/// `docker` with `args`; fails with its stderr.
+fn docker(args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .context("the docker CLI")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "docker {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Staging against `docker save` + `docker load`: an image of one `bytes` layer above the
+/// host's `base`, saved, removed, loaded back (the baseline), removed again, and staged.
+fn stage_bench(
+    config: &PlaneBenchConfig,
+    renter: &Node,
+    host: &Node,
+    base_image: &str,
+    dir: &Path,
+    report: &mut PlaneBenchReport,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<()> {
+    let context = dir.join("stage-context");
+    std::fs::create_dir_all(&context)?;
+    noise(&context.join("blob"), config.bytes)?;
+    std::fs::write(
+        context.join("Dockerfile"),
+        format!("FROM {base_image}\nCOPY blob /blob\n"),
+    )?;
+    let image = docker(&["build", "-q", &context.display().to_string()])?;
+    std::fs::remove_dir_all(&context)?;
+    let archive = dir.join("stage.tar");
+    let archive_s = archive.display().to_string();
+    let t = Instant::now();
+    docker(&["save", "-o", &archive_s, &image])?;
+    report.docker_save_ms = t.elapsed().as_millis() as u64;
+    docker(&["rmi", &image])?;
+    let t = Instant::now();
+    docker(&["load", "-q", "-i", &archive_s])?;
+    report.docker_load_ms = t.elapsed().as_millis() as u64;
+    docker(&["rmi", &image])?;
+    progress(&format!(
+        "docker save {} ms, docker load {} ms",
+        report.docker_save_ms, report.docker_load_ms
+    ));
+    let rented = run_ok(
+        renter,
+        &[
+            "rent",
+            "gpu=l4",
+            "--max-price",
+            "5",
+            "--duration",
+            "60",
+            "--image-archive",
+            &archive_s,
+            "--json",
+            "--",
+            "true",
+        ],
+    )?;
+    let rented: gpux_api::Rented = serde_json::from_slice(&rented.stdout)?;
+    let staged = rented.staged.context("the rent staged nothing")?;
+    report.image_bytes = staged.image_bytes;
+    report.stage_prepare_ms = staged.prepare_ms;
+    report.stage_ms = staged.stage_ms;
+    report.stage_bytes_sent = staged.bytes_sent;
+    let ms = |ms: u64| Duration::from_millis(ms.max(1));
+    report.save_load_mib_s = mib_s(
+        staged.image_bytes,
+        ms(report.docker_save_ms + report.docker_load_ms),
+    );
+    report.stage_mib_s = mib_s(
+        staged.image_bytes,
+        ms(report.docker_save_ms + staged.prepare_ms + staged.stage_ms),
+    );
+    report.stage_over_save_load = report.stage_mib_s / report.save_load_mib_s.max(1e-9);
+    progress(&format!(
+        "staging: prepare {} ms, stage {} ms ({} bytes sent): {:.0} MiB/s against save+load {:.0} MiB/s",
+        staged.prepare_ms,
+        staged.stage_ms,
+        staged.bytes_sent,
+        report.stage_mib_s,
+        report.save_load_mib_s
+    ));
+    std::fs::remove_file(&archive)?;
+    // The workload exits at once: the lease ends, the image is erased, the GPU is free.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while host.phase(&rented.lease) != "settled" {
+        anyhow::ensure!(Instant::now() < deadline, "the staging lease did not settle");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The host offers its GPU again; the next rent needs the renter to have heard.
+    while !renter
+        .api()?
+        .offers("gpu=l4", 10)
+        .is_ok_and(|hits| hits.iter().any(|h| h.free > 0))
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the GPU was not offered again");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
 }
 
 fn mib_s(bytes: u64, took: Duration) -> f64 {
@@ -241,6 +371,8 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
             "1",
             "--receipt-interval",
             "1",
+            "--republish",
+            "2",
         ]
         .map(String::from),
     );
@@ -268,6 +400,11 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
             "no offer reached the renter"
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut staged = PlaneBenchReport::default();
+    if let Err(e) = stage_bench(config, &renter, &host, &image, base, &mut staged, &progress) {
+        crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
+        return Err(e.context("the staging benchmark"));
     }
     let disk = format!("{}MiB", (config.bytes >> 20) * 11 / 10 + 200);
     let rented = run_ok(
@@ -302,7 +439,17 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
         std::thread::sleep(Duration::from_millis(200));
     }
     crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
-    measured
+    let mut report = measured?;
+    report.image_bytes = staged.image_bytes;
+    report.docker_save_ms = staged.docker_save_ms;
+    report.docker_load_ms = staged.docker_load_ms;
+    report.save_load_mib_s = staged.save_load_mib_s;
+    report.stage_prepare_ms = staged.stage_prepare_ms;
+    report.stage_ms = staged.stage_ms;
+    report.stage_bytes_sent = staged.stage_bytes_sent;
+    report.stage_mib_s = staged.stage_mib_s;
+    report.stage_over_save_load = staged.stage_over_save_load;
+    Ok(report)
 }
 
 /// The measurements, on a running lease with a workspace.

@@ -309,6 +309,13 @@ pub struct StagedImage {
     pub layers_sent: usize,
     /// Bytes sent.
     pub bytes_sent: u64,
+    /// Time this node took to get the archive ready (saved from Docker, indexed and
+    /// hashed), ms.
+    #[serde(default)]
+    pub prepare_ms: u64,
+    /// Time from opening the stage stream to the host's "loaded", ms.
+    #[serde(default)]
+    pub stage_ms: u64,
 }
 
 /// `POST /v1/bid`.

@@ -338,7 +338,9 @@ impl RentTask {
 
     pub(crate) async fn run(mut self) -> Result<Rented, ApiError> {
         let stopping = || ApiError::new(ErrorCode::Unavailable, "the node is shutting down");
+        let prepared = std::time::Instant::now();
         let staging = self.prepare().await?;
+        let prepare_ms = prepared.elapsed().as_millis() as u64;
         if let Some(staging) = &staging {
             // Only hosts that stage an image this large.
             let gb = staging.archive.total_bytes().div_ceil(1_000_000_000);
@@ -397,10 +399,11 @@ impl RentTask {
                     continue;
                 }
                 let mut sent = None;
+                let staged_at = std::time::Instant::now();
                 let image = match (&self.image, &staging) {
                     (_, Some(staging)) => match self.stage(staging, host).await {
                         Ok(s) => {
-                            sent = Some(s);
+                            sent = Some((s, staged_at.elapsed().as_millis() as u64));
                             Some(staging.archive.image)
                         }
                         Err(why) => {
@@ -418,12 +421,17 @@ impl RentTask {
                     reasons.push(None);
                     continue;
                 };
-                let staged = staging.as_ref().zip(sent).map(|(s, sent)| StagedImage {
-                    layers: s.archive.layers.len(),
-                    image_bytes: s.archive.total_bytes(),
-                    layers_sent: sent.layers,
-                    bytes_sent: sent.bytes,
-                });
+                let staged = staging
+                    .as_ref()
+                    .zip(sent)
+                    .map(|(s, (sent, stage_ms))| StagedImage {
+                        layers: s.archive.layers.len(),
+                        image_bytes: s.archive.total_bytes(),
+                        layers_sent: sent.layers,
+                        bytes_sent: sent.bytes,
+                        prepare_ms,
+                        stage_ms,
+                    });
                 match self.request(&allocation, image, staged).await {
                     Ok(rented) => return Ok(rented),
                     Err(Refusal::Refused(why, reason)) => {
