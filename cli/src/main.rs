@@ -114,6 +114,23 @@ enum Command {
         /// `[LOCAL:]REMOTE`: the local port (default: the remote one) and the container's.
         #[arg(value_parser = cmd::plane::parse_ports, value_name = "[LOCAL:]REMOTE")]
         ports: (u16, u16),
+        /// Carry one connection over standard input and output instead of listening (an
+        /// OpenSSH `ProxyCommand`; see `gpux ssh-config`).
+        #[arg(long)]
+        stdio: bool,
+    },
+    /// Print an OpenSSH `Host` entry that reaches a sshd you run in a lease's container over
+    /// the P2P link (`gpux forward --stdio` as its ProxyCommand): for ssh, scp, rsync and
+    /// editors. Add it to ~/.ssh/config, or use `ssh -F FILE`.
+    SshConfig {
+        /// The lease id.
+        lease: String,
+        /// The port sshd listens on inside the container (on its loopback).
+        #[arg(long, default_value_t = 2222)]
+        port: u16,
+        /// The user to log in as (sshd's; the container runs as uid 65534).
+        #[arg(long)]
+        user: Option<String>,
     },
     /// A lease's usage receipts and their acknowledgements.
     Receipts {
@@ -394,7 +411,15 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
-        Command::Forward { lease, ports } => cmd::plane::forward(&dir, &lease, ports)?,
+        Command::Forward {
+            lease,
+            ports,
+            stdio: true,
+        } => cmd::plane::forward_stdio(&dir, &lease, ports.1)?,
+        Command::Forward { lease, ports, .. } => cmd::plane::forward(&dir, &lease, ports)?,
+        Command::SshConfig { lease, port, user } => {
+            cmd::plane::ssh_config(&dir, &lease, port, user.as_deref())?
+        }
         Command::Cp { src, dst, json } => cmd::plane::cp(&dir, &src, &dst, json)?,
         // Taken by `run`.
         Command::Exec { .. } => return Ok(false),

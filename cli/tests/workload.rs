@@ -183,6 +183,36 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         assert!(answer.ends_with("forwarded-ok\n"), "{answer}");
     }
     drop(forward);
+    // One connection over standard input and output: what `gpux ssh-config` gives OpenSSH
+    // as its ProxyCommand.
+    let mut stdio = renter
+        .gpux_command(&["forward", "--stdio", &lease, "8080"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    stdio
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let out = stdio.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(text(&out).0.ends_with("forwarded-ok\n"), "{:?}", text(&out));
+    let out = renter.gpux(&["ssh-config", &lease, "--user", "me"]);
+    let (config, _) = text(&out);
+    assert!(out.status.success(), "{config}");
+    assert!(
+        config.starts_with(&format!("Host gpux-{}\n", &lease[..12])),
+        "{config}"
+    );
+    assert!(config.contains("    User me\n"), "{config}");
+    assert!(
+        config.contains(&format!("forward --stdio {lease} 2222\n")),
+        "{config}"
+    );
+    assert!(!other.gpux(&["ssh-config", &lease]).status.success());
     // The relay a host that is not root forwards through: its own busybox, mounted
     // read-only in the container, reaches the port from inside.
     let mut relay = renter

@@ -172,7 +172,10 @@ fn stage_bench(
     // The workload exits at once: the lease ends, the image is erased, the GPU is free.
     let deadline = Instant::now() + Duration::from_secs(60);
     while host.phase(&rented.lease) != "settled" {
-        anyhow::ensure!(Instant::now() < deadline, "the staging lease did not settle");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the staging lease did not settle"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // The host offers its GPU again; the next rent needs the renter to have heard.

@@ -10,6 +10,8 @@ use anyhow::Context;
 use gpux_api::ExecRequest;
 use gpux_node::api_client::ApiClient;
 use gpux_node::plane::client;
+
+use super::out;
 use rustix::termios::{self, OptionalActions, Termios};
 
 /// What `gpux exec` was asked.
@@ -184,6 +186,53 @@ pub(crate) fn forward(dir: &Path, lease: &str, ports: (u16, u16)) -> anyhow::Res
     });
     runtime.shutdown_background();
     Ok(result?)
+}
+
+/// Carries one connection to `remote` in the lease's container over stdin and stdout.
+pub(crate) fn forward_stdio(dir: &Path, lease: &str, remote: u16) -> anyhow::Result<()> {
+    let api = ApiClient::for_data_dir(dir)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let result = runtime.block_on(client::forward_stdio(&api, lease, remote));
+    runtime.shutdown_background();
+    Ok(result?)
+}
+
+/// Prints an OpenSSH `Host` entry for a sshd in the lease's container.
+pub(crate) fn ssh_config(
+    dir: &Path,
+    lease: &str,
+    port: u16,
+    user: Option<&str>,
+) -> anyhow::Result<()> {
+    // Said now rather than when ssh runs the proxy.
+    let api = ApiClient::for_data_dir(dir)?;
+    let leases = api.leases()?;
+    if !leases
+        .iter()
+        .any(|l| l.lease == lease && l.role == gpux_api::Role::Renter)
+    {
+        anyhow::bail!("no lease {lease} rented by this node (`gpux leases` lists them)");
+    }
+    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let dir = std::fs::canonicalize(dir).context("the data directory")?;
+    let short = &lease[..12.min(lease.len())];
+    // A path with spaces would split the ProxyCommand: quote both paths.
+    out!("Host gpux-{short}")?;
+    out!("    HostName {short}.gpux")?;
+    if let Some(user) = user {
+        out!("    User {user}")?;
+    }
+    out!(
+        "    ProxyCommand \"{}\" --data-dir \"{}\" forward --stdio {lease} {port}",
+        gpux.display(),
+        dir.display()
+    )?;
+    out!("    StrictHostKeyChecking accept-new")?;
+    out!(
+        "    UserKnownHostsFile \"{}\"",
+        dir.join("ssh_known_hosts").display()
+    )?;
+    Ok(())
 }
 
 /// An indicatif bar on standard error (hidden when it is not a terminal).

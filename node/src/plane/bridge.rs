@@ -219,6 +219,8 @@ pub(crate) async fn pump_frames(ws: WebSocket, stream: FramedStream) {
 }
 
 /// Carries a forwarded connection's bytes between the CLI's WebSocket and the host's stream.
+/// An empty binary message from the CLI is its end of data (the stream is half-closed and
+/// the host's bytes still come back); a close ends both ways.
 pub(crate) async fn pump_forward(ws: WebSocket, stream: FramedStream) {
     let parts = stream.into_parts();
     let (mut from_host, mut to_host) = tokio::io::split(parts.io);
@@ -227,6 +229,8 @@ pub(crate) async fn pump_forward(ws: WebSocket, stream: FramedStream) {
     let up = async {
         while let Some(Ok(message)) = ws_rx.next().await {
             let bytes = match message {
+                // An empty message is the client's end of data: a half-close.
+                Message::Binary(bytes) if bytes.is_empty() => break,
                 Message::Binary(bytes) => bytes,
                 Message::Close(_) => break,
                 _ => continue,

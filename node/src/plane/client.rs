@@ -1,4 +1,5 @@
-//! The CLI's side of the workload plane: `gpux exec` and `gpux forward` talk to their own
+//! The CLI's side of the workload plane: `gpux exec` and `gpux forward` (and `forward
+//! --stdio`, the `ProxyCommand` of `gpux ssh-config`) talk to their own
 //! node's local API over WebSockets (with its token), and the node bridges each to a stream
 //! to the lease's host.
 
@@ -162,6 +163,40 @@ pub async fn forward(
         ))));
     }
     // An unknown or ended lease is said at once, before listening.
+    running_lease(api, lease).await?;
+    let listener = tokio::net::TcpListener::bind(local).await.map_err(|e| {
+        ClientError::Api(ApiError::bad_input(format!(
+            "cannot listen on {local}: {e}"
+        )))
+    })?;
+    let bound = listener.local_addr().unwrap_or(local);
+    ready(bound);
+    let on_error = std::sync::Arc::new(on_error);
+    let accept = async {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = conn.set_nodelay(true);
+            let path = format!("/v1/leases/{lease}/forward?port={remote}");
+            let api = api.clone();
+            let on_error = on_error.clone();
+            tokio::spawn(async move {
+                match connect(&api, &path).await {
+                    Ok(socket) => carry_tcp(conn, socket).await,
+                    Err(e) => on_error(&e),
+                }
+            });
+        }
+    };
+    tokio::select! {
+        () = accept => Ok(()),
+        () = stop => Ok(()),
+    }
+}
+
+/// Fails unless `lease` is one this node rents and it has not ended.
+async fn running_lease(api: &ApiClient, lease: &str) -> Result<(), ClientError> {
     let api_ = api.clone();
     let lease_ = lease.to_string();
     let views = tokio::task::spawn_blocking(move || api_.leases())
@@ -188,40 +223,32 @@ pub async fn forward(
             format!("lease {lease} has ended"),
         )));
     }
-    let listener = tokio::net::TcpListener::bind(local).await.map_err(|e| {
-        ClientError::Api(ApiError::bad_input(format!(
-            "cannot listen on {local}: {e}"
-        )))
-    })?;
-    let bound = listener.local_addr().unwrap_or(local);
-    ready(bound);
-    let on_error = std::sync::Arc::new(on_error);
-    let accept = async {
-        loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = conn.set_nodelay(true);
-            let path = format!("/v1/leases/{lease}/forward?port={remote}");
-            let api = api.clone();
-            let on_error = on_error.clone();
-            tokio::spawn(async move {
-                match connect(&api, &path).await {
-                    Ok(socket) => carry(conn, socket).await,
-                    Err(e) => on_error(&e),
-                }
-            });
-        }
-    };
-    tokio::select! {
-        () = accept => Ok(()),
-        () = stop => Ok(()),
-    }
+    Ok(())
+}
+
+/// Carries one connection to `remote` on `lease`'s container loopback over this process's
+/// standard input and output, until the container's side closes: what OpenSSH's
+/// `ProxyCommand` wants (`gpux ssh-config`).
+pub async fn forward_stdio(api: &ApiClient, lease: &str, remote: u16) -> Result<(), ClientError> {
+    running_lease(api, lease).await?;
+    let socket = connect(api, &format!("/v1/leases/{lease}/forward?port={remote}")).await?;
+    carry(tokio::io::stdin(), tokio::io::stdout(), socket).await;
+    Ok(())
 }
 
 /// Carries one forwarded connection's bytes over its WebSocket, both ways.
-async fn carry(conn: TcpStream, socket: Socket) {
-    let (mut read, mut write) = conn.into_split();
+async fn carry_tcp(conn: TcpStream, socket: Socket) {
+    let (read, write) = conn.into_split();
+    carry(read, write, socket).await;
+}
+
+/// Carries bytes from `read` up the WebSocket and from it down to `write`, until the far
+/// side is done.
+async fn carry(
+    mut read: impl AsyncRead + Unpin,
+    mut write: impl AsyncWrite + Unpin,
+    socket: Socket,
+) {
     let (mut tx, mut rx) = socket.split();
     let up = async {
         let mut buf = vec![0u8; 64 * 1024];
@@ -236,7 +263,9 @@ async fn carry(conn: TcpStream, socket: Socket) {
                 }
             }
         }
-        let _ = tx.close().await;
+        // The end of this side's data, as an empty message: the connection stays open
+        // for the other side's (a WebSocket close would end both).
+        let _ = tx.send(Message::Binary(bytes::Bytes::new())).await;
     };
     let down = async {
         while let Some(Ok(message)) = rx.next().await {
@@ -245,7 +274,7 @@ async fn carry(conn: TcpStream, socket: Socket) {
                 Message::Close(_) => break,
                 _ => continue,
             };
-            if write.write_all(&bytes).await.is_err() {
+            if write.write_all(&bytes).await.is_err() || write.flush().await.is_err() {
                 break;
             }
         }
