@@ -629,9 +629,69 @@ fn renters_stage_their_own_images_by_chain_and_nothing_is_left_but_what_they_cac
     // The host (it shares this Docker daemon) lacks both before any staging.
     assert!(!docker_has(&v1) && !docker_has(&v2));
 
+    // A tag only the host knows: it lists its images' tags when it starts, and the tag is
+    // gone from this (shared) Docker by the time the renter asks for it.
+    let out = Command::new("docker")
+        .args(["tag", &base, "gpux-host-only:1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "docker tag: {:?}", text(&out));
     // Two GPUs: a lease that ended never stands in the next one's way.
-    let market = Market::start_image(1, 2, 2, 30, base);
+    let market = Market::start_image(1, 2, 2, 30, base.clone());
+    let out = Command::new("docker")
+        .args(["rmi", "gpux-host-only:1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "docker rmi: {:?}", text(&out));
     let (renter, other) = (&market.renters[0], &market.renters[1]);
+    let hits = |query: &str| {
+        let out = renter.gpux(&["offers", "search", query, "--json"]);
+        assert!(out.status.success(), "{:?}", text(&out));
+        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
+            .unwrap()
+            .len()
+    };
+    assert_eq!(hits("image=gpux-host-only*"), 1);
+    assert_eq!(hits("image=gpux-host-only:1"), 1);
+    assert_eq!(hits("image=gpux-host-only:2"), 0);
+    // Renting by the host's tag runs the host's image: the lease binds its digest.
+    let out = renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image",
+        "gpux-host-only:1",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let rented: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rented.image, base);
+    assert!(rented.staged.is_none());
+    let out = renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image",
+        "no-such:1",
+        "--",
+        "true",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out)
+            .1
+            .contains("no offer that satisfies the request lists that tag"),
+        "{:?}",
+        text(&out)
+    );
     let ended = |r: &super::market::Node, lease: &str| {
         wait_for("the lease to end", 60, || {
             let phase = r.lease(lease).phase;

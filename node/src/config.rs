@@ -417,6 +417,7 @@ impl Effective {
                     .transpose()?,
                 region: o.region.clone().unwrap_or_default(),
                 images,
+                image_tags: Default::default(),
                 min_duration_s: o.min_duration_s.unwrap_or(60),
                 max_duration_s: o.max_duration_s.unwrap_or(86_400),
                 offer_ttl_s: o.offer_ttl_s.unwrap_or(600),

@@ -501,6 +501,48 @@ fn structural_rules_refuse_inconsistent_messages() {
         })
     ));
 
+    // ...unless it stages renters' images.
+    let mut staging = samples::offer_for(&att, 9);
+    staging.images = BoundedVec::empty();
+    staging
+        .ext
+        .insert(
+            gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
+            (1u64 << 30).to_le_bytes().to_vec(),
+        )
+        .unwrap();
+    assert!(Signed::sign(&samples::host(), staging).is_ok());
+
+    // Image tags: one line of valid tags per listed image, read back with their digests.
+    let mut tagged = samples::offer_for(&att, 9);
+    tagged
+        .ext
+        .insert(
+            gpux_protocol::EXT_OFFER_IMAGE_TAGS,
+            b"pytorch:2.4 pytorch:latest".to_vec(),
+        )
+        .unwrap();
+    let image = tagged.images[0];
+    let signed = Signed::sign(&samples::host(), tagged.clone()).unwrap();
+    assert_eq!(
+        signed.image_tags(),
+        vec![
+            (image, "pytorch:2.4".to_string()),
+            (image, "pytorch:latest".to_string())
+        ]
+    );
+    for bad in [&b"a\nb\nc\nd\ne\nf\ng\nh\ni"[..], b"py torch*", b"\xff"] {
+        let mut t = tagged.clone();
+        t.ext
+            .insert(gpux_protocol::EXT_OFFER_IMAGE_TAGS, bad.to_vec())
+            .unwrap();
+        assert!(
+            Signed::sign(&samples::host(), t).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+
     let mut broke = samples::lease_request_for(&offer);
     broke.escrow_amount = MicroCredits(1);
     assert!(matches!(

@@ -78,10 +78,11 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
             |v| matches!(v, Value::Bool(b) if *b == e.spot_floor.is_some()),
         ),
         Field::Host => holds(clause, |v| matches!(v, Value::Host(h) if *h == e.host_key)),
-        Field::Image => holds(
-            clause,
-            |v| matches!(v, Value::Image(d) if e.images.contains(d)),
-        ),
+        Field::Image => holds(clause, |v| match v {
+            Value::Image(d) => e.images.contains(d),
+            Value::ImageTag(p) => e.tags.iter().any(|(_, t)| crate::query::tag_matches(p, t)),
+            _ => false,
+        }),
         Field::Disk => number(clause, e.disk_bytes / 1_000_000_000),
         Field::Stage => number(clause, e.stage_bytes / 1_000_000_000),
     }

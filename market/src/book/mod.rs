@@ -162,6 +162,8 @@ pub(crate) struct Entry {
     pub(crate) disk_bytes: u64,
     /// The largest renter image the host stages, bytes.
     pub(crate) stage_bytes: u64,
+    /// The tags the host lists, with their images.
+    pub(crate) tags: Box<[(ImageDigest, Box<str>)]>,
 }
 
 impl Entry {
@@ -416,6 +418,11 @@ impl OrderBook {
             gpus: offer.gpus.iter().map(|g| g.uuid).collect(),
             disk_bytes: offer.workspace_bytes(),
             stage_bytes: offer.max_image_bytes(),
+            tags: offer
+                .image_tags()
+                .into_iter()
+                .map(|(d, t)| (d, t.into_boxed_str()))
+                .collect(),
         };
         let key = BucketKey {
             family,
@@ -630,6 +637,16 @@ impl OrderBook {
             .get(offer)
             .and_then(|&i| self.entry(i))
             .map(|e| &e.images[..])
+    }
+
+    /// The image an offer lists under a tag matching `pattern` (see
+    /// [`crate::query::tag_matches`]), if any.
+    pub fn offer_image_tagged(&self, offer: &ContentId, pattern: &str) -> Option<ImageDigest> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        e.tags
+            .iter()
+            .find(|(_, t)| crate::query::tag_matches(pattern, t))
+            .map(|(d, _)| *d)
     }
 
     /// This node's reliability score of a host, thousandths.

@@ -57,7 +57,8 @@ pub enum Field {
     Driver,
     /// CUDA version the driver supports.
     Cuda,
-    /// An image the host has (`sha256:...`).
+    /// An image the host has: its digest (`sha256:...`) or a tag it lists (`pytorch:2.4`,
+    /// `pytorch*`).
     Image,
     /// The largest workspace the host gives a lease now, GB (10^9 bytes).
     Disk,
@@ -177,6 +178,20 @@ pub enum Value {
     Host(PublicKey),
     /// An image digest.
     Image(ImageDigest),
+    /// An image tag the host lists (`pytorch:2.4`), or a prefix of one (`pytorch*`).
+    ImageTag(String),
+}
+
+/// Whether a host's listed `tag` matches `pattern`: equal, `name` for `name:latest` as
+/// Docker reads it, or a prefix when the pattern ends with `*`.
+pub fn tag_matches(pattern: &str, tag: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => tag.starts_with(prefix),
+        None => {
+            tag == pattern
+                || (!pattern.contains(':') && tag.strip_suffix(":latest") == Some(pattern))
+        }
+    }
 }
 
 /// One clause: `field op values` (one value unless the operator is `in` / `notin`).

@@ -347,14 +347,29 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
             .parse::<Version>()
             .map(|v| Value::Number(version_key(v)))
             .map_err(|_| bad(field, word, column, "a version like 550 or 12.4")),
-        Field::Image => word.parse::<ImageDigest>().map(Value::Image).map_err(|_| {
-            bad(
-                field,
-                word,
-                column,
-                "an image digest sha256:<64 hex digits>",
-            )
-        }),
+        Field::Image if word.starts_with("sha256:") => {
+            word.parse::<ImageDigest>().map(Value::Image).map_err(|_| {
+                bad(
+                    field,
+                    word,
+                    column,
+                    "an image digest sha256:<64 hex digits>",
+                )
+            })
+        }
+        Field::Image => {
+            let body = word.strip_suffix('*').unwrap_or(word);
+            if (body.is_empty() && word == "*") || gpux_protocol::is_image_tag(body) {
+                Ok(Value::ImageTag(word.to_string()))
+            } else {
+                Err(bad(
+                    field,
+                    word,
+                    column,
+                    "an image digest sha256:<64 hex digits>, a tag like pytorch:2.4, or a prefix like pytorch*",
+                ))
+            }
+        }
         Field::Region => {
             let lower = word.to_ascii_lowercase();
             let ok = !lower.is_empty()

@@ -116,6 +116,11 @@ fn every_field_parses_its_values() {
             Field::Image,
             Value::Image(gpux_protocol::ImageDigest([0xab; 32])),
         ),
+        (
+            "image=pytorch*".into(),
+            Field::Image,
+            Value::ImageTag("pytorch*".into()),
+        ),
         ("disk>=20".into(), Field::Disk, Value::Number(20)),
         ("stage>=2".into(), Field::Stage, Value::Number(2)),
     ];
@@ -140,7 +145,8 @@ fn bad_values_name_the_field_and_column() {
         ("spot=maybe", Field::Spot, 6),
         ("host=nobody", Field::Host, 6),
         ("driver=x", Field::Driver, 8),
-        ("image=latest", Field::Image, 7),
+        ("image=sha256:latest", Field::Image, 7),
+        ("image=py*torch", Field::Image, 7),
     ] {
         let e = fails(text);
         assert_eq!(e.column, column, "{text}: {e}");
@@ -323,4 +329,19 @@ fn order_keys_and_directions() {
 fn empty_query_matches_everything() {
     assert_eq!(ok(""), Query::default());
     assert_eq!(ok("   "), Query::default());
+}
+
+#[test]
+fn image_tags_match_as_docker_reads_them() {
+    use crate::query::tag_matches;
+    assert!(tag_matches("pytorch:2.4", "pytorch:2.4"));
+    assert!(!tag_matches("pytorch:2.4", "pytorch:2.41"));
+    assert!(tag_matches("pytorch", "pytorch:latest"));
+    assert!(!tag_matches("pytorch", "pytorch:2.4"));
+    assert!(tag_matches("pytorch*", "pytorch:2.4"));
+    assert!(tag_matches(
+        "nvcr.io/nvidia/*",
+        "nvcr.io/nvidia/pytorch:24.01"
+    ));
+    assert!(!tag_matches("torch*", "pytorch:2.4"));
 }

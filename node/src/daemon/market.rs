@@ -240,16 +240,20 @@ impl MarketView {
         spec: &BidSpec,
         excluded: &BTreeSet<ContentId>,
         now: Timestamp,
+        tag: Option<&str>,
     ) -> Option<(Allocation, Option<ImageDigest>)> {
         let allocation = self
             .book
             .match_bid_excluding(spec, now, excluded)
             .ok()
             .and_then(|mut a| a.pop())?;
-        let image = self
-            .book
-            .offer_images(&allocation.offer)
-            .and_then(|i| i.first().copied());
+        let image = match tag {
+            Some(tag) => self.book.offer_image_tagged(&allocation.offer, tag),
+            None => self
+                .book
+                .offer_images(&allocation.offer)
+                .and_then(|i| i.first().copied()),
+        };
         Some((allocation, image))
     }
 

@@ -57,6 +57,8 @@ pub struct HostOptions {
     pub region: String,
     /// Images the host has, by digest (empty: every image on the host).
     pub images: Vec<ImageDigest>,
+    /// Their tags, as Docker has them (read when the host starts).
+    pub image_tags: std::collections::BTreeMap<ImageDigest, Vec<String>>,
     /// Shortest lease accepted, seconds (billing has a 60 s minimum regardless).
     pub min_duration_s: u32,
     /// Longest lease accepted, seconds.

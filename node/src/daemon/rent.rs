@@ -47,6 +47,8 @@ pub(crate) enum ImageChoice {
     Any,
     /// One the host lists, by digest.
     Host(ImageDigest),
+    /// One the host lists under this tag (`pytorch:2.4`): the lease names its digest.
+    HostTag(String),
     /// An image in this node's Docker, by reference: staged on the host.
     Local(String),
     /// A `docker save` archive: staged on the host.
@@ -76,6 +78,8 @@ pub(crate) enum RentEvent {
         spec: BidSpec,
         excluded: BTreeSet<gpux_protocol::ContentId>,
         n: usize,
+        /// Each candidate's image is the one its offer lists under this tag (else its first).
+        tag: Option<String>,
         reply: oneshot::Sender<Vec<Candidate>>,
     },
     /// A host was reached (or answered).
@@ -256,7 +260,7 @@ impl RentTask {
     /// the rent runs a host's image.
     async fn prepare(&self) -> Result<Option<Staging>, ApiError> {
         let (path, saved) = match &self.image {
-            ImageChoice::Any | ImageChoice::Host(_) => return Ok(None),
+            ImageChoice::Any | ImageChoice::Host(_) | ImageChoice::HostTag(_) => return Ok(None),
             ImageChoice::Archive(path) => (path.clone(), false),
             ImageChoice::Local(reference) => {
                 let docker = crate::executor::Executor::connect(&self.key.peer_id().to_string())
@@ -308,6 +312,14 @@ impl RentTask {
         Ok(Some(Staging { archive, saved }))
     }
 
+    /// Whether this node's Docker has an image called `reference` (no Docker: no).
+    async fn local_has(&self, reference: &str) -> bool {
+        match crate::executor::Executor::connect(&self.key.peer_id().to_string()).await {
+            Ok(docker) => matches!(docker.resolve_image(reference).await, Ok(Some(_))),
+            Err(_) => false,
+        }
+    }
+
     /// Stages the renter's image on `host`, trying again (from what arrived) when the stream
     /// breaks.
     async fn stage(
@@ -338,6 +350,21 @@ impl RentTask {
 
     pub(crate) async fn run(mut self) -> Result<Rented, ApiError> {
         let stopping = || ApiError::new(ErrorCode::Unavailable, "the node is shutting down");
+        // A name the local Docker does not have is a tag hosts list (the renter's own
+        // image of that name wins: a host's tag is only its say-so).
+        if let ImageChoice::Local(reference) = &self.image
+            && !self.local_has(reference).await
+        {
+            let query =
+                gpux_market::query::Query::parse(&format!("image={reference}")).map_err(|_| {
+                    ApiError::bad_input(format!(
+                        "--image {reference}: this node's Docker has no such image, and it is \
+                         not a tag a host could list"
+                    ))
+                })?;
+            self.spec.query.clauses.extend(query.clauses);
+            self.image = ImageChoice::HostTag(reference.clone());
+        }
         let prepared = std::time::Instant::now();
         let staging = self.prepare().await?;
         let prepare_ms = prepared.elapsed().as_millis() as u64;
@@ -359,6 +386,10 @@ impl RentTask {
                     spec: self.spec.clone(),
                     excluded: excluded.clone(),
                     n: CANDIDATES,
+                    tag: match &self.image {
+                        ImageChoice::HostTag(tag) => Some(tag.clone()),
+                        _ => None,
+                    },
                     reply: tx,
                 }),
             )
@@ -450,26 +481,39 @@ impl RentTask {
                 }
             }
         }
-        Err(if refusals.is_empty() {
-            ApiError::new(
-                ErrorCode::NoOffer,
-                "no offer in this node's view of the market satisfies the request",
-            )
-            .with_hint(
-                "`gpux offers search` shows what the market offers; hosts shown unreachable \
+        Err(
+            if refusals.is_empty()
+                && let ImageChoice::HostTag(tag) = &self.image
+            {
+                ApiError::new(
+                    ErrorCode::NoOffer,
+                    format!(
+                        "--image {tag}: this node's Docker has no such image, and no offer that \
+                     satisfies the request lists that tag"
+                    ),
+                )
+                .with_hint("build it here to stage it, or `gpux offers search 'image=NAME*'`")
+            } else if refusals.is_empty() {
+                ApiError::new(
+                    ErrorCode::NoOffer,
+                    "no offer in this node's view of the market satisfies the request",
+                )
+                .with_hint(
+                    "`gpux offers search` shows what the market offers; hosts shown unreachable \
                  or blocked are skipped",
-            )
-        } else {
-            let all_taken = reasons
-                .iter()
-                .all(|r| *r == Some(RejectReason::GpusUnavailable));
-            let code = if all_taken {
-                ErrorCode::AllTaken
+                )
             } else {
-                ErrorCode::Conflict
-            };
-            ApiError::new(code, format!("no host accepted: {}", refusals.join("; ")))
-        })
+                let all_taken = reasons
+                    .iter()
+                    .all(|r| *r == Some(RejectReason::GpusUnavailable));
+                let code = if all_taken {
+                    ErrorCode::AllTaken
+                } else {
+                    ErrorCode::Conflict
+                };
+                ApiError::new(code, format!("no host accepted: {}", refusals.join("; ")))
+            },
+        )
     }
 
     /// Connects to a host by its peer id.
@@ -587,13 +631,15 @@ impl Daemon {
                 spec,
                 mut excluded,
                 n,
+                tag,
                 reply,
             } => {
                 let t = now();
                 let mut hosts = BTreeSet::new();
                 let mut found = Vec::new();
                 for _ in 0..MAX_SCAN {
-                    let Some((allocation, image)) = self.market.best_match(&spec, &excluded, t)
+                    let Some((allocation, image)) =
+                        self.market.best_match(&spec, &excluded, t, tag.as_deref())
                     else {
                         break;
                     };

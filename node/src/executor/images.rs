@@ -1,10 +1,12 @@
 //! Images moved in and out of the daemon for staging: what layers the host has (by chain),
 //! loading a staged image, erasing it, and saving a renter's image to an archive.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use bollard::query_parameters::{ImportImageOptionsBuilder, RemoveImageOptionsBuilder};
+use bollard::query_parameters::{
+    ImportImageOptionsBuilder, ListImagesOptions, RemoveImageOptionsBuilder,
+};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use gpux_protocol::ImageDigest;
@@ -50,6 +52,27 @@ impl Executor {
             .filter_map(|l| l.parse::<ImageDigest>().ok().map(|d| d.0))
             .collect();
         Ok(Some(layers))
+    }
+
+    /// The tags of the daemon's images (`repo:tag`, the ones an offer may list).
+    pub async fn image_tags(&self) -> Result<BTreeMap<ImageDigest, Vec<String>>, ExecError> {
+        let images = self
+            .docker
+            .list_images(None::<ListImagesOptions>)
+            .await
+            .map_err(docker_err("list images"))?;
+        let mut tags: BTreeMap<ImageDigest, Vec<String>> = BTreeMap::new();
+        for image in images {
+            let Ok(id) = image.id.parse() else {
+                continue;
+            };
+            let listed = image
+                .repo_tags
+                .into_iter()
+                .filter(|t| t != "<none>:<none>" && gpux_protocol::is_image_tag(t));
+            tags.entry(id).or_default().extend(listed);
+        }
+        Ok(tags)
     }
 
     /// Loads an image from a `docker save`-style tar streamed in (`docker load`).

@@ -124,6 +124,20 @@ impl Message for Offer {
             });
         }
         ensure_token("region", &self.region)?;
+        if let Some(text) = self.ext.get(EXT_OFFER_IMAGE_TAGS) {
+            let text = std::str::from_utf8(text).map_err(|_| InvalidMessage::Malformed {
+                field: "ext",
+                reason: "image tags are UTF-8 text",
+            })?;
+            if text.lines().count() > self.images.len()
+                || !text.split_whitespace().all(is_image_tag)
+            {
+                return Err(InvalidMessage::Malformed {
+                    field: "ext",
+                    reason: "image tags: one line of valid tags per listed image",
+                });
+            }
+        }
         // An offer without images can be leased only with an image the renter stages.
         if self.max_image_bytes() == 0 {
             ensure_nonempty("images", &self.images)?;
@@ -155,6 +169,23 @@ pub const EXT_OFFER_MAX_RETAIN_S: u16 = 2;
 /// little-endian; the layers it lacks are sent over `/gpux/stage/1`). Without it the host
 /// runs only the images it lists.
 pub const EXT_OFFER_MAX_IMAGE_BYTES: u16 = 3;
+/// `Offer` ext key: the tags of the images the offer lists, as text: one line per image,
+/// in `images`' order, each a space-separated list of its tags (`pytorch:2.4`; see
+/// [`is_image_tag`]); fewer lines than images leave the rest untagged. A lease still names
+/// the digest.
+pub const EXT_OFFER_IMAGE_TAGS: u16 = 4;
+/// The longest image tag an offer lists, bytes.
+pub const MAX_IMAGE_TAG_BYTES: usize = 128;
+
+/// Whether `tag` may be listed in an offer: 1 to [`MAX_IMAGE_TAG_BYTES`] bytes of ASCII
+/// letters, digits and `._-/:@`, as Docker references are written (`repo/name:tag`).
+pub fn is_image_tag(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag.len() <= MAX_IMAGE_TAG_BYTES
+        && tag.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'@')
+        })
+}
 
 impl Offer {
     fn ext_u64(&self, key: u16) -> Option<u64> {
@@ -172,6 +203,23 @@ impl Offer {
     /// The longest the host keeps a workspace after its lease, seconds, if it says.
     pub fn max_retain_s(&self) -> Option<u64> {
         self.ext_u64(EXT_OFFER_MAX_RETAIN_S)
+    }
+
+    /// The tags the host lists for its images, each with the image's digest.
+    pub fn image_tags(&self) -> Vec<(ImageDigest, String)> {
+        let Some(text) = self.ext.get(EXT_OFFER_IMAGE_TAGS) else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(text);
+        text.lines()
+            .zip(self.images.iter())
+            .flat_map(|(line, image)| {
+                line.split_whitespace()
+                    .filter(|t| is_image_tag(t))
+                    .map(|t| (*image, t.to_string()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// The largest renter image the host stages, bytes (0: it stages none).

@@ -56,9 +56,9 @@ pub use ledger::{
     Release,
 };
 pub use market::{
-    Bid, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_WORKSPACE_BYTES,
-    MAX_BID_GPUS, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
-    OfferWithdrawal,
+    Bid, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
+    EXT_OFFER_WORKSPACE_BYTES, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES, MAX_OFFER_GPUS, MAX_OFFER_IMAGES,
+    MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal, is_image_tag,
 };
 pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
 

@@ -88,6 +88,10 @@ impl HostRole {
                 .filter(|i| !renters.contains(i))
                 .collect();
         }
+        options.image_tags = exec
+            .image_tags()
+            .await
+            .context("listing the host's image tags")?;
         let nvml = match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
             Ok(probe) => Some(Arc::new(probe)),
             Err(e) => {

@@ -138,11 +138,149 @@ pub(crate) fn sign(
                 .map_err(|e| anyhow::anyhow!("images: {e}"))?,
             ext: policy.clone(),
         };
-        let signed = Signed::sign(key, offer).context("signing an offer")?;
+        let signed = sign_with_tags(key, offer, options)?;
         let change = book.add_offer(signed.clone(), t);
         published.stored.extend(change.store);
         published.forgotten.extend(change.forget);
         published.offers.push(signed);
     }
     Ok(published)
+}
+
+/// Offers stay under this many bytes, signed: image tags that would not fit are left out.
+pub(crate) const MAX_OFFER_BYTES: usize = 1024;
+
+/// Signs `offer` with the tags of its images (`Offer` ext key 4), as many as fit in
+/// [`MAX_OFFER_BYTES`], the last ones left out first.
+fn sign_with_tags(
+    key: &Keypair,
+    offer: Offer,
+    options: &HostOptions,
+) -> anyhow::Result<Verified<Offer>> {
+    let mut lines: Vec<Vec<String>> = offer
+        .images
+        .iter()
+        .map(|i| options.image_tags.get(i).cloned().unwrap_or_default())
+        .collect();
+    loop {
+        while lines.last().is_some_and(Vec::is_empty) {
+            lines.pop();
+        }
+        let mut ext = offer.ext.clone();
+        if !lines.is_empty() {
+            let text: Vec<String> = lines.iter().map(|l| l.join(" ")).collect();
+            if ext
+                .insert(
+                    gpux_protocol::EXT_OFFER_IMAGE_TAGS,
+                    text.join("\n").into_bytes(),
+                )
+                .is_err()
+            {
+                drop_last_tag(&mut lines);
+                continue;
+            }
+        }
+        let body = Offer {
+            ext,
+            ..offer.clone()
+        };
+        let signed = Signed::sign(key, body).context("signing an offer")?;
+        if signed.as_bytes().len() <= MAX_OFFER_BYTES || lines.is_empty() {
+            return Ok(signed);
+        }
+        drop_last_tag(&mut lines);
+    }
+}
+
+fn drop_last_tag(lines: &mut [Vec<String>]) {
+    if let Some(line) = lines.iter_mut().rev().find(|l| !l.is_empty()) {
+        line.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpux_protocol::{ComputeCapability, ImageDigest, MicroCredits};
+
+    fn options(images: usize, tag_len: usize) -> HostOptions {
+        let images: Vec<ImageDigest> = (0..images).map(|i| ImageDigest([i as u8; 32])).collect();
+        let image_tags = images
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (*d, vec![format!("{i}{}:latest", "x".repeat(tag_len))]))
+            .collect();
+        HostOptions {
+            nvml_lib: None,
+            price: MicroCredits(1_000_000),
+            spot_floor: None,
+            region: "eu".into(),
+            images,
+            image_tags,
+            min_duration_s: 60,
+            max_duration_s: 3600,
+            offer_ttl_s: 600,
+            republish_s: 120,
+            fake_gpus: true,
+            disk_quota_bytes: 0,
+            workspace_root: "/nonexistent".into(),
+            max_retain_s: 3600,
+            max_image_bytes: 1 << 30,
+            stage_quota_bytes: 1 << 30,
+            staging_root: "/nonexistent".into(),
+        }
+    }
+
+    fn offer(options: &HostOptions) -> Offer {
+        Offer {
+            seq: 1,
+            slot: 0,
+            created_at: Timestamp(1_000),
+            expires_at: Timestamp(2_000),
+            attestation: ContentId([9; 32]),
+            gpus: BoundedVec::new(vec![OfferGpu {
+                uuid: gpux_protocol::GpuUuid([1; 16]),
+                family: BoundedString::new("l4").unwrap(),
+                memory_bytes: 24 << 30,
+                compute_capability: ComputeCapability { major: 8, minor: 9 },
+                pcie_gen: 4,
+            }])
+            .unwrap(),
+            price_per_gpu_hour: options.price,
+            spot_floor_per_gpu_hour: None,
+            min_duration_s: 60,
+            max_duration_s: 3600,
+            region: BoundedString::new("eu").unwrap(),
+            tier: EvidenceTier::SelfReported,
+            driver: Default::default(),
+            cuda: Default::default(),
+            images: BoundedVec::new(options.images.clone()).unwrap(),
+            ext: Ext::new(),
+        }
+    }
+
+    #[test]
+    fn offers_list_tags_and_stay_under_a_kibibyte() {
+        let key = Keypair::from_seed(&[3; 32]);
+        // Short tags: every one is listed, each with its image.
+        let few = options(2, 8);
+        let signed = sign_with_tags(&key, offer(&few), &few).unwrap();
+        let tags = signed.image_tags();
+        assert_eq!(tags.len(), 2);
+        assert_eq!(
+            tags[1],
+            (ImageDigest([1; 32]), format!("1{}:latest", "x".repeat(8)))
+        );
+        // Eight images with long tags: the last tags are left out, the offer fits.
+        let many = options(8, 100);
+        let signed = sign_with_tags(&key, offer(&many), &many).unwrap();
+        assert!(
+            signed.as_bytes().len() <= MAX_OFFER_BYTES,
+            "{}",
+            signed.as_bytes().len()
+        );
+        let tags = signed.image_tags();
+        assert!(!tags.is_empty() && tags.len() < 8, "{tags:?}");
+        assert_eq!(tags[0].0, ImageDigest([0; 32]));
+    }
 }
