@@ -13,6 +13,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, bail};
+use futures::SinkExt;
 use gpux_protocol::plane_wire::{
     self, MAX_FILE_DATA, MAX_STAGE_CONFIG, MAX_STAGE_LAYERS, Opened, StageData, StageDone,
     StageLayer, StageOpen, StagePlan,
@@ -371,13 +372,24 @@ pub(crate) async fn stage_image(
         file.seek(SeekFrom::Start(layer.offset + need.from))
             .await
             .map_err(|e| broken(&e))?;
+        // A megabyte read at a time, sent as frames flushed together.
         let mut left = layer.bytes - need.from;
         while left > 0 {
-            let mut chunk = vec![0u8; left.min(MAX_FILE_DATA as u64) as usize];
-            file.read_exact(&mut chunk).await.map_err(|e| broken(&e))?;
-            left -= chunk.len() as u64;
-            sent.bytes += chunk.len() as u64;
-            send_data(&mut stream, chunk).await?;
+            let mut block = vec![0u8; left.min(1 << 20) as usize];
+            file.read_exact(&mut block).await.map_err(|e| broken(&e))?;
+            left -= block.len() as u64;
+            sent.bytes += block.len() as u64;
+            for chunk in block.chunks(MAX_FILE_DATA) {
+                let data = BoundedBytes::new(chunk.to_vec())
+                    .map_err(|e| StageError::Refused(e.to_string()))?;
+                stream
+                    .feed(bytes::Bytes::from(plane_wire::encode(&StageData(data))))
+                    .await
+                    .map_err(|e| broken(&e))?;
+            }
+            SinkExt::<bytes::Bytes>::flush(&mut stream)
+                .await
+                .map_err(|e| broken(&e))?;
         }
         sent.layers += 1;
     }

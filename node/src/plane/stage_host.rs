@@ -11,7 +11,6 @@
 //! dropped after [`PART_TTL`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -529,11 +528,8 @@ impl StageHost {
                 "the config lists other layers than announced".into(),
             ));
         }
-        for need in &needs {
-            let layer = open.layers[usize::from(need.index)];
-            receive_layer(framed, &dir, &layer, need.from).await?;
-        }
-        self.load(&dir, &config, open, &load).await?;
+        self.receive_and_load(framed, &dir, &config, open, &load, &needs)
+            .await?;
         let host_image = present && !self.staged.any_hold(&image);
         self.staged.add(self.hold(open, renter, host_image));
         let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -551,14 +547,21 @@ impl StageHost {
         }
     }
 
-    /// `docker load` of a tar written here: the manifest (no tags), the config, and the
-    /// layers in `load`; the others are in the layer store with their chains already.
-    async fn load(
+    /// `docker load` of a tar written here as the layers arrive, so the transfer and the
+    /// daemon's unpacking overlap: the manifest (no tags), the config, and the layers in
+    /// `load` (the others are in the layer store with their chains already), each either
+    /// from its verified file or, for those in `needs`, from what an earlier staging left
+    /// plus the bytes arriving now. Arriving bytes are also kept in the layer's part file,
+    /// so a broken staging goes on from them; a layer whose blake3 differs aborts the load
+    /// before its tar is complete, so nothing unverified is ever loaded.
+    async fn receive_and_load(
         &self,
+        framed: &mut FramedStream,
         dir: &Path,
         config: &[u8],
         open: &StageOpen,
         load: &[usize],
+        needs: &[StageNeed],
     ) -> Result<(), Failed> {
         let names: Vec<String> = open
             .layers
@@ -570,44 +573,31 @@ impl StageHost {
             "RepoTags": null,
             "Layers": names,
         }]))?;
-        let files: Vec<(String, PathBuf)> = load
-            .iter()
-            .map(|&i| {
-                let hex = gpux_protocol::hex(&open.layers[i].diff_id);
-                (names[i].clone(), dir.join(format!("{hex}.tar")))
-            })
-            .collect();
-        let config = config.to_vec();
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-        let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let sink = std::io::BufWriter::with_capacity(1 << 20, ChannelWriter(tx.clone()));
-            let mut tar = tar::Builder::new(sink);
-            let mut add = |name: &str, size: u64, data: &mut dyn std::io::Read| {
-                let mut header = tar::Header::new_gnu();
-                header.set_size(size);
-                header.set_mode(0o644);
-                header.set_mtime(0);
-                header.set_cksum();
-                tar.append_data(&mut header, name, data)
-            };
-            add("manifest.json", manifest.len() as u64, &mut &manifest[..])?;
-            add("config.json", config.len() as u64, &mut &config[..])?;
-            for (name, path) in files {
-                let mut file = std::fs::File::open(&path)?;
-                let size = file.metadata()?.len();
-                add(&name, size, &mut file)?;
+        let tar = LoadTar::start(&self.exec);
+        let written = async {
+            tar.file("manifest.json", Bytes::from(manifest)).await?;
+            tar.file("config.json", Bytes::copy_from_slice(config))
+                .await?;
+            for &i in load {
+                let layer = open.layers[i];
+                tar.header(&names[i], layer.bytes).await?;
+                match needs.iter().find(|n| usize::from(n.index) == i) {
+                    Some(need) => receive_layer(framed, dir, &layer, need.from, &tar).await?,
+                    None => {
+                        let hex = gpux_protocol::hex(&layer.diff_id);
+                        tar.copy_file(&dir.join(format!("{hex}.tar")), layer.bytes)
+                            .await?;
+                    }
+                }
+                tar.pad(layer.bytes).await?;
             }
-            tar.into_inner()?.flush()?;
-            Ok(())
-        });
-        let loaded = self
-            .exec
-            .load_image(tokio_stream_of(rx))
-            .await
-            .map_err(|e| Failed(format!("docker load: {e}")));
-        let written = writer.await.map_err(|e| Failed(e.to_string()))?;
-        loaded?;
-        written.map_err(|e| Failed(format!("writing the load archive: {e}")))?;
+            Ok::<(), Failed>(())
+        }
+        .await;
+        match written {
+            Ok(()) => tar.finish().await?,
+            Err(why) => return Err(tar.abort(why).await),
+        }
         match self.exec.diff_ids(&open.image).await? {
             Some(_) => Ok(()),
             None => Err(Failed(format!(
@@ -618,23 +608,98 @@ impl StageHost {
     }
 }
 
-/// A blocking writer into a channel (the load archive, as the daemon reads it).
-struct ChannelWriter(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>);
+/// The tar `docker load` reads, written as it goes (headers, data, padding), into the
+/// daemon's request body.
+struct LoadTar {
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    task: tokio::task::JoinHandle<Result<(), crate::executor::ExecError>>,
+}
 
-impl Write for ChannelWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
-            .map_err(|_| std::io::Error::other("the daemon stopped reading"))?;
-        Ok(buf.len())
+impl LoadTar {
+    /// Starts `docker load` reading from this tar.
+    fn start(exec: &Executor) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let exec = exec.clone();
+        let task = tokio::spawn(async move { exec.load_image(stream_of(rx)).await });
+        Self { tx, task }
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
+    async fn push(&self, bytes: Bytes) -> Result<(), Failed> {
+        self.tx
+            .send(Ok(bytes))
+            .await
+            .map_err(|_| Failed("docker load stopped reading".into()))
+    }
+
+    async fn header(&self, name: &str, size: u64) -> Result<(), Failed> {
+        let mut header = tar::Header::new_gnu();
+        header.set_path(name)?;
+        header.set_size(size);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        self.push(Bytes::copy_from_slice(header.as_bytes())).await
+    }
+
+    /// Zeros up to the next 512-byte block after `size` bytes of data.
+    async fn pad(&self, size: u64) -> Result<(), Failed> {
+        let pad = (512 - size % 512) % 512;
+        if pad > 0 {
+            self.push(Bytes::from(vec![0u8; pad as usize])).await?;
+        }
         Ok(())
+    }
+
+    async fn file(&self, name: &str, data: Bytes) -> Result<(), Failed> {
+        let size = data.len() as u64;
+        self.header(name, size).await?;
+        self.push(data).await?;
+        self.pad(size).await
+    }
+
+    /// `size` bytes of the file at `path`.
+    async fn copy_file(&self, path: &Path, size: u64) -> Result<(), Failed> {
+        let mut file = tokio::fs::File::open(path).await?;
+        let mut left = size;
+        while left > 0 {
+            let mut chunk = vec![0u8; left.min(1 << 20) as usize];
+            tokio::io::AsyncReadExt::read_exact(&mut file, &mut chunk).await?;
+            left -= chunk.len() as u64;
+            self.push(Bytes::from(chunk)).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the tar and waits for the load.
+    async fn finish(self) -> Result<(), Failed> {
+        self.push(Bytes::from(vec![0u8; 1024])).await?;
+        drop(self.tx);
+        match self.task.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failed(format!("docker load: {e}"))),
+            Err(e) => Err(Failed(e.to_string())),
+        }
+    }
+
+    /// Ends the load unfinished (the daemon discards it); says why, with the daemon's
+    /// own error when it stopped first.
+    async fn abort(self, why: Failed) -> Failed {
+        let _ = self
+            .tx
+            .send(Err(std::io::Error::other(why.0.clone())))
+            .await;
+        drop(self.tx);
+        match self.task.await {
+            Ok(Err(e)) if why.0.contains("docker load stopped") => {
+                Failed(format!("docker load: {e}"))
+            }
+            _ => why,
+        }
     }
 }
 
-fn tokio_stream_of(
+fn stream_of(
     mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
@@ -652,37 +717,37 @@ async fn receive_config(framed: &mut FramedStream, size: u32) -> Result<Vec<u8>,
     Ok(config)
 }
 
-/// Receives a layer from byte `from` into `<dir>/<diff>.part`, checks its blake3 over the
-/// whole file, and renames it `<diff>.tar`. Bytes that arrived stay for a retry when the
-/// stream breaks; a layer that does not verify is dropped.
+/// Receives a layer from byte `from` into `<dir>/<diff>.part` and on into the load tar
+/// (what an earlier staging left first), checks its blake3 over the whole layer, and
+/// renames the file `<diff>.tar`. Bytes that arrived stay for a retry when the stream
+/// breaks; a layer that does not verify is dropped.
 async fn receive_layer(
     framed: &mut FramedStream,
     dir: &Path,
     layer: &gpux_protocol::plane_wire::StageLayer,
     from: u64,
+    tar: &LoadTar,
 ) -> Result<(), Failed> {
     let hex = gpux_protocol::hex(&layer.diff_id);
     let part = dir.join(format!("{hex}.part"));
     let mut hasher = blake3::Hasher::new();
-    if from > 0 {
-        let path = part.clone();
-        hasher = tokio::task::spawn_blocking(move || -> std::io::Result<blake3::Hasher> {
-            let mut file = std::fs::File::open(&path)?;
-            let mut hasher = blake3::Hasher::new();
-            std::io::copy(&mut std::io::Read::take(&mut file, from), &mut hasher)?;
-            Ok(hasher)
-        })
-        .await??;
-    }
-    let file = tokio::fs::OpenOptions::new()
+    let mut file = tokio::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .write(true)
         .truncate(false)
         .open(&part)
         .await?;
     file.set_len(from).await?;
+    let mut left = from;
+    while left > 0 {
+        let mut chunk = vec![0u8; left.min(1 << 20) as usize];
+        tokio::io::AsyncReadExt::read_exact(&mut file, &mut chunk).await?;
+        left -= chunk.len() as u64;
+        hasher.update(&chunk);
+        tar.push(Bytes::from(chunk)).await?;
+    }
     let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
-    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(from)).await?;
     let mut left = layer.bytes - from;
     let mut result = Ok(());
     while left > 0 {
@@ -700,6 +765,11 @@ async fn receive_layer(
         file.write_all(&data).await?;
         hasher.update(&data);
         left -= data.len() as u64;
+        let data = Bytes::from(data.into_inner());
+        if let Err(e) = tar.push(data).await {
+            result = Err(e);
+            break;
+        }
     }
     file.flush().await?;
     result?;
