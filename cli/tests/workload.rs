@@ -775,4 +775,98 @@ fn renters_stage_their_own_images_by_chain_and_nothing_is_left_but_what_they_cac
         "true",
     ]);
     assert!(!out.status.success(), "{:?}", text(&out));
+
+    // A peer staging by hand: a staging cut off half-way goes on from what had arrived, and
+    // a layer that arrives damaged is dropped before anything loads.
+    rogue_stagings_resume_and_damage_is_refused(&market.hosts[0]);
+}
+
+fn rogue_stagings_resume_and_damage_is_refused(host: &super::market::Node) {
+    use gpux_protocol::plane_wire::{
+        STAGE_PROTOCOL, StageData, StageDone, StageLayer, StageOpen, StagePlan,
+    };
+    use sha2::Digest;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rogue = rt
+        .block_on(Rogue::start(&format!("{}/p2p/{}", host.addr, host.peer)))
+        .unwrap();
+    let layer: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    let diff: [u8; 32] = sha2::Sha256::digest(&layer).into();
+    let config = format!(
+        r#"{{"rootfs":{{"type":"layers","diff_ids":["sha256:{}"]}}}}"#,
+        gpux_protocol::hex(&diff)
+    )
+    .into_bytes();
+    let open = StageOpen {
+        image: gpux_protocol::ImageDigest(sha2::Sha256::digest(&config).into()),
+        config_bytes: config.len() as u32,
+        layers: BoundedVec::new(vec![StageLayer {
+            diff_id: diff,
+            bytes: layer.len() as u64,
+            blake3: *blake3::hash(&layer).as_bytes(),
+        }])
+        .unwrap(),
+    };
+    let data = |bytes: &[u8]| {
+        plane_wire::encode(&StageData(
+            gpux_protocol::BoundedBytes::new(bytes.to_vec()).unwrap(),
+        ))
+    };
+    // Opens a staging and reads the plan (waiting out the previous one's turn).
+    let start = || {
+        for _ in 0..50 {
+            let mut stream = rt
+                .block_on(rogue.plane_stream(&host.peer, STAGE_PROTOCOL))
+                .unwrap();
+            rt.block_on(stream.send(&plane_wire::encode(&open)))
+                .unwrap();
+            let opened: Opened = plane_wire::decode(&rt.block_on(stream.recv()).unwrap()).unwrap();
+            match opened {
+                Opened::Yes => {
+                    let plan: StagePlan =
+                        plane_wire::decode(&rt.block_on(stream.recv()).unwrap()).unwrap();
+                    return (stream, plan);
+                }
+                Opened::No {
+                    code: PlaneRefusal::Busy,
+                    ..
+                } => std::thread::sleep(Duration::from_millis(100)),
+                other => panic!("staging refused: {other:?}"),
+            }
+        }
+        panic!("the host stayed busy");
+    };
+    let (mut stream, plan) = start();
+    assert!(plan.config);
+    assert_eq!(plan.layers.len(), 1);
+    assert_eq!(plan.layers[0].from, 0);
+    rt.block_on(stream.send(&data(&config))).unwrap();
+    let half = layer.len() / 2;
+    for chunk in layer[..half].chunks(plane_wire::MAX_FILE_DATA) {
+        rt.block_on(stream.send(&data(chunk))).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stream);
+    // Again: the host goes on from what arrived.
+    let (mut stream, plan) = start();
+    let from = plan.layers[0].from as usize;
+    assert!(
+        from > 0 && from <= half,
+        "went on from {from} of {half} sent"
+    );
+    rt.block_on(stream.send(&data(&config))).unwrap();
+    let mut rest = layer[from..].to_vec();
+    rest[100] ^= 0xff;
+    for chunk in rest.chunks(plane_wire::MAX_FILE_DATA) {
+        rt.block_on(stream.send(&data(chunk))).unwrap();
+    }
+    let done: StageDone = plane_wire::decode(&rt.block_on(stream.recv()).unwrap()).unwrap();
+    match done {
+        StageDone::Failed { detail } => assert!(detail.contains("damaged"), "{detail}"),
+        StageDone::Loaded => panic!("a damaged layer loaded"),
+    }
+    assert!(!docker_has(&open.image.to_string()));
+    // The damaged bytes were dropped: the next staging starts the layer over.
+    let (_stream, plan) = start();
+    assert_eq!(plan.layers[0].from, 0);
 }

@@ -103,6 +103,24 @@ impl Rogue {
         Ok(self.client.request_on(proto, peer, data).await?)
     }
 
+    /// Opens a workload-plane stream on `protocol` to `peer`, to speak its frames by hand.
+    pub async fn plane_stream(
+        &self,
+        peer: &str,
+        protocol: &'static str,
+    ) -> anyhow::Result<PlaneStream> {
+        let peer: gpux_node::p2p::PeerId = peer.parse().context("the peer id")?;
+        let stream = self
+            .client
+            .open_stream(
+                peer,
+                gpux_node::p2p::StreamProtocol::new(protocol),
+                Duration::from_secs(10),
+            )
+            .await?;
+        Ok(PlaneStream(stream))
+    }
+
     /// Opens a workload-plane stream (`/gpux/exec/1`, `/gpux/forward/1`) to `peer`, sends
     /// `open` (one frame, length-prefixed) and returns the host's answer: for trying another
     /// renter's lease.
@@ -295,4 +313,34 @@ pub fn fake_host(
         },
     )?;
     Ok((attestation.as_bytes().to_vec(), offer.as_bytes().to_vec()))
+}
+
+/// A workload-plane stream a rogue speaks by hand: frames length-prefixed (4 bytes, big
+/// endian), as the plane's protocols have them.
+pub struct PlaneStream(gpux_node::p2p::Stream);
+
+impl PlaneStream {
+    /// Sends one frame (`plane_wire::encode`'s bytes).
+    pub async fn send(&mut self, frame: &[u8]) -> anyhow::Result<()> {
+        use futures::AsyncWriteExt;
+        let len = u32::try_from(frame.len()).context("a frame that large")?;
+        self.0.write_all(&len.to_be_bytes()).await?;
+        self.0.write_all(frame).await?;
+        self.0.flush().await?;
+        Ok(())
+    }
+
+    /// Receives one frame (for `plane_wire::decode`).
+    pub async fn recv(&mut self) -> anyhow::Result<Vec<u8>> {
+        use futures::AsyncReadExt;
+        let mut len = [0u8; 4];
+        self.0.read_exact(&mut len).await?;
+        let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+        anyhow::ensure!(
+            frame.len() <= gpux_protocol::plane_wire::MAX_PLANE_FRAME,
+            "an oversized frame"
+        );
+        self.0.read_exact(&mut frame).await?;
+        Ok(frame)
+    }
 }
