@@ -567,12 +567,15 @@ impl Drop for RemoveImages {
     }
 }
 
-/// Rents one GPU running the image in `archive`; returns what the rent said.
-fn rent_archive(
+/// `gpux rent` of one GPU for 60 s with `image` given as `--image` or `--image-archive`
+/// (`flag`), `more` options, running `command`.
+fn rent_image(
     renter: &super::market::Node,
-    archive: &std::path::Path,
+    flag: &str,
+    image: &str,
     more: &[&str],
-) -> gpux_api::Rented {
+    command: &[&str],
+) -> std::process::Output {
     let mut args = vec![
         "rent",
         "gpu=l4",
@@ -580,13 +583,29 @@ fn rent_archive(
         "5",
         "--duration",
         "60",
-        "--image-archive",
-        archive.to_str().unwrap(),
+        flag,
+        image,
         "--json",
     ];
     args.extend_from_slice(more);
-    args.extend_from_slice(&["--", "sleep", "60"]);
-    let out = renter.gpux(&args);
+    args.push("--");
+    args.extend_from_slice(command);
+    renter.gpux(&args)
+}
+
+/// Rents one GPU running the image in `archive`; returns what the rent said.
+fn rent_archive(
+    renter: &super::market::Node,
+    archive: &std::path::Path,
+    more: &[&str],
+) -> gpux_api::Rented {
+    let out = rent_image(
+        renter,
+        "--image-archive",
+        archive.to_str().unwrap(),
+        more,
+        &["sleep", "60"],
+    );
     assert!(out.status.success(), "rent failed: {:?}", text(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -655,35 +674,12 @@ fn renters_stage_their_own_images_by_chain_and_nothing_is_left_but_what_they_cac
     assert_eq!(hits("image=gpux-host-only:1"), 1);
     assert_eq!(hits("image=gpux-host-only:2"), 0);
     // Renting by the host's tag runs the host's image: the lease binds its digest.
-    let out = renter.gpux(&[
-        "rent",
-        "gpu=l4",
-        "--max-price",
-        "5",
-        "--duration",
-        "60",
-        "--image",
-        "gpux-host-only:1",
-        "--json",
-        "--",
-        "true",
-    ]);
+    let out = rent_image(renter, "--image", "gpux-host-only:1", &[], &["true"]);
     assert!(out.status.success(), "{:?}", text(&out));
     let rented: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rented.image, base);
     assert!(rented.staged.is_none());
-    let out = renter.gpux(&[
-        "rent",
-        "gpu=l4",
-        "--max-price",
-        "5",
-        "--duration",
-        "60",
-        "--image",
-        "no-such:1",
-        "--",
-        "true",
-    ]);
+    let out = rent_image(renter, "--image", "no-such:1", &[], &["true"]);
     assert!(!out.status.success());
     assert!(
         text(&out)
@@ -762,18 +758,7 @@ fn renters_stage_their_own_images_by_chain_and_nothing_is_left_but_what_they_cac
     assert_eq!(rented.staged.as_ref().map(|s| s.layers_sent), Some(2));
     stop(other, &rented.lease);
     assert!(docker_has(&v2), "the first renter's cache holds it still");
-    let out = other.gpux(&[
-        "rent",
-        "gpu=l4",
-        "--max-price",
-        "5",
-        "--duration",
-        "60",
-        "--image",
-        &v1,
-        "--",
-        "true",
-    ]);
+    let out = rent_image(other, "--image", &v1, &[], &["true"]);
     assert!(!out.status.success(), "{:?}", text(&out));
 
     // A peer staging by hand: a staging cut off half-way goes on from what had arrived, and
