@@ -4,8 +4,9 @@
 //! checks its id, and holds it for that renter only ([`StagedImages`]).
 //!
 //! Bounds: [`MAX_STAGINGS`] at once, one per renter, [`STARTS_BURST`] starts per renter and
-//! then one a minute, the host's largest image, and its staging quota (kept images and
-//! arriving bytes together). A staged image no lease names expires after [`UNUSED_TTL_MS`];
+//! then one a minute, the host's largest image, its staging quota (kept images and arriving
+//! bytes together), [`MAX_HOLDS`] images held, and a deadline for the bytes to arrive (two
+//! minutes plus a second per MiB). A staged image no lease names expires after [`UNUSED_TTL_MS`];
 //! one a lease ran is erased when the lease ends, or kept [`CACHE_TTL_MS`] for the same
 //! renter when the lease's cache-image term asks for it. Interrupted stagings' bytes are
 //! dropped after [`PART_TTL`].
@@ -42,6 +43,13 @@ pub(crate) const UNUSED_TTL_MS: u64 = 30 * 60 * 1000;
 pub(crate) const CACHE_TTL_MS: u64 = 24 * 3600 * 1000;
 /// How long an interrupted staging's bytes wait for the renter to come back.
 pub(crate) const PART_TTL: Duration = Duration::from_secs(3600);
+/// Staged-image holds kept at most (each is a renter's image in Docker).
+pub(crate) const MAX_HOLDS: usize = 1024;
+/// A staging's data may take this long, plus a second per [`MIN_RATE`] bytes: a peer that
+/// trickles cannot hold a staging turn for long.
+const DATA_DEADLINE: Duration = Duration::from_secs(120);
+/// See [`DATA_DEADLINE`], bytes a second.
+const MIN_RATE: u64 = 1 << 20;
 /// How often expired images and stale bytes are erased.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// The record of staged images, in the staging root.
@@ -215,6 +223,11 @@ impl StagedImages {
         self.read(|h| h.iter().any(|h| h.image == *image))
     }
 
+    /// How many holds there are.
+    fn len(&self) -> usize {
+        self.read(<[Hold]>::len)
+    }
+
     /// The disk renters' images take, bytes (each image once).
     fn bytes(&self) -> u64 {
         self.read(|h| {
@@ -374,6 +387,11 @@ impl StageHost {
             ));
         }
         let busy = |d: &str| (PlaneRefusal::Busy, d.to_string());
+        if self.staged.len() >= MAX_HOLDS && !self.staged.held(&open.image, &renter) {
+            return Err(busy(
+                "this host holds as many staged images as it keeps; try later",
+            ));
+        }
         let all = self
             .all
             .clone()
@@ -528,8 +546,18 @@ impl StageHost {
                 "the config lists other layers than announced".into(),
             ));
         }
-        self.receive_and_load(framed, &dir, &config, open, &load, &needs)
-            .await?;
+        let deadline = DATA_DEADLINE + Duration::from_secs(incoming / MIN_RATE);
+        tokio::time::timeout(
+            deadline,
+            self.receive_and_load(framed, &dir, &config, open, &load, &needs),
+        )
+        .await
+        .map_err(|_| {
+            Failed(format!(
+                "the image did not arrive within {} s (at least 1 MiB/s is needed)",
+                deadline.as_secs()
+            ))
+        })??;
         let host_image = present && !self.staged.any_hold(&image);
         self.staged.add(self.hold(open, renter, host_image));
         let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -609,10 +637,20 @@ impl StageHost {
 }
 
 /// The tar `docker load` reads, written as it goes (headers, data, padding), into the
-/// daemon's request body.
+/// daemon's request body. Dropped unfinished (a deadline passed), it cuts the request off
+/// mid-body, which the daemon refuses: a tar is only ever complete when every layer in it
+/// verified.
 struct LoadTar {
-    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
-    task: tokio::task::JoinHandle<Result<(), crate::executor::ExecError>>,
+    tx: Option<tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), crate::executor::ExecError>>>,
+}
+
+impl Drop for LoadTar {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
 }
 
 impl LoadTar {
@@ -621,14 +659,20 @@ impl LoadTar {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let exec = exec.clone();
         let task = tokio::spawn(async move { exec.load_image(stream_of(rx)).await });
-        Self { tx, task }
+        Self {
+            tx: Some(tx),
+            task: Some(task),
+        }
     }
 
     async fn push(&self, bytes: Bytes) -> Result<(), Failed> {
+        let stopped = || Failed("docker load stopped reading".into());
         self.tx
+            .as_ref()
+            .ok_or_else(stopped)?
             .send(Ok(bytes))
             .await
-            .map_err(|_| Failed("docker load stopped reading".into()))
+            .map_err(|_| stopped())
     }
 
     async fn header(&self, name: &str, size: u64) -> Result<(), Failed> {
@@ -671,29 +715,37 @@ impl LoadTar {
         Ok(())
     }
 
+    /// Waits for the load, once the sender is gone (finished, or failed).
+    async fn outcome(&mut self) -> Result<(), Failed> {
+        self.tx = None;
+        match self.task.take() {
+            Some(task) => match task.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Failed(format!("docker load: {e}"))),
+                Err(e) => Err(Failed(e.to_string())),
+            },
+            None => Err(Failed("the load was not started".into())),
+        }
+    }
+
     /// Ends the tar and waits for the load.
-    async fn finish(self) -> Result<(), Failed> {
-        self.push(Bytes::from(vec![0u8; 1024])).await?;
-        drop(self.tx);
-        match self.task.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Failed(format!("docker load: {e}"))),
-            Err(e) => Err(Failed(e.to_string())),
+    async fn finish(mut self) -> Result<(), Failed> {
+        let ended = self.push(Bytes::from(vec![0u8; 1024])).await;
+        // The daemon's own error says more than "it stopped reading".
+        match (self.outcome().await, ended) {
+            (Err(e), _) => Err(e),
+            (Ok(()), ended) => ended,
         }
     }
 
     /// Ends the load unfinished (the daemon discards it); says why, with the daemon's
     /// own error when it stopped first.
-    async fn abort(self, why: Failed) -> Failed {
-        let _ = self
-            .tx
-            .send(Err(std::io::Error::other(why.0.clone())))
-            .await;
-        drop(self.tx);
-        match self.task.await {
-            Ok(Err(e)) if why.0.contains("docker load stopped") => {
-                Failed(format!("docker load: {e}"))
-            }
+    async fn abort(mut self, why: Failed) -> Failed {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Err(std::io::Error::other(why.0.clone()))).await;
+        }
+        match self.outcome().await {
+            Err(e) if why.0.contains("docker load stopped") => e,
             _ => why,
         }
     }
