@@ -10,7 +10,7 @@
 //!   (every path resolved by `openat2` beneath the workspace, through no link).
 //!
 //! - `stage` and `stage_host` stage a renter's own image on a host before its lease: the
-//!   renter's side and the host's.
+//!   renter's side and the host's; `staged` records which renter holds which image.
 //!
 //! Frames are [`gpux_protocol::plane_wire`]'s, length-prefixed on the stream.
 
@@ -22,6 +22,7 @@ mod files;
 pub(crate) mod host;
 pub(crate) mod stage;
 pub(crate) mod stage_host;
+pub(crate) mod staged;
 
 pub(crate) use stage::chain_ids;
 

@@ -1,17 +1,15 @@
 //! The host's side of staging (`/gpux/stage/1`): it plans by chain, takes the config and
 //! the layers it lacks (blake3-checked, kept across a dropped connection), writes the load
 //! manifest itself (no tags: a renter never re-points a host's tag), loads the image,
-//! checks its id, and holds it for that renter only ([`StagedImages`]).
+//! checks its id, and holds it for that renter only (`super::staged`).
 //!
 //! Bounds: [`MAX_STAGINGS`] at once, one per renter, [`STARTS_BURST`] starts per renter and
 //! then one a minute, the host's largest image, its staging quota (kept images and arriving
 //! bytes together), [`MAX_HOLDS`] images held, and a deadline for the bytes to arrive (two
-//! minutes plus a second per MiB). A staged image no lease names expires after [`UNUSED_TTL_MS`];
-//! one a lease ran is erased when the lease ends, or kept [`CACHE_TTL_MS`] for the same
-//! renter when the lease's cache-image term asks for it. Interrupted stagings' bytes are
-//! dropped after [`PART_TTL`].
+//! minutes plus a second per MiB). Interrupted stagings' bytes are dropped after
+//! [`PART_TTL`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,12 +19,13 @@ use futures::{SinkExt, StreamExt};
 use gpux_protocol::plane_wire::{
     MAX_STAGE_CONFIG, Opened, PlaneRefusal, StageData, StageDone, StageNeed, StageOpen, StagePlan,
 };
-use gpux_protocol::{BoundedVec, ContentId, ImageDigest, PublicKey};
+use gpux_protocol::{BoundedVec, PublicKey};
 use libp2p::PeerId;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 use super::stage::{DATA_WITHIN, STAGE, chain_ids, diff_ids, image_id};
+use super::staged::{Hold, StagedImages, UNUSED_TTL_MS};
 use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
 use crate::attest::now;
 use crate::budget::Bucket;
@@ -37,10 +36,6 @@ use crate::p2p::Client;
 pub(crate) const MAX_STAGINGS: usize = 4;
 /// Stagings a renter may start in a burst (then one a minute).
 pub(crate) const STARTS_BURST: f64 = 10.0;
-/// How long a staged image no lease names is kept, ms.
-pub(crate) const UNUSED_TTL_MS: u64 = 30 * 60 * 1000;
-/// How long a cached image outlives its lease, ms.
-pub(crate) const CACHE_TTL_MS: u64 = 24 * 3600 * 1000;
 /// How long an interrupted staging's bytes wait for the renter to come back.
 pub(crate) const PART_TTL: Duration = Duration::from_secs(3600);
 /// Staged-image holds kept at most (each is a renter's image in Docker).
@@ -52,214 +47,6 @@ const DATA_DEADLINE: Duration = Duration::from_secs(120);
 const MIN_RATE: u64 = 1 << 20;
 /// How often expired images and stale bytes are erased.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
-/// The record of staged images, in the staging root.
-const RECORD: &str = "staged.json";
-
-/// One renter's hold on a staged image.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Hold {
-    image: ImageDigest,
-    renter: PublicKey,
-    /// The image's layers and config, bytes (counted against the staging quota).
-    bytes: u64,
-    /// Leases that run it, each with its cache-image term.
-    leases: BTreeMap<ContentId, bool>,
-    /// Kept until then at least (unix ms), with no lease.
-    until_ms: u64,
-    /// The host had the image before it was staged: it is never erased.
-    host_image: bool,
-}
-
-/// Which images renters staged on this host, for whom, and until when; on disk (written
-/// whole, atomically, at every change) so a restarted host still erases them.
-#[derive(Debug, Clone)]
-pub(crate) struct StagedImages {
-    holds: Arc<Mutex<Vec<Hold>>>,
-    file: PathBuf,
-}
-
-impl StagedImages {
-    /// The record under `root` (created if missing). A record that does not read stops the
-    /// host: starting without it would leave renters' images behind, or offer them.
-    pub(crate) fn open(root: &Path) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-        let file = root.join(RECORD);
-        let holds = match std::fs::read(&file) {
-            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
-                format!(
-                    "{} is damaged; move it away to start without it (the images it records \
-                     stay in Docker until removed by hand)",
-                    file.display()
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
-        };
-        Ok(Self {
-            holds: Arc::new(Mutex::new(holds)),
-            file,
-        })
-    }
-
-    fn change<T>(&self, f: impl FnOnce(&mut Vec<Hold>) -> T) -> T {
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
-        let out = f(&mut holds);
-        let text = serde_json::to_string_pretty(&*holds).unwrap_or_else(|_| "[]".into());
-        if let Err(e) = crate::store::write_atomic(&self.file, &text) {
-            tracing::error!("cannot write {}: {e}", self.file.display());
-        }
-        out
-    }
-
-    fn read<T>(&self, f: impl FnOnce(&[Hold]) -> T) -> T {
-        f(&self.holds.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Whether `renter` holds `image` here (staged it, and it has not expired).
-    pub(crate) fn held(&self, image: &ImageDigest, renter: &PublicKey) -> bool {
-        self.read(|h| h.iter().any(|h| h.image == *image && h.renter == *renter))
-    }
-
-    fn add(&self, hold: Hold) {
-        self.change(|holds| {
-            match holds
-                .iter_mut()
-                .find(|h| h.image == hold.image && h.renter == hold.renter)
-            {
-                Some(h) => h.until_ms = h.until_ms.max(hold.until_ms),
-                None => holds.push(hold),
-            }
-        });
-    }
-
-    /// A lease of `renter` runs `image`: it is kept while the lease lasts (and no longer
-    /// for not being used).
-    pub(crate) fn attach(
-        &self,
-        image: &ImageDigest,
-        renter: &PublicKey,
-        lease: ContentId,
-        cache: bool,
-    ) {
-        self.change(|holds| {
-            if let Some(h) = holds
-                .iter_mut()
-                .find(|h| h.image == *image && h.renter == *renter)
-            {
-                // From now on the lease keeps it, and its end decides how much longer.
-                h.leases.insert(lease, cache);
-                h.until_ms = 0;
-            }
-        });
-    }
-
-    /// The leases for which `open` is false have ended at `now` (unix ms): each hold they
-    /// kept lasts until `now`, or a day longer when the lease asked to cache its image.
-    pub(crate) fn release(&self, open: impl Fn(&ContentId) -> bool, now: u64) {
-        self.change(|holds| {
-            for h in holds.iter_mut() {
-                let ended: Vec<(ContentId, bool)> = h
-                    .leases
-                    .iter()
-                    .filter(|(l, _)| !open(l))
-                    .map(|(l, c)| (*l, *c))
-                    .collect();
-                for (lease, cache) in ended {
-                    h.leases.remove(&lease);
-                    let keep = if cache { now + CACHE_TTL_MS } else { now };
-                    h.until_ms = h.until_ms.max(keep);
-                }
-            }
-        });
-    }
-
-    /// Drops the holds that expired by `now`; returns the images no hold keeps any more and
-    /// that were not the host's own: to erase.
-    fn take_expired(&self, now: u64) -> Vec<ImageDigest> {
-        self.change(|holds| {
-            let (gone, kept): (Vec<Hold>, Vec<Hold>) = std::mem::take(holds)
-                .into_iter()
-                .partition(|h| h.leases.is_empty() && h.until_ms <= now);
-            *holds = kept;
-            let mut erase: Vec<ImageDigest> = gone
-                .iter()
-                .filter(|g| !g.host_image && !holds.iter().any(|h| h.image == g.image))
-                .map(|g| g.image)
-                .collect();
-            erase.sort();
-            erase.dedup();
-            erase
-        })
-    }
-
-    /// Images renters staged (not the host's own): never offered, and never counted as
-    /// layers another renter may skip.
-    pub(crate) fn renter_images(&self) -> BTreeSet<ImageDigest> {
-        self.read(|h| {
-            h.iter()
-                .filter(|h| !h.host_image)
-                .map(|h| h.image)
-                .collect()
-        })
-    }
-
-    /// Images held for other renters than `renter` only.
-    fn foreign(&self, renter: &PublicKey) -> BTreeSet<ImageDigest> {
-        let own: BTreeSet<ImageDigest> = self.read(|h| {
-            h.iter()
-                .filter(|h| h.renter == *renter)
-                .map(|h| h.image)
-                .collect()
-        });
-        self.renter_images()
-            .into_iter()
-            .filter(|i| !own.contains(i))
-            .collect()
-    }
-
-    /// Whether anyone holds `image`.
-    fn any_hold(&self, image: &ImageDigest) -> bool {
-        self.read(|h| h.iter().any(|h| h.image == *image))
-    }
-
-    /// How many holds there are.
-    fn len(&self) -> usize {
-        self.read(<[Hold]>::len)
-    }
-
-    /// The disk renters' images take, bytes (each image once).
-    fn bytes(&self) -> u64 {
-        self.read(|h| {
-            let mut seen = BTreeMap::new();
-            for h in h.iter().filter(|h| !h.host_image) {
-                seen.insert(h.image, h.bytes);
-            }
-            seen.values().sum()
-        })
-    }
-
-    /// Erases the images whose holds expired by now.
-    pub(crate) async fn erase_expired(&self, exec: &Executor) {
-        for image in self.take_expired(now().0) {
-            match exec.remove_image(&image).await {
-                Ok(()) => tracing::info!("erased staged image {image}"),
-                Err(e) => {
-                    // In use still (its container is being removed): try again soon.
-                    tracing::warn!("cannot erase staged image {image} yet: {e}");
-                    self.add(Hold {
-                        image,
-                        renter: PublicKey([0; 32]),
-                        bytes: 0,
-                        leases: BTreeMap::new(),
-                        until_ms: now().0 + SWEEP_EVERY.as_millis() as u64,
-                        host_image: false,
-                    });
-                }
-            }
-        }
-    }
-}
 
 /// A renter's stagings now, and its start budget.
 #[derive(Debug, Clone, Copy)]
@@ -880,63 +667,5 @@ fn remove_stale(parts: &Path, ttl: Duration) {
             }
         }
         let _ = std::fs::remove_dir(renter.path());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hold(image: u8, renter: u8, host_image: bool) -> Hold {
-        Hold {
-            image: ImageDigest([image; 32]),
-            renter: PublicKey([renter; 32]),
-            bytes: 100,
-            leases: BTreeMap::new(),
-            until_ms: 1_000,
-            host_image,
-        }
-    }
-
-    #[test]
-    fn holds_expire_into_erasures_and_survive_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let staged = StagedImages::open(dir.path()).unwrap();
-        staged.add(hold(1, 1, false));
-        staged.add(hold(1, 2, false));
-        staged.add(hold(2, 1, true));
-        staged.add(hold(3, 1, false));
-        let (a, b) = (PublicKey([1; 32]), PublicKey([2; 32]));
-        assert!(staged.held(&ImageDigest([1; 32]), &b));
-        assert!(!staged.held(&ImageDigest([3; 32]), &b));
-        // Image 3 is the first renter's: the second may not skip its layers.
-        assert_eq!(staged.foreign(&b), BTreeSet::from([ImageDigest([3; 32])]));
-        assert_eq!(staged.bytes(), 200);
-
-        // A lease of renter 1 runs image 3, caching it; another runs image 1, not caching.
-        let (l3, l1) = (ContentId([3; 32]), ContentId([1; 32]));
-        staged.attach(&ImageDigest([3; 32]), &a, l3, true);
-        staged.attach(&ImageDigest([1; 32]), &a, l1, false);
-        assert_eq!(staged.take_expired(5_000), Vec::<ImageDigest>::new());
-        // Image 2 was the host's own: its hold went, the image stays.
-        assert!(!staged.held(&ImageDigest([2; 32]), &a));
-
-        // Restarted: the record is read back.
-        let staged = StagedImages::open(dir.path()).unwrap();
-        staged.release(|_| false, 10_000);
-        // Image 1's last hold (renter 2's expired before) ends with its lease.
-        let erased = staged.take_expired(10_000);
-        assert_eq!(erased, vec![ImageDigest([1; 32])]);
-        // Image 3 is cached a day for renter 1 only.
-        assert!(staged.held(&ImageDigest([3; 32]), &a));
-        assert_eq!(staged.take_expired(10_000 + CACHE_TTL_MS - 1), vec![]);
-        assert_eq!(
-            staged.take_expired(10_000 + CACHE_TTL_MS),
-            vec![ImageDigest([3; 32])]
-        );
-
-        std::fs::write(dir.path().join(RECORD), b"{not json").unwrap();
-        let err = StagedImages::open(dir.path()).unwrap_err();
-        assert!(format!("{err:#}").contains("damaged"), "{err:#}");
     }
 }

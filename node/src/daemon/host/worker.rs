@@ -58,7 +58,7 @@ pub(crate) struct WorkerCtx {
     /// The longest the host keeps a workspace after its lease, seconds.
     pub(crate) max_retain_s: u64,
     /// Renters' staged images, released when their lease ends.
-    pub(crate) staged: crate::plane::stage_host::StagedImages,
+    pub(crate) staged: crate::plane::staged::StagedImages,
 }
 
 /// The container spec of a lease.
