@@ -764,6 +764,94 @@ fn renters_stage_their_own_images_by_chain_and_nothing_is_left_but_what_they_cac
     // A peer staging by hand: a staging cut off half-way goes on from what had arrived, and
     // a layer that arrives damaged is dropped before anything loads.
     rogue_stagings_resume_and_damage_is_refused(&market.hosts[0]);
+    // Nor can a peer that knows a cached image's config and layer ids, but not its bytes,
+    // claim it: `docker load` would skip those layers unread, so the host checks them.
+    nobody_claims_a_cached_image_without_its_bytes(&market.hosts[0], &a2);
+}
+
+/// Stages the image in `archive` (already cached on `host` for another renter) with the
+/// right config and garbage layers: refused.
+fn nobody_claims_a_cached_image_without_its_bytes(
+    host: &super::market::Node,
+    archive: &std::path::Path,
+) {
+    use gpux_protocol::plane_wire::{
+        STAGE_PROTOCOL, StageData, StageDone, StageLayer, StageOpen, StagePlan,
+    };
+    use sha2::Digest;
+    let mut files = std::collections::BTreeMap::new();
+    let mut tar = tar::Archive::new(std::fs::File::open(archive).unwrap());
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().display().to_string();
+        let mut bytes = Vec::new();
+        if entry.header().entry_type().is_file() {
+            entry.read_to_end(&mut bytes).unwrap();
+            files.insert(path, bytes);
+        }
+    }
+    let manifest: serde_json::Value = serde_json::from_slice(&files["manifest.json"]).unwrap();
+    let config = files[manifest[0]["Config"].as_str().unwrap()].clone();
+    let layers: Vec<Vec<u8>> = manifest[0]["Layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| files[l.as_str().unwrap()].clone())
+        .collect();
+    // Garbage of each layer's size, with its own blake3, under the real diff ids.
+    let garbage: Vec<Vec<u8>> = layers.iter().map(|l| vec![0x5a; l.len()]).collect();
+    let open = StageOpen {
+        image: gpux_protocol::ImageDigest(sha2::Sha256::digest(&config).into()),
+        config_bytes: config.len() as u32,
+        layers: BoundedVec::new(
+            layers
+                .iter()
+                .zip(&garbage)
+                .map(|(l, g)| StageLayer {
+                    diff_id: sha2::Sha256::digest(l).into(),
+                    bytes: g.len() as u64,
+                    blake3: *blake3::hash(g).as_bytes(),
+                })
+                .collect(),
+        )
+        .unwrap(),
+    };
+    assert!(docker_has(&open.image.to_string()), "the image is cached");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rogue = rt
+        .block_on(Rogue::start(&format!("{}/p2p/{}", host.addr, host.peer)))
+        .unwrap();
+    let mut stream = rt
+        .block_on(rogue.plane_stream(&host.peer, STAGE_PROTOCOL))
+        .unwrap();
+    rt.block_on(stream.send(&plane_wire::encode(&open)))
+        .unwrap();
+    let opened: Opened = plane_wire::decode(&rt.block_on(stream.recv()).unwrap()).unwrap();
+    assert_eq!(opened, Opened::Yes);
+    let plan: StagePlan = plane_wire::decode(&rt.block_on(stream.recv()).unwrap()).unwrap();
+    // The layers above the host's own image are asked for: the cache is not its.
+    assert!(plan.config && !plan.layers.is_empty(), "{plan:?}");
+    let send = |stream: &mut gpux_testnet::rogue::PlaneStream, bytes: &[u8]| {
+        for chunk in bytes.chunks(plane_wire::MAX_FILE_DATA) {
+            let frame = plane_wire::encode(&StageData(
+                gpux_protocol::BoundedBytes::new(chunk.to_vec()).unwrap(),
+            ));
+            rt.block_on(stream.send(&frame)).unwrap();
+        }
+    };
+    // The first layer asked for is enough: the host answers as soon as it fails to check
+    // (and stops reading).
+    send(&mut stream, &config);
+    let first = plan.layers[0];
+    send(
+        &mut stream,
+        &garbage[usize::from(first.index)][first.from as usize..],
+    );
+    let done: StageDone = plane_wire::decode(&rt.block_on(stream.recv()).unwrap()).unwrap();
+    match done {
+        StageDone::Failed { detail } => assert!(detail.contains("sha256 differs"), "{detail}"),
+        StageDone::Loaded => panic!("garbage layers claimed a cached image"),
+    }
 }
 
 fn rogue_stagings_resume_and_damage_is_refused(host: &super::market::Node) {

@@ -483,6 +483,19 @@ impl RentTask {
         }
         Err(
             if refusals.is_empty()
+                && let ImageChoice::Host(digest) = &self.image
+            {
+                ApiError::new(
+                    ErrorCode::NoOffer,
+                    format!(
+                        "--image {digest}: no offer that satisfies the request lists this image"
+                    ),
+                )
+                .with_hint(
+                    "hosts run the images their offers list, or one you stage: --image NAME, \
+                     --image-archive FILE",
+                )
+            } else if refusals.is_empty()
                 && let ImageChoice::HostTag(tag) = &self.image
             {
                 ApiError::new(

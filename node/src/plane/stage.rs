@@ -13,7 +13,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, bail};
-use futures::SinkExt;
+use futures::{SinkExt, StreamExt};
 use gpux_protocol::plane_wire::{
     self, MAX_FILE_DATA, MAX_STAGE_CONFIG, MAX_STAGE_LAYERS, Opened, StageData, StageDone,
     StageLayer, StageOpen, StagePlan,
@@ -347,11 +347,53 @@ pub(crate) async fn stage_image(
     let plan: StagePlan = recv(&mut stream, PLAN_WITHIN)
         .await
         .map_err(|e| broken(&e))?;
+    // The host may answer before every byte is sent (a layer arrived damaged, a deadline
+    // passed): its answer is read while the bytes go, and ends the staging at once.
+    let (mut sink, mut source) = stream.split();
+    let sending = send_all(&mut sink, archive, &plan);
+    let answer = async {
+        match tokio::time::timeout(LOAD_WITHIN, source.next()).await {
+            Err(_) => Err(broken(&format!("no answer within {LOAD_WITHIN:?}"))),
+            Ok(None) => Err(broken(&"the host closed the stream")),
+            Ok(Some(Err(e))) => Err(broken(&e)),
+            Ok(Some(Ok(frame))) => plane_wire::decode::<StageDone>(&frame).map_err(|e| broken(&e)),
+        }
+    };
+    tokio::pin!(sending, answer);
+    let (sent, done) = tokio::select! {
+        sent = &mut sending => (Some(sent?), answer.await?),
+        done = &mut answer => (None, done?),
+    };
+    match (done, sent) {
+        (StageDone::Loaded, Some(sent)) => Ok(sent),
+        (StageDone::Loaded, None) => Err(StageError::Refused(
+            "the host said loaded before it had every byte".into(),
+        )),
+        (StageDone::Failed { detail }, _) => Err(StageError::Refused(format!(
+            "the host could not stage the image: {detail}"
+        ))),
+    }
+}
+
+/// Sends the config (when the plan asks for it) and the layers the plan names, from where
+/// the host has them, a megabyte of frames per flush.
+async fn send_all(
+    sink: &mut futures::stream::SplitSink<super::FramedStream, bytes::Bytes>,
+    archive: &Archive,
+    plan: &StagePlan,
+) -> Result<Sent, StageError> {
+    let broken = |e: &dyn std::fmt::Display| StageError::Broken(format!("staging: {e}"));
+    let frame = |chunk: &[u8]| -> Result<bytes::Bytes, StageError> {
+        let data =
+            BoundedBytes::new(chunk.to_vec()).map_err(|e| StageError::Refused(e.to_string()))?;
+        Ok(bytes::Bytes::from(plane_wire::encode(&StageData(data))))
+    };
     let mut sent = Sent::default();
     if plan.config {
         for chunk in archive.config.chunks(MAX_FILE_DATA) {
-            send_data(&mut stream, chunk.to_vec()).await?;
+            sink.feed(frame(chunk)?).await.map_err(|e| broken(&e))?;
         }
+        sink.flush().await.map_err(|e| broken(&e))?;
         sent.bytes += archive.config.len() as u64;
     }
     let mut file = tokio::fs::File::open(&archive.path)
@@ -372,7 +414,6 @@ pub(crate) async fn stage_image(
         file.seek(SeekFrom::Start(layer.offset + need.from))
             .await
             .map_err(|e| broken(&e))?;
-        // A megabyte read at a time, sent as frames flushed together.
         let mut left = layer.bytes - need.from;
         while left > 0 {
             let mut block = vec![0u8; left.min(1 << 20) as usize];
@@ -380,35 +421,13 @@ pub(crate) async fn stage_image(
             left -= block.len() as u64;
             sent.bytes += block.len() as u64;
             for chunk in block.chunks(MAX_FILE_DATA) {
-                let data = BoundedBytes::new(chunk.to_vec())
-                    .map_err(|e| StageError::Refused(e.to_string()))?;
-                stream
-                    .feed(bytes::Bytes::from(plane_wire::encode(&StageData(data))))
-                    .await
-                    .map_err(|e| broken(&e))?;
+                sink.feed(frame(chunk)?).await.map_err(|e| broken(&e))?;
             }
-            SinkExt::<bytes::Bytes>::flush(&mut stream)
-                .await
-                .map_err(|e| broken(&e))?;
+            sink.flush().await.map_err(|e| broken(&e))?;
         }
         sent.layers += 1;
     }
-    match recv::<StageDone>(&mut stream, LOAD_WITHIN)
-        .await
-        .map_err(|e| broken(&e))?
-    {
-        StageDone::Loaded => Ok(sent),
-        StageDone::Failed { detail } => Err(StageError::Refused(format!(
-            "the host could not stage the image: {detail}"
-        ))),
-    }
-}
-
-async fn send_data(stream: &mut super::FramedStream, chunk: Vec<u8>) -> Result<(), StageError> {
-    let data = BoundedBytes::new(chunk).map_err(|e| StageError::Refused(e.to_string()))?;
-    send(stream, &StageData(data))
-        .await
-        .map_err(|e| StageError::Broken(format!("staging: {e}")))
+    Ok(sent)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! minutes plus a second per MiB). Interrupted stagings' bytes are dropped after
 //! [`PART_TTL`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use gpux_protocol::plane_wire::{
 };
 use gpux_protocol::{BoundedVec, PublicKey};
 use libp2p::PeerId;
+use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
@@ -273,6 +274,18 @@ impl StageHost {
             .layer_chains(&self.staged.foreign(&renter))
             .await?;
         let chains = chain_ids(&declared);
+        // Layers in the store only through another renter's image: `docker load` will skip
+        // them unread, so this host checks their sha256 itself (a renter proves it has the
+        // bytes, not just the ids).
+        let foreign = self.staged.foreign(&renter);
+        let stored = if foreign.is_empty() {
+            have.clone()
+        } else {
+            self.exec.layer_chains(&BTreeSet::new()).await?
+        };
+        let verify: BTreeSet<usize> = (0..chains.len())
+            .filter(|&i| stored.contains(&chains[i]) && !have.contains(&chains[i]))
+            .collect();
         let dir = self
             .root
             .join("parts")
@@ -336,7 +349,17 @@ impl StageHost {
         let deadline = DATA_DEADLINE + Duration::from_secs(incoming / MIN_RATE);
         tokio::time::timeout(
             deadline,
-            self.receive_and_load(framed, &dir, &config, open, &load, &needs),
+            self.receive_and_load(
+                framed,
+                &dir,
+                &config,
+                open,
+                &Loading {
+                    load,
+                    needs,
+                    verify,
+                },
+            ),
         )
         .await
         .map_err(|_| {
@@ -375,9 +398,13 @@ impl StageHost {
         dir: &Path,
         config: &[u8],
         open: &StageOpen,
-        load: &[usize],
-        needs: &[StageNeed],
+        plan: &Loading,
     ) -> Result<(), Failed> {
+        let Loading {
+            load,
+            needs,
+            verify,
+        } = plan;
         let names: Vec<String> = open
             .layers
             .iter()
@@ -393,16 +420,24 @@ impl StageHost {
             tar.file("manifest.json", Bytes::from(manifest)).await?;
             tar.file("config.json", Bytes::copy_from_slice(config))
                 .await?;
-            for &i in load {
+            for &i in load.iter() {
                 let layer = open.layers[i];
                 tar.header(&names[i], layer.bytes).await?;
-                match needs.iter().find(|n| usize::from(n.index) == i) {
-                    Some(need) => receive_layer(framed, dir, &layer, need.from, &tar).await?,
+                let sha = verify.contains(&i).then(Sha256::new);
+                let sha = match needs.iter().find(|n| usize::from(n.index) == i) {
+                    Some(need) => receive_layer(framed, dir, &layer, need.from, &tar, sha).await?,
                     None => {
                         let hex = gpux_protocol::hex(&layer.diff_id);
-                        tar.copy_file(&dir.join(format!("{hex}.tar")), layer.bytes)
-                            .await?;
+                        tar.copy_file(&dir.join(format!("{hex}.tar")), layer.bytes, sha)
+                            .await?
                     }
+                };
+                if let Some(sha) = sha
+                    && <[u8; 32]>::from(sha.finalize()) != layer.diff_id
+                {
+                    return Err(Failed(format!(
+                        "layer {i} is not the layer its diff id names (its sha256 differs)"
+                    )));
                 }
                 tar.pad(layer.bytes).await?;
             }
@@ -421,6 +456,14 @@ impl StageHost {
             ))),
         }
     }
+}
+
+/// What a load takes: the layers to load (by index), those of them to receive (from where),
+/// and those whose sha256 this host checks itself (the daemon would skip them unread).
+struct Loading {
+    load: Vec<usize>,
+    needs: Vec<StageNeed>,
+    verify: BTreeSet<usize>,
 }
 
 /// The tar `docker load` reads, written as it goes (headers, data, padding), into the
@@ -489,17 +532,25 @@ impl LoadTar {
         self.pad(size).await
     }
 
-    /// `size` bytes of the file at `path`.
-    async fn copy_file(&self, path: &Path, size: u64) -> Result<(), Failed> {
+    /// `size` bytes of the file at `path` (hashed into `sha`, when given).
+    async fn copy_file(
+        &self,
+        path: &Path,
+        size: u64,
+        mut sha: Option<Sha256>,
+    ) -> Result<Option<Sha256>, Failed> {
         let mut file = tokio::fs::File::open(path).await?;
         let mut left = size;
         while left > 0 {
             let mut chunk = vec![0u8; left.min(1 << 20) as usize];
             tokio::io::AsyncReadExt::read_exact(&mut file, &mut chunk).await?;
             left -= chunk.len() as u64;
+            if let Some(sha) = &mut sha {
+                sha.update(&chunk);
+            }
             self.push(Bytes::from(chunk)).await?;
         }
-        Ok(())
+        Ok(sha)
     }
 
     /// Waits for the load, once the sender is gone (finished, or failed).
@@ -566,7 +617,8 @@ async fn receive_layer(
     layer: &gpux_protocol::plane_wire::StageLayer,
     from: u64,
     tar: &LoadTar,
-) -> Result<(), Failed> {
+    mut sha: Option<Sha256>,
+) -> Result<Option<Sha256>, Failed> {
     let hex = gpux_protocol::hex(&layer.diff_id);
     let part = dir.join(format!("{hex}.part"));
     let mut hasher = blake3::Hasher::new();
@@ -584,6 +636,9 @@ async fn receive_layer(
         tokio::io::AsyncReadExt::read_exact(&mut file, &mut chunk).await?;
         left -= chunk.len() as u64;
         hasher.update(&chunk);
+        if let Some(sha) = &mut sha {
+            sha.update(&chunk);
+        }
         tar.push(Bytes::from(chunk)).await?;
     }
     let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
@@ -603,6 +658,9 @@ async fn receive_layer(
         }
         file.write_all(&data).await?;
         hasher.update(&data);
+        if let Some(sha) = &mut sha {
+            sha.update(&data[..]);
+        }
         left -= data.len() as u64;
         let data = Bytes::from(data.into_inner());
         if let Err(e) = tar.push(data).await {
@@ -619,7 +677,7 @@ async fn receive_layer(
         )));
     }
     tokio::fs::rename(&part, dir.join(format!("{hex}.tar"))).await?;
-    Ok(())
+    Ok(sha)
 }
 
 /// Bytes of the files under `dir`.
