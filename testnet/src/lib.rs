@@ -18,7 +18,7 @@ pub mod flood;
 pub mod harness;
 pub mod plane_bench;
 pub mod rogue;
-mod workload;
+pub mod workload;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -102,18 +102,10 @@ pub struct Report {
     pub dockerd_cpu_pct_leasing: f64,
     /// The Docker daemon's CPU added per running lease, % of one core.
     pub dockerd_cpu_pct_per_lease: f64,
-    /// Renter images staged on a host that lacked them (the workload-plane round).
-    pub images_pushed: usize,
-    /// Bytes those stagings sent.
-    pub image_bytes_sent: u64,
-    /// Files `gpux cp` moved in and out of workspaces.
-    pub files_copied: u64,
-    /// Bytes those files held.
-    pub bytes_copied: u64,
-    /// Lease workspaces still on a host after the run and its retention (must be 0).
-    pub workspaces_left: usize,
-    /// Renter images still in Docker after their leases (must be 0).
-    pub renter_images_left: usize,
+    /// The workload-plane round: a renter's own image staged, its files in and out, and
+    /// what was left (flattened into the report).
+    #[serde(flatten)]
+    pub plane: workload::PlaneFigures,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
     /// Anything that went wrong.
@@ -581,12 +573,7 @@ pub fn up(
         progress("workload plane: renter-0 brings its own image and data");
         match workload::round(renter, &host_dirs, &image, &base, &progress) {
             Ok(f) => {
-                report.images_pushed = f.images_pushed;
-                report.image_bytes_sent = f.image_bytes_sent;
-                report.files_copied = f.files_copied;
-                report.bytes_copied = f.bytes_copied;
-                report.workspaces_left = f.workspaces_left;
-                report.renter_images_left = f.renter_images_left;
+                report.plane = f;
                 if f.workspaces_left > 0 || f.renter_images_left > 0 {
                     report.errors.push(format!(
                         "left behind: {} workspaces, {} renter images",

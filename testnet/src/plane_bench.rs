@@ -58,6 +58,14 @@ pub struct PlaneBenchReport {
     pub direct_http_mib_s: f64,
     /// Forward over direct (goal ≥ 0.5).
     pub forward_over_direct: f64,
+    /// Staging against `docker save` + `docker load` (flattened into the same object).
+    #[serde(flatten)]
+    pub staging: StageReport,
+}
+
+/// The staging part of [`PlaneBenchReport`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StageReport {
     /// The staged image's bytes (config and layers).
     pub image_bytes: u64,
     /// `docker save` of it to a file, ms.
@@ -102,7 +110,7 @@ fn stage_bench(
     host: &Node,
     base_image: &str,
     dir: &Path,
-    report: &mut PlaneBenchReport,
+    report: &mut StageReport,
     progress: &impl Fn(&str),
 ) -> anyhow::Result<()> {
     let context = dir.join("stage-context");
@@ -404,7 +412,7 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut staged = PlaneBenchReport::default();
+    let mut staged = StageReport::default();
     if let Err(e) = stage_bench(config, &renter, &host, &image, base, &mut staged, &progress) {
         crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
         return Err(e.context("the staging benchmark"));
@@ -443,15 +451,7 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
     }
     crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
     let mut report = measured?;
-    report.image_bytes = staged.image_bytes;
-    report.docker_save_ms = staged.docker_save_ms;
-    report.docker_load_ms = staged.docker_load_ms;
-    report.save_load_mib_s = staged.save_load_mib_s;
-    report.stage_prepare_ms = staged.stage_prepare_ms;
-    report.stage_ms = staged.stage_ms;
-    report.stage_bytes_sent = staged.stage_bytes_sent;
-    report.stage_mib_s = staged.stage_mib_s;
-    report.stage_over_save_load = staged.stage_over_save_load;
+    report.staging = staged;
     Ok(report)
 }
 

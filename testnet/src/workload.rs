@@ -17,15 +17,21 @@ use gpux_protocol::ImageDigest;
 
 use crate::harness;
 
-/// What the round did, for the report.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct PlaneFigures {
-    pub(crate) images_pushed: usize,
-    pub(crate) image_bytes_sent: u64,
-    pub(crate) files_copied: u64,
-    pub(crate) bytes_copied: u64,
-    pub(crate) workspaces_left: usize,
-    pub(crate) renter_images_left: usize,
+/// What the round did, for the report (flattened into it).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PlaneFigures {
+    /// Renter images staged on a host that lacked them.
+    pub images_pushed: usize,
+    /// Bytes those stagings sent.
+    pub image_bytes_sent: u64,
+    /// Files `gpux cp` moved in and out of workspaces.
+    pub files_copied: u64,
+    /// Bytes those files held.
+    pub bytes_copied: u64,
+    /// Lease workspaces still on a host after the run and its retention (must be 0).
+    pub workspaces_left: usize,
+    /// Renter images still in Docker after their leases (must be 0).
+    pub renter_images_left: usize,
 }
 
 /// The job the renter's image runs: it waits for its input, writes the result, exits.
