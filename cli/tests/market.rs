@@ -241,6 +241,9 @@ impl Market {
                 &self.image,
                 "--price",
                 "3.60",
+                // Kept workspaces at 36 credits per GiB-hour: 32 MiB for 2 s is 625 µcr.
+                "--disk-price",
+                "36",
                 "--region",
                 "eu-west",
                 "--min-duration",

@@ -284,6 +284,23 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let out = renter.gpux(&["exec", &lease, "--", "true"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("ended"), "{:?}", text(&out));
+    // The kept workspace was paid for as the host's offer priced it: 32 MiB for 2 s at 36
+    // credits per GiB-hour, 625 µcr, in every receipt and in what the host was paid.
+    wait_for("the lease to settle", 30, || {
+        host.phase(&lease) == "settled"
+    });
+    let out = renter.gpux(&["receipts", &lease, "--json"]);
+    let receipts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let receipts = receipts["receipts"].as_array().unwrap();
+    assert!(!receipts.is_empty());
+    for r in receipts {
+        assert_eq!(r["workspace_charge_micro"], 625, "{r}");
+        let gpu = r["gpu_seconds"].as_u64().unwrap() * 1000;
+        assert_eq!(r["amount_due_micro"].as_u64().unwrap(), gpu + 625, "{r}");
+    }
+    let hosted = host.lease(&lease);
+    let paid = receipts.iter().rev().find(|r| r["acked"] == true).unwrap();
+    assert_eq!(hosted.redeemed, paid["amount_due_micro"].as_u64().unwrap());
     // Its workspace is gone, unmounted and deleted.
     wait_for("the workspace to be erased", 30, || !workspace.exists());
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

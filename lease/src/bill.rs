@@ -3,7 +3,9 @@
 //! Per second, rounded down (in the renter's favour), with a minimum of
 //! [`MIN_BILLED_SECONDS`](gpux_protocol::money::MIN_BILLED_SECONDS), never past the agreed
 //! duration, at the agreed price. Amounts are recomputed from cumulative GPU-seconds, so
-//! rounding never accumulates.
+//! rounding never accumulates. A workspace kept after the workload adds a fixed sum, its
+//! size for the agreed retention at the agreed price per GiB-hour, owed from the first
+//! receipt on (the host sets the disk aside from the acceptance).
 
 use gpux_protocol::{LeaseRequest, MicroCredits, money};
 
@@ -19,10 +21,19 @@ pub fn request_gpu_seconds(request: &LeaseRequest, runtime_ms: u64) -> u64 {
     gpu_seconds(request.gpus.len() as u64, request.duration_s, runtime_ms)
 }
 
-/// What `gpu_seconds` cost at the request's price (saturating: an amount that overflows is
-/// refused by every check downstream).
+/// The workspace's retention, a fixed sum of the terms (zero without a priced workspace;
+/// a verified request's terms always parse).
+pub fn retention(request: &LeaseRequest) -> MicroCredits {
+    request.retention_charge().unwrap_or(MicroCredits::ZERO)
+}
+
+/// What is due once `gpu_seconds` are billed: their cost at the request's price, plus the
+/// workspace's [`retention`] (saturating: an amount that overflows is refused by every
+/// check downstream).
 pub fn amount(request: &LeaseRequest, gpu_seconds: u64) -> MicroCredits {
-    money::cost(gpu_seconds, request.price_per_gpu_hour).unwrap_or(MicroCredits(u64::MAX))
+    money::cost(gpu_seconds, request.price_per_gpu_hour)
+        .and_then(|gpus| gpus.checked_add(retention(request)))
+        .unwrap_or(MicroCredits(u64::MAX))
 }
 
 /// What the whole agreed duration costs.

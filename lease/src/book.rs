@@ -62,7 +62,9 @@ pub struct OfferChange {
 
 fn reason_for(e: &RuleError) -> RejectReason {
     match e {
-        RuleError::PriceBelowOffer { .. } | RuleError::SpotNotOffered => RejectReason::PriceTooLow,
+        RuleError::PriceBelowOffer { .. }
+        | RuleError::SpotNotOffered
+        | RuleError::WorkspacePriceBelowOffer { .. } => RejectReason::PriceTooLow,
         RuleError::DurationOutOfRange { .. } => RejectReason::DurationOutOfRange,
         RuleError::ImageNotOffered => RejectReason::ImageMissing,
         RuleError::GpuNotOffered { .. } => RejectReason::GpusUnavailable,

@@ -62,6 +62,9 @@ const LEDGER_TIMEOUT_MS: u64 = 10_000;
 const HORIZON_MS: u64 = 4 * 3600 * 1000;
 /// Price: 3.6 credits per GPU-hour is exactly 1000 micro-credits per GPU-second.
 const PER_GPU_SECOND: u64 = 1000;
+/// A kept workspace's price, micro-credits per GiB-hour, and what 1 GiB kept 600 s costs.
+const RETENTION_PRICE: u64 = 36_000;
+const RETENTION: u64 = 6_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Party {
@@ -184,10 +187,25 @@ fn request(
     gpus: u8,
     duration_s: u32,
     t: u64,
+    kept_workspace: bool,
 ) -> gpux_protocol::Verified<LeaseRequest> {
     let price = MicroCredits(PER_GPU_SECOND * 3600);
+    let mut ext = Ext::new();
+    if kept_workspace {
+        // 1 GiB kept 600 s at 0.036 credits per GiB-hour: 6,000 micro-credits.
+        for (key, value) in [
+            (gpux_protocol::EXT_WORKSPACE_BYTES, 1u64 << 30),
+            (gpux_protocol::EXT_RETAIN_S, 600),
+            (gpux_protocol::EXT_WORKSPACE_PRICE, RETENTION_PRICE),
+        ] {
+            ext.insert(key, value.to_le_bytes().to_vec()).unwrap();
+        }
+    }
     let escrow_amount =
-        gpux_protocol::money::cost(u64::from(gpus) * u64::from(duration_s).max(60), price).unwrap();
+        gpux_protocol::money::cost(u64::from(gpus) * u64::from(duration_s).max(60), price)
+            .unwrap()
+            .checked_add(MicroCredits(if kept_workspace { RETENTION } else { 0 }))
+            .unwrap();
     Signed::sign(
         renter,
         LeaseRequest {
@@ -212,7 +230,7 @@ fn request(
             escrow: EscrowId([5; 16]),
             escrow_amount,
             bid: None,
-            ext: Ext::new(),
+            ext,
         },
     )
     .unwrap()
@@ -252,7 +270,13 @@ impl World {
         ledger
             .mint(Timestamp(t0), renter_key.public(), MicroCredits(minted))
             .unwrap();
-        let request = request(&renter_key, &host_key, gpus, duration_s, t0);
+        // Half the leases keep a priced workspace after the work.
+        let kept_workspace = rng.chance(50);
+        let request = request(&renter_key, &host_key, gpus, duration_s, t0, kept_workspace);
+        assert_eq!(
+            gpux_lease::bill::retention(&request).0,
+            if kept_workspace { RETENTION } else { 0 }
+        );
         let mut world = World {
             rng,
             now: t0,
@@ -1042,15 +1066,24 @@ fn check(w: &World) -> Result<Summary, String> {
     {
         return Err("the container was never erased".into());
     }
-    // The host is never paid for time beyond what ran (plus the minimum) at the agreed price.
+    // The host is never paid for time beyond what ran (plus the minimum) at the agreed price,
+    // and the kept workspace's fixed sum.
+    let retention = gpux_lease::bill::retention(&w.request).0;
     let most = if ran {
         gpux_lease::bill::gpu_seconds(gpus, w.request.duration_s, runtime_ms) * PER_GPU_SECOND
+            + retention
     } else {
         0
     };
     if host_paid > most {
         return Err(format!(
             "host paid {host_paid} for {runtime_ms} ms of work; at most {most}"
+        ));
+    }
+    // A paid lease pays its kept workspace in full: every receipt carries the sum.
+    if host_paid > 0 && host_paid < retention {
+        return Err(format!(
+            "host paid {host_paid}, less than the workspace's retention {retention}"
         ));
     }
     // The renter is never charged for what it did not acknowledge.
@@ -1070,7 +1103,7 @@ fn check(w: &World) -> Result<Summary, String> {
     // unmetered) and one grace (the renter's chance to acknowledge the receipt sent at the
     // restart).
     if ran {
-        let paid_s = host_paid / PER_GPU_SECOND / gpus;
+        let paid_s = host_paid.saturating_sub(retention) / PER_GPU_SECOND / gpus;
         let ran_s = (runtime_ms / 1000).min(u64::from(w.request.duration_s));
         let allowance_ms = w.timing.loss_bound_ms()
             + gpux_lease::EXIT_NOTICE_MS

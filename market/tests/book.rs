@@ -121,6 +121,32 @@ fn disk_finds_hosts_that_say_they_give_a_workspace_that_large() {
 }
 
 #[test]
+fn disk_price_finds_hosts_by_what_a_kept_workspace_costs() {
+    let book = book_with(&[
+        O {
+            host: 1,
+            disk_bytes: 100_000_000_000,
+            disk_price: 100_000,
+            ..O::default()
+        },
+        O {
+            host: 2,
+            disk_bytes: 100_000_000_000,
+            ..O::default()
+        },
+    ]);
+    let hosts = |q: &str| -> Vec<PublicKey> { search(&book, q).iter().map(|h| h.host).collect() };
+    assert_eq!(hosts("disk_price<=0.05"), [key(2).public()]);
+    assert_eq!(hosts("disk_price>0"), [key(1).public()]);
+    // The renter's node reads the terms of the offer it picks.
+    let offer = search(&book, "disk_price>0")[0].offer;
+    assert_eq!(
+        book.offer_retention(&offer),
+        Some((MicroCredits(100_000), None))
+    );
+}
+
+#[test]
 fn newer_offers_replace_older_ones_in_their_slot_only() {
     let mut book = book_with(&[
         O {

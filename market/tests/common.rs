@@ -33,6 +33,8 @@ pub struct O {
     pub max_duration_s: u32,
     /// The workspace the host says it gives, bytes (0: it says nothing).
     pub disk_bytes: u64,
+    /// What a kept workspace costs, micro-credits per GiB-hour (0: it says nothing).
+    pub disk_price: u64,
 }
 
 impl Default for O {
@@ -52,6 +54,7 @@ impl Default for O {
             created_at: T0.0,
             max_duration_s: 86_400,
             disk_bytes: 0,
+            disk_price: 0,
         }
     }
 }
@@ -102,6 +105,13 @@ impl O {
                     ext.insert(
                         EXT_OFFER_WORKSPACE_BYTES,
                         self.disk_bytes.to_le_bytes().to_vec(),
+                    )
+                    .unwrap();
+                }
+                if self.disk_price > 0 {
+                    ext.insert(
+                        gpux_protocol::EXT_OFFER_WORKSPACE_PRICE,
+                        self.disk_price.to_le_bytes().to_vec(),
                     )
                     .unwrap();
                 }

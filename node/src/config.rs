@@ -28,6 +28,7 @@
 //! republish_s = 120
 //! disk_quota = "64GiB"                  # host: all open leases' workspaces together
 //! max_retain_s = 3600                   # host: the longest a workspace outlives its lease
+//! disk_price = "0.01"                   # host: credits per GiB-hour of a kept workspace
 //! max_image = "20GiB"                   # host: the largest renter image staged (0: none)
 //! stage_quota = "64GiB"                 # host: renters' staged images together
 //! ```
@@ -118,6 +119,10 @@ pub struct Options {
     /// fetch results, seconds.
     #[arg(long = "max-retain", value_name = "SECONDS")]
     pub max_retain_s: Option<u64>,
+    /// Host: what keeping a lease's workspace after its workload costs, credits per
+    /// GiB-hour (`0.01`; 0: free). The renter pays the whole retention it asked for.
+    #[arg(long = "disk-price", value_name = "CREDITS")]
+    pub disk_price: Option<String>,
     /// Host: the largest image a renter may stage here to run (`20GiB`; 0: renters run only
     /// the images this host lists).
     #[arg(long = "max-image", value_name = "SIZE")]
@@ -232,6 +237,7 @@ macro_rules! each_setting {
             republish_s,
             disk_quota,
             max_retain_s,
+            disk_price,
             max_image,
             stage_quota
         )
@@ -265,6 +271,7 @@ impl Options {
             republish_s: Some(120),
             disk_quota: Some("64GiB".into()),
             max_retain_s: Some(3600),
+            disk_price: Some("0".into()),
             max_image: Some("20GiB".into()),
             stage_quota: Some("64GiB".into()),
         }
@@ -389,6 +396,7 @@ impl Effective {
                 })
                 .collect::<Result<_, _>>()?;
             let price = o.price.clone().or(d.price).unwrap_or_default();
+            let disk_price = o.disk_price.clone().or(d.disk_price).unwrap_or_default();
             let quota = o.disk_quota.clone().or(d.disk_quota).unwrap_or_default();
             let disk_quota_bytes = quota
                 .parse::<bytesize::ByteSize>()
@@ -426,6 +434,9 @@ impl Effective {
                 disk_quota_bytes,
                 workspace_root: data_dir.join("workspaces"),
                 max_retain_s: o.max_retain_s.or(d.max_retain_s).unwrap_or(3600),
+                disk_price: disk_price.parse().map_err(|e| {
+                    self.bad("disk_price", format!("'{disk_price}': {e} (e.g. 0.01)"))
+                })?,
                 max_image_bytes,
                 stage_quota_bytes,
                 staging_root: data_dir.join("staging"),

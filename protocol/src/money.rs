@@ -117,6 +117,28 @@ pub fn cost(
         .map_err(|_| MoneyError::Overflow)
 }
 
+/// Bytes in a GiB, the unit workspaces are priced in.
+pub const BYTES_PER_GIB: u64 = 1 << 30;
+
+/// What keeping `bytes` of disk for `seconds` costs at `price_per_gib_hour` (a kept
+/// workspace). The same rounding rule as [`cost`]: the exact product
+/// `price × bytes × seconds / (2^30 × 3600)` is rounded down to the micro-credit; only a
+/// product beyond 128 bits, or a result above `u64::MAX`, is an overflow.
+pub fn storage_cost(
+    bytes: u64,
+    seconds: u64,
+    price_per_gib_hour: MicroCredits,
+) -> Result<MicroCredits, MoneyError> {
+    let exact = u128::from(price_per_gib_hour.0)
+        .checked_mul(u128::from(bytes))
+        .and_then(|v| v.checked_mul(u128::from(seconds)))
+        .ok_or(MoneyError::Overflow)?;
+    let per = u128::from(BYTES_PER_GIB) * u128::from(SECONDS_PER_HOUR);
+    u64::try_from(exact / per)
+        .map(MicroCredits)
+        .map_err(|_| MoneyError::Overflow)
+}
+
 /// Seconds billed for a lease that has run `runtime_s` seconds: per second, minimum
 /// [`MIN_BILLED_SECONDS`].
 pub const fn billed_seconds(runtime_s: u64) -> u64 {
@@ -270,6 +292,28 @@ mod tests {
         for m in [0, 1, 10, 999_999, 1_000_000, 2_100_000, u64::MAX] {
             assert_eq!(p(&MicroCredits(m).amount_text()).unwrap(), MicroCredits(m));
         }
+    }
+
+    #[test]
+    fn storage_costs_per_gib_hour_rounded_down() {
+        // 1 credit per GiB-hour: 4 GiB for 30 minutes is 2 credits.
+        let credit = MicroCredits(1_000_000);
+        assert_eq!(
+            storage_cost(4 << 30, 1800, credit).unwrap(),
+            MicroCredits(2_000_000)
+        );
+        // 1 MiB for 1 s: 1e6 / 1024 / 3600 = 0.27... rounds down to 0.
+        assert_eq!(storage_cost(1 << 20, 1, credit).unwrap(), MicroCredits(0));
+        assert_eq!(storage_cost(0, 3600, credit).unwrap(), MicroCredits::ZERO);
+        // No wrap-around: a product beyond 128 bits, or a sum beyond u64, is refused.
+        assert_eq!(
+            storage_cost(u64::MAX, u64::MAX, MicroCredits(u64::MAX)),
+            Err(MoneyError::Overflow)
+        );
+        assert_eq!(
+            storage_cost(u64::MAX, 3600 << 30, credit),
+            Err(MoneyError::Overflow)
+        );
     }
 
     #[test]

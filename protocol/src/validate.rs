@@ -173,6 +173,27 @@ pub enum RuleError {
     /// A lease names an image the offer does not list.
     #[error("the image is not one the offer lists")]
     ImageNotOffered,
+    /// A lease's workspace retention is priced below the offer's.
+    #[error("workspace price {price} per GiB-hour is below the offer's {min}")]
+    WorkspacePriceBelowOffer {
+        /// The lease's price.
+        price: MicroCredits,
+        /// The offer's.
+        min: MicroCredits,
+    },
+    /// A lease asks the host to keep its workspace longer than the offer does.
+    #[error(
+        "a workspace kept {retain_s} s after the workload; this host keeps one at most {max_s} s"
+    )]
+    RetentionAboveOffer {
+        /// What the lease asks, seconds.
+        retain_s: u64,
+        /// The offer's longest, seconds.
+        max_s: u64,
+    },
+    /// A lease term (an ext field) is malformed.
+    #[error("a lease term: {0}")]
+    BadTerm(String),
     /// A lease request contradicts the bid it answers.
     #[error("the lease's {field} does not match the bid")]
     BidMismatch {
@@ -391,7 +412,8 @@ pub fn offer_matches_attestation(
 }
 
 /// A lease request against the offer it names: addressed to the offer's host, GPUs from the
-/// offer, price at least the offer's (or the spot floor for spot), duration in bounds, an
+/// offer, price at least the offer's (or the spot floor for spot), duration in bounds, a
+/// workspace retention priced at least at the offer's and no longer than it keeps one, an
 /// image the offer lists, or one the renter staged on the host (`staged`: the host holds
 /// it for this renter) when the offer says it stages renters' images.
 pub fn lease_request_matches_offer(
@@ -424,6 +446,22 @@ pub fn lease_request_matches_offer(
             min_s: offer.min_duration_s,
             max_s: offer.max_duration_s,
         });
+    }
+    let term = |e: crate::InvalidMessage| RuleError::BadTerm(e.to_string());
+    if request.workspace_bytes().map_err(term)?.is_some() {
+        let (price, min) = (
+            request.workspace_price().map_err(term)?,
+            offer.workspace_price(),
+        );
+        if price < min {
+            return Err(RuleError::WorkspacePriceBelowOffer { price, min });
+        }
+        let retain_s = request.retention_s().map_err(term)?;
+        if let Some(max_s) = offer.max_retain_s()
+            && retain_s > max_s
+        {
+            return Err(RuleError::RetentionAboveOffer { retain_s, max_s });
+        }
     }
     let listed = offer.images.contains(&request.image);
     let staged_here = staged && offer.max_image_bytes() > 0;
@@ -478,8 +516,8 @@ pub fn accept_matches_request(
 }
 
 /// A receipt against its lease: from the host, bound to the lease id, price, escrow and GPU
-/// count, and billing no more than `gpus × max(60, seconds since started_at)` by its
-/// `created_at`.
+/// count, billing no more than `gpus × max(60, seconds since started_at)` by its
+/// `created_at`, and charging at most the agreed retention for the workspace.
 pub fn receipt_matches_lease(
     receipt: &Verified<UsageReceipt>,
     request: &Verified<LeaseRequest>,
@@ -497,6 +535,18 @@ pub fn receipt_matches_lease(
     }
     if usize::from(receipt.gpus) != request.gpus.len() {
         return Err(RuleError::ReceiptMismatch { field: "gpus" });
+    }
+    // The workspace's retention: at most the fixed sum the terms say.
+    let charge = receipt
+        .workspace_charge()
+        .map_err(|e| RuleError::BadTerm(e.to_string()))?;
+    if request
+        .retention_charge()
+        .map_or(true, |agreed| charge > agreed)
+    {
+        return Err(RuleError::ReceiptMismatch {
+            field: "workspace_charge",
+        });
     }
     let elapsed_s = receipt.created_at.ms_since(started_at) / 1000;
     let max = u64::from(receipt.gpus).saturating_mul(crate::money::billed_seconds(elapsed_s));

@@ -671,3 +671,132 @@ fn a_challenge_result_holds_only_with_the_trusted_ledgers_proof_of_a_paid_lease(
         })
     ));
 }
+
+#[test]
+fn a_kept_workspace_is_paid_at_the_offers_price_and_receipts_charge_no_more_than_agreed() {
+    let term = |ext: &mut Ext, key: u16, v: u64| ext.insert(key, v.to_le_bytes().to_vec()).unwrap();
+    let (att, _, _) = chain();
+    let mut body = samples::offer_for(&att, 1);
+    term(&mut body.ext, EXT_OFFER_WORKSPACE_BYTES, 10 << 30);
+    term(&mut body.ext, EXT_OFFER_MAX_RETAIN_S, 3600);
+    // 0.10 credits per GiB-hour.
+    term(&mut body.ext, EXT_OFFER_WORKSPACE_PRICE, 100_000);
+    let offer = Signed::sign(&samples::host(), body).unwrap();
+    assert_eq!(offer.workspace_price(), MicroCredits(100_000));
+    let renter = samples::renter();
+    let asking = |price: Option<u64>, retain: Option<u64>| {
+        let mut r = samples::lease_request_for(&offer);
+        term(&mut r.ext, EXT_WORKSPACE_BYTES, 4 << 30);
+        if let Some(retain) = retain {
+            term(&mut r.ext, EXT_RETAIN_S, retain);
+        }
+        if let Some(price) = price {
+            term(&mut r.ext, EXT_WORKSPACE_PRICE, price);
+        }
+        r
+    };
+    // 4 GiB for half an hour at 0.10: 0.20 credits, owed whatever the work does.
+    let request = Signed::sign(&renter, asking(Some(100_000), Some(1800))).unwrap();
+    assert_eq!(request.retention_charge(), Ok(MicroCredits(200_000)));
+    assert_eq!(
+        validate::lease_request_matches_offer(&request, &offer, false),
+        Ok(())
+    );
+    let sign = |r: LeaseRequest| Signed::sign(&renter, r).unwrap();
+    assert_eq!(
+        validate::lease_request_matches_offer(
+            &sign(asking(Some(99_999), Some(1800))),
+            &offer,
+            false
+        ),
+        Err(RuleError::WorkspacePriceBelowOffer {
+            price: MicroCredits(99_999),
+            min: MicroCredits(100_000)
+        })
+    );
+    assert_eq!(
+        validate::lease_request_matches_offer(&sign(asking(None, Some(1800))), &offer, false),
+        Err(RuleError::WorkspacePriceBelowOffer {
+            price: MicroCredits::ZERO,
+            min: MicroCredits(100_000)
+        })
+    );
+    assert_eq!(
+        validate::lease_request_matches_offer(
+            &sign(asking(Some(100_000), Some(3601))),
+            &offer,
+            false
+        ),
+        Err(RuleError::RetentionAboveOffer {
+            retain_s: 3601,
+            max_s: 3600
+        })
+    );
+    // Without a term the retention is the default 10 minutes, priced as such.
+    let default = sign(asking(Some(100_000), None));
+    assert_eq!(default.retention_s(), Ok(DEFAULT_RETAIN_S));
+    assert_eq!(
+        default.retention_charge(),
+        Ok(money::storage_cost(4 << 30, DEFAULT_RETAIN_S, MicroCredits(100_000)).unwrap())
+    );
+    // The escrow holds the minute's minimum and the retention.
+    let mut short = asking(Some(100_000), Some(1800));
+    short.escrow_amount = money::cost(60, short.price_per_gpu_hour)
+        .unwrap()
+        .checked_add(MicroCredits(199_999))
+        .unwrap();
+    assert!(matches!(
+        short.check(),
+        Err(InvalidMessage::BelowMinimum {
+            field: "escrow_amount",
+            ..
+        })
+    ));
+
+    // Receipts carry the sum in their amount, and at most the agreed one.
+    let host = samples::host();
+    let started = request.created_at;
+    let charging = |charge: u64| {
+        let mut r = samples::receipt_for(&request, 1, 60);
+        term(&mut r.ext, EXT_RECEIPT_WORKSPACE_CHARGE, charge);
+        r.amount_due = r.amount_due.checked_add(MicroCredits(charge)).unwrap();
+        r
+    };
+    let fair = Signed::sign(&host, charging(200_000)).unwrap();
+    assert_eq!(fair.workspace_charge(), Ok(MicroCredits(200_000)));
+    assert_eq!(
+        validate::receipt_matches_lease(&fair, &request, started),
+        Ok(())
+    );
+    assert_eq!(
+        validate::receipt_matches_lease(
+            &Signed::sign(&host, charging(200_001)).unwrap(),
+            &request,
+            started
+        ),
+        Err(RuleError::ReceiptMismatch {
+            field: "workspace_charge"
+        })
+    );
+    // A charge the amount leaves out does not add up.
+    let mut unsummed = charging(200_000);
+    unsummed.amount_due = money::cost(60, request.price_per_gpu_hour).unwrap();
+    assert!(matches!(
+        unsummed.check(),
+        Err(InvalidMessage::Inconsistent {
+            field: "amount_due",
+            ..
+        })
+    ));
+    // A lease without a kept workspace pays none.
+    let (_, _, plain) = chain();
+    let mut r = samples::receipt_for(&plain, 1, 60);
+    term(&mut r.ext, EXT_RECEIPT_WORKSPACE_CHARGE, 1);
+    r.amount_due = r.amount_due.checked_add(MicroCredits(1)).unwrap();
+    assert_eq!(
+        validate::receipt_matches_lease(&Signed::sign(&host, r).unwrap(), &plain, plain.created_at),
+        Err(RuleError::ReceiptMismatch {
+            field: "workspace_charge"
+        })
+    );
+}

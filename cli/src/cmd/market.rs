@@ -172,6 +172,14 @@ pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Resu
             bytesize::ByteSize(staged.image_bytes),
         )?;
     }
+    if let Some(kept) = &lease.retention {
+        out!(
+            "workspace kept {} s after the workload at {} credits per GiB-hour: {} credits, in the escrow",
+            kept.retain_s,
+            kept.price_per_gib_hour,
+            kept.charge,
+        )?;
+    }
     Ok(())
 }
 

@@ -100,6 +100,15 @@ impl HostLease {
     ) -> bool {
         let (gpu_seconds, _) = self.billed_until(until);
         let request = &self.request;
+        let mut ext = Ext::new();
+        let retention = bill::retention(request);
+        if retention > MicroCredits::ZERO {
+            // One 8-byte field: within the ext map's limits.
+            let _ = ext.insert(
+                gpux_protocol::EXT_RECEIPT_WORKSPACE_CHARGE,
+                retention.0.to_le_bytes().to_vec(),
+            );
+        }
         let body = UsageReceipt {
             lease: self.id(),
             escrow: request.escrow,
@@ -110,7 +119,7 @@ impl HostLease {
             gpu_seconds,
             amount_due: bill::amount(request, gpu_seconds),
             usage: self.summary(),
-            ext: Ext::new(),
+            ext,
         };
         let Ok(receipt) = Signed::sign(&self.key, body) else {
             return false;

@@ -84,6 +84,7 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
             _ => false,
         }),
         Field::Disk => number(clause, e.disk_bytes / 1_000_000_000),
+        Field::DiskPrice => number(clause, e.disk_price),
         Field::Stage => number(clause, e.stage_bytes / 1_000_000_000),
     }
 }

@@ -27,8 +27,8 @@ mod search;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpux_protocol::{
-    ContentId, GpuFamily, GpuUuid, ImageDigest, Offer, OfferWithdrawal, PublicKey, Timestamp,
-    Verified,
+    ContentId, GpuFamily, GpuUuid, ImageDigest, MicroCredits, Offer, OfferWithdrawal, PublicKey,
+    Timestamp, Verified,
 };
 
 pub use bids::BidError;
@@ -160,6 +160,10 @@ pub(crate) struct Entry {
     pub(crate) gpus: Box<[GpuUuid]>,
     /// The largest workspace the host gives a lease now, bytes.
     pub(crate) disk_bytes: u64,
+    /// What a kept workspace costs per GiB-hour, micro-credits.
+    pub(crate) disk_price: u64,
+    /// The longest the host keeps a workspace after its lease, seconds, if it says.
+    pub(crate) max_retain_s: Option<u64>,
     /// The largest renter image the host stages, bytes.
     pub(crate) stage_bytes: u64,
     /// The tags the host lists, with their images.
@@ -417,6 +421,8 @@ impl OrderBook {
             images: offer.images.to_vec().into_boxed_slice(),
             gpus: offer.gpus.iter().map(|g| g.uuid).collect(),
             disk_bytes: offer.workspace_bytes(),
+            disk_price: offer.workspace_price().0,
+            max_retain_s: offer.max_retain_s(),
             stage_bytes: offer.max_image_bytes(),
             tags: offer
                 .image_tags()
@@ -637,6 +643,13 @@ impl OrderBook {
             .get(offer)
             .and_then(|&i| self.entry(i))
             .map(|e| &e.images[..])
+    }
+
+    /// What an offer says of kept workspaces: the price per GiB-hour and the longest it keeps
+    /// one (when it says).
+    pub fn offer_retention(&self, offer: &ContentId) -> Option<(MicroCredits, Option<u64>)> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        Some((MicroCredits(e.disk_price), e.max_retain_s))
     }
 
     /// The image an offer lists under a tag matching `pattern` (see

@@ -64,11 +64,13 @@ pub enum Field {
     Disk,
     /// The largest renter image the host stages, GB (10^9 bytes; 0: it stages none).
     Stage,
+    /// What a workspace kept after its workload costs, credits per GiB-hour (0: free).
+    DiskPrice,
 }
 
 impl Field {
     /// Every field, with its name.
-    pub const ALL: [(Field, &'static str); 16] = [
+    pub const ALL: [(Field, &'static str); 17] = [
         (Field::Gpu, "gpu"),
         (Field::Vram, "vram"),
         (Field::Count, "count"),
@@ -85,6 +87,7 @@ impl Field {
         (Field::Image, "image"),
         (Field::Disk, "disk"),
         (Field::Stage, "stage"),
+        (Field::DiskPrice, "disk_price"),
     ];
 
     /// The field's name in queries.

@@ -302,6 +302,10 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
             .parse::<MicroCredits>()
             .map(|m| Value::Number(m.0))
             .map_err(|_| bad(field, word, column, "credits per GPU-hour, like 2.50")),
+        Field::DiskPrice => word
+            .parse::<MicroCredits>()
+            .map(|m| Value::Number(m.0))
+            .map_err(|_| bad(field, word, column, "credits per GiB-hour, like 0.01")),
         Field::Cc => match word.parse::<ComputeCapability>() {
             Ok(cc) if cc.minor < 100 => Ok(Value::Number(cc_key(cc))),
             _ => Err(bad(field, word, column, "a compute capability like 8.6")),

@@ -123,13 +123,18 @@ fn every_field_parses_its_values() {
         ),
         ("disk>=20".into(), Field::Disk, Value::Number(20)),
         ("stage>=2".into(), Field::Stage, Value::Number(2)),
+        (
+            "disk_price<=0.05".into(),
+            Field::DiskPrice,
+            Value::Number(50_000),
+        ),
     ];
     for (text, field, value) in cases {
         let c = one(&text);
         assert_eq!((c.field, &c.values[..]), (field, &[value][..]), "{text}");
     }
     // Every field is covered above.
-    assert_eq!(Field::ALL.len(), 16);
+    assert_eq!(Field::ALL.len(), 17);
 }
 
 #[test]

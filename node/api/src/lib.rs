@@ -296,6 +296,20 @@ pub struct Rented {
     /// How the renter's own image was staged, when it was.
     #[serde(default)]
     pub staged: Option<StagedImage>,
+    /// The workspace kept after the workload, when the lease has one.
+    #[serde(default)]
+    pub retention: Option<Retention>,
+}
+
+/// A lease's workspace, kept after its workload for the renter to fetch results.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// How long it is kept after the workload ends, seconds (a signed lease term).
+    pub retain_s: u64,
+    /// Its price, credits per GiB-hour (a signed lease term; "0" when free).
+    pub price_per_gib_hour: String,
+    /// What the retention costs, credits: owed in full from the first receipt.
+    pub charge: String,
 }
 
 /// A renter's image staged on the host before its lease.
@@ -427,6 +441,9 @@ pub struct ReceiptView {
     pub amount_due: String,
     /// Same, micro-credits.
     pub amount_due_micro: u64,
+    /// The part of it that pays for the workspace kept after the workload, micro-credits.
+    #[serde(default)]
+    pub workspace_charge_micro: u64,
     /// Peak container memory, bytes.
     pub memory_peak_bytes: u64,
     /// Mean GPU utilisation, ‰.

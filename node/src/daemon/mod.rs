@@ -76,6 +76,8 @@ pub struct HostOptions {
     /// The longest a workspace is kept after its lease, seconds (renters ask for less or
     /// more with `--retain`; 10 minutes when they do not say).
     pub max_retain_s: u64,
+    /// What keeping a workspace after its workload costs per GiB-hour (zero: free).
+    pub disk_price: MicroCredits,
     /// The largest image a renter may stage, bytes (0: renters run only `images`).
     pub max_image_bytes: u64,
     /// The disk renters' staged images may take together, bytes.

@@ -33,8 +33,18 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Offers looked at to find one round's candidates, at most.
 const MAX_SCAN: usize = 256;
 
-/// One candidate: the allocation and the first image its offer lists.
-type Candidate = (Allocation, Option<ImageDigest>);
+/// One candidate offer.
+pub(crate) struct Candidate {
+    /// What the lease would take.
+    pub(crate) allocation: Allocation,
+    /// The image its offer lists under the tag asked for, else its first.
+    pub(crate) image: Option<ImageDigest>,
+    /// Its price of a kept workspace per GiB-hour, and the longest it keeps one.
+    pub(crate) retention: (MicroCredits, Option<u64>),
+}
+
+mod terms;
+use terms::Terms;
 
 /// Times a broken staging is tried again on the same host (it goes on from what arrived).
 const STAGE_ATTEMPTS: usize = 3;
@@ -398,16 +408,29 @@ impl RentTask {
             if candidates.is_empty() {
                 break;
             }
-            excluded.extend(candidates.iter().map(|(a, _)| a.offer));
+            excluded.extend(candidates.iter().map(|c| c.allocation.offer));
             // Reach them all at once; ask the reachable ones one at a time, best first.
             let probes = futures::future::join_all(
                 candidates
                     .iter()
-                    .map(|(a, _)| tokio::time::timeout(PROBE_TIMEOUT, self.reach(a.host))),
+                    .map(|c| tokio::time::timeout(PROBE_TIMEOUT, self.reach(c.allocation.host))),
             )
             .await;
-            for ((allocation, offered_image), probe) in candidates.into_iter().zip(probes) {
+            for (candidate, probe) in candidates.into_iter().zip(probes) {
+                let Candidate {
+                    allocation,
+                    image: offered_image,
+                    retention,
+                } = candidate;
                 let host = allocation.host;
+                let terms = match self.workload.terms_for(retention) {
+                    Ok(terms) => terms,
+                    Err(why) => {
+                        refusals.push(format!("{}: {why}", host.peer_id()));
+                        reasons.push(None);
+                        continue;
+                    }
+                };
                 let outcome = match probe {
                     Ok(Ok(())) => RentEvent::Reached(host),
                     Ok(Err(e)) => {
@@ -463,7 +486,7 @@ impl RentTask {
                         prepare_ms,
                         stage_ms,
                     });
-                match self.request(&allocation, image, staged).await {
+                match self.request(&allocation, image, staged, terms).await {
                     Ok(rented) => return Ok(rented),
                     Err(Refusal::Refused(why, reason)) => {
                         if reason.is_none() {
@@ -541,6 +564,7 @@ impl RentTask {
         allocation: &Allocation,
         image: ImageDigest,
         staged: Option<StagedImage>,
+        terms: Terms,
     ) -> Result<Rented, Refusal> {
         let t = now();
         let refused = |e: String| Refusal::Refused(e, None);
@@ -551,6 +575,7 @@ impl RentTask {
             gpus * u64::from(self.spec.duration_s).max(money::MIN_BILLED_SECONDS),
             allocation.price_per_gpu_hour,
         )
+        .and_then(|gpus| gpus.checked_add(terms.charge))
         .map_err(|e| refused(e.to_string()))?;
         let body = LeaseRequest {
             created_at: t,
@@ -575,7 +600,7 @@ impl RentTask {
             escrow: EscrowId(escrow),
             escrow_amount,
             bid: None,
-            ext: self.workload.terms.clone(),
+            ext: terms.ext,
         };
         let request = Signed::sign(&self.key, body).map_err(|e| refused(e.to_string()))?;
         let host = allocation.host.peer_id();
@@ -628,6 +653,7 @@ impl RentTask {
                 escrow_amount: escrow_amount.amount_text(),
                 image: image.to_string(),
                 staged,
+                retention: terms.retention,
             }),
             Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
             Err(_) => Err(Refusal::NotStarted(
@@ -660,7 +686,16 @@ impl Daemon {
                     if self.reach.skip(&allocation.host, t) || !hosts.insert(allocation.host) {
                         continue;
                     }
-                    found.push((allocation, image));
+                    let retention = self
+                        .market
+                        .book
+                        .offer_retention(&allocation.offer)
+                        .unwrap_or((MicroCredits::ZERO, None));
+                    found.push(Candidate {
+                        allocation,
+                        image,
+                        retention,
+                    });
                     if found.len() >= n {
                         break;
                     }

@@ -26,7 +26,7 @@ pub const WORKSPACE_DIR: &str = "/workspace";
 /// The smallest workspace (ext4's own structures need a few MiB).
 pub const MIN_WORKSPACE_BYTES: u64 = 16 << 20;
 /// How long a workspace outlives its lease when the lease does not say (seconds).
-pub const DEFAULT_RETAIN_S: u64 = 600;
+pub const DEFAULT_RETAIN_S: u64 = gpux_protocol::DEFAULT_RETAIN_S;
 /// The file beside a retained workspace saying until when (unix ms).
 const RETAIN_FILE: &str = "retain-until";
 

@@ -10,7 +10,7 @@ use crate::messages::{
     InvalidMessage, MAX_OFFER_GPUS, MessageKind, ensure_after, ensure_nonempty, ensure_nonzero,
     ensure_unique,
 };
-use crate::money::{MIN_BILLED_SECONDS, MicroCredits, cost};
+use crate::money::{MIN_BILLED_SECONDS, MicroCredits, cost, storage_cost};
 use crate::types::{ContentId, EscrowId, GpuUuid, ImageDigest, Timestamp};
 
 /// The most arguments a lease's command may have.
@@ -173,6 +173,13 @@ pub const EXT_RETAIN_S: u16 = 2;
 /// `LeaseRequest` ext key: the host keeps the renter's staged image (one byte, 1) for the
 /// same renter's later leases, up to 24 h after this one ends, instead of erasing it.
 pub const EXT_CACHE_IMAGE: u16 = 3;
+/// `LeaseRequest` ext key: what the renter pays for the workspace's retention, micro-credits
+/// per GiB-hour (u64 little-endian; at least the offer's
+/// [`EXT_OFFER_WORKSPACE_PRICE`](crate::EXT_OFFER_WORKSPACE_PRICE)). Without it the
+/// retention is free.
+pub const EXT_WORKSPACE_PRICE: u16 = 4;
+/// How long a workspace outlives its workload when the request does not say, seconds.
+pub const DEFAULT_RETAIN_S: u64 = 600;
 
 impl LeaseRequest {
     fn ext_u64(&self, key: u16) -> Result<Option<u64>, InvalidMessage> {
@@ -196,6 +203,36 @@ impl LeaseRequest {
     /// How long the workspace outlives the workload, seconds (`None`: the host's default).
     pub fn retain_s(&self) -> Result<Option<u64>, InvalidMessage> {
         self.ext_u64(EXT_RETAIN_S)
+    }
+
+    /// The agreed price of the workspace's retention per GiB-hour (zero: free).
+    pub fn workspace_price(&self) -> Result<MicroCredits, InvalidMessage> {
+        Ok(MicroCredits(
+            self.ext_u64(EXT_WORKSPACE_PRICE)?.unwrap_or(0),
+        ))
+    }
+
+    /// How long the host keeps the workspace after the workload ends, seconds: the term, or
+    /// [`DEFAULT_RETAIN_S`] without one; 0 for a lease without a workspace.
+    pub fn retention_s(&self) -> Result<u64, InvalidMessage> {
+        if self.workspace_bytes()?.is_none() {
+            return Ok(0);
+        }
+        Ok(self.retain_s()?.unwrap_or(DEFAULT_RETAIN_S))
+    }
+
+    /// What the retention costs: the workspace's size for [`Self::retention_s`] at
+    /// [`Self::workspace_price`], a fixed sum the renter owes from the first receipt on (the
+    /// host sets the disk aside from the acceptance, like the 60-second minimum).
+    pub fn retention_charge(&self) -> Result<MicroCredits, InvalidMessage> {
+        let Some(bytes) = self.workspace_bytes()? else {
+            return Ok(MicroCredits::ZERO);
+        };
+        Ok(storage_cost(
+            bytes,
+            self.retention_s()?,
+            self.workspace_price()?,
+        )?)
     }
 
     /// Whether the renter asked the host to keep its staged image after the lease. Any
@@ -247,7 +284,8 @@ impl Message for LeaseRequest {
             }
         }
         let gpu_seconds = (self.gpus.len() as u64) * MIN_BILLED_SECONDS;
-        let minimum = cost(gpu_seconds, self.price_per_gpu_hour)?;
+        let minimum =
+            cost(gpu_seconds, self.price_per_gpu_hour)?.checked_add(self.retention_charge()?)?;
         if self.escrow_amount < minimum {
             return Err(InvalidMessage::BelowMinimum {
                 field: "escrow_amount",

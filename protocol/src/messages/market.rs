@@ -174,6 +174,9 @@ pub const EXT_OFFER_MAX_IMAGE_BYTES: u16 = 3;
 /// [`is_image_tag`]); fewer lines than images leave the rest untagged. A lease still names
 /// the digest.
 pub const EXT_OFFER_IMAGE_TAGS: u16 = 4;
+/// `Offer` ext key: what keeping a workspace after its workload costs, micro-credits per
+/// GiB-hour (u64 little-endian). Without it the retention is free.
+pub const EXT_OFFER_WORKSPACE_PRICE: u16 = 5;
 /// The longest image tag an offer lists, bytes.
 pub const MAX_IMAGE_TAG_BYTES: usize = 128;
 
@@ -203,6 +206,11 @@ impl Offer {
     /// The longest the host keeps a workspace after its lease, seconds, if it says.
     pub fn max_retain_s(&self) -> Option<u64> {
         self.ext_u64(EXT_OFFER_MAX_RETAIN_S)
+    }
+
+    /// What keeping a workspace after its workload costs per GiB-hour (zero: free).
+    pub fn workspace_price(&self) -> MicroCredits {
+        MicroCredits(self.ext_u64(EXT_OFFER_WORKSPACE_PRICE).unwrap_or(0))
     }
 
     /// The tags the host lists for its images, each with the image's digest.

@@ -47,9 +47,9 @@ pub use challenge::{
     MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    EXT_CACHE_IMAGE, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EndReason, EnvVar, LeaseAccept, LeaseEnd,
-    LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS, MAX_LEASE_ENV, PreemptionNotice,
-    RejectReason, ResourceLimits,
+    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE,
+    EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS,
+    MAX_LEASE_ENV, PreemptionNotice, RejectReason, ResourceLimits,
 };
 pub use ledger::{
     EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry, LedgerRecord, Redeem,
@@ -57,10 +57,14 @@ pub use ledger::{
 };
 pub use market::{
     Bid, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
-    EXT_OFFER_WORKSPACE_BYTES, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES, MAX_OFFER_GPUS, MAX_OFFER_IMAGES,
-    MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal, is_image_tag,
+    EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES,
+    MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal,
+    is_image_tag,
 };
-pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
+pub use usage::{
+    EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,
+    UsageReceipt, UsageSummary,
+};
 
 const KIB: usize = 1024;
 

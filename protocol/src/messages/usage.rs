@@ -61,12 +61,35 @@ pub struct UsageReceipt {
     pub created_at: Timestamp,
     /// Billed GPU-seconds since the lease started, cumulative (60 s minimum per GPU).
     pub gpu_seconds: u64,
-    /// Amount due, cumulative: exactly [`cost`]`(gpu_seconds, price_per_gpu_hour)`.
+    /// Amount due, cumulative: exactly [`cost`]`(gpu_seconds, price_per_gpu_hour)` plus the
+    /// [workspace charge](Self::workspace_charge).
     pub amount_due: MicroCredits,
     /// What the workload used.
     pub usage: UsageSummary,
     /// Extension fields.
     pub ext: Ext,
+}
+
+/// `UsageReceipt` ext key: the part of `amount_due` that pays for the workspace's
+/// retention, micro-credits (u64 little-endian; at most the lease's
+/// [`LeaseRequest::retention_charge`](crate::LeaseRequest::retention_charge)). Without it,
+/// none.
+pub const EXT_RECEIPT_WORKSPACE_CHARGE: u16 = 1;
+
+impl UsageReceipt {
+    /// The part of `amount_due` that pays for the workspace's retention. A value that is
+    /// not 8 bytes is invalid.
+    pub fn workspace_charge(&self) -> Result<MicroCredits, InvalidMessage> {
+        match self.ext.get(EXT_RECEIPT_WORKSPACE_CHARGE) {
+            None => Ok(MicroCredits::ZERO),
+            Some(v) => <[u8; 8]>::try_from(v)
+                .map(|b| MicroCredits(u64::from_le_bytes(b)))
+                .map_err(|_| InvalidMessage::Malformed {
+                    field: "ext",
+                    reason: "the workspace charge is 8 bytes, little-endian",
+                }),
+        }
+    }
 }
 
 impl Message for UsageReceipt {
@@ -82,10 +105,12 @@ impl Message for UsageReceipt {
                 max: 1000,
             });
         }
-        if cost(self.gpu_seconds, self.price_per_gpu_hour)? != self.amount_due {
+        let due = cost(self.gpu_seconds, self.price_per_gpu_hour)?
+            .checked_add(self.workspace_charge()?)?;
+        if due != self.amount_due {
             return Err(InvalidMessage::Inconsistent {
                 field: "amount_due",
-                reason: "not the cost of gpu_seconds at price_per_gpu_hour",
+                reason: "not the cost of gpu_seconds at price_per_gpu_hour plus the workspace charge",
             });
         }
         Ok(())

@@ -15,7 +15,7 @@ use gpux_lease::{
 };
 use gpux_protocol::{
     AnySigned, AnyVerified, Attestation, BoundedString, ContentId, EscrowLock, Ext, Keypair,
-    LeaseEnd, LeaseReject, LeaseRequest, RejectReason, Signed, Timestamp, Verified,
+    LeaseEnd, LeaseReject, LeaseRequest, MicroCredits, RejectReason, Signed, Timestamp, Verified,
 };
 use tokio::sync::mpsc;
 
@@ -377,7 +377,7 @@ impl HostRole {
             );
         }
         if self.options.disk_quota_bytes > 0 {
-            // Two 8-byte values: within the ext map's limits.
+            // Three 8-byte values: within the ext map's limits.
             let _ = ext.insert(
                 gpux_protocol::EXT_OFFER_WORKSPACE_BYTES,
                 self.workspace_free().to_le_bytes().to_vec(),
@@ -386,6 +386,12 @@ impl HostRole {
                 gpux_protocol::EXT_OFFER_MAX_RETAIN_S,
                 self.options.max_retain_s.to_le_bytes().to_vec(),
             );
+            if self.options.disk_price > MicroCredits::ZERO {
+                let _ = ext.insert(
+                    gpux_protocol::EXT_OFFER_WORKSPACE_PRICE,
+                    self.options.disk_price.0.to_le_bytes().to_vec(),
+                );
+            }
         }
         ext
     }

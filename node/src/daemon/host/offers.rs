@@ -225,6 +225,7 @@ mod tests {
             disk_quota_bytes: 0,
             workspace_root: "/nonexistent".into(),
             max_retain_s: 3600,
+            disk_price: MicroCredits::ZERO,
             max_image_bytes: 1 << 30,
             stage_quota_bytes: 1 << 30,
             staging_root: "/nonexistent".into(),

@@ -289,12 +289,12 @@ impl Worker {
     /// retention is 0.
     async fn erase_workspace(&self) {
         let hex = gpux_protocol::hex(&self.lease.0);
+        // What the lease agreed (and paid, when priced): the offer's longest at most, so the
+        // cap only binds a request that somehow got past it.
         let retain_s = self
             .request
-            .retain_s()
-            .ok()
-            .flatten()
-            .unwrap_or(crate::executor::DEFAULT_RETAIN_S)
+            .retention_s()
+            .unwrap_or(0)
             .min(self.ctx.max_retain_s);
         if retain_s > 0 && self.ctx.workspaces.bytes(&hex) > 0 {
             let until = crate::attest::now().0.saturating_add(retain_s * 1000);
