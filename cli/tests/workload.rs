@@ -451,6 +451,38 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     assert!(out_dir.join("tree/empty").is_dir());
     assert!(!out_dir.join("tree/link").exists());
 
+    // A part is gone on from only when it is the start of the file (compared by blake3):
+    // a stale one is started over, on either side, and the file comes out whole.
+    const MIB: u64 = 1 << 20;
+    let small = tmp.path().join("small.bin");
+    noise(&small, 4 * MIB, "small");
+    let small_s = small.to_str().unwrap();
+    let host_part = host
+        .dir
+        .join(format!("workspaces/{lease}/mnt/.small.bin.gpux-part"));
+    std::fs::write(&host_part, vec![0u8; MIB as usize]).unwrap();
+    let up = copy_report(&renter.gpux(&["cp", small_s, &remote(""), "--json"]));
+    assert_eq!(up["bytes_sent"].as_u64(), Some(4 * MIB), "{up}");
+    assert!(!host_part.exists());
+    // There already, the same: nothing crosses.
+    let again = copy_report(&renter.gpux(&["cp", small_s, &remote(""), "--json"]));
+    assert_eq!(again["bytes_sent"].as_u64(), Some(0), "{again}");
+    let back = tmp.path().join("small-back.bin");
+    let local_part = tmp.path().join(".small-back.bin.gpux-part");
+    std::fs::write(&local_part, vec![1u8; MIB as usize]).unwrap();
+    let get = |to: &std::path::Path| {
+        copy_report(&renter.gpux(&["cp", &remote("small.bin"), to.to_str().unwrap(), "--json"]))
+    };
+    assert_eq!(get(&back)["bytes_sent"].as_u64(), Some(4 * MIB));
+    assert_eq!(hash_of(&back), hash_of(&small));
+    // A part that is the file's first mebibyte: only the rest comes.
+    std::fs::remove_file(&back).unwrap();
+    let head = std::fs::read(&small).unwrap()[..MIB as usize].to_vec();
+    std::fs::write(&local_part, head).unwrap();
+    assert_eq!(get(&back)["bytes_sent"].as_u64(), Some(3 * MIB));
+    assert_eq!(hash_of(&back), hash_of(&small));
+    assert!(!local_part.exists());
+
     // Nothing outside the workspace: `..`, a link the workload made, and a directory the
     // workload keeps flipping to a link.
     let probe = tmp.path().join("probe.txt");

@@ -41,13 +41,13 @@ pub const FILES_PROTOCOL: &str = "/gpux/files/1";
 pub const STAGE_PROTOCOL: &str = "/gpux/stage/1";
 
 /// The largest plane frame, either way.
-pub const MAX_PLANE_FRAME: usize = 80 * 1024;
+pub const MAX_PLANE_FRAME: usize = MAX_FILE_DATA + 16 * 1024;
 /// The most bytes of stdin or output in one exec frame.
 pub const MAX_EXEC_DATA: usize = 64 * 1024;
 /// Longest detail text in a refusal.
 pub const MAX_DETAIL_CHARS: usize = 200;
-/// The most file bytes in one files frame.
-pub const MAX_FILE_DATA: usize = 64 * 1024;
+/// The most file bytes in one files (or stage) frame.
+pub const MAX_FILE_DATA: usize = 256 * 1024;
 /// The longest path in the workspace, bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
 /// The most entries in one page of a listing.
@@ -177,23 +177,32 @@ pub enum FilesRequest {
         /// The directory.
         path: WorkspacePath,
     },
-    /// Stores a file of `size` bytes whose blake3 is `hash`: the host answers where to go
-    /// on from ([`FilesResponse::PutFrom`]) or that it has it ([`FilesResponse::Have`]); the
-    /// renter then sends the rest in [`FilesRequest::Data`] frames.
+    /// Stores a file of `size` bytes at `path`. The host answers with what it has of it
+    /// already ([`FilesResponse::Holding`]); the renter says where it goes on from
+    /// ([`FilesRequest::PutFrom`]), sends the rest in [`FilesRequest::Data`] frames, and ends
+    /// with [`FilesRequest::PutEnd`].
     Put {
         /// Where.
         path: WorkspacePath,
         /// Its size.
         size: u64,
-        /// blake3 of the whole file.
-        hash: [u8; 32],
     },
-    /// Sends the file `path` from byte `offset` (the part the renter has).
+    /// Where a put goes on from: the length the host holds, when its blake3 is that of the
+    /// renter's own first bytes (the file is there already when that is its size), else 0.
+    PutFrom(u64),
+    /// A put's end: the blake3 of the whole file. The host stores the file only when what
+    /// it holds hashes to it.
+    PutEnd([u8; 32]),
+    /// Sends the file `path` from byte `offset`, where the renter holds `offset` bytes of
+    /// an interrupted get whose blake3 is `hash`: the host goes on from there only when its
+    /// own first bytes hash the same.
     Get {
         /// The file.
         path: WorkspacePath,
-        /// Where to start.
+        /// How much of it the renter holds.
         offset: u64,
+        /// blake3 of those bytes.
+        hash: [u8; 32],
     },
     /// Bytes of the file being put.
     Data(BoundedBytes<MAX_FILE_DATA>),
@@ -236,20 +245,28 @@ pub enum FilesResponse {
     },
     /// Done: the directory exists, or the file put is stored and verified.
     Done,
-    /// Send the file from this byte (what an interrupted put left).
-    PutFrom(u64),
-    /// The file is there already, with this content: nothing to send.
-    Have,
-    /// The file asked for: its whole size and blake3; its bytes from the offset follow as
-    /// [`FilesResponse::Data`] frames.
+    /// What the host holds of a file being put: `len` bytes whose blake3 is `hash` (the
+    /// whole file when it is there at the size announced, else the part an interrupted put
+    /// left, else nothing).
+    Holding {
+        /// How many bytes.
+        len: u64,
+        /// Their blake3.
+        hash: [u8; 32],
+    },
+    /// The file asked for: its whole size, and the byte its [`FilesResponse::Data`] frames
+    /// start at (the renter's offset when its bytes hash as the host's, else 0); a
+    /// [`FilesResponse::End`] follows them.
     Sending {
         /// Its size.
         size: u64,
-        /// blake3 of the whole file.
-        hash: [u8; 32],
+        /// Where the data starts.
+        from: u64,
     },
     /// Bytes of the file being sent.
     Data(BoundedBytes<MAX_FILE_DATA>),
+    /// The end of a file sent: the blake3 of the whole of it, as the host read it.
+    End([u8; 32]),
     /// The request failed; the stream goes on unless the host closes it.
     Failed {
         /// Why, as a code.
@@ -406,5 +423,22 @@ mod tests {
             panic!("not a refusal");
         };
         assert_eq!(detail.len(), MAX_DETAIL_CHARS);
+    }
+
+    #[test]
+    fn a_full_data_frame_fits_in_a_plane_frame() {
+        let data = || BoundedBytes::new(vec![0xff; MAX_FILE_DATA]).unwrap();
+        for len in [
+            encode(&FilesRequest::Data(data())).len(),
+            encode(&FilesResponse::Data(data())).len(),
+            encode(&StageData(data())).len(),
+        ] {
+            assert!(len <= MAX_PLANE_FRAME, "{len}");
+        }
+        let frame = encode(&FilesResponse::Data(data()));
+        assert!(matches!(
+            decode::<FilesResponse>(&frame),
+            Ok(FilesResponse::Data(d)) if d.len() == MAX_FILE_DATA
+        ));
     }
 }

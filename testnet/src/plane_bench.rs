@@ -46,8 +46,12 @@ pub struct PlaneBenchReport {
     pub libp2p_stream_mib_s: f64,
     /// Raw loopback TCP, MiB/s.
     pub tcp_mib_s: f64,
+    /// The same stream with the receiver writing into a new file, as a copy does, MiB/s.
+    pub libp2p_to_file_mib_s: f64,
     /// The slower cp direction over the raw libp2p stream (goal ≥ 0.8).
     pub cp_over_libp2p: f64,
+    /// The slower cp direction over the stream into a file (reported).
+    pub cp_over_libp2p_to_file: f64,
     /// Exec echo round trips, ms.
     pub exec_echo_ms_p50: f64,
     /// See `exec_echo_ms_p50`.
@@ -58,6 +62,8 @@ pub struct PlaneBenchReport {
     pub direct_http_mib_s: f64,
     /// Forward over direct (goal ≥ 0.5).
     pub forward_over_direct: f64,
+    /// Forward over the raw libp2p stream, the transport under it (reported).
+    pub forward_over_libp2p: f64,
     /// Staging against `docker save` + `docker load` (flattened into the same object).
     #[serde(flatten)]
     pub staging: StageReport,
@@ -228,8 +234,9 @@ fn run_ok(node: &Node, args: &[&str]) -> anyhow::Result<std::process::Output> {
     Ok(out)
 }
 
-/// `bytes` through a raw libp2p stream between two fresh in-process peers.
-async fn libp2p_stream(bytes: u64) -> anyhow::Result<Duration> {
+/// `bytes` through a raw libp2p stream between two fresh in-process peers; the receiver
+/// writes them into a new file `into` when given (as a copy down must), else drops them.
+async fn libp2p_stream(bytes: u64, into: Option<std::path::PathBuf>) -> anyhow::Result<Duration> {
     use gpux_node::p2p::{self, NetConfig, StreamProtocol};
     let config = || NetConfig {
         listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a multiaddr")],
@@ -262,12 +269,25 @@ async fn libp2p_stream(bytes: u64) -> anyhow::Result<Duration> {
     }
     let reader = tokio::spawn(async move {
         let (_, mut stream) = incoming.next().await.context("no stream")?;
+        let mut file = match &into {
+            Some(path) => Some(tokio::io::BufWriter::with_capacity(
+                1 << 20,
+                tokio::fs::File::create(path).await?,
+            )),
+            None => None,
+        };
         let mut buf = vec![0u8; 1 << 16];
         let mut got = 0u64;
         loop {
             let n = stream.read(&mut buf).await?;
             if n == 0 {
+                if let Some(file) = &mut file {
+                    tokio::io::AsyncWriteExt::flush(file).await?;
+                }
                 return Ok::<u64, anyhow::Error>(got);
+            }
+            if let Some(file) = &mut file {
+                tokio::io::AsyncWriteExt::write_all(file, &buf[..n]).await?;
             }
             got += n as u64;
         }
@@ -491,14 +511,24 @@ fn measure(
     ));
 
     let runtime = tokio::runtime::Runtime::new()?;
-    report.libp2p_stream_mib_s =
-        mib_s(config.bytes, runtime.block_on(libp2p_stream(config.bytes))?);
+    report.libp2p_stream_mib_s = mib_s(
+        config.bytes,
+        runtime.block_on(libp2p_stream(config.bytes, None))?,
+    );
+    let sink = base.join("libp2p-sink.bin");
+    report.libp2p_to_file_mib_s = mib_s(
+        config.bytes,
+        runtime.block_on(libp2p_stream(config.bytes, Some(sink.clone())))?,
+    );
+    std::fs::remove_file(&sink)?;
+    report.cp_over_libp2p_to_file =
+        report.cp_up_mib_s.min(report.cp_down_mib_s) / report.libp2p_to_file_mib_s.max(1e-9);
     report.tcp_mib_s = mib_s(config.bytes, runtime.block_on(tcp(config.bytes))?);
     report.cp_over_libp2p =
         report.cp_up_mib_s.min(report.cp_down_mib_s) / report.libp2p_stream_mib_s.max(1e-9);
     progress(&format!(
-        "raw libp2p stream {:.0} MiB/s, raw TCP {:.0} MiB/s",
-        report.libp2p_stream_mib_s, report.tcp_mib_s
+        "raw libp2p stream {:.0} MiB/s ({:.0} into a new file), raw TCP {:.0} MiB/s",
+        report.libp2p_stream_mib_s, report.libp2p_to_file_mib_s, report.tcp_mib_s
     ));
 
     // Exec echo: one line to `cat` and back, many times.
@@ -580,6 +610,7 @@ fn measure(
     report.direct_http_mib_s = direct_rate;
     report.forward_http_mib_s = forward_rate;
     report.forward_over_direct = forward_rate / direct_rate.max(1e-9);
+    report.forward_over_libp2p = forward_rate / report.libp2p_stream_mib_s.max(1e-9);
     progress(&format!(
         "HTTP: forward {forward_rate:.0} MiB/s, direct {direct_rate:.0} MiB/s"
     ));

@@ -280,6 +280,9 @@ struct ExecParams {
 
 /// The largest WebSocket message the plane endpoints take: one plane frame.
 const MAX_WS_MESSAGE: usize = gpux_protocol::plane_wire::MAX_PLANE_FRAME + 1024;
+/// The WebSocket read and write buffers: a few of the largest file frames, so a copy's
+/// data moves in large reads and writes.
+const WS_BUFFER: usize = 1 << 20;
 
 async fn exec(
     _: Authorized,
@@ -304,6 +307,8 @@ async fn exec(
     match state.bridge.open_exec(&lease, &request).await {
         Ok(stream) => ws
             .max_message_size(MAX_WS_MESSAGE)
+            .read_buffer_size(WS_BUFFER)
+            .write_buffer_size(WS_BUFFER)
             .on_upgrade(move |socket| bridge::pump_frames(socket, stream)),
         Err(e) => error(e),
     }
@@ -318,6 +323,8 @@ async fn files(
     match state.bridge.open_files(&lease).await {
         Ok(stream) => ws
             .max_message_size(MAX_WS_MESSAGE)
+            .read_buffer_size(WS_BUFFER)
+            .write_buffer_size(WS_BUFFER)
             .on_upgrade(move |socket| bridge::pump_frames(socket, stream)),
         Err(e) => error(e),
     }
@@ -342,6 +349,8 @@ async fn forward(
     match state.bridge.open_forward(&lease, port).await {
         Ok(stream) => ws
             .max_message_size(MAX_WS_MESSAGE)
+            .read_buffer_size(WS_BUFFER)
+            .write_buffer_size(WS_BUFFER)
             .on_upgrade(move |socket| bridge::pump_forward(socket, stream)),
         Err(e) => error(e),
     }

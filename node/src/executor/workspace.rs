@@ -71,6 +71,15 @@ fn is_mounted(dir: &Path) -> bool {
         .any(|mount_point| mount_point == want)
 }
 
+/// The device mounted at `dir` (`/dev/loop3`), from `/proc/self/mountinfo`.
+fn mounted_device(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.to_str()?;
+    info.lines()
+        .filter(|l| l.split(' ').nth(4) == Some(want))
+        .find_map(|l| l.split_once(" - ")?.1.split(' ').nth(1).map(String::from))
+}
+
 impl Workspaces {
     /// The workspaces under `root` (created when the first one is).
     pub fn new(root: PathBuf) -> Self {
@@ -137,6 +146,15 @@ impl Workspaces {
         )
         .await?;
         run("mount", &["-o", "loop,nodev,nosuid", &image_s, &mnt_s]).await?;
+        // The loop device reads and writes its image with direct I/O where the filesystem
+        // below allows it: the workspace's data is then cached once (by the workspace's
+        // ext4), not a second time as the image file's pages. Where it does not (tmpfs),
+        // the device stays as it is.
+        if let Some(device) = mounted_device(&mnt).filter(|d| d.starts_with("/dev/loop"))
+            && let Err(e) = run("losetup", &["--direct-io=on", &device]).await
+        {
+            tracing::debug!("workspace {lease}: {e}");
+        }
         // ext4's lost+found is root's and useless to the workload.
         let _ = tokio::fs::remove_dir(mnt.join("lost+found")).await;
         Ok(mnt)

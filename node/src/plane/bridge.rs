@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use bytes::Bytes;
+use futures::future::ready;
 use futures::{SinkExt, StreamExt};
 use gpux_api::{ApiError, ErrorCode, ExecRequest};
 use gpux_lease::{RenterPhase, RenterRecord};
@@ -187,25 +188,27 @@ fn exec_open(lease: ContentId, request: &ExecRequest) -> Result<ExecOpen, ApiErr
 pub(crate) async fn pump_frames(ws: WebSocket, stream: FramedStream) {
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (mut tx, mut rx) = stream.split();
+    // Frames are passed on as they come and flushed only when no more are waiting, so a
+    // copy's data moves in large writes while a lone exec frame still goes at once.
     let up = async {
-        while let Some(Ok(message)) = ws_rx.next().await {
-            let bytes = match message {
-                Message::Binary(bytes) if bytes.len() <= MAX_PLANE_FRAME => bytes,
-                Message::Close(_) => break,
-                _ => continue,
-            };
-            if tx.send(bytes).await.is_err() {
-                break;
-            }
-        }
+        let mut frames = (&mut ws_rx)
+            .take_while(|m| ready(matches!(m, Ok(m) if !matches!(m, Message::Close(_)))))
+            .filter_map(|m| {
+                ready(match m {
+                    Ok(Message::Binary(bytes)) if bytes.len() <= MAX_PLANE_FRAME => {
+                        Some(Ok::<_, std::io::Error>(bytes))
+                    }
+                    _ => None,
+                })
+            });
+        let _ = tx.send_all(&mut frames).await;
         let _ = tx.close().await;
     };
     let down = async {
-        while let Some(Ok(frame)) = rx.next().await {
-            if ws_tx.send(Message::Binary(frame.freeze())).await.is_err() {
-                break;
-            }
-        }
+        let mut messages = (&mut rx)
+            .take_while(|f| ready(f.is_ok()))
+            .filter_map(|f| ready(f.ok().map(|f| Ok(Message::Binary(f.freeze())))));
+        let _ = ws_tx.send_all(&mut messages).await;
         let _ = ws_tx.close().await;
     };
     // The host's side decides the end (it sends the exit code last).

@@ -39,7 +39,9 @@ pub(crate) async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Soc
         .map_err(|_| ClientError::NotRunning(std::path::PathBuf::from("(bad token)")))?;
     request.headers_mut().insert("Authorization", bearer);
     let config = tungstenite::protocol::WebSocketConfig::default()
-        .max_message_size(Some(plane_wire::MAX_PLANE_FRAME + 1024));
+        .max_message_size(Some(plane_wire::MAX_PLANE_FRAME + 1024))
+        .read_buffer_size(1 << 20)
+        .write_buffer_size(1 << 20);
     match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
         Ok((socket, _)) => Ok(socket),
         Err(tungstenite::Error::Http(response)) => {

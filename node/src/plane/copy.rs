@@ -13,12 +13,12 @@ use std::time::Instant;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use gpux_protocol::plane_wire::{
-    self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_FILE_DATA, WorkspacePath,
+    self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, WorkspacePath,
 };
 use gpux_protocol::{BoundedBytes, BoundedString};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
+use super::chunks::{read_chunks, write_chunks};
 use super::client::{Socket, connect};
 use crate::api_client::{ApiClient, ClientError};
 
@@ -155,14 +155,18 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
-/// blake3 of a whole local file.
-async fn hash_local(path: &Path) -> Result<[u8; 32], CopyError> {
+/// blake3 of a local file's first `len` bytes, as a hasher that can go on.
+async fn hash_local(path: &Path, len: u64) -> Result<blake3::Hasher, CopyError> {
     let p = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let mut file = std::fs::File::open(&p)?;
+        let file = std::fs::File::open(&p)?;
+        let mut prefix = std::io::Read::take(file, len);
         let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(&mut file)?;
-        Ok::<_, std::io::Error>(*hasher.finalize().as_bytes())
+        hasher.update_reader(&mut prefix)?;
+        if prefix.limit() > 0 {
+            return Err(std::io::Error::other("the file is shorter than it was"));
+        }
+        Ok::<_, std::io::Error>(hasher)
     })
     .await
     .map_err(|e| CopyError::Link(e.to_string()))?
@@ -252,7 +256,9 @@ impl Session {
         }
     }
 
-    /// Puts one local file; returns the bytes sent.
+    /// Puts one local file; returns the bytes sent. The file is read once: its first bytes
+    /// only to compare with what the host holds, the rest as they are sent, hashed as they
+    /// go.
     async fn put(
         &mut self,
         from: &Path,
@@ -260,38 +266,36 @@ impl Session {
         size: u64,
         progress: &dyn Progress,
     ) -> Result<u64, CopyError> {
-        let hash = hash_local(from).await?;
         let request = FilesRequest::Put {
             path: wpath(to)?,
             size,
-            hash,
         };
-        let offset = match self.ask(&request).await? {
-            FilesResponse::Have => {
-                progress.advance(size);
-                return Ok(0);
-            }
-            FilesResponse::PutFrom(offset) if offset <= size => offset,
+        let (held, theirs) = match self.ask(&request).await? {
+            FilesResponse::Holding { len, hash } if len <= size => (len, hash),
             other => return Err(unexpected(to, other)),
         };
-        progress.advance(offset);
-        let mut file = tokio::fs::File::open(from).await.map_err(local(from))?;
-        tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(offset))
-            .await
-            .map_err(local(from))?;
-        let mut reader = tokio::io::BufReader::with_capacity(1 << 20, file);
-        let mut left = size - offset;
-        let mut buf = vec![0u8; MAX_FILE_DATA];
-        while left > 0 {
-            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            let n = reader.read(&mut buf[..want]).await.map_err(local(from))?;
-            if n == 0 {
-                return Err(CopyError::Local {
-                    path: from.to_path_buf(),
-                    source: std::io::Error::other("the file shrank while it was copied"),
-                });
+        let (mut hasher, mut offset) = (blake3::Hasher::new(), 0);
+        if held > 0 {
+            let ours = hash_local(from, held).await?;
+            if *ours.finalize().as_bytes() == theirs {
+                (hasher, offset) = (ours, held);
             }
-            let data = BoundedBytes::new(buf[..n].to_vec()).unwrap_or_default();
+        }
+        self.send(&FilesRequest::PutFrom(offset)).await?;
+        progress.advance(offset);
+        let file = std::fs::File::open(from).map_err(local(from))?;
+        let mut reader = read_chunks(file, offset, size - offset, hasher);
+        while let Some(chunk) = reader.next().await {
+            let chunk = chunk.map_err(|e| CopyError::Local {
+                path: from.to_path_buf(),
+                source: if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    std::io::Error::other("the file shrank while it was copied")
+                } else {
+                    e
+                },
+            })?;
+            let n = chunk.len();
+            let data = BoundedBytes::new(chunk).unwrap_or_default();
             let frame = Message::Binary(plane_wire::encode(&FilesRequest::Data(data)).into());
             // The host answers early only to fail (its disk is full, say).
             tokio::select! {
@@ -308,20 +312,20 @@ impl Session {
                 }
                 sent = self.tx.feed(frame) => sent.map_err(|e| CopyError::Link(e.to_string()))?,
             }
-            left -= n as u64;
             progress.advance(n as u64);
         }
-        self.tx
-            .flush()
-            .await
-            .map_err(|e| CopyError::Link(e.to_string()))?;
+        let hasher = reader.finish().await.map_err(local(from))?;
+        self.send(&FilesRequest::PutEnd(*hasher.finalize().as_bytes()))
+            .await?;
         match self.recv().await? {
             FilesResponse::Done => Ok(size - offset),
             other => Err(unexpected(to, other)),
         }
     }
 
-    /// Gets one file into `to`; returns its size and the bytes received.
+    /// Gets one file into `to`; returns its size and the bytes received. What an
+    /// interrupted get left is hashed once to go on from it; the rest is hashed as it is
+    /// written, and compared with the host's hash of the file as it read it.
     async fn get(
         &mut self,
         from: &str,
@@ -329,67 +333,82 @@ impl Session {
         progress: &dyn Progress,
     ) -> Result<(u64, u64), CopyError> {
         let part = local_part(to);
-        let mut have = tokio::fs::metadata(&part)
+        let have = tokio::fs::metadata(&part)
             .await
             .map(|m| m.len())
             .unwrap_or(0);
-        let request = |offset| -> Result<FilesRequest, CopyError> {
-            Ok(FilesRequest::Get {
-                path: wpath(from)?,
-                offset,
-            })
+        let held = if have > 0 {
+            hash_local(&part, have).await?
+        } else {
+            blake3::Hasher::new()
         };
-        let (size, hash) = match self.ask(&request(have)?).await? {
-            FilesResponse::Sending { size, hash } => (size, hash),
-            // The part is longer than the file now: start again.
-            FilesResponse::Failed {
-                code: FilesError::Invalid,
-                ..
-            } if have > 0 => {
-                have = 0;
-                let _ = tokio::fs::remove_file(&part).await;
-                match self.ask(&request(0)?).await? {
-                    FilesResponse::Sending { size, hash } => (size, hash),
-                    other => return Err(unexpected(from, other)),
-                }
+        let request = FilesRequest::Get {
+            path: wpath(from)?,
+            offset: have,
+            hash: *held.finalize().as_bytes(),
+        };
+        let (size, start) = match self.ask(&request).await? {
+            FilesResponse::Sending { size, from: start }
+                if start <= size && (start == have || start == 0) =>
+            {
+                (size, start)
             }
             other => return Err(unexpected(from, other)),
         };
-        progress.advance(have);
-        let file = tokio::fs::OpenOptions::new()
+        // The host's bytes differ from the part's (or the file is shorter now): start over.
+        let hasher = if start == have {
+            held
+        } else {
+            blake3::Hasher::new()
+        };
+        progress.advance(start);
+        let file = std::fs::OpenOptions::new()
             .create(true)
-            .append(true)
+            .truncate(false)
+            .write(true)
             .open(&part)
-            .await
             .map_err(local(&part))?;
-        file.set_len(have).await.map_err(local(&part))?;
-        let mut writer = tokio::io::BufWriter::with_capacity(1 << 20, file);
-        let mut left = size - have;
+        file.set_len(start).map_err(local(&part))?;
+        let writer = write_chunks(file, start, hasher);
+        let mut left = size - start;
         while left > 0 {
             match self.recv().await? {
                 FilesResponse::Data(data) if data.len() as u64 <= left => {
-                    writer.write_all(&data).await.map_err(local(&part))?;
-                    left -= data.len() as u64;
-                    progress.advance(data.len() as u64);
+                    let n = data.len() as u64;
+                    if writer.write(data.into_inner()).await.is_err() {
+                        break;
+                    }
+                    left -= n;
+                    progress.advance(n);
                 }
                 other => {
-                    writer.flush().await.map_err(local(&part))?;
+                    writer.finish().await.map_err(local(&part))?;
                     return Err(unexpected(from, other));
                 }
             }
         }
-        writer.flush().await.map_err(local(&part))?;
-        drop(writer);
-        if hash_local(&part).await? != hash {
+        let hasher = writer.finish().await.map_err(local(&part))?;
+        if left > 0 {
+            return Err(CopyError::Local {
+                path: part,
+                source: std::io::Error::other("the write stopped"),
+            });
+        }
+        let hash = match self.recv().await? {
+            FilesResponse::End(hash) => hash,
+            other => return Err(unexpected(from, other)),
+        };
+        if *hasher.finalize().as_bytes() != hash {
             let _ = tokio::fs::remove_file(&part).await;
             return Err(CopyError::Remote {
                 path: from.to_string(),
                 code: FilesError::HashMismatch,
-                detail: "the bytes received do not hash to the host's file (did it change while it was copied?); nothing was kept".into(),
+                detail: "the bytes received do not hash to the host's file; nothing was kept"
+                    .into(),
             });
         }
         tokio::fs::rename(&part, to).await.map_err(local(to))?;
-        Ok((size, size - have))
+        Ok((size, size - start))
     }
 }
 

@@ -5,9 +5,11 @@
 //! the workload runs. Every path goes through [`super::confined`].
 //!
 //! A put lands in `.<name>.gpux-part` beside its target and becomes the target only once
-//! the whole file hashes (blake3) to what the renter announced; an interrupted put leaves the
-//! part, and the next put of that file goes on from its end. A get announces the whole
-//! file's size and hash and sends from the offset the renter has.
+//! the whole file hashes (blake3, computed as the bytes are written) to what the renter
+//! sends at its end; an interrupted put leaves the part, and the next put of that file goes
+//! on from its end when the renter's first bytes hash as the part. A get sends from the
+//! offset the renter holds when its bytes hash as the host's, and ends with the blake3 of
+//! the whole file as read.
 
 use std::io::{Seek, SeekFrom};
 use std::path::PathBuf;
@@ -15,11 +17,11 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::SinkExt;
 use gpux_protocol::plane_wire::{
-    self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_FILE_DATA, MAX_LIST_PAGE,
+    self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_LIST_PAGE,
 };
 use gpux_protocol::{BoundedBytes, BoundedString, BoundedVec};
-use tokio::io::AsyncReadExt;
 
+use super::chunks::{read_chunks, write_chunks};
 use super::confined::{PathError, Root};
 use super::{FramedStream, IDLE, PlaneError, recv, send};
 
@@ -54,14 +56,6 @@ fn failure(e: &PathError) -> FilesResponse {
         _ => FilesError::Io,
     };
     FilesResponse::failed(code, &e.to_string())
-}
-
-/// blake3 of a whole file, read from its start.
-fn hash_file(file: &mut std::fs::File) -> std::io::Result<[u8; 32]> {
-    file.seek(SeekFrom::Start(0))?;
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(&mut *file)?;
-    Ok(*hasher.finalize().as_bytes())
 }
 
 /// Runs blocking filesystem work off the async threads.
@@ -106,16 +100,16 @@ pub(crate) async fn serve(dir: PathBuf, mut framed: FramedStream) -> Result<(), 
                 };
                 send(&mut framed, &answer).await?;
             }
-            FilesRequest::Put { path, size, hash } => {
+            FilesRequest::Put { path, size } => {
                 // A put that fails part-way leaves the stream in the middle of its data.
-                if !put(&root, &mut framed, path.to_string(), size, hash).await? {
+                if !put(&root, &mut framed, path.to_string(), size).await? {
                     return Ok(());
                 }
             }
-            FilesRequest::Get { path, offset } => {
-                get(&root, &mut framed, path.to_string(), offset).await?;
+            FilesRequest::Get { path, offset, hash } => {
+                get(&root, &mut framed, path.to_string(), offset, hash).await?;
             }
-            FilesRequest::Data(_) => {
+            FilesRequest::Data(_) | FilesRequest::PutFrom(_) | FilesRequest::PutEnd(_) => {
                 let answer = FilesResponse::failed(FilesError::Invalid, "data outside a put");
                 send(&mut framed, &answer).await?;
                 return Ok(());
@@ -158,54 +152,137 @@ async fn list(
     }
 }
 
+/// blake3 of a file's first `len` bytes, as a hasher that can go on.
+fn hash_prefix(file: &mut std::fs::File, len: u64) -> std::io::Result<blake3::Hasher> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut prefix = std::io::Read::take(&mut *file, len);
+    hasher.update_reader(&mut prefix)?;
+    if prefix.limit() > 0 {
+        return Err(std::io::Error::other("the file is shorter than it was"));
+    }
+    Ok(hasher)
+}
+
+/// What the host holds of a file being put.
+struct Held {
+    /// The whole file, at the size announced (else the part an interrupted put left).
+    whole: bool,
+    len: u64,
+    hasher: blake3::Hasher,
+}
+
 /// One put. Returns whether the stream can go on (false: it was left mid-data).
+///
+/// Every byte is hashed as it is written (and a kept part once, as the put opens), so the
+/// file is read back never: the renter's whole-file blake3 at the end is compared with what
+/// the host holds.
 async fn put(
     root: &std::sync::Arc<Root>,
     framed: &mut FramedStream,
     path: String,
     size: u64,
-    hash: [u8; 32],
 ) -> Result<bool, PlaneError> {
-    // Already there with this content: nothing to send.
-    let (r, p) = (root.clone(), path.clone());
-    let have = blocking(move || {
-        let mut file = r.open_read(&p).ok()?;
-        let len = file.metadata().ok()?.len();
-        (len == size).then(|| hash_file(&mut file).ok()).flatten()
-    })
-    .await?;
-    if have == Some(hash) {
-        send(framed, &FilesResponse::Have).await?;
-        return Ok(true);
-    }
     let part = part_of(&path);
-    let (r, pp) = (root.clone(), part.clone());
-    let opened = blocking(move || -> Result<(std::fs::File, u64), PathError> {
-        let file = r.open_write(&pp)?;
-        let len = file
-            .metadata()
-            .map_err(|e| PathError::Io(pp.clone(), e))?
-            .len();
-        // A part longer than the file is from another version of it.
-        if len > size {
-            file.set_len(0).map_err(|e| PathError::Io(pp.clone(), e))?;
-            return Ok((file, 0));
+    let (r, p, pp) = (root.clone(), path.clone(), part.clone());
+    let held = blocking(move || -> Result<Held, PathError> {
+        // The file there already at this size: the renter may have nothing to send.
+        if let Ok(mut file) = r.open_read(&p)
+            && file.metadata().is_ok_and(|m| m.len() == size)
+            && let Ok(hasher) = hash_prefix(&mut file, size)
+        {
+            return Ok(Held {
+                whole: true,
+                len: size,
+                hasher,
+            });
         }
-        Ok((file, len))
+        let mut len = 0;
+        let mut hasher = blake3::Hasher::new();
+        if let Ok(mut file) = r.open_read(&pp) {
+            let on_disk = file
+                .metadata()
+                .map_err(|e| PathError::Io(pp.clone(), e))?
+                .len();
+            // A part longer than the file is from another version of it: not held.
+            if on_disk <= size {
+                hasher =
+                    hash_prefix(&mut file, on_disk).map_err(|e| PathError::Io(pp.clone(), e))?;
+                len = on_disk;
+            }
+        }
+        Ok(Held {
+            whole: false,
+            len,
+            hasher,
+        })
     })
     .await?;
-    let (file, offset) = match opened {
-        Ok(ok) => ok,
+    let held = match held {
+        Ok(held) => held,
         Err(e) => {
             send(framed, &failure(&e)).await?;
             return Ok(true);
         }
     };
-    send(framed, &FilesResponse::PutFrom(offset)).await?;
-    let mut file = tokio::fs::File::from_std(file);
-    tokio::io::AsyncSeekExt::seek(&mut file, SeekFrom::Start(offset)).await?;
-    let mut at = offset;
-    let mut writer = tokio::io::BufWriter::with_capacity(1 << 20, file);
+    let hash = *held.hasher.finalize().as_bytes();
+    send(
+        framed,
+        &FilesResponse::Holding {
+            len: held.len,
+            hash,
+        },
+    )
+    .await?;
+    let from = match recv::<FilesRequest>(framed, IDLE).await? {
+        FilesRequest::PutFrom(from) if from == held.len || from == 0 => from,
+        _ => {
+            let answer = FilesResponse::failed(
+                FilesError::Invalid,
+                "a put goes on from what the host holds, or from 0",
+            );
+            send(framed, &answer).await?;
+            return Ok(false);
+        }
+    };
+    if held.whole && from == size {
+        // The renter's bytes hash as the file there: nothing to write.
+        return match recv::<FilesRequest>(framed, IDLE).await? {
+            FilesRequest::PutEnd(end) if end == hash => {
+                send(framed, &FilesResponse::Done).await?;
+                Ok(true)
+            }
+            _ => {
+                let answer = FilesResponse::failed(FilesError::Invalid, "a put's end was expected");
+                send(framed, &answer).await?;
+                Ok(false)
+            }
+        };
+    }
+    let (hasher, keep) = if from > 0 && !held.whole {
+        (held.hasher, from)
+    } else {
+        (blake3::Hasher::new(), 0)
+    };
+    let (r, pp) = (root.clone(), part.clone());
+    let opened = blocking(move || -> Result<std::fs::File, PathError> {
+        let file = r.open_write(&pp)?;
+        file.set_len(keep)
+            .map_err(|e| PathError::Io(pp.clone(), e))?;
+        Ok(file)
+    })
+    .await?;
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) => {
+            send(framed, &failure(&e)).await?;
+            return Ok(false);
+        }
+    };
+    let mut at = keep;
+    let writer = write_chunks(file, keep, hasher);
+    // The file's thread stops at its first error: that error is the answer.
+    let mut failed = false;
     while at < size {
         let frame = recv::<FilesRequest>(framed, IDLE).await?;
         let FilesRequest::Data(data) = frame else {
@@ -218,93 +295,98 @@ async fn put(
             send(framed, &answer).await?;
             return Ok(false);
         }
-        if let Err(e) = tokio::io::AsyncWriteExt::write_all(&mut writer, &data).await {
-            let e = PathError::Io(part.clone(), e);
-            let _ = send(framed, &failure(&e)).await;
+        at += data.len() as u64;
+        if writer.write(data.into_inner()).await.is_err() {
+            failed = true;
+            break;
+        }
+    }
+    let hasher = match writer.finish().await {
+        Ok(hasher) if !failed => hasher,
+        result => {
+            let error = result
+                .err()
+                .unwrap_or_else(|| std::io::Error::other("the write stopped"));
+            let _ = send(framed, &failure(&PathError::Io(part.clone(), error))).await;
             let (r, pp) = (root.clone(), part.clone());
             let _ = blocking(move || r.remove_file(&pp)).await;
             return Ok(false);
         }
-        at += data.len() as u64;
-    }
-    if let Err(e) = tokio::io::AsyncWriteExt::flush(&mut writer).await {
-        let e = PathError::Io(part.clone(), e);
-        send(framed, &failure(&e)).await?;
-        return Ok(true);
-    }
-    drop(writer.into_inner().into_std().await);
+    };
+    let FilesRequest::PutEnd(end) = recv::<FilesRequest>(framed, IDLE).await? else {
+        let answer = FilesResponse::failed(FilesError::Invalid, "a put's end was expected");
+        send(framed, &answer).await?;
+        return Ok(false);
+    };
     let (r, pp, p) = (root.clone(), part.clone(), path.clone());
+    let matches = *hasher.finalize().as_bytes() == end;
     let answer = blocking(move || {
-        let mut check = r.open_read(&pp).map_err(|e| failure(&e))?;
-        let got = hash_file(&mut check).map_err(|e| failure(&PathError::Io(pp.clone(), e)))?;
-        if got != hash {
+        if !matches {
             let _ = r.remove_file(&pp);
-            return Err(FilesResponse::failed(
+            return FilesResponse::failed(
                 FilesError::HashMismatch,
-                "the file's bytes do not hash to what was announced; it was not stored",
-            ));
+                "the file's bytes do not hash to what the renter sent; it was not stored",
+            );
         }
-        r.rename_in_place(&pp, &p).map_err(|e| failure(&e))?;
-        Ok(FilesResponse::Done)
+        match r.rename_in_place(&pp, &p) {
+            Ok(()) => FilesResponse::Done,
+            Err(e) => failure(&e),
+        }
     })
-    .await?
-    .unwrap_or_else(|failed| failed);
+    .await?;
     send(framed, &answer).await?;
     Ok(true)
 }
 
-/// One get: the file's size and hash, then its bytes from `offset`.
+/// One get: the file's size and where its bytes start (the renter's `offset` when its
+/// first bytes hash to `hash`, else 0), its bytes, and the blake3 of all of it as read.
 async fn get(
     root: &std::sync::Arc<Root>,
     framed: &mut FramedStream,
     path: String,
     offset: u64,
+    hash: [u8; 32],
 ) -> Result<(), PlaneError> {
     let r = root.clone();
     let opened = blocking(
-        move || -> Result<(std::fs::File, u64, [u8; 32]), PathError> {
+        move || -> Result<(std::fs::File, u64, u64, blake3::Hasher), PathError> {
             let mut file = r.open_read(&path)?;
             let size = file
                 .metadata()
                 .map_err(|e| PathError::Io(path.clone(), e))?
                 .len();
-            let hash = hash_file(&mut file).map_err(|e| PathError::Io(path.clone(), e))?;
-            Ok((file, size, hash))
+            if offset > 0 && offset <= size {
+                let hasher =
+                    hash_prefix(&mut file, offset).map_err(|e| PathError::Io(path.clone(), e))?;
+                if *hasher.finalize().as_bytes() == hash {
+                    return Ok((file, size, offset, hasher));
+                }
+            }
+            Ok((file, size, 0, blake3::Hasher::new()))
         },
     )
     .await?;
-    let (file, size, hash) = match opened {
+    let (file, size, from, hasher) = match opened {
         Ok(ok) => ok,
         Err(e) => return send(framed, &failure(&e)).await,
     };
-    if offset > size {
-        let answer = FilesResponse::failed(FilesError::Invalid, "an offset past the file's end");
-        return send(framed, &answer).await;
-    }
-    send(framed, &FilesResponse::Sending { size, hash }).await?;
-    let mut file = tokio::fs::File::from_std(file);
-    tokio::io::AsyncSeekExt::seek(&mut file, SeekFrom::Start(offset)).await?;
-    let mut reader = tokio::io::BufReader::with_capacity(1 << 20, file);
-    let mut left = size - offset;
-    let mut buf = vec![0u8; MAX_FILE_DATA];
-    while left > 0 {
-        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let n = reader.read(&mut buf[..want]).await?;
-        if n == 0 {
+    send(framed, &FilesResponse::Sending { size, from }).await?;
+    let mut reader = read_chunks(file, from, size - from, hasher);
+    while let Some(chunk) = reader.next().await {
+        let Ok(chunk) = chunk else {
             let answer = FilesResponse::failed(
                 FilesError::HashMismatch,
                 "the file shrank while it was sent",
             );
             return send(framed, &answer).await;
-        }
-        let data = BoundedBytes::new(buf[..n].to_vec()).unwrap_or_default();
+        };
+        let data = BoundedBytes::new(chunk).unwrap_or_default();
         framed
             .feed(Bytes::from(plane_wire::encode(&FilesResponse::Data(data))))
             .await?;
-        left -= n as u64;
     }
-    SinkExt::<Bytes>::flush(framed).await?;
-    Ok(())
+    let hasher = reader.finish().await?;
+    send(framed, &FilesResponse::End(*hasher.finalize().as_bytes())).await
 }
 
 #[cfg(test)]

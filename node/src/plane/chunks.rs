@@ -1,0 +1,162 @@
+//! Files read and written in [`MAX_FILE_DATA`] chunks on a blocking thread, hashed (blake3)
+//! there as they go: the stream's task only moves the chunks, the file's own thread reads
+//! ahead (or writes behind) by a few of them, and each byte is copied once on its way.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+use gpux_protocol::plane_wire::MAX_FILE_DATA;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Chunks in flight between a file's thread and its stream.
+const AHEAD: usize = 8;
+
+/// A file read from a thread of its own.
+pub(crate) struct ChunkReader {
+    rx: mpsc::Receiver<io::Result<Vec<u8>>>,
+    task: JoinHandle<blake3::Hasher>,
+}
+
+/// Reads `len` bytes of `file` from `from`, going on hashing into `hasher`. A file that
+/// ends early yields an `UnexpectedEof` error, and nothing after it.
+pub(crate) fn read_chunks(
+    mut file: std::fs::File,
+    from: u64,
+    len: u64,
+    mut hasher: blake3::Hasher,
+) -> ChunkReader {
+    let (tx, rx) = mpsc::channel(AHEAD);
+    let task = tokio::task::spawn_blocking(move || {
+        if let Err(e) = file.seek(SeekFrom::Start(from)) {
+            let _ = tx.blocking_send(Err(e));
+            return hasher;
+        }
+        let mut left = len;
+        while left > 0 {
+            let want = MAX_FILE_DATA.min(usize::try_from(left).unwrap_or(usize::MAX));
+            let mut chunk = vec![0u8; want];
+            if let Err(e) = file.read_exact(&mut chunk) {
+                let _ = tx.blocking_send(Err(e));
+                return hasher;
+            }
+            hasher.update(&chunk);
+            if tx.blocking_send(Ok(chunk)).is_err() {
+                break;
+            }
+            left -= want as u64;
+        }
+        hasher
+    });
+    ChunkReader { rx, task }
+}
+
+impl ChunkReader {
+    /// The next chunk; `None` once all were read.
+    pub(crate) async fn next(&mut self) -> Option<io::Result<Vec<u8>>> {
+        self.rx.recv().await
+    }
+
+    /// The hash of everything read (after the last chunk).
+    pub(crate) async fn finish(self) -> io::Result<blake3::Hasher> {
+        drop(self.rx);
+        self.task.await.map_err(|e| io::Error::other(e.to_string()))
+    }
+}
+
+/// A file written from a thread of its own.
+pub(crate) struct ChunkWriter {
+    tx: mpsc::Sender<Vec<u8>>,
+    task: JoinHandle<io::Result<blake3::Hasher>>,
+}
+
+/// Writes chunks into `file` from `at` on, going on hashing into `hasher`.
+pub(crate) fn write_chunks(
+    mut file: std::fs::File,
+    at: u64,
+    mut hasher: blake3::Hasher,
+) -> ChunkWriter {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(AHEAD);
+    let task = tokio::task::spawn_blocking(move || {
+        file.seek(SeekFrom::Start(at))?;
+        while let Some(chunk) = rx.blocking_recv() {
+            file.write_all(&chunk)?;
+            hasher.update(&chunk);
+        }
+        file.flush()?;
+        Ok(hasher)
+    });
+    ChunkWriter { tx, task }
+}
+
+impl ChunkWriter {
+    /// Hands over one chunk. Fails once the file's thread has stopped (its error comes
+    /// from [`ChunkWriter::finish`]).
+    pub(crate) async fn write(&self, chunk: Vec<u8>) -> Result<(), ()> {
+        self.tx.send(chunk).await.map_err(|_| ())
+    }
+
+    /// Waits for every chunk to be written: the hash of all of them, or the write's error.
+    pub(crate) async fn finish(self) -> io::Result<blake3::Hasher> {
+        drop(self.tx);
+        self.task
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn chunks_come_back_whole_and_hashed_and_a_short_file_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..MAX_FILE_DATA * 2 + 123)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let writer = write_chunks(
+            std::fs::File::create(&path).unwrap(),
+            0,
+            blake3::Hasher::new(),
+        );
+        for chunk in data.chunks(MAX_FILE_DATA) {
+            writer.write(chunk.to_vec()).await.unwrap();
+        }
+        let written = writer.finish().await.unwrap();
+        assert_eq!(written.finalize(), blake3::hash(&data));
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+
+        // From an offset, going on from the hash of what came before it.
+        let mut head = blake3::Hasher::new();
+        head.update(&data[..100]);
+        let mut reader = read_chunks(
+            std::fs::File::open(&path).unwrap(),
+            100,
+            (data.len() - 100) as u64,
+            head,
+        );
+        let mut got = Vec::new();
+        while let Some(chunk) = reader.next().await {
+            got.extend(chunk.unwrap());
+        }
+        assert_eq!(got, data[100..]);
+        assert_eq!(
+            reader.finish().await.unwrap().finalize(),
+            blake3::hash(&data)
+        );
+
+        // Asked for more than the file has: an error, not a short success.
+        let mut reader = read_chunks(
+            std::fs::File::open(&path).unwrap(),
+            0,
+            data.len() as u64 + 1,
+            blake3::Hasher::new(),
+        );
+        let mut last = None;
+        while let Some(chunk) = reader.next().await {
+            last = Some(chunk);
+        }
+        assert!(matches!(last, Some(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof));
+    }
+}
