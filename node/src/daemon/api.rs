@@ -280,8 +280,8 @@ struct ExecParams {
 
 /// The largest WebSocket message the plane endpoints take: one plane frame.
 const MAX_WS_MESSAGE: usize = gpux_protocol::plane_wire::MAX_PLANE_FRAME + 1024;
-/// The WebSocket read and write buffers: a few of the largest file frames, so a copy's
-/// data moves in large reads and writes.
+/// A files WebSocket's read and write buffers: a few of the largest file frames, so a copy's
+/// data moves in large reads and writes (exec and forward keep tungstenite's 128 KiB).
 const WS_BUFFER: usize = 1 << 20;
 
 async fn exec(
@@ -307,8 +307,6 @@ async fn exec(
     match state.bridge.open_exec(&lease, &request).await {
         Ok(stream) => ws
             .max_message_size(MAX_WS_MESSAGE)
-            .read_buffer_size(WS_BUFFER)
-            .write_buffer_size(WS_BUFFER)
             .on_upgrade(move |socket| bridge::pump_frames(socket, stream)),
         Err(e) => error(e),
     }
@@ -349,8 +347,6 @@ async fn forward(
     match state.bridge.open_forward(&lease, port).await {
         Ok(stream) => ws
             .max_message_size(MAX_WS_MESSAGE)
-            .read_buffer_size(WS_BUFFER)
-            .write_buffer_size(WS_BUFFER)
             .on_upgrade(move |socket| bridge::pump_forward(socket, stream)),
         Err(e) => error(e),
     }

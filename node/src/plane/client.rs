@@ -23,6 +23,16 @@ pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Opens the API's WebSocket at `path_and_query`; an API refusal comes back as its error.
 pub(crate) async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Socket, ClientError> {
+    connect_buffered(api, path_and_query, 128 << 10).await
+}
+
+/// [`connect`] with read and write buffers of `buffer` bytes (a copy's bulk data moves in
+/// large reads and writes).
+pub(crate) async fn connect_buffered(
+    api: &ApiClient,
+    path_and_query: &str,
+    buffer: usize,
+) -> Result<Socket, ClientError> {
     let url = format!(
         "{}{path_and_query}",
         api.base().replacen("http://", "ws://", 1)
@@ -40,8 +50,8 @@ pub(crate) async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Soc
     request.headers_mut().insert("Authorization", bearer);
     let config = tungstenite::protocol::WebSocketConfig::default()
         .max_message_size(Some(plane_wire::MAX_PLANE_FRAME + 1024))
-        .read_buffer_size(1 << 20)
-        .write_buffer_size(1 << 20);
+        .read_buffer_size(buffer)
+        .write_buffer_size(buffer);
     match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
         Ok((socket, _)) => Ok(socket),
         Err(tungstenite::Error::Http(response)) => {

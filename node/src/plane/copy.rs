@@ -19,7 +19,7 @@ use gpux_protocol::{BoundedBytes, BoundedString};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::chunks::{read_chunks, write_chunks};
-use super::client::{Socket, connect};
+use super::client::{Socket, connect_buffered};
 use crate::api_client::{ApiClient, ClientError};
 
 /// One side of a copy.
@@ -190,7 +190,7 @@ struct Session {
 
 impl Session {
     async fn open(api: &ApiClient, lease: &str) -> Result<Session, CopyError> {
-        let socket = connect(api, &format!("/v1/leases/{lease}/files")).await?;
+        let socket = connect_buffered(api, &format!("/v1/leases/{lease}/files"), 1 << 20).await?;
         let (tx, rx) = socket.split();
         Ok(Session { tx, rx })
     }
@@ -372,7 +372,15 @@ impl Session {
         let writer = write_chunks(file, start, hasher);
         let mut left = size - start;
         while left > 0 {
-            match self.recv().await? {
+            // A broken link keeps what arrived in the part, written out, for the next try.
+            let answer = match self.recv().await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    let _ = writer.finish().await;
+                    return Err(e);
+                }
+            };
+            match answer {
                 FilesResponse::Data(data) if data.len() as u64 <= left => {
                     let n = data.len() as u64;
                     if writer.write(data.into_inner()).await.is_err() {

@@ -284,17 +284,27 @@ async fn put(
     // The file's thread stops at its first error: that error is the answer.
     let mut failed = false;
     while at < size {
-        let frame = recv::<FilesRequest>(framed, IDLE).await?;
-        let FilesRequest::Data(data) = frame else {
-            let answer = FilesResponse::failed(FilesError::Invalid, "a put's data was cut short");
-            send(framed, &answer).await?;
-            return Ok(false);
+        // A broken stream keeps what arrived in the part, written out before the next put
+        // of the file can look at it.
+        let frame = match recv::<FilesRequest>(framed, IDLE).await {
+            Ok(frame) => frame,
+            Err(e) => {
+                let _ = writer.finish().await;
+                return Err(e);
+            }
         };
-        if at + data.len() as u64 > size {
-            let answer = FilesResponse::failed(FilesError::Invalid, "more data than announced");
-            send(framed, &answer).await?;
-            return Ok(false);
-        }
+        let data = match frame {
+            FilesRequest::Data(data) if at + data.len() as u64 <= size => data,
+            other => {
+                let _ = writer.finish().await;
+                let detail = match other {
+                    FilesRequest::Data(_) => "more data than announced",
+                    _ => "a put's data was cut short",
+                };
+                send(framed, &FilesResponse::failed(FilesError::Invalid, detail)).await?;
+                return Ok(false);
+            }
+        };
         at += data.len() as u64;
         if writer.write(data.into_inner()).await.is_err() {
             failed = true;
