@@ -127,7 +127,8 @@ pub struct LeaseReport {
     pub runtime_s: f64,
     /// What the ledger moved to the host, micro-credits.
     pub charged: u64,
-    /// price × gpus × max(60, runtime_s) / 3600, micro-credits.
+    /// price × gpus × max(60, runtime_s) / 3600, plus the kept workspace's fixed sum,
+    /// micro-credits.
     pub expected: f64,
     /// Why it ended.
     pub end_reason: String,
@@ -374,6 +375,9 @@ pub fn up(
                     &image,
                     "--price",
                     price,
+                    // Kept workspaces are priced too; the report's expected charges add it.
+                    "--disk-price",
+                    "0.05",
                     "--region",
                     REGIONS[h % REGIONS.len()],
                     "--republish",
@@ -702,7 +706,8 @@ fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Repor
                 gpus,
                 runtime_s,
                 charged: l.redeemed,
-                expected: price as f64 * gpus as f64 * runtime_s.max(60.0) / 3600.0,
+                expected: price as f64 * gpus as f64 * runtime_s.max(60.0) / 3600.0
+                    + l.retention_charge_micro as f64,
                 end_reason: l.end.clone().unwrap_or_default(),
                 exit_code: l.exit_code,
                 settled: l.settled,

@@ -90,8 +90,19 @@ pub(crate) fn round(
     figures.images_pushed = 1;
     figures.image_bytes_sent = staged.bytes_sent;
     progress(&format!(
-        "staged on {}: {} of {} layers, {} bytes sent; lease {}",
-        rented.host, staged.layers_sent, staged.layers, staged.bytes_sent, rented.lease
+        "staged on {}: {} of {} layers, {} bytes sent; lease {}{}",
+        rented.host,
+        staged.layers_sent,
+        staged.layers,
+        staged.bytes_sent,
+        rented.lease,
+        rented
+            .retention
+            .as_ref()
+            .map_or(String::new(), |kept| format!(
+                "; its workspace kept {} s for {} credits",
+                kept.retain_s, kept.charge
+            ))
     ));
 
     let input = work.join("input.txt");

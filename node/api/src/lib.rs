@@ -389,6 +389,10 @@ pub struct LeaseView {
     pub duration_s: u32,
     /// Price per GPU-hour, micro-credits.
     pub price_per_gpu_hour_micro: u64,
+    /// What the workspace kept after the workload costs, a fixed sum owed from the first
+    /// receipt on, micro-credits (0: no workspace, or kept free).
+    #[serde(default)]
+    pub retention_charge_micro: u64,
     /// The image (`sha256:...`).
     pub image: String,
     /// When the host accepted (host) or the renter sent its lock (renter), unix ms.

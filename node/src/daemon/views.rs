@@ -36,6 +36,7 @@ fn view(lease: ContentId, role: Role, request: &Verified<LeaseRequest>) -> Lease
         gpus: request.gpus.iter().map(ToString::to_string).collect(),
         duration_s: request.duration_s,
         price_per_gpu_hour_micro: request.price_per_gpu_hour.0,
+        retention_charge_micro: request.retention_charge().map_or(0, |c| c.0),
         image: request.image.to_string(),
         since: 0,
         started_at: None,
