@@ -416,6 +416,16 @@ mod testnet {
             report["credits_before"], report["credits_after"],
             "{report}"
         );
+        // Renter-0's lease kept its 64 MiB workspace 20 s at the hosts' 0.05 credits per
+        // GiB-hour: 17 µcr, within what it was charged.
+        let kept: Vec<_> = report["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["retention_charge"].as_u64().unwrap() > 0)
+            .collect();
+        assert_eq!(kept.len(), 1, "{report}");
+        assert_eq!(kept[0]["retention_charge"], 17, "{report}");
         for lease in report["leases"].as_array().unwrap() {
             let price = lease["price_per_gpu_hour"].as_f64().unwrap();
             let second = price * lease["gpus"].as_f64().unwrap() / 3600.0;

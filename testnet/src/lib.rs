@@ -130,6 +130,8 @@ pub struct LeaseReport {
     /// price × gpus × max(60, runtime_s) / 3600, plus the kept workspace's fixed sum,
     /// micro-credits.
     pub expected: f64,
+    /// The kept workspace's fixed sum (in `expected`), micro-credits.
+    pub retention_charge: u64,
     /// Why it ended.
     pub end_reason: String,
     /// The workload's exit code.
@@ -680,6 +682,13 @@ pub fn up(
                 l.lease, l.charged, l.expected
             ));
         }
+        // A paid lease paid its kept workspace in full (every receipt carries it).
+        if l.charged > 0 && l.charged < l.retention_charge {
+            report.errors.push(format!(
+                "lease {}: charged {}, less than its workspace's retention {}",
+                l.lease, l.charged, l.retention_charge
+            ));
+        }
     }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
@@ -708,6 +717,7 @@ fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Repor
                 charged: l.redeemed,
                 expected: price as f64 * gpus as f64 * runtime_s.max(60.0) / 3600.0
                     + l.retention_charge_micro as f64,
+                retention_charge: l.retention_charge_micro,
                 end_reason: l.end.clone().unwrap_or_default(),
                 exit_code: l.exit_code,
                 settled: l.settled,
