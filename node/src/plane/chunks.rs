@@ -11,6 +11,19 @@ use tokio::task::JoinHandle;
 /// Chunks in flight between a file's thread and its stream.
 const AHEAD: usize = 8;
 
+/// blake3 of a file's first `len` bytes, as a hasher that can go on (blocking). A file
+/// shorter than `len` is an error.
+pub(crate) fn hash_prefix(file: &mut std::fs::File, len: u64) -> io::Result<blake3::Hasher> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut prefix = Read::take(&mut *file, len);
+    hasher.update_reader(&mut prefix)?;
+    if prefix.limit() > 0 {
+        return Err(io::Error::other("the file is shorter than it was"));
+    }
+    Ok(hasher)
+}
+
 /// A file read from a thread of its own.
 pub(crate) struct ChunkReader {
     rx: mpsc::Receiver<io::Result<Vec<u8>>>,

@@ -18,7 +18,7 @@ use gpux_protocol::plane_wire::{
 use gpux_protocol::{BoundedBytes, BoundedString};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::chunks::{read_chunks, write_chunks};
+use super::chunks::{hash_prefix, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
 use crate::api_client::{ApiClient, ClientError};
 
@@ -158,19 +158,10 @@ fn join(a: &str, b: &str) -> String {
 /// blake3 of a local file's first `len` bytes, as a hasher that can go on.
 async fn hash_local(path: &Path, len: u64) -> Result<blake3::Hasher, CopyError> {
     let p = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::open(&p)?;
-        let mut prefix = std::io::Read::take(file, len);
-        let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(&mut prefix)?;
-        if prefix.limit() > 0 {
-            return Err(std::io::Error::other("the file is shorter than it was"));
-        }
-        Ok::<_, std::io::Error>(hasher)
-    })
-    .await
-    .map_err(|e| CopyError::Link(e.to_string()))?
-    .map_err(local(path))
+    tokio::task::spawn_blocking(move || hash_prefix(&mut std::fs::File::open(&p)?, len))
+        .await
+        .map_err(|e| CopyError::Link(e.to_string()))?
+        .map_err(local(path))
 }
 
 /// The part file beside a local target.

@@ -11,7 +11,6 @@
 //! offset the renter holds when its bytes hash as the host's, and ends with the blake3 of
 //! the whole file as read.
 
-use std::io::{Seek, SeekFrom};
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -21,7 +20,7 @@ use gpux_protocol::plane_wire::{
 };
 use gpux_protocol::{BoundedBytes, BoundedString, BoundedVec};
 
-use super::chunks::{read_chunks, write_chunks};
+use super::chunks::{hash_prefix, read_chunks, write_chunks};
 use super::confined::{PathError, Root};
 use super::{FramedStream, IDLE, PlaneError, recv, send};
 
@@ -150,18 +149,6 @@ async fn list(
             return Ok(());
         }
     }
-}
-
-/// blake3 of a file's first `len` bytes, as a hasher that can go on.
-fn hash_prefix(file: &mut std::fs::File, len: u64) -> std::io::Result<blake3::Hasher> {
-    file.seek(SeekFrom::Start(0))?;
-    let mut hasher = blake3::Hasher::new();
-    let mut prefix = std::io::Read::take(&mut *file, len);
-    hasher.update_reader(&mut prefix)?;
-    if prefix.limit() > 0 {
-        return Err(std::io::Error::other("the file is shorter than it was"));
-    }
-    Ok(hasher)
 }
 
 /// What the host holds of a file being put.
