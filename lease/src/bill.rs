@@ -2,12 +2,13 @@
 //!
 //! Per second, rounded down (in the renter's favour), with a minimum of
 //! [`MIN_BILLED_SECONDS`](gpux_protocol::money::MIN_BILLED_SECONDS), never past the agreed
-//! duration, at the agreed price. Amounts are recomputed from cumulative GPU-seconds, so
+//! duration, at the agreed price. Spot leases have no minimum: the host may end them at any
+//! time with a notice, and a minimum would let preemption farm minimums. Amounts are recomputed from cumulative GPU-seconds, so
 //! rounding never accumulates. A workspace kept after the workload adds a fixed sum, its
 //! size for the agreed retention at the agreed price per GiB-hour, owed from the first
 //! receipt on (the host sets the disk aside from the acceptance).
 
-use gpux_protocol::{LeaseRequest, MicroCredits, money};
+use gpux_protocol::{LeaseKind, LeaseRequest, MicroCredits, money};
 
 /// Billed GPU-seconds for `runtime_ms` of work on `gpus` GPUs under a lease of
 /// `duration_s` seconds.
@@ -16,9 +17,21 @@ pub fn gpu_seconds(gpus: u64, duration_s: u32, runtime_ms: u64) -> u64 {
     gpus.saturating_mul(secs)
 }
 
-/// Billed GPU-seconds for `runtime_ms` of work under `request`.
+/// Billed GPU-seconds for `runtime_ms` of work under `request` (for a spot lease, without
+/// the minimum).
 pub fn request_gpu_seconds(request: &LeaseRequest, runtime_ms: u64) -> u64 {
-    gpu_seconds(request.gpus.len() as u64, request.duration_s, runtime_ms)
+    let gpus = request.gpus.len() as u64;
+    if matches!(request.kind, LeaseKind::Spot) {
+        let secs = (runtime_ms / 1000).min(u64::from(request.duration_s));
+        return gpus.saturating_mul(secs);
+    }
+    gpu_seconds(gpus, request.duration_s, runtime_ms)
+}
+
+/// The most GPU-seconds `whole_s` seconds of work can bill under `request`: the
+/// minimum applies, except to spot leases.
+pub fn most_gpu_seconds(request: &LeaseRequest, whole_s: u64) -> u64 {
+    request_gpu_seconds(request, whole_s.saturating_mul(1000))
 }
 
 /// The workspace's retention, a fixed sum of the terms (zero without a priced workspace;

@@ -23,8 +23,9 @@ const MAX_SUPERSEDED: usize = 64;
 /// The host's answer to a lease request.
 #[derive(Debug)]
 pub enum Answer {
-    /// Accepted: the new lease (store it before sending), its first effects, and the signed
-    /// `LeaseAccept` to send back.
+    /// Accepted: the new lease (store it before sending), its first effects, the signed
+    /// `LeaseAccept` to send back, and the spot leases it preempts (hand each
+    /// [`HostInput::Preempt`](crate::HostInput::Preempt) with the request).
     Accepted {
         /// The lease.
         lease: Box<HostLease>,
@@ -32,6 +33,8 @@ pub enum Answer {
         effects: Vec<HostEffect>,
         /// The signed `LeaseAccept`.
         envelope: Vec<u8>,
+        /// The spot leases whose GPUs it takes once their notice ends.
+        preempts: Vec<ContentId>,
     },
     /// Refused.
     Rejected {
@@ -95,6 +98,8 @@ pub struct HostBook {
     /// GPUs held by restored leases that no current offer lists (their slot was withdrawn
     /// while they were leased, or its offer lapsed while the host was down).
     held: BTreeMap<ContentId, Vec<GpuUuid>>,
+    /// The booked leases that are spot (preemptible).
+    spot: BTreeSet<ContentId>,
 }
 
 impl HostBook {
@@ -109,6 +114,7 @@ impl HostBook {
             rules: Rules::default(),
             answered: BTreeMap::new(),
             held: BTreeMap::new(),
+            spot: BTreeSet::new(),
         }
     }
 
@@ -132,12 +138,15 @@ impl HostBook {
         for lease in leases {
             self.answered.insert(lease.id(), lease.request().expires_at);
             if lease.holds_gpus() {
-                self.book_lease(lease.request(), lease.record().accepted_at);
+                self.book_lease(lease.request(), lease.record().starts_at);
             }
         }
     }
 
     fn book_lease(&mut self, request: &Verified<LeaseRequest>, accepted_at: Timestamp) {
+        if matches!(request.kind, LeaseKind::Spot) {
+            self.spot.insert(request.id());
+        }
         // The offer may have been replaced; the booking belongs to the GPUs, not the offer,
         // so any current offer listing them carries it. When none does, the GPUs are held
         // apart from the book.
@@ -207,10 +216,57 @@ impl HostBook {
             .collect()
     }
 
+    /// GPUs booked at `now` by leases that are not spot: those a publication leaves out.
+    /// GPUs under a spot lease stay offered, since an on-demand lease (or a higher spot bid)
+    /// may preempt it.
+    pub fn unoffered_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
+        self.book
+            .bookings()
+            .into_iter()
+            .filter(|b| b.3 <= now && now < b.4 && !self.spot.contains(&b.2))
+            .map(|b| b.1)
+            .chain(self.held.values().flatten().copied())
+            .collect()
+    }
+
     /// Frees a lease's GPUs.
     pub fn release(&mut self, lease: &ContentId) {
         self.book.release(lease);
         self.held.remove(lease);
+        self.spot.remove(lease);
+    }
+
+    /// The booking `request` would take by preempting the spot leases on its GPUs: from the
+    /// end of their notice, if every lease booked on its GPUs until its end is a spot lease
+    /// it may preempt (the book checks the price).
+    fn preempting(
+        &self,
+        request: &Verified<LeaseRequest>,
+        offer: ContentId,
+        now: Timestamp,
+    ) -> Option<Allocation> {
+        if matches!(request.kind, LeaseKind::Reserved { .. }) {
+            return None;
+        }
+        let start = now.plus_ms(self.timing.spot_notice_ms + crate::PREEMPT_HANDOVER_MS);
+        let mut wanted = Allocation {
+            offer,
+            ..allocation(request, start)
+        };
+        let mut preempts = BTreeSet::new();
+        for (_, gpu, lease, from, until) in self.book.bookings() {
+            if request.gpus.contains(&gpu) && from < wanted.end && now < until {
+                if !self.spot.contains(&lease) {
+                    return None;
+                }
+                preempts.insert(lease);
+            }
+        }
+        if preempts.is_empty() {
+            return None;
+        }
+        wanted.preempts = preempts.into_iter().collect();
+        Some(wanted)
     }
 
     fn reject(
@@ -327,27 +383,43 @@ impl HostBook {
             };
             return self.reject(id, reason, &detail, now);
         };
-        let allocation = Allocation {
-            offer: current.id(),
+        let offer = current.id();
+        let direct = Allocation {
+            offer,
             ..allocation(&request, now)
         };
-        if let Err(e) = self.book.reserve(&allocation, id) {
-            return self.reject(id, RejectReason::GpusUnavailable, &e.to_string(), now);
+        // Free GPUs are booked at once; GPUs under spot leases this request may preempt,
+        // from the end of their notice.
+        let booked = match self.book.reserve(&direct, id) {
+            Ok(()) => direct,
+            Err(e) => match self.preempting(&request, offer, now) {
+                Some(wanted) if self.book.reserve(&wanted, id).is_ok() => wanted,
+                _ => return self.reject(id, RejectReason::GpusUnavailable, &e.to_string(), now),
+            },
+        };
+        let mut ext = self.timing.to_ext();
+        if booked.start > now {
+            // One 8-byte value more: within the ext map's limits.
+            let _ = ext.insert(crate::EXT_STARTS_AT, booked.start.0.to_le_bytes().to_vec());
         }
         let accept = match Signed::sign(
             &self.key,
             LeaseAccept {
                 request: id,
                 created_at: now,
-                ext: self.timing.to_ext(),
+                ext,
             },
         ) {
             Ok(a) => a,
             Err(e) => {
+                // (Signing does not fail with a valid key; any preempted booking stays cut.)
                 self.book.release(&id);
                 return self.reject(id, RejectReason::Invalid, &e.to_string(), now);
             }
         };
+        if matches!(request.kind, LeaseKind::Spot) {
+            self.spot.insert(id);
+        }
         self.answered.insert(id, request.expires_at);
         let envelope = accept.as_bytes().to_vec();
         let (lease, effects) = HostLease::accepted(self.key.clone(), request, &accept, self.timing);
@@ -355,6 +427,7 @@ impl HostBook {
             lease: Box::new(lease),
             effects,
             envelope,
+            preempts: booked.preempts,
         }
     }
 }

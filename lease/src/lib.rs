@@ -26,7 +26,7 @@
 //! assert_eq!(bill::gpu_seconds(2, 600, 10_000_000), 1200);
 //!
 //! // The one loss bound: a host is never owed more than one receipt interval plus the grace.
-//! let timing = Timing { receipt_interval_ms: 60_000, ack_grace_ms: 30_000 };
+//! let timing = Timing { receipt_interval_ms: 60_000, ack_grace_ms: 30_000, ..Timing::default() };
 //! assert_eq!(timing.loss_bound_ms(), 90_000);
 //! ```
 
@@ -39,7 +39,7 @@ mod renter;
 pub use book::{Answer, HostBook, OfferChange};
 pub use host::{
     ContainerState, EXIT_NOTICE_MS, HostEffect, HostInput, HostLease, HostPhase, HostRecord,
-    HostTimer, Meter, RenterAnswer, StartFailure, UsageSample,
+    HostTimer, Meter, PREEMPT_TERM_MS, Preemption, RenterAnswer, StartFailure, UsageSample,
 };
 pub use ledger::{
     LedgerMachine, LedgerOutput, LogAppend, LogEntry, LogOp, MAX_LOCK_AGE_MS, ReplayError,
@@ -65,6 +65,18 @@ pub const MAX_TIMING_MS: u64 = 3_600_000;
 pub const EXT_RECEIPT_INTERVAL_MS: u16 = 1;
 /// `LeaseAccept` ext key: the host's acknowledgement grace, ms (u64 little endian).
 pub const EXT_ACK_GRACE_MS: u16 = 2;
+/// `LeaseAccept` ext key: a spot lease's notice period, ms (u64 little endian): how long
+/// before a preemption ends it the host must give notice.
+pub const EXT_SPOT_NOTICE_MS: u16 = 3;
+/// `LeaseAccept` ext key: when the lease's GPUs are booked from, unix ms (u64 little
+/// endian), when later than the acceptance (the spot leases it preempts run out their
+/// notice first). Without it, from the acceptance.
+pub const EXT_STARTS_AT: u16 = 4;
+/// The notice period a host gives a spot lease by default, ms (as GCP's 30 s).
+pub const DEFAULT_SPOT_NOTICE_MS: u64 = 30_000;
+/// How long after the notice ends a preempting lease's GPUs are booked from: the
+/// preempted container is killed at the notice's end, and this is the hand-over.
+pub const PREEMPT_HANDOVER_MS: u64 = 1_000;
 
 /// Receipt timing: a term of the lease, announced by the host in its `LeaseAccept`.
 #[derive(
@@ -84,6 +96,9 @@ pub struct Timing {
     /// How long past an interval the host waits for an acknowledgement before it stops the
     /// work, ms; also how long past an interval a renter waits before it counts the host gone.
     pub ack_grace_ms: u64,
+    /// A spot lease's notice period, ms: a preemption ends it no sooner than this after
+    /// the notice.
+    pub spot_notice_ms: u64,
 }
 
 impl Default for Timing {
@@ -91,6 +106,7 @@ impl Default for Timing {
         Self {
             receipt_interval_ms: 60_000,
             ack_grace_ms: 30_000,
+            spot_notice_ms: DEFAULT_SPOT_NOTICE_MS,
         }
     }
 }
@@ -106,17 +122,22 @@ impl Timing {
     /// The `LeaseAccept` ext fields that announce this timing.
     pub fn to_ext(&self) -> Ext {
         let mut ext = Ext::new();
-        // Two 8-byte values: always within the ext map's limits.
+        // Three 8-byte values: always within the ext map's limits.
         let _ = ext.insert(
             EXT_RECEIPT_INTERVAL_MS,
             self.receipt_interval_ms.to_le_bytes().to_vec(),
         );
         let _ = ext.insert(EXT_ACK_GRACE_MS, self.ack_grace_ms.to_le_bytes().to_vec());
+        let _ = ext.insert(
+            EXT_SPOT_NOTICE_MS,
+            self.spot_notice_ms.to_le_bytes().to_vec(),
+        );
         ext
     }
 
     /// The timing a `LeaseAccept` announces, if it announces one, each value kept between
-    /// one second and [`MAX_TIMING_MS`].
+    /// one second and [`MAX_TIMING_MS`] (a notice period it does not announce is the
+    /// default's).
     pub fn from_accept(accept: &LeaseAccept) -> Option<Timing> {
         let read = |key| {
             accept
@@ -128,8 +149,22 @@ impl Timing {
         Some(Timing {
             receipt_interval_ms: read(EXT_RECEIPT_INTERVAL_MS)?.clamp(1000, MAX_TIMING_MS),
             ack_grace_ms: read(EXT_ACK_GRACE_MS)?.clamp(1000, MAX_TIMING_MS),
+            spot_notice_ms: read(EXT_SPOT_NOTICE_MS)
+                .unwrap_or(DEFAULT_SPOT_NOTICE_MS)
+                .clamp(1000, MAX_TIMING_MS),
         })
     }
+}
+
+/// When a `LeaseAccept` books the GPUs from, when later than the acceptance
+/// ([`EXT_STARTS_AT`]).
+pub fn accept_starts_at(accept: &LeaseAccept) -> Option<Timestamp> {
+    accept
+        .ext
+        .get(EXT_STARTS_AT)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(|b| Timestamp(u64::from_le_bytes(b)))
+        .filter(|t| *t > accept.created_at)
 }
 
 /// Why a lease ended: the wire's [`EndReason`]s and the outcomes only one side can see.

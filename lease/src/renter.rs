@@ -13,11 +13,11 @@
 //! disputed and the host is asked to stop.
 
 use gpux_protocol::ledger_wire::RefusalCode;
-use gpux_protocol::validate::receipt_matches_lease;
+use gpux_protocol::validate::{notice_matches_lease, receipt_matches_lease};
 use gpux_protocol::{
     ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd, LeaseReject, LeaseRequest,
-    LedgerEntry, LedgerRecord, PublicKey, ReceiptAck, Release, Signed, Timestamp, UsageReceipt,
-    Verified, money,
+    LedgerEntry, LedgerRecord, PreemptionNotice, PublicKey, ReceiptAck, Release, Signed, Timestamp,
+    UsageReceipt, Verified,
 };
 
 use crate::{
@@ -79,6 +79,14 @@ pub struct RenterRecord {
     pub phase: RenterPhase,
     /// When the renter asked for the start: the work cannot have run before.
     pub lock_sent_at: Timestamp,
+    /// When the host booked the GPUs from (later than the acceptance when the lease
+    /// preempts spot leases): the work cannot have run before either.
+    pub starts_at: Timestamp,
+    /// A spot lease's preemption: when its notice (checked) ends the lease.
+    pub preempted_until: Option<Timestamp>,
+    /// A preemption notice came that did not hold (no valid preempting request, a shorter
+    /// notice than agreed): the host is at fault if the lease ends early.
+    pub notice_refused: bool,
     /// The ledger's record of the lock, once the host forwarded it.
     pub confirmed: bool,
     /// The renter reported the rent as failed: it pays nothing, disputes every receipt.
@@ -126,6 +134,8 @@ pub enum RenterInput {
     Receipt(Verified<UsageReceipt>),
     /// A `LeaseEnd` (verified as an envelope).
     HostEnd(Verified<LeaseEnd>),
+    /// A `PreemptionNotice` (verified as an envelope).
+    Notice(Verified<PreemptionNotice>),
     /// The host was heard from otherwise (a log chunk).
     HostHeard {
         /// Bytes of output received.
@@ -274,6 +284,9 @@ impl RenterLease {
             timing: Timing::from_accept(accept).unwrap_or_default(),
             phase: RenterPhase::Starting,
             lock_sent_at: now,
+            starts_at: crate::accept_starts_at(accept).unwrap_or(now).max(now),
+            preempted_until: None,
+            notice_refused: false,
             confirmed: false,
             gave_up: false,
             last_seq: 0,
@@ -384,9 +397,42 @@ impl RenterLease {
     }
 
     fn silent_at(&self) -> Timestamp {
+        // A lease booked from later has nothing to say before its start.
         self.rec
             .last_contact
+            .max(self.rec.starts_at)
             .plus_ms(self.rec.timing.loss_bound_ms() + SILENCE_MARGIN_MS)
+    }
+
+    /// A preemption notice from the host: checked against the lease and the notice period
+    /// the acceptance agreed, and not dated ahead of this node's clock. A notice that holds
+    /// caps what the host may bill at its end; one that does not is refused (recorded) and
+    /// changes nothing.
+    fn on_notice(
+        &mut self,
+        now: Timestamp,
+        notice: &Verified<PreemptionNotice>,
+        out: &mut Vec<RenterEffect>,
+    ) {
+        if matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled)
+            || notice.signer() != self.request.host
+            || notice.lease != self.id()
+        {
+            return;
+        }
+        let holds = notice.created_at <= now.plus_ms(RECEIPT_SKEW_MS)
+            && notice_matches_lease(notice, &self.request, self.rec.timing.spot_notice_ms).is_ok();
+        if holds {
+            let until = self
+                .rec
+                .preempted_until
+                .map_or(notice.ends_at, |t| t.min(notice.ends_at));
+            self.rec.preempted_until = Some(until);
+            self.rec.last_contact = self.rec.last_contact.max(now);
+        } else {
+            self.rec.notice_refused = true;
+        }
+        out.push(RenterEffect::Persist);
     }
 
     fn sign_end(&self, now: Timestamp, reason: gpux_protocol::EndReason) -> Vec<u8> {
@@ -427,6 +473,7 @@ impl RenterLease {
             RenterInput::Lock(outcome) => self.on_lock(now, outcome, &mut out),
             RenterInput::Receipt(receipt) => self.on_receipt(now, &receipt, &mut out),
             RenterInput::HostEnd(end) => self.on_host_end(now, &end, &mut out),
+            RenterInput::Notice(notice) => self.on_notice(now, &notice, &mut out),
             RenterInput::HostHeard { log_bytes } => {
                 if self.rec.phase == RenterPhase::Running {
                     self.rec.last_contact = now;
@@ -556,18 +603,22 @@ impl RenterLease {
         if receipt.created_at > now.plus_ms(RECEIPT_SKEW_MS) {
             return self.dispute(now, out);
         }
-        let started = self.rec.lock_sent_at;
+        let started = self.rec.lock_sent_at.max(self.rec.starts_at);
         if receipt_matches_lease(receipt, &self.request, started).is_err() {
             return self.dispute(now, out);
         }
         // This node's own measure: whole seconds since it asked for the start (one more for
-        // rounding), never past the agreed duration, nor much past a stop it asked for.
+        // rounding), never past the agreed duration, nor much past a stop it asked for, nor
+        // past the end of a preemption's notice.
         let mut until = now;
         if let Some(stop) = self.rec.stop_requested_at {
             until = until.min(stop.plus_ms(self.rec.timing.ack_grace_ms));
         }
+        if let Some(end) = self.rec.preempted_until {
+            until = until.min(end);
+        }
         let own_s = (until.ms_since(started) / 1000 + 1).min(u64::from(self.request.duration_s));
-        let max = (self.request.gpus.len() as u64) * money::billed_seconds(own_s);
+        let max = crate::bill::most_gpu_seconds(&self.request, own_s);
         if receipt.gpu_seconds > max {
             return self.dispute(now, out);
         }

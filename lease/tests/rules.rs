@@ -8,15 +8,15 @@ use gpux_market::LedgerConfig;
 use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};
 use gpux_protocol::*;
 
-const T0: u64 = 1_700_000_000_000;
+pub(crate) const T0: u64 = 1_700_000_000_000;
 
-fn host() -> Keypair {
+pub(crate) fn host() -> Keypair {
     Keypair::from_seed(&[1; 32])
 }
 fn renter() -> Keypair {
     Keypair::from_seed(&[2; 32])
 }
-fn ledger_key() -> Keypair {
+pub(crate) fn ledger_key() -> Keypair {
     Keypair::from_seed(&[9; 32])
 }
 
@@ -113,7 +113,7 @@ fn accepted() -> (HostLease, Verified<LeaseRequest>) {
     (*lease, r)
 }
 
-fn submit(ledger: &mut LedgerMachine, envelope: &[u8], t: u64) -> LedgerResponse {
+pub(crate) fn submit(ledger: &mut LedgerMachine, envelope: &[u8], t: u64) -> LedgerResponse {
     ledger.submit(Timestamp(t), envelope.to_vec()).response
 }
 

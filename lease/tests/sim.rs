@@ -128,6 +128,8 @@ enum Ev {
     Kill(Party),
     Restart(Party),
     RenterStop,
+    /// An on-demand request needs a spot lease's GPUs: the host preempts it.
+    Preempt,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -178,6 +180,8 @@ struct World {
     released_records: u32,
     pub trace: Vec<String>,
     request: gpux_protocol::Verified<LeaseRequest>,
+    /// For a spot lease: the on-demand request that preempts it.
+    preemptor: Option<gpux_protocol::Verified<LeaseRequest>>,
     minted: u64,
 }
 
@@ -188,6 +192,7 @@ fn request(
     duration_s: u32,
     t: u64,
     kept_workspace: bool,
+    kind: LeaseKind,
 ) -> gpux_protocol::Verified<LeaseRequest> {
     let price = MicroCredits(PER_GPU_SECOND * 3600);
     let mut ext = Ext::new();
@@ -216,7 +221,7 @@ fn request(
             gpus: BoundedVec::new((0..gpus).map(|g| GpuUuid([g + 1; 16])).collect()).unwrap(),
             price_per_gpu_hour: price,
             duration_s,
-            kind: LeaseKind::OnDemand,
+            kind,
             image: ImageDigest([4; 32]),
             command: BoundedVec::empty(),
             env: BoundedVec::empty(),
@@ -242,6 +247,7 @@ impl World {
         let timing = Timing {
             receipt_interval_ms: rng.range(1, 5) * 1000,
             ack_grace_ms: rng.range(1, 4) * 1000,
+            spot_notice_ms: rng.range(2, 20) * 1000,
         };
         let release_grace_ms = rng.range(10, 30) * 1000;
         let duration_s = rng.range(20, 80) as u32;
@@ -272,7 +278,22 @@ impl World {
             .unwrap();
         // Half the leases keep a priced workspace after the work.
         let kept_workspace = rng.chance(50);
-        let request = request(&renter_key, &host_key, gpus, duration_s, t0, kept_workspace);
+        // A third of the leases are spot, and preempted at some point.
+        let spot = rng.chance(33);
+        let kind = if spot {
+            LeaseKind::Spot
+        } else {
+            LeaseKind::OnDemand
+        };
+        let request = request(
+            &renter_key,
+            &host_key,
+            gpus,
+            duration_s,
+            t0,
+            kept_workspace,
+            kind,
+        );
         assert_eq!(
             gpux_lease::bill::retention(&request).0,
             if kept_workspace { RETENTION } else { 0 }
@@ -304,6 +325,7 @@ impl World {
             released_records: 0,
             trace: Vec::new(),
             request,
+            preemptor: None,
             minted,
         };
         world.trace.push(format!(
@@ -356,6 +378,21 @@ impl World {
         if world.rng.chance(20) {
             let after = world.rng.range(0, u64::from(duration_s) * 1000);
             world.container_template().self_exit_after = Some(after);
+        }
+        if spot {
+            let at = world.rng.range(0, span);
+            let other = Keypair::from_seed(&[3; 32]);
+            let preemptor = self::request(
+                &other,
+                &world.host_key,
+                gpus,
+                duration_s,
+                t0 + at,
+                false,
+                LeaseKind::OnDemand,
+            );
+            world.preemptor = Some(preemptor);
+            world.at(at, Ev::Preempt);
         }
         world
     }
@@ -522,7 +559,9 @@ impl World {
                         );
                     }
                 }
-                HostEffect::SendEnd { envelope } => self.one_way(Party::Renter, envelope),
+                HostEffect::SendEnd { envelope } | HostEffect::Notify { envelope, .. } => {
+                    self.one_way(Party::Renter, envelope)
+                }
                 HostEffect::Schedule { at, timer } => {
                     let d = at.0.saturating_sub(self.now);
                     self.at(
@@ -755,10 +794,14 @@ impl World {
                 }
             }
             Ev::EndAt { to, envelope } => {
-                let Ok(AnyVerified::LeaseEnd(end)) =
-                    AnySigned::from_bytes(envelope).and_then(AnySigned::verify)
-                else {
-                    return;
+                let end = match AnySigned::from_bytes(envelope).and_then(AnySigned::verify) {
+                    Ok(AnyVerified::LeaseEnd(end)) => end,
+                    Ok(AnyVerified::PreemptionNotice(notice)) => {
+                        let effects = self.renter_in(RenterInput::Notice(notice));
+                        self.renter_effects(effects);
+                        return;
+                    }
+                    _ => return,
                 };
                 match to {
                     Party::Host => self.host_in(HostInput::RenterEnd(end)),
@@ -949,6 +992,12 @@ impl World {
                     }
                 }
             }
+            Ev::Preempt => {
+                if let Some(preemptor) = self.preemptor.clone() {
+                    self.trace.push(format!("{} preempted", self.now));
+                    self.host_in(HostInput::Preempt(Box::new(preemptor)));
+                }
+            }
             Ev::RenterStop => {
                 let now = Timestamp(self.now);
                 if let Some(renter) = self.renter.as_mut()
@@ -1004,6 +1053,7 @@ impl World {
                     | Ev::ReceiptAtRenter { .. }
                     | Ev::Kill(_)
                     | Ev::RenterStop
+                    | Ev::Preempt
             )
         })
     }
@@ -1070,8 +1120,7 @@ fn check(w: &World) -> Result<Summary, String> {
     // and the kept workspace's fixed sum.
     let retention = gpux_lease::bill::retention(&w.request).0;
     let most = if ran {
-        gpux_lease::bill::gpu_seconds(gpus, w.request.duration_s, runtime_ms) * PER_GPU_SECOND
-            + retention
+        gpux_lease::bill::request_gpu_seconds(&w.request, runtime_ms) * PER_GPU_SECOND + retention
     } else {
         0
     };
@@ -1079,6 +1128,22 @@ fn check(w: &World) -> Result<Summary, String> {
         return Err(format!(
             "host paid {host_paid} for {runtime_ms} ms of work; at most {most}"
         ));
+    }
+    // A preempted lease pays nothing past its notice's end, and no minimum.
+    let preempted = w
+        .host
+        .as_ref()
+        .and_then(|h| h.preemption().map(|p| p.ends_at.0));
+    if let (Some(ends_at), Some(started)) =
+        (preempted, w.container.as_ref().and_then(|c| c.started_at))
+    {
+        let until_s = ends_at.saturating_sub(started) / 1000;
+        let cap = gpus * until_s.min(u64::from(w.request.duration_s)) * PER_GPU_SECOND + retention;
+        if host_paid > cap {
+            return Err(format!(
+                "a lease preempted at {ends_at} paid {host_paid}; at most {cap}"
+            ));
+        }
     }
     // A paid lease pays its kept workspace in full: every receipt carries the sum.
     if host_paid > 0 && host_paid < retention {

@@ -2,5 +2,6 @@
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 #![cfg_attr(feature = "broken-rule", allow(dead_code))]
 
+mod preemption;
 mod rules;
 mod sim;

@@ -482,6 +482,7 @@ impl Effective {
             timing: Timing {
                 receipt_interval_ms: interval * 1000,
                 ack_grace_ms: grace * 1000,
+                ..Timing::default()
             },
         })
     }

@@ -14,8 +14,8 @@ use crate::family::GpuFamily;
 use crate::key::PublicKey;
 use crate::messages::{
     Attestation, Bid, ChallengeRequest, ChallengeResponse, ChallengeResult, EscrowLock,
-    LeaseAccept, LeaseKind, LeaseRequest, LedgerEntry, MessageKind, Offer, ReceiptAck,
-    UsageReceipt,
+    LeaseAccept, LeaseKind, LeaseRequest, LedgerEntry, MessageKind, Offer, PreemptionNotice,
+    ReceiptAck, UsageReceipt,
 };
 use crate::money::MicroCredits;
 use crate::types::{ContentId, GpuUuid, Timestamp};
@@ -240,6 +240,9 @@ pub enum RuleError {
         /// The field.
         field: &'static str,
     },
+    /// A preemption notice does not hold against its lease.
+    #[error("the preemption notice: {0}")]
+    Preemption(&'static str),
 }
 
 impl Rules {
@@ -557,6 +560,83 @@ pub fn receipt_matches_lease(
         });
     }
     Ok(())
+}
+
+/// Whether a spot bid of `bid` per GPU-hour may preempt a spot lease paying `held`: only
+/// when it is higher by at least a tenth (and at least one micro-credit), so that bids a
+/// micro-credit apart cannot preempt each other in turn.
+pub fn spot_outbids(held: MicroCredits, bid: MicroCredits) -> bool {
+    bid.0 >= held.0.saturating_add((held.0 / 10).max(1))
+}
+
+/// Whether `preemptor` may preempt `lease` (both addressed to the same host, sharing a GPU):
+/// an on-demand request preempts any spot lease, a spot request one it outbids
+/// ([`spot_outbids`]); a reservation never preempts, and nothing preempts a lease that is
+/// not spot.
+pub fn may_preempt(
+    lease: &LeaseRequest,
+    lease_id: ContentId,
+    preemptor: &Verified<LeaseRequest>,
+) -> Result<(), RuleError> {
+    if !matches!(lease.kind, LeaseKind::Spot) {
+        return Err(RuleError::Preemption("only spot leases are preempted"));
+    }
+    if preemptor.host != lease.host {
+        return Err(RuleError::Preemption(
+            "the preempting request is addressed to another host",
+        ));
+    }
+    if preemptor.id() == lease_id {
+        return Err(RuleError::Preemption("a lease cannot preempt itself"));
+    }
+    if !preemptor.gpus.iter().any(|g| lease.gpus.contains(g)) {
+        return Err(RuleError::Preemption(
+            "the preempting request needs none of the lease's GPUs",
+        ));
+    }
+    let outbids = match preemptor.kind {
+        LeaseKind::OnDemand => true,
+        LeaseKind::Spot => spot_outbids(lease.price_per_gpu_hour, preemptor.price_per_gpu_hour),
+        LeaseKind::Reserved { .. } => false,
+    };
+    if !outbids {
+        return Err(RuleError::Preemption(
+            "the preempting request does not outbid the lease",
+        ));
+    }
+    Ok(())
+}
+
+/// A preemption notice against the spot lease it ends, whose acceptance agreed a notice
+/// period of `notice_ms`: signed by the lease's host, for this lease, at least the agreed
+/// period long, and citing a signed request that was live when the notice was given and
+/// [`may_preempt`] the lease. Returns the verified preempting request.
+pub fn notice_matches_lease(
+    notice: &Verified<PreemptionNotice>,
+    lease: &Verified<LeaseRequest>,
+    notice_ms: u64,
+) -> Result<Verified<LeaseRequest>, RuleError> {
+    same_signer("the notice", lease.host, notice.signer())?;
+    same_id("notice.lease", notice.lease, lease.id())?;
+    if notice.ends_at.ms_since(notice.created_at) < notice_ms {
+        return Err(RuleError::Preemption(
+            "its notice is shorter than the period agreed",
+        ));
+    }
+    let preemptor = Signed::<LeaseRequest>::from_bytes(notice.preemptor.to_vec())
+        .and_then(Signed::verify)
+        .map_err(|_| RuleError::Preemption("the preempting request does not verify"))?;
+    // The request was made by another renter's clock: allow it the usual skew.
+    let skew = Rules::default().max_future_skew_ms;
+    if preemptor.created_at > notice.created_at.plus_ms(skew)
+        || preemptor.expires_at < notice.created_at
+    {
+        return Err(RuleError::Preemption(
+            "the preempting request was not live when the notice was given",
+        ));
+    }
+    may_preempt(lease, lease.id(), &preemptor)?;
+    Ok(preemptor)
 }
 
 /// A renter's acknowledgement against the receipt it countersigns.

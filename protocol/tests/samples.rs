@@ -278,6 +278,7 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
                 lease,
                 created_at: T0.plus_secs(30),
                 ends_at: T0.plus_secs(150),
+                preemptor: BoundedBytes::new(request.as_bytes().to_vec()).unwrap(),
                 ext: Ext::new(),
             },
         )

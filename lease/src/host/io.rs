@@ -1,6 +1,8 @@
 //! What goes into and out of the host's machine, and what it stores.
 
-use gpux_protocol::{EscrowLock, LeaseEnd, MicroCredits, ReceiptAck, Timestamp, Verified};
+use gpux_protocol::{
+    EscrowLock, LeaseEnd, LeaseRequest, MicroCredits, ReceiptAck, Timestamp, Verified,
+};
 
 use crate::{End, LedgerCall, LedgerVerdict, Timing, Voucher};
 
@@ -75,6 +77,15 @@ pub struct UsageSample {
     pub gpu_memory_bytes: Option<u64>,
 }
 
+/// A spot lease's preemption: the notice given and when it ends the lease.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Preemption {
+    /// The signed `PreemptionNotice`, as sent.
+    pub notice: Vec<u8>,
+    /// When the lease ends (the notice's `ends_at`).
+    pub ends_at: Timestamp,
+}
+
 /// The host's whole record of one lease: what the shell persists (flushed) whenever the
 /// machine says [`HostEffect::Persist`], and all a restarted host needs.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -83,8 +94,13 @@ pub struct HostRecord {
     pub request: Vec<u8>,
     /// The signed `LeaseAccept`, as sent.
     pub accept: Vec<u8>,
-    /// When the host accepted (the GPUs are booked from then).
+    /// When the host accepted.
     pub accepted_at: Timestamp,
+    /// When the GPUs are booked from: the acceptance, or later when the lease preempts spot
+    /// leases (they run out their notice first). The container starts no sooner.
+    pub starts_at: Timestamp,
+    /// A spot lease's preemption, once notice was given.
+    pub preemption: Option<Preemption>,
     /// The receipt timing announced in the acceptance.
     pub timing: Timing,
     /// Where the lease is.
@@ -186,6 +202,11 @@ pub enum HostTimer {
     FinalReceiptWait,
     /// The container should have exited by now.
     StopWait,
+    /// The booking starts: the container may start.
+    StartAt,
+    /// A preempted lease's workload is asked to stop (SIGTERM), so that it is gone by the
+    /// notice's end.
+    Preempt,
 }
 
 /// What can happen to a lease on the host.
@@ -229,6 +250,8 @@ pub enum HostInput {
     RenterEnd(Verified<LeaseEnd>),
     /// The host node is shutting down.
     Shutdown,
+    /// This (spot) lease's GPUs are needed by this accepted request, which may preempt it.
+    Preempt(Box<Verified<LeaseRequest>>),
     /// A timer fired.
     Timer(HostTimer),
     /// The shell shipped container output up to `cursor`.
@@ -295,4 +318,12 @@ pub enum HostEffect {
     },
     /// The lease's GPUs are free again (the booking is released).
     FreeGpus,
+    /// The lease is preempted: write the notice where the workload reads it (`/run/gpux`)
+    /// and send it to the renter (no answer expected).
+    Notify {
+        /// The signed `PreemptionNotice`.
+        envelope: Vec<u8>,
+        /// When the lease ends.
+        ends_at: Timestamp,
+    },
 }

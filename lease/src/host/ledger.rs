@@ -201,7 +201,24 @@ impl HostLease {
                 self.rec.lock_record = Some(record.as_bytes().to_vec());
                 self.rec.phase = HostPhase::Starting;
                 out.push(HostEffect::Persist);
-                out.push(HostEffect::StartContainer);
+                if now < self.rec.starts_at {
+                    // The GPUs are booked from later (spot leases run out their notice):
+                    // the renter learns the lock holds now, the container starts then.
+                    self.start_deferred = true;
+                    if self.lock_pending {
+                        self.lock_pending = false;
+                        out.push(HostEffect::AnswerLock {
+                            envelope: record.as_bytes().to_vec(),
+                            started: false,
+                        });
+                    }
+                    out.push(HostEffect::Schedule {
+                        at: self.rec.starts_at,
+                        timer: HostTimer::StartAt,
+                    });
+                } else {
+                    out.push(HostEffect::StartContainer);
+                }
             }
             LedgerVerdict::Unreachable
                 if self

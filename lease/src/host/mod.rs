@@ -15,11 +15,11 @@
 //! interval plus the grace, for the time its node is up.
 
 use gpux_protocol::ledger_wire::RefusalCode;
-use gpux_protocol::validate::{ack_matches_receipt, escrow_lock_matches_request};
+use gpux_protocol::validate::{ack_matches_receipt, escrow_lock_matches_request, may_preempt};
 use gpux_protocol::{
     BoundedBytes, BoundedString, ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd,
-    LeaseKind, LeaseReject, LeaseRequest, LedgerEntry, MicroCredits, ReceiptAck, Redeem,
-    RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
+    LeaseKind, LeaseReject, LeaseRequest, LedgerEntry, MicroCredits, PreemptionNotice, ReceiptAck,
+    Redeem, RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
 };
 
 use crate::{
@@ -45,6 +45,9 @@ const KEPT_RECEIPTS: usize = 4;
 /// ago, so it never bills time after an exit the host has not heard of yet; the final
 /// receipt bills Docker's exact runtime.
 pub const EXIT_NOTICE_MS: u64 = 1_000;
+/// A preempted workload is asked to stop (SIGTERM) this long before its notice ends, or
+/// halfway through a shorter notice, and killed at the end: it is gone by then.
+pub const PREEMPT_TERM_MS: u64 = 10_000;
 
 mod io;
 mod ledger;
@@ -52,8 +55,8 @@ mod work;
 
 use io::SentReceipt;
 pub use io::{
-    ContainerState, HostEffect, HostInput, HostPhase, HostRecord, HostTimer, Meter, RenterAnswer,
-    StartFailure, UsageSample,
+    ContainerState, HostEffect, HostInput, HostPhase, HostRecord, HostTimer, Meter, Preemption,
+    RenterAnswer, StartFailure, UsageSample,
 };
 
 /// The host's side of one lease.
@@ -84,10 +87,14 @@ pub struct HostLease {
     lock_first_tried: Option<Timestamp>,
     /// Whether the renter's lock request still waits for its answer.
     lock_pending: bool,
+    /// The lock holds and the container waits for the booking's start (not persisted: a
+    /// restart ends a lease that was starting).
+    start_deferred: bool,
 }
 
 impl HostLease {
-    /// A lease the host has just accepted (`accept` signed over `request`, booked, to be
+    /// A lease the host has just accepted (`accept` signed over `request`, booked from the
+    /// acceptance or from the time its [`EXT_STARTS_AT`](crate::EXT_STARTS_AT) says, to be
     /// stored before it is sent). Effects: persist, and the lock-wait timer.
     pub fn accepted(
         key: Keypair,
@@ -100,6 +107,8 @@ impl HostLease {
             request: request.as_bytes().to_vec(),
             accept: accept.as_bytes().to_vec(),
             accepted_at: now,
+            starts_at: crate::accept_starts_at(accept).unwrap_or(now),
+            preemption: None,
             timing,
             phase: HostPhase::AwaitingLock,
             lock: None,
@@ -142,6 +151,7 @@ impl HostLease {
             ledger_failures: 0,
             lock_first_tried: None,
             lock_pending: false,
+            start_deferred: false,
         }
     }
 
@@ -291,15 +301,30 @@ impl HostLease {
     }
 
     /// The moment the work must stop: its duration from the start, but never past the
-    /// booking of its GPUs (which runs from the acceptance).
+    /// booking of its GPUs (which runs from the acceptance, or from the end of the notice of
+    /// the spot leases it preempts), nor past the end of a preemption's notice.
     pub fn deadline(&self) -> Timestamp {
         let duration_ms = u64::from(self.request.duration_s) * 1000;
         let booked_until = match self.request.kind {
             LeaseKind::Reserved { end, .. } => end,
-            _ => self.rec.accepted_at.plus_ms(duration_ms),
+            _ => self.rec.starts_at.plus_ms(duration_ms),
         };
-        let started = self.rec.started_at.unwrap_or(self.rec.accepted_at);
-        started.plus_ms(duration_ms).min(booked_until)
+        let started = self.rec.started_at.unwrap_or(self.rec.starts_at);
+        let deadline = started.plus_ms(duration_ms).min(booked_until);
+        match &self.rec.preemption {
+            Some(p) => deadline.min(p.ends_at),
+            None => deadline,
+        }
+    }
+
+    /// The preemption given to this lease, if any.
+    pub fn preemption(&self) -> Option<&Preemption> {
+        self.rec.preemption.as_ref()
+    }
+
+    /// How long before a preemption's end the workload is asked to stop, ms.
+    fn preempt_term_ms(&self) -> u64 {
+        PREEMPT_TERM_MS.min(self.rec.timing.spot_notice_ms / 2)
     }
 
     fn ack_deadline(&self) -> Timestamp {
@@ -307,7 +332,10 @@ impl HostLease {
     }
 
     fn natural_end(&self, at: Timestamp) -> End {
-        if at >= self.deadline() {
+        // A workload that exits once notified (after saving its work) was preempted.
+        if self.rec.preemption.is_some() {
+            End::Preempted
+        } else if at >= self.deadline() {
             End::DurationReached
         } else {
             End::ContainerExited
@@ -385,6 +413,7 @@ impl HostLease {
                 }
             }
             HostInput::Shutdown => self.end(now, End::HostShutdown, &mut out),
+            HostInput::Preempt(preemptor) => self.on_preempt(now, &preemptor, &mut out),
             HostInput::Timer(timer) => self.on_timer(now, timer, &mut out),
             HostInput::LogsShipped {
                 cursor,

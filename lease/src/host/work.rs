@@ -242,6 +242,15 @@ impl HostLease {
                 self.ledger_busy = None;
                 self.settle(now, out);
             }
+            HostPhase::Starting if self.start_deferred => {
+                // Never started: nothing ran, so nothing is owed; the escrow goes back.
+                self.start_deferred = false;
+                self.rec.phase = HostPhase::Ended;
+                self.rec.erased = true;
+                out.push(HostEffect::Persist);
+                out.push(HostEffect::FreeGpus);
+                self.finish(now, out);
+            }
             HostPhase::Starting => {
                 if self.lock_pending {
                     self.lock_pending = false;
@@ -260,8 +269,12 @@ impl HostLease {
                 self.rec.phase = HostPhase::Stopping;
                 // At the end of its time, or when the renter stops paying, the work is killed
                 // at once (every second is unpaid); otherwise it gets a moment to exit.
-                let grace_s = match end {
-                    End::RenterStopped | End::HostShutdown | End::EscrowExhausted => 2,
+                let grace_s = match (end, &self.rec.preemption) {
+                    (End::RenterStopped | End::HostShutdown | End::EscrowExhausted, _) => 2,
+                    // Asked to stop before the notice ends, killed at its end.
+                    (End::Preempted, Some(p)) => {
+                        u32::try_from(p.ends_at.ms_since(now) / 1000).unwrap_or(u32::MAX)
+                    }
                     _ => 0,
                 };
                 out.push(HostEffect::Persist);
@@ -371,7 +384,31 @@ impl HostLease {
             }
             HostTimer::Deadline => {
                 if self.rec.phase == HostPhase::Running && now >= self.deadline() {
-                    self.end(now, End::DurationReached, out);
+                    let end = if self.rec.preemption.is_some() {
+                        End::Preempted
+                    } else {
+                        End::DurationReached
+                    };
+                    self.end(now, end, out);
+                }
+            }
+            HostTimer::StartAt => {
+                if self.start_deferred
+                    && self.rec.phase == HostPhase::Starting
+                    && now >= self.rec.starts_at
+                {
+                    self.start_deferred = false;
+                    out.push(HostEffect::StartContainer);
+                }
+            }
+            HostTimer::Preempt => {
+                let due = self
+                    .rec
+                    .preemption
+                    .as_ref()
+                    .is_some_and(|p| now.plus_ms(self.preempt_term_ms()) >= p.ends_at);
+                if due {
+                    self.end(now, End::Preempted, out);
                 }
             }
             HostTimer::LockWait => {
@@ -409,5 +446,51 @@ impl HostLease {
                 }
             }
         }
+    }
+
+    /// A request that may preempt this spot lease was accepted: the notice is signed, kept,
+    /// written for the workload and sent to the renter; the workload is asked to stop a
+    /// moment before the notice ends and killed at its end.
+    pub(super) fn on_preempt(
+        &mut self,
+        now: Timestamp,
+        preemptor: &Verified<LeaseRequest>,
+        out: &mut Vec<HostEffect>,
+    ) {
+        if self.rec.preemption.is_some()
+            || self.rec.end.is_some()
+            || may_preempt(&self.request, self.id(), preemptor).is_err()
+        {
+            return;
+        }
+        let Ok(cited) = BoundedBytes::new(preemptor.as_bytes().to_vec()) else {
+            return;
+        };
+        let ends_at = now.plus_ms(self.rec.timing.spot_notice_ms);
+        let body = PreemptionNotice {
+            lease: self.id(),
+            created_at: now,
+            ends_at,
+            preemptor: cited,
+            ext: Ext::new(),
+        };
+        let Ok(notice) = Signed::sign(&self.key, body) else {
+            return;
+        };
+        let envelope = notice.as_bytes().to_vec();
+        self.rec.preemption = Some(Preemption {
+            notice: envelope.clone(),
+            ends_at,
+        });
+        out.push(HostEffect::Persist);
+        out.push(HostEffect::Notify { envelope, ends_at });
+        out.push(HostEffect::Schedule {
+            at: Timestamp(ends_at.0.saturating_sub(self.preempt_term_ms())),
+            timer: HostTimer::Preempt,
+        });
+        out.push(HostEffect::Schedule {
+            at: ends_at,
+            timer: HostTimer::Deadline,
+        });
     }
 }

@@ -163,11 +163,15 @@ fn availability(
     }
 }
 
-/// Whether a lease paying `ours` (None: not spot) may preempt a booking paying `theirs`.
+/// Whether a lease paying `ours` (None: not spot) may preempt a booking paying `theirs`:
+/// on-demand preempts any spot lease, spot only one it outbids by the increment
+/// ([`spot_outbids`](gpux_protocol::validate::spot_outbids)).
 fn may_preempt(theirs: Option<u64>, ours: Option<u64>) -> bool {
     match (theirs, ours) {
         (Some(_), None) => true,
-        (Some(theirs), Some(ours)) => theirs < ours,
+        (Some(theirs), Some(ours)) => {
+            gpux_protocol::validate::spot_outbids(MicroCredits(theirs), MicroCredits(ours))
+        }
         (None, _) => false,
     }
 }

@@ -9,7 +9,7 @@ use gpux_lease::{
 };
 use gpux_protocol::{
     AnySigned, AnyVerified, ContentId, Keypair, LeaseAccept, LeaseEnd, LeaseRequest, LogChunk,
-    PublicKey, Timestamp, UsageReceipt, Verified,
+    PreemptionNotice, PublicKey, Timestamp, UsageReceipt, Verified,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -158,6 +158,25 @@ impl RenterRole {
     /// A host's `LeaseEnd`.
     pub(crate) fn on_host_end(&mut self, end: Verified<LeaseEnd>) {
         self.on_input(end.lease, RenterInput::HostEnd(end));
+    }
+
+    /// A host's `PreemptionNotice` (the lease checks it).
+    pub(crate) fn on_notice(&mut self, notice: Verified<PreemptionNotice>) {
+        let id = notice.lease;
+        self.on_input(id, RenterInput::Notice(notice));
+        if let Some(lease) = self.leases.get(&id) {
+            let rec = lease.record();
+            match rec.preempted_until {
+                Some(at) => tracing::info!("lease {}: preempted, ends at {at}", id.short()),
+                None if rec.notice_refused => {
+                    tracing::warn!(
+                        "lease {}: a preemption notice that does not hold",
+                        id.short()
+                    )
+                }
+                None => {}
+            }
+        }
     }
 
     /// Asks the host to stop a lease.

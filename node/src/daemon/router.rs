@@ -7,7 +7,8 @@
 
 use gpux_protocol::ledger_wire::{self, LedgerResponse, RefusalCode};
 use gpux_protocol::{
-    AnySigned, AnyVerified, EscrowLock, LeaseEnd, LeaseRequest, LogChunk, UsageReceipt, Verified,
+    AnySigned, AnyVerified, EscrowLock, LeaseEnd, LeaseRequest, LogChunk, PreemptionNotice,
+    UsageReceipt, Verified,
 };
 
 use super::Daemon;
@@ -28,6 +29,8 @@ pub(crate) enum Inbound {
     LogChunk(Verified<LogChunk>),
     /// `/gpux/receipt/1`: a host ends a lease (renter role).
     HostEnd(Verified<LeaseEnd>),
+    /// `/gpux/receipt/1`: a host preempts a spot lease (renter role).
+    Notice(Verified<PreemptionNotice>),
     /// `/gpux/ledger/2`: a frame for the ledger service.
     Ledger(Vec<u8>),
     /// Anything else (it does not verify, or the protocol does not carry it).
@@ -51,6 +54,7 @@ impl Inbound {
             (Proto::Receipt, AnyVerified::UsageReceipt(r)) => Inbound::Receipt(r),
             (Proto::Receipt, AnyVerified::LogChunk(c)) => Inbound::LogChunk(c),
             (Proto::Receipt, AnyVerified::LeaseEnd(e)) => Inbound::HostEnd(e),
+            (Proto::Receipt, AnyVerified::PreemptionNotice(n)) => Inbound::Notice(n),
             (proto, other) => Inbound::Unexpected(format!("{:?} on {proto:?}", other.kind())),
         }
     }
@@ -123,6 +127,7 @@ impl Daemon {
                 Some(host) => {
                     let (answer, accepted) = host.on_lease_request(request, now());
                     if accepted {
+                        // Preempted spot leases' GPUs stay offered; the new lease's do not.
                         // The leased GPUs leave the published offers at the next (paced)
                         // publication.
                         self.publish_offers_soon();
@@ -157,6 +162,10 @@ impl Daemon {
             }
             Inbound::HostEnd(end) => {
                 self.renter.on_host_end(end);
+                self.respond(id, Vec::new());
+            }
+            Inbound::Notice(notice) => {
+                self.renter.on_notice(notice);
                 self.respond(id, Vec::new());
             }
             Inbound::Unexpected(what) => {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::codec::{BoundedString, BoundedVec, Ext};
+use crate::codec::{BoundedBytes, BoundedString, BoundedVec, Ext};
 use crate::envelope::Message;
 use crate::key::PublicKey;
 use crate::messages::{
@@ -484,7 +484,12 @@ impl Message for LeaseEnd {
     }
 }
 
-/// The host will preempt a spot lease at `ends_at` (the notice period).
+/// The largest preempting request a [`PreemptionNotice`] carries: a whole signed
+/// `LeaseRequest` (whose own limit is 32 KiB).
+pub const MAX_PREEMPTOR_BYTES: usize = 32 * 1024;
+
+/// The host will preempt a spot lease at `ends_at` (the notice period), for the signed
+/// request that needs its GPUs.
 #[derive(
     Debug,
     Clone,
@@ -502,6 +507,9 @@ pub struct PreemptionNotice {
     pub created_at: Timestamp,
     /// When the lease will end.
     pub ends_at: Timestamp,
+    /// The signed `LeaseRequest` that preempts the lease, as the host received it: the
+    /// renter checks it names this host and some of the lease's GPUs, and outbids it.
+    pub preemptor: BoundedBytes<MAX_PREEMPTOR_BYTES>,
     /// Extension fields.
     pub ext: Ext,
 }
@@ -510,7 +518,8 @@ impl Message for PreemptionNotice {
     const KIND: MessageKind = MessageKind::PreemptionNotice;
 
     fn check(&self) -> Result<(), InvalidMessage> {
-        ensure_after("created_at", self.created_at, "ends_at", self.ends_at)
+        ensure_after("created_at", self.created_at, "ends_at", self.ends_at)?;
+        ensure_nonempty("preemptor", &self.preemptor[..])
     }
 
     fn created_at(&self) -> Timestamp {

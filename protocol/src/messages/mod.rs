@@ -49,7 +49,7 @@ pub use challenge::{
 pub use lease::{
     DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE,
     EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS,
-    MAX_LEASE_ENV, PreemptionNotice, RejectReason, ResourceLimits,
+    MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason, ResourceLimits,
 };
 pub use ledger::{
     EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry, LedgerRecord, Redeem,
@@ -193,7 +193,7 @@ message_kinds! {
     LeaseAccept = 6, version 1, max 512;
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;
-    PreemptionNotice = 9, version 1, max 512;
+    PreemptionNotice = 9, version 2, max 34 * KIB;
     UsageReceipt = 10, version 1, max KIB;
     ReceiptAck = 11, version 1, max 512;
     ChallengeRequest = 12, version 1, max 512;

@@ -417,6 +417,7 @@ impl HostRole {
                 lease,
                 effects,
                 envelope,
+                preempts,
             } => {
                 let id = lease.id();
                 if staged {
@@ -444,8 +445,13 @@ impl HostRole {
                     0,
                 );
                 self.workers.insert(id, worker);
+                let preemptor = lease.request().clone();
                 self.leases.insert(id, *lease);
                 self.apply(id, effects);
+                // The spot leases whose GPUs it takes get their notice now.
+                for spot in preempts {
+                    self.on_input(spot, HostInput::Preempt(Box::new(preemptor.clone())));
+                }
                 (envelope, true)
             }
             Answer::Rejected { envelope, .. } => (envelope, false),
@@ -536,18 +542,11 @@ impl HostRole {
                 HostEffect::SendReceipt { seq, envelope } => {
                     self.send_receipt(id, lease.request(), seq, envelope)
                 }
-                HostEffect::SendEnd { envelope } => {
-                    if let Some(renter) = peer_of(lease.request()) {
-                        let net = self.net.clone();
-                        tokio::spawn(async move {
-                            let _ = tokio::time::timeout(
-                                PEER_TIMEOUT,
-                                net.request_on(Proto::Receipt, renter, envelope),
-                            )
-                            .await;
-                        });
-                    }
+                HostEffect::Notify { envelope, ends_at } => {
+                    tracing::info!("lease {}: preempted, ends at {ends_at}", id.short());
+                    self.send_to_renter(lease.request(), envelope);
                 }
+                HostEffect::SendEnd { envelope } => self.send_to_renter(lease.request(), envelope),
                 HostEffect::Schedule { at, timer } => schedule(
                     &self.events,
                     at,
@@ -573,6 +572,20 @@ impl HostRole {
             self.workers.remove(&id);
         }
         freed
+    }
+
+    /// Sends a message that expects no answer to the lease's renter, from a task of its own.
+    fn send_to_renter(&self, request: &Verified<LeaseRequest>, envelope: Vec<u8>) {
+        if let Some(renter) = peer_of(request) {
+            let net = self.net.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    PEER_TIMEOUT,
+                    net.request_on(Proto::Receipt, renter, envelope),
+                )
+                .await;
+            });
+        }
     }
 
     fn exec(&self, id: ContentId, op: ExecOp) {

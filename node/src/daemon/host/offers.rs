@@ -81,9 +81,10 @@ pub(crate) fn sign(
             None => groups.push(vec![gpu]),
         }
     }
-    // GPUs leased now are not offered: each publication lists what is free, and a slot whose
-    // GPUs are all leased is withdrawn until they come back.
-    let busy = book.busy_gpus(t);
+    // GPUs leased now are not offered: each publication lists what is free (or under a spot
+    // lease, which an on-demand lease may preempt), and a slot whose GPUs are all leased is
+    // withdrawn until they come back.
+    let busy = book.unoffered_gpus(t);
     let mut published = Published {
         attestation: Some(att.clone()),
         ..Published::default()

@@ -1,0 +1,440 @@
+//! Spot leases and their preemption: who may preempt whom, the notice (signed, kept, sent,
+//! checked by the renter), the stop before the notice ends, billing without the minimum and
+//! never past the notice, and the preempting lease's later start.
+
+use gpux_lease::{
+    Answer, HostBook, HostEffect, HostInput, HostLease, HostPhase, HostTimer, LedgerCall,
+    LedgerMachine, LedgerVerdict, LockOutcome, RenterEffect, RenterInput, RenterLease, Timing,
+};
+use gpux_market::LedgerConfig;
+use gpux_protocol::*;
+
+use crate::rules::{T0, host, ledger_key, submit};
+
+const GPU: GpuUuid = GpuUuid([3; 16]);
+const PRICE: u64 = 3_600_000;
+const FLOOR: u64 = 1_000_000;
+
+fn spot_offer(t: u64) -> Verified<Offer> {
+    Signed::sign(
+        &host(),
+        Offer {
+            seq: 1,
+            slot: 0,
+            created_at: Timestamp(t),
+            expires_at: Timestamp(t + 600_000),
+            attestation: ContentId([7; 32]),
+            gpus: BoundedVec::new(vec![OfferGpu {
+                uuid: GPU,
+                family: BoundedString::new("l4").unwrap(),
+                memory_bytes: 24_000_000_000,
+                compute_capability: ComputeCapability::new(8, 9),
+                pcie_gen: 4,
+            }])
+            .unwrap(),
+            price_per_gpu_hour: MicroCredits(PRICE),
+            spot_floor_per_gpu_hour: Some(MicroCredits(FLOOR)),
+            min_duration_s: 1,
+            max_duration_s: 86_400,
+            region: BoundedString::new("eu").unwrap(),
+            tier: EvidenceTier::SelfReported,
+            driver: Version::default(),
+            cuda: Version::default(),
+            images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+fn request(
+    who: &Keypair,
+    offer: &Verified<Offer>,
+    t: u64,
+    kind: LeaseKind,
+    price: u64,
+) -> Verified<LeaseRequest> {
+    Signed::sign(
+        who,
+        LeaseRequest {
+            created_at: Timestamp(t),
+            expires_at: Timestamp(t + 30_000),
+            offer: offer.id(),
+            host: host().public(),
+            gpus: BoundedVec::new(vec![GPU]).unwrap(),
+            price_per_gpu_hour: MicroCredits(price),
+            duration_s: 600,
+            kind,
+            image: ImageDigest([4; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 64,
+                scratch_bytes: 1 << 20,
+            },
+            network: false,
+            escrow: EscrowId([t as u8; 16]),
+            escrow_amount: MicroCredits(1_000_000),
+            bid: None,
+            ext: Ext::new(),
+        },
+    )
+    .unwrap()
+}
+
+fn spot_renter() -> Keypair {
+    Keypair::from_seed(&[21; 32])
+}
+fn other_renter() -> Keypair {
+    Keypair::from_seed(&[22; 32])
+}
+
+struct Accepted {
+    lease: HostLease,
+    accept: Verified<LeaseAccept>,
+    preempts: Vec<ContentId>,
+}
+
+fn accept(
+    book: &mut HostBook,
+    r: &Verified<LeaseRequest>,
+    t: u64,
+) -> Result<Accepted, RejectReason> {
+    match book.handle_request(r.clone(), Timestamp(t), false) {
+        Answer::Accepted {
+            lease,
+            envelope,
+            preempts,
+            ..
+        } => Ok(Accepted {
+            lease: *lease,
+            accept: Signed::<LeaseAccept>::from_bytes(envelope)
+                .unwrap()
+                .verify()
+                .unwrap(),
+            preempts,
+        }),
+        Answer::Rejected { reason, .. } => Err(reason),
+    }
+}
+
+/// The host's side locked at the ledger at `t` with `lock` (or one `who` signs now);
+/// returns the effects of the lock's verdict.
+fn lock_at_ledger(
+    lease: &mut HostLease,
+    who: &Keypair,
+    lock: Option<Verified<EscrowLock>>,
+    ledger: &mut LedgerMachine,
+    t: u64,
+) -> (Vec<HostEffect>, Verified<LedgerRecord>) {
+    let r = lease.request().clone();
+    let lock = lock.unwrap_or_else(|| {
+        Signed::sign(
+            who,
+            EscrowLock {
+                escrow: r.escrow,
+                lease: r.id(),
+                payer: who.public(),
+                payee: host().public(),
+                amount: r.escrow_amount,
+                price_per_gpu_hour: r.price_per_gpu_hour,
+                created_at: Timestamp(t),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+    });
+    ledger
+        .mint(Timestamp(t), who.public(), MicroCredits(1_000_000))
+        .unwrap();
+    lease.handle(Timestamp(t), HostInput::Lock(lock.clone()));
+    let response = submit(ledger, lock.as_bytes(), t);
+    let verdict = LedgerVerdict::from_response(response, ledger_key().public());
+    let LedgerVerdict::Applied(record) = verdict.clone() else {
+        panic!("the ledger refused the lock: {verdict:?}");
+    };
+    let effects = lease.handle(
+        Timestamp(t),
+        HostInput::Ledger {
+            call: LedgerCall::Lock,
+            verdict,
+        },
+    );
+    (effects, *record)
+}
+
+fn notice_of(effects: &[HostEffect]) -> Option<(Vec<u8>, Timestamp)> {
+    effects.iter().find_map(|e| match e {
+        HostEffect::Notify { envelope, ends_at } => Some((envelope.clone(), *ends_at)),
+        _ => None,
+    })
+}
+
+fn receipt_of(effects: &[HostEffect]) -> Option<Verified<UsageReceipt>> {
+    effects.iter().find_map(|e| match e {
+        HostEffect::SendReceipt { envelope, .. } => Some(
+            Signed::<UsageReceipt>::from_bytes(envelope.clone())
+                .unwrap()
+                .verify()
+                .unwrap(),
+        ),
+        _ => None,
+    })
+}
+
+#[test]
+fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_then() {
+    let timing = Timing {
+        spot_notice_ms: 30_000,
+        ..Timing::default()
+    };
+    let o = spot_offer(T0);
+    let mut book = HostBook::new(host(), timing);
+    book.add_offer(o.clone(), Timestamp(T0));
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+
+    // A spot lease at 1.2 credits per GPU-hour runs from T0 + 1 s.
+    let spot_r = request(&spot_renter(), &o, T0, LeaseKind::Spot, 1_200_000);
+    let mut spot = accept(&mut book, &spot_r, T0).unwrap();
+    assert!(spot.preempts.is_empty());
+    // Its GPU stays offered: an on-demand lease may preempt it.
+    assert!(!book.unoffered_gpus(Timestamp(T0 + 1)).contains(&GPU));
+    let (mut renter, effects) = RenterLease::accepted(
+        spot_renter(),
+        spot_r.clone(),
+        &spot.accept,
+        ledger_key().public(),
+        Timestamp(T0 + 10),
+    )
+    .unwrap();
+    let renters_lock = effects
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::SendLock { envelope } => Some(
+                Signed::<EscrowLock>::from_bytes(envelope.clone())
+                    .unwrap()
+                    .verify()
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .unwrap();
+    let (effects, record) = lock_at_ledger(
+        &mut spot.lease,
+        &spot_renter(),
+        Some(renters_lock),
+        &mut ledger,
+        T0 + 20,
+    );
+    assert!(effects.contains(&HostEffect::StartContainer));
+    renter.handle(
+        Timestamp(T0 + 1_000),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    spot.lease.handle(
+        Timestamp(T0 + 1_000),
+        HostInput::ContainerStarted {
+            started_at: Timestamp(T0 + 1_000),
+        },
+    );
+
+    // A spot bid less than a tenth higher may not preempt it; one a tenth higher may.
+    let low = request(&other_renter(), &o, T0 + 5_000, LeaseKind::Spot, 1_300_000);
+    assert_eq!(
+        accept(&mut book, &low, T0 + 5_000).err(),
+        Some(RejectReason::GpusUnavailable)
+    );
+    assert!(validate::may_preempt(&spot_r, spot_r.id(), &low).is_err());
+    let high = request(&other_renter(), &o, T0 + 5_000, LeaseKind::Spot, 1_320_000);
+    assert!(validate::may_preempt(&spot_r, spot_r.id(), &high).is_ok());
+
+    // An on-demand request at T0 + 20 s: accepted, booked from the notice's end (+ the
+    // hand-over), and it names the spot lease to preempt.
+    let od_r = request(&other_renter(), &o, T0 + 20_000, LeaseKind::OnDemand, PRICE);
+    let mut od = accept(&mut book, &od_r, T0 + 20_000).unwrap();
+    assert_eq!(od.preempts, vec![spot_r.id()]);
+    let starts_at = Timestamp(T0 + 20_000 + 30_000 + gpux_lease::PREEMPT_HANDOVER_MS);
+    assert_eq!(gpux_lease::accept_starts_at(&od.accept), Some(starts_at));
+    assert_eq!(od.lease.record().starts_at, starts_at);
+    // Now the GPU is taken by a lease no one preempts: it leaves the offers.
+    assert!(book.unoffered_gpus(starts_at).contains(&GPU));
+
+    // The spot lease gets its notice: signed, kept, written for the workload and sent.
+    let effects = spot.lease.handle(
+        Timestamp(T0 + 20_000),
+        HostInput::Preempt(Box::new(od_r.clone())),
+    );
+    let (envelope, ends_at) = notice_of(&effects).expect("a notice");
+    assert_eq!(ends_at, Timestamp(T0 + 50_000));
+    assert_eq!(spot.lease.deadline(), ends_at);
+    assert!(effects.contains(&HostEffect::Schedule {
+        at: Timestamp(T0 + 40_000),
+        timer: HostTimer::Preempt,
+    }));
+    // A second preemption changes nothing.
+    let again = spot.lease.handle(
+        Timestamp(T0 + 21_000),
+        HostInput::Preempt(Box::new(od_r.clone())),
+    );
+    assert!(notice_of(&again).is_none());
+
+    // The renter checks it: it cites a live on-demand request for its GPU, with the agreed
+    // notice. It caps what may be billed at the notice's end.
+    let notice = Signed::<PreemptionNotice>::from_bytes(envelope)
+        .unwrap()
+        .verify()
+        .unwrap();
+    renter.handle(Timestamp(T0 + 20_100), RenterInput::Notice(notice));
+    assert_eq!(renter.record().preempted_until, Some(ends_at));
+    assert!(!renter.record().notice_refused);
+
+    // Ten seconds before the end the workload is asked to stop, and killed at the end.
+    let effects = spot
+        .lease
+        .handle(Timestamp(T0 + 40_000), HostInput::Timer(HostTimer::Preempt));
+    assert!(effects.contains(&HostEffect::StopContainer { grace_s: 10 }));
+    // It saved its work and exited at T0 + 43.5 s: billed 42 s, with no minimum.
+    let effects = spot.lease.handle(
+        Timestamp(T0 + 43_600),
+        HostInput::ContainerExited {
+            finished_at: Some(Timestamp(T0 + 43_500)),
+            exit_code: Some(0),
+        },
+    );
+    let last = receipt_of(&effects).expect("the final receipt");
+    assert_eq!(last.gpu_seconds, 42);
+    assert_eq!(
+        last.amount_due,
+        money::cost(42, MicroCredits(1_200_000)).unwrap()
+    );
+    assert_eq!(spot.lease.phase(), HostPhase::FinalReceipt);
+    // The renter acknowledges it.
+    let answer = renter.handle(Timestamp(T0 + 43_700), RenterInput::Receipt(last));
+    assert!(renter.record().acked.is_some(), "{answer:?}");
+    assert_eq!(
+        renter.record().acked.as_ref().map(|v| v.gpu_seconds),
+        Some(42)
+    );
+    // The lease ended preempted.
+    assert_eq!(spot.lease.record().end, Some(gpux_lease::End::Preempted));
+
+    // The preempting lease: its lock is answered at once, its container waits for the
+    // booking's start.
+    let (effects, _) = lock_at_ledger(
+        &mut od.lease,
+        &other_renter(),
+        None,
+        &mut ledger,
+        T0 + 21_000,
+    );
+    assert!(!effects.contains(&HostEffect::StartContainer));
+    assert!(effects.contains(&HostEffect::Schedule {
+        at: starts_at,
+        timer: HostTimer::StartAt,
+    }));
+    let early = od
+        .lease
+        .handle(Timestamp(T0 + 30_000), HostInput::Timer(HostTimer::StartAt));
+    assert!(!early.contains(&HostEffect::StartContainer));
+    let effects = od
+        .lease
+        .handle(starts_at, HostInput::Timer(HostTimer::StartAt));
+    assert!(effects.contains(&HostEffect::StartContainer));
+    // Its deadline runs from its own start: the whole duration.
+    od.lease.handle(
+        starts_at,
+        HostInput::ContainerStarted {
+            started_at: starts_at,
+        },
+    );
+    assert_eq!(od.lease.deadline(), starts_at.plus_secs(600));
+}
+
+#[test]
+fn a_renter_refuses_a_notice_that_cites_no_request_that_may_preempt_it() {
+    let timing = Timing {
+        spot_notice_ms: 30_000,
+        ..Timing::default()
+    };
+    let o = spot_offer(T0);
+    let mut book = HostBook::new(host(), timing);
+    book.add_offer(o.clone(), Timestamp(T0));
+    let spot_r = request(&spot_renter(), &o, T0, LeaseKind::Spot, 1_200_000);
+    let spot = accept(&mut book, &spot_r, T0).unwrap();
+    let (mut renter, _) = RenterLease::accepted(
+        spot_renter(),
+        spot_r.clone(),
+        &spot.accept,
+        ledger_key().public(),
+        Timestamp(T0 + 10),
+    )
+    .unwrap();
+    let notice = |preemptor: &Verified<LeaseRequest>, created: u64, ends: u64| {
+        Signed::sign(
+            &host(),
+            PreemptionNotice {
+                lease: spot_r.id(),
+                created_at: Timestamp(created),
+                ends_at: Timestamp(ends),
+                preemptor: BoundedBytes::new(preemptor.as_bytes().to_vec()).unwrap(),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+    };
+    let t = T0 + 20_000;
+    let cases = [
+        // The lease itself.
+        notice(&spot_r, t, t + 30_000),
+        // A spot bid that does not outbid it by a tenth.
+        notice(
+            &request(&other_renter(), &o, t, LeaseKind::Spot, 1_250_000),
+            t,
+            t + 30_000,
+        ),
+        // A request long expired.
+        notice(
+            &request(
+                &other_renter(),
+                &o,
+                T0 - 120_000,
+                LeaseKind::OnDemand,
+                PRICE,
+            ),
+            t,
+            t + 30_000,
+        ),
+        // A notice shorter than agreed.
+        notice(
+            &request(&other_renter(), &o, t, LeaseKind::OnDemand, PRICE),
+            t,
+            t + 10_000,
+        ),
+    ];
+    for n in cases {
+        renter.handle(Timestamp(t + 100), RenterInput::Notice(n));
+        assert_eq!(renter.record().preempted_until, None);
+        assert!(renter.record().notice_refused);
+    }
+    // A valid one holds.
+    let valid = notice(
+        &request(&other_renter(), &o, t, LeaseKind::OnDemand, PRICE),
+        t,
+        t + 30_000,
+    );
+    renter.handle(Timestamp(t + 100), RenterInput::Notice(valid));
+    assert_eq!(renter.record().preempted_until, Some(Timestamp(t + 30_000)));
+}
+
+#[test]
+fn spot_leases_bill_no_minimum_and_on_demand_leases_do() {
+    let o = spot_offer(T0);
+    let spot = request(&spot_renter(), &o, T0, LeaseKind::Spot, 1_200_000);
+    let od = request(&spot_renter(), &o, T0, LeaseKind::OnDemand, PRICE);
+    assert_eq!(gpux_lease::bill::request_gpu_seconds(&spot, 20_999), 20);
+    assert_eq!(gpux_lease::bill::request_gpu_seconds(&od, 20_999), 60);
+    // Never past the duration either way.
+    assert_eq!(gpux_lease::bill::request_gpu_seconds(&spot, u64::MAX), 600);
+}
