@@ -24,8 +24,8 @@ const MAX_SUPERSEDED: usize = 64;
 #[derive(Debug)]
 pub enum Answer {
     /// Accepted: the new lease (store it before sending), its first effects, the signed
-    /// `LeaseAccept` to send back, and the spot leases it preempts (hand each
-    /// [`HostInput::Preempt`](crate::HostInput::Preempt) with the request).
+    /// `LeaseAccept` to send back, and the spot leases it will preempt (once its escrow is
+    /// locked: its [`HostEffect::PreemptSpot`] says when).
     Accepted {
         /// The lease.
         lease: Box<HostLease>,
@@ -98,8 +98,12 @@ pub struct HostBook {
     /// GPUs held by restored leases that no current offer lists (their slot was withdrawn
     /// while they were leased, or its offer lapsed while the host was down).
     held: BTreeMap<ContentId, Vec<GpuUuid>>,
-    /// The booked leases that are spot (preemptible).
-    spot: BTreeSet<ContentId>,
+    /// The booked leases that are spot (preemptible), with what books them again.
+    spot: BTreeMap<ContentId, (Verified<LeaseRequest>, Timestamp)>,
+    /// Accepted leases whose bookings cut spot leases that have not had their notice yet
+    /// (it waits for the preempting lease's escrow): if the preempting lease ends first,
+    /// the spot leases are booked whole again.
+    pending: BTreeMap<ContentId, Vec<ContentId>>,
 }
 
 impl HostBook {
@@ -114,7 +118,8 @@ impl HostBook {
             rules: Rules::default(),
             answered: BTreeMap::new(),
             held: BTreeMap::new(),
-            spot: BTreeSet::new(),
+            spot: BTreeMap::new(),
+            pending: BTreeMap::new(),
         }
     }
 
@@ -145,7 +150,8 @@ impl HostBook {
 
     fn book_lease(&mut self, request: &Verified<LeaseRequest>, accepted_at: Timestamp) {
         if matches!(request.kind, LeaseKind::Spot) {
-            self.spot.insert(request.id());
+            self.spot
+                .insert(request.id(), (request.clone(), accepted_at));
         }
         // The offer may have been replaced; the booking belongs to the GPUs, not the offer,
         // so any current offer listing them carries it. When none does, the GPUs are held
@@ -223,17 +229,40 @@ impl HostBook {
         self.book
             .bookings()
             .into_iter()
-            .filter(|b| b.3 <= now && now < b.4 && !self.spot.contains(&b.2))
+            .filter(|b| b.3 <= now && now < b.4 && !self.spot.contains_key(&b.2))
             .map(|b| b.1)
             .chain(self.held.values().flatten().copied())
             .collect()
     }
 
-    /// Frees a lease's GPUs.
+    /// The booked windows of `lease` as (GPU, start, end): for checks and tests.
+    pub fn bookings_of(&self, lease: &ContentId) -> Vec<(GpuUuid, Timestamp, Timestamp)> {
+        self.book
+            .bookings()
+            .into_iter()
+            .filter(|b| b.2 == *lease)
+            .map(|b| (b.1, b.3, b.4))
+            .collect()
+    }
+
+    /// Frees a lease's GPUs. A preempting lease that ends before its escrow was locked
+    /// gives the spot leases it cut their whole booking back.
     pub fn release(&mut self, lease: &ContentId) {
         self.book.release(lease);
         self.held.remove(lease);
         self.spot.remove(lease);
+        for spot in self.pending.remove(lease).unwrap_or_default() {
+            if let Some((request, starts_at)) = self.spot.get(&spot).cloned() {
+                self.book.release(&spot);
+                self.book_lease(&request, starts_at);
+            }
+        }
+    }
+
+    /// The preempting lease's escrow is locked: the spot leases it cut get their notice, and
+    /// their bookings stay cut.
+    pub fn preempting_locked(&mut self, lease: &ContentId) {
+        self.pending.remove(lease);
     }
 
     /// The booking `request` would take by preempting the spot leases on its GPUs: from the
@@ -248,7 +277,11 @@ impl HostBook {
         if matches!(request.kind, LeaseKind::Reserved { .. }) {
             return None;
         }
-        let start = now.plus_ms(self.timing.spot_notice_ms + crate::PREEMPT_HANDOVER_MS);
+        // The notice is given once the preempting lease's escrow is locked, at most the lock
+        // window after the acceptance.
+        let start = now.plus_ms(
+            crate::host::LOCK_WINDOW_MS + self.timing.spot_notice_ms + crate::PREEMPT_HANDOVER_MS,
+        );
         let mut wanted = Allocation {
             offer,
             ..allocation(request, start)
@@ -256,7 +289,7 @@ impl HostBook {
         let mut preempts = BTreeSet::new();
         for (_, gpu, lease, from, until) in self.book.bookings() {
             if request.gpus.contains(&gpu) && from < wanted.end && now < until {
-                if !self.spot.contains(&lease) {
+                if !self.spot.contains_key(&lease) {
                     return None;
                 }
                 preempts.insert(lease);
@@ -418,11 +451,20 @@ impl HostBook {
             }
         };
         if matches!(request.kind, LeaseKind::Spot) {
-            self.spot.insert(id);
+            self.spot.insert(id, (request.clone(), booked.start));
+        }
+        if !booked.preempts.is_empty() {
+            self.pending.insert(id, booked.preempts.clone());
         }
         self.answered.insert(id, request.expires_at);
         let envelope = accept.as_bytes().to_vec();
-        let (lease, effects) = HostLease::accepted(self.key.clone(), request, &accept, self.timing);
+        let (lease, effects) = HostLease::accepted(
+            self.key.clone(),
+            request,
+            &accept,
+            self.timing,
+            booked.preempts.clone(),
+        );
         Answer::Accepted {
             lease: Box::new(lease),
             effects,

@@ -250,16 +250,40 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
     let high = request(&other_renter(), &o, T0 + 5_000, LeaseKind::Spot, 1_320_000);
     assert!(validate::may_preempt(&spot_r, spot_r.id(), &high).is_ok());
 
-    // An on-demand request at T0 + 20 s: accepted, booked from the notice's end (+ the
-    // hand-over), and it names the spot lease to preempt.
+    // An on-demand request at T0 + 20 s: accepted, booked from the end of a notice given
+    // within the lock window (+ the hand-over), and it names the spot lease to preempt.
     let od_r = request(&other_renter(), &o, T0 + 20_000, LeaseKind::OnDemand, PRICE);
     let mut od = accept(&mut book, &od_r, T0 + 20_000).unwrap();
     assert_eq!(od.preempts, vec![spot_r.id()]);
-    let starts_at = Timestamp(T0 + 20_000 + 30_000 + gpux_lease::PREEMPT_HANDOVER_MS);
+    let starts_at = Timestamp(T0 + 20_000 + 10_000 + 30_000 + gpux_lease::PREEMPT_HANDOVER_MS);
     assert_eq!(gpux_lease::accept_starts_at(&od.accept), Some(starts_at));
     assert_eq!(od.lease.record().starts_at, starts_at);
     // Now the GPU is taken by a lease no one preempts: it leaves the offers.
     assert!(book.unoffered_gpus(starts_at).contains(&GPU));
+
+    // The preempting lease's escrow is locked: its lock is answered at once, the spot lease
+    // is to get its notice, and its container waits for the booking's start.
+    let (effects, _) = lock_at_ledger(
+        &mut od.lease,
+        &other_renter(),
+        None,
+        &mut ledger,
+        T0 + 20_000,
+    );
+    assert!(effects.contains(&HostEffect::PreemptSpot {
+        leases: vec![spot_r.id()]
+    }));
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, HostEffect::AnswerLock { started: false, .. }))
+    );
+    assert!(!effects.contains(&HostEffect::StartContainer));
+    assert!(effects.contains(&HostEffect::Schedule {
+        at: starts_at,
+        timer: HostTimer::StartAt,
+    }));
+    book.preempting_locked(&od_r.id());
 
     // The spot lease gets its notice: signed, kept, written for the workload and sent.
     let effects = spot.lease.handle(
@@ -320,20 +344,7 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
     // The lease ended preempted.
     assert_eq!(spot.lease.record().end, Some(gpux_lease::End::Preempted));
 
-    // The preempting lease: its lock is answered at once, its container waits for the
-    // booking's start.
-    let (effects, _) = lock_at_ledger(
-        &mut od.lease,
-        &other_renter(),
-        None,
-        &mut ledger,
-        T0 + 21_000,
-    );
-    assert!(!effects.contains(&HostEffect::StartContainer));
-    assert!(effects.contains(&HostEffect::Schedule {
-        at: starts_at,
-        timer: HostTimer::StartAt,
-    }));
+    // The preempting lease starts at the booking's start, not before.
     let early = od
         .lease
         .handle(Timestamp(T0 + 30_000), HostInput::Timer(HostTimer::StartAt));
@@ -426,6 +437,57 @@ fn a_renter_refuses_a_notice_that_cites_no_request_that_may_preempt_it() {
     );
     renter.handle(Timestamp(t + 100), RenterInput::Notice(valid));
     assert_eq!(renter.record().preempted_until, Some(Timestamp(t + 30_000)));
+}
+
+#[test]
+fn a_request_that_never_locks_its_escrow_preempts_nobody() {
+    let timing = Timing {
+        spot_notice_ms: 30_000,
+        ..Timing::default()
+    };
+    let o = spot_offer(T0);
+    let mut book = HostBook::new(host(), timing);
+    book.add_offer(o.clone(), Timestamp(T0));
+    let spot_r = request(&spot_renter(), &o, T0, LeaseKind::Spot, 1_200_000);
+    accept(&mut book, &spot_r, T0).unwrap();
+    let whole = book.bookings_of(&spot_r.id());
+    // An on-demand request is accepted over it; its renter never locks.
+    let od_r = request(&other_renter(), &o, T0 + 5_000, LeaseKind::OnDemand, PRICE);
+    let mut od = accept(&mut book, &od_r, T0 + 5_000).unwrap();
+    assert_eq!(od.preempts, vec![spot_r.id()]);
+    assert_ne!(
+        book.bookings_of(&spot_r.id()),
+        whole,
+        "cut while the request waits"
+    );
+    let effects = od.lease.handle(
+        Timestamp(T0 + 35_000),
+        HostInput::Timer(HostTimer::LockWait),
+    );
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, HostEffect::PreemptSpot { .. }))
+    );
+    assert!(effects.contains(&HostEffect::FreeGpus));
+    // The shell frees its GPUs: the spot lease is booked whole again, so a reservation
+    // over its time is refused.
+    book.release(&od_r.id());
+    assert_eq!(book.bookings_of(&spot_r.id()), whole);
+    let reserved = request(
+        &other_renter(),
+        &o,
+        T0 + 40_000,
+        LeaseKind::Reserved {
+            start: Timestamp(T0 + 40_000),
+            end: Timestamp(T0 + 640_000),
+        },
+        PRICE,
+    );
+    assert_eq!(
+        accept(&mut book, &reserved, T0 + 40_000).err(),
+        Some(RejectReason::GpusUnavailable)
+    );
 }
 
 #[test]

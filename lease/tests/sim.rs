@@ -347,6 +347,7 @@ impl World {
             world.request.clone(),
             &accept,
             timing,
+            Vec::new(),
         );
         world.host = Some(host);
         world.host_effects(effects);
@@ -572,7 +573,8 @@ impl World {
                         },
                     );
                 }
-                HostEffect::FreeGpus => {}
+                // The one lease here preempts nobody; its own preemption comes as an event.
+                HostEffect::FreeGpus | HostEffect::PreemptSpot { .. } => {}
             }
         }
     }

@@ -1,7 +1,7 @@
 //! What goes into and out of the host's machine, and what it stores.
 
 use gpux_protocol::{
-    EscrowLock, LeaseEnd, LeaseRequest, MicroCredits, ReceiptAck, Timestamp, Verified,
+    ContentId, EscrowLock, LeaseEnd, LeaseRequest, MicroCredits, ReceiptAck, Timestamp, Verified,
 };
 
 use crate::{End, LedgerCall, LedgerVerdict, Timing, Voucher};
@@ -101,6 +101,8 @@ pub struct HostRecord {
     pub starts_at: Timestamp,
     /// A spot lease's preemption, once notice was given.
     pub preemption: Option<Preemption>,
+    /// The spot leases this lease preempts: they get their notice once its escrow is locked.
+    pub preempts: Vec<ContentId>,
     /// The receipt timing announced in the acceptance.
     pub timing: Timing,
     /// Where the lease is.
@@ -318,6 +320,12 @@ pub enum HostEffect {
     },
     /// The lease's GPUs are free again (the booking is released).
     FreeGpus,
+    /// This lease's escrow is locked: give the spot leases it preempts their notice (hand
+    /// each [`HostInput::Preempt`] with this lease's request).
+    PreemptSpot {
+        /// The spot leases.
+        leases: Vec<ContentId>,
+    },
     /// The lease is preempted: write the notice where the workload reads it (`/run/gpux`)
     /// and send it to the renter (no answer expected).
     Notify {

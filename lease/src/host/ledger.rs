@@ -212,8 +212,20 @@ impl HostLease {
                             started: false,
                         });
                     }
+                    // Only a lease whose escrow is locked preempts anyone (a request alone
+                    // costs nothing). Their notice runs from now: a lock confirmed late
+                    // moves the start after its end, within the booking.
+                    let mut start = self.rec.starts_at;
+                    if !self.rec.preempts.is_empty() {
+                        out.push(HostEffect::PreemptSpot {
+                            leases: self.rec.preempts.clone(),
+                        });
+                        let notice_end = now
+                            .plus_ms(self.rec.timing.spot_notice_ms + crate::PREEMPT_HANDOVER_MS);
+                        start = start.max(notice_end);
+                    }
                     out.push(HostEffect::Schedule {
-                        at: self.rec.starts_at,
+                        at: start,
                         timer: HostTimer::StartAt,
                     });
                 } else {

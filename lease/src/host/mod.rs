@@ -95,12 +95,14 @@ pub struct HostLease {
 impl HostLease {
     /// A lease the host has just accepted (`accept` signed over `request`, booked from the
     /// acceptance or from the time its [`EXT_STARTS_AT`](crate::EXT_STARTS_AT) says, to be
-    /// stored before it is sent). Effects: persist, and the lock-wait timer.
+    /// stored before it is sent), preempting the spot leases `preempts` once its escrow is
+    /// locked. Effects: persist, and the lock-wait timer.
     pub fn accepted(
         key: Keypair,
         request: Verified<LeaseRequest>,
         accept: &Verified<LeaseAccept>,
         timing: Timing,
+        preempts: Vec<ContentId>,
     ) -> (Self, Vec<HostEffect>) {
         let now = accept.created_at;
         let rec = HostRecord {
@@ -109,6 +111,7 @@ impl HostLease {
             accepted_at: now,
             starts_at: crate::accept_starts_at(accept).unwrap_or(now),
             preemption: None,
+            preempts,
             timing,
             phase: HostPhase::AwaitingLock,
             lock: None,

@@ -393,6 +393,8 @@ impl HostLease {
                 }
             }
             HostTimer::StartAt => {
+                // (A lock confirmed late schedules this after `starts_at`: the notice it
+                // gave must have run out.)
                 if self.start_deferred
                     && self.rec.phase == HostPhase::Starting
                     && now >= self.rec.starts_at

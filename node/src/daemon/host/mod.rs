@@ -417,7 +417,7 @@ impl HostRole {
                 lease,
                 effects,
                 envelope,
-                preempts,
+                preempts: _,
             } => {
                 let id = lease.id();
                 if staged {
@@ -445,13 +445,8 @@ impl HostRole {
                     0,
                 );
                 self.workers.insert(id, worker);
-                let preemptor = lease.request().clone();
                 self.leases.insert(id, *lease);
                 self.apply(id, effects);
-                // The spot leases whose GPUs it takes get their notice now.
-                for spot in preempts {
-                    self.on_input(spot, HostInput::Preempt(Box::new(preemptor.clone())));
-                }
                 (envelope, true)
             }
             Answer::Rejected { envelope, .. } => (envelope, false),
@@ -498,6 +493,7 @@ impl HostRole {
     /// Carries out a lease's effects, in order. Returns whether GPUs were freed.
     fn apply(&mut self, id: ContentId, effects: Vec<HostEffect>) -> bool {
         let mut freed = false;
+        let mut preempt = Vec::new();
         for effect in effects {
             let Some(lease) = self.leases.get(&id) else {
                 return freed;
@@ -542,6 +538,10 @@ impl HostRole {
                 HostEffect::SendReceipt { seq, envelope } => {
                     self.send_receipt(id, lease.request(), seq, envelope)
                 }
+                HostEffect::PreemptSpot { leases } => {
+                    self.book.preempting_locked(&id);
+                    preempt = leases;
+                }
                 HostEffect::Notify { envelope, ends_at } => {
                     tracing::info!("lease {}: preempted, ends at {ends_at}", id.short());
                     self.send_to_renter(lease.request(), envelope);
@@ -559,6 +559,12 @@ impl HostRole {
                     self.book.release(&id);
                     freed = true;
                 }
+            }
+        }
+        // The spot leases this lease preempts get their notice (after its own effects).
+        if let Some(preemptor) = self.leases.get(&id).map(|l| l.request().clone()) {
+            for spot in preempt {
+                freed |= self.on_input(spot, HostInput::Preempt(Box::new(preemptor.clone())));
             }
         }
         if self
