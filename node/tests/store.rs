@@ -45,7 +45,7 @@ fn record(n: u8) -> (ContentId, HostRecord) {
         },
     )
     .unwrap();
-    let (lease, _) = HostLease::accepted(host, request, &accept, Timing::default());
+    let (lease, _) = HostLease::accepted(host, request, &accept, Timing::default(), Vec::new());
     (lease.id(), lease.record().clone())
 }
 
