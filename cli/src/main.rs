@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 
-use cmd::market::{Run, Want};
+use cmd::market::{Kind, Run, Want};
 use cmd::node::NodeRunArgs;
 
 /// gpux: a peer-to-peer exchange for GPU compute.
@@ -56,6 +56,8 @@ enum Command {
     Rent {
         #[command(flatten)]
         want: Want,
+        #[command(flatten)]
+        kind: Kind,
         #[command(flatten)]
         run: Run,
         /// Print JSON.
@@ -406,7 +408,12 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Offers {
             action: OffersAction::Search { query, limit, json },
         } => cmd::market::search(&dir, &query, limit, json)?,
-        Command::Rent { want, run, json } => cmd::market::rent(&dir, want, run, json)?,
+        Command::Rent {
+            want,
+            kind,
+            run,
+            json,
+        } => cmd::market::rent(&dir, want, kind, run, json)?,
         Command::Bid { want, ttl } => cmd::market::bid(&dir, want, ttl)?,
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,

@@ -313,6 +313,7 @@ mod attack;
 mod leases;
 mod ledger;
 mod market;
+mod spot;
 mod workload;
 
 fn attest_lib() -> std::path::PathBuf {

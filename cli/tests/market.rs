@@ -12,6 +12,8 @@ use gpux_testnet::harness;
 use serde_json::Value;
 
 /// Timing the market's nodes run with (seconds).
+/// The notice a test host gives a spot lease before it preempts it, seconds.
+pub const SPOT_NOTICE_S: u64 = 6;
 pub const RECEIPT_INTERVAL_S: u64 = 1;
 pub const LEDGER_GRACE_S: u64 = 5;
 /// Credits each node gets from the faucet.
@@ -254,6 +256,11 @@ impl Market {
                 &RECEIPT_INTERVAL_S.to_string(),
                 "--ack-grace",
                 &self.ack_grace_s.to_string(),
+                // Spot leases from 1 credit per GPU-hour, preempted with 6 s of notice.
+                "--spot-floor",
+                "1.00",
+                "--spot-notice",
+                &SPOT_NOTICE_S.to_string(),
             ]
             .map(String::from),
         );

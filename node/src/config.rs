@@ -15,6 +15,7 @@
 //! ledger_release_grace_s = 600          # ledger: idle time before a payer may release
 //! receipt_interval_s = 60               # host: how often receipts are signed
 //! ack_grace_s = 30                      # host: stop a lease this long after a missed ack
+//! spot_notice_s = 30                    # host: a spot lease's notice before preemption
 //! host = false                          # share this machine's GPUs
 //! price = "1.00"                        # host: credits per GPU-hour
 //! spot_floor = "0.40"                   # host: optional; no spot leases without it
@@ -78,6 +79,10 @@ pub struct Options {
     ///.
     #[arg(long = "ack-grace", value_name = "SECONDS")]
     pub ack_grace_s: Option<u64>,
+    /// Host: seconds of notice a spot lease gets before it is preempted (a term of every
+    /// lease this host accepts).
+    #[arg(long = "spot-notice", value_name = "SECONDS")]
+    pub spot_notice_s: Option<u64>,
     /// Share this machine's GPUs.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub host: Option<bool>,
@@ -224,6 +229,7 @@ macro_rules! each_setting {
             ledger_release_grace_s,
             receipt_interval_s,
             ack_grace_s,
+            spot_notice_s,
             host,
             price,
             spot_floor,
@@ -258,6 +264,7 @@ impl Options {
             ledger_release_grace_s: Some(600),
             receipt_interval_s: Some(timing.receipt_interval_ms / 1000),
             ack_grace_s: Some(timing.ack_grace_ms / 1000),
+            spot_notice_s: Some(timing.spot_notice_ms / 1000),
             host: Some(false),
             price: Some("1.00".into()),
             spot_floor: None,
@@ -440,6 +447,7 @@ impl Effective {
                 max_image_bytes,
                 stage_quota_bytes,
                 staging_root: data_dir.join("staging"),
+                run_root: data_dir.join("run"),
             })
         } else {
             None
@@ -451,6 +459,10 @@ impl Effective {
         let grace = o.ack_grace_s.unwrap_or(30);
         if grace == 0 {
             return Err(self.bad("ack_grace_s", "must be at least 1"));
+        }
+        let notice = o.spot_notice_s.unwrap_or(30);
+        if !(2..=3600).contains(&notice) {
+            return Err(self.bad("spot_notice_s", "must be between 2 and 3600"));
         }
         let api = o
             .api
@@ -482,7 +494,7 @@ impl Effective {
             timing: Timing {
                 receipt_interval_ms: interval * 1000,
                 ack_grace_ms: grace * 1000,
-                ..Timing::default()
+                spot_notice_ms: notice * 1000,
             },
         })
     }

@@ -81,6 +81,7 @@ fn spec(image: ImageDigest, lease: &str, script: &str) -> ContainerSpec {
         network: false,
         gpus: GpuBinding::Fake,
         workspace: None,
+        run_dir: None,
     }
 }
 

@@ -203,6 +203,7 @@ fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
                 network: false,
                 gpus: GpuBinding::Fake,
                 workspace: None,
+                run_dir: None,
             };
             let started = Instant::now();
             let id = exec.start(&spec).await?;
@@ -532,6 +533,7 @@ pub fn up(
                 network: false,
                 disk_bytes: None,
                 retain_s: None,
+                spot: false,
             };
             let asked = Instant::now();
             match renter.rent(&body) {

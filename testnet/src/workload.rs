@@ -85,6 +85,7 @@ pub(crate) fn round(
         network: false,
         disk_bytes: Some(64 << 20),
         retain_s: Some(20),
+        spot: false,
     })?;
     let staged = rented.staged.clone().context("the rent staged no image")?;
     figures.images_pushed = 1;

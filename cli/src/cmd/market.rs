@@ -24,6 +24,17 @@ pub(crate) struct Want {
     duration: u32,
 }
 
+/// The kind of lease, for `rent`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Kind {
+    /// A spot lease: pays --max-price (at least the offer's spot floor) per second with no
+    /// minimum, and the host may preempt it for an on-demand lease or a bid a tenth higher,
+    /// after the notice the host states (30 s by default; the workload finds it in
+    /// /run/gpux/preemption.json, then gets SIGTERM).
+    #[arg(long)]
+    spot: bool,
+}
+
 /// How a container is to run, for `rent`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Run {
@@ -124,7 +135,7 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Result<()> {
+pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> anyhow::Result<()> {
     let env = super::parse_env(&run.env)?;
     // The node reads the archive: give it a path that does not depend on this directory.
     let image_archive = run
@@ -148,6 +159,7 @@ pub(crate) fn rent(dir: &Path, want: Want, run: Run, json: bool) -> anyhow::Resu
         network: run.network,
         disk_bytes: run.disk,
         retain_s: run.retain,
+        spot: kind.spot,
     };
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {

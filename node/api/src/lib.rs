@@ -257,6 +257,10 @@ pub struct RentRequest {
     /// term; the host's default, 10 minutes, when absent; capped by the host).
     #[serde(default)]
     pub retain_s: Option<u64>,
+    /// A spot lease: pays `max_price` (at least the offer's spot floor), per second with no
+    /// minimum, and may be preempted after the notice period the host states.
+    #[serde(default)]
+    pub spot: bool,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the
@@ -419,6 +423,20 @@ pub struct LeaseView {
     pub settled: bool,
     /// Log bytes shipped (host) or received (renter).
     pub log_bytes: u64,
+    /// `on-demand`, `spot` or `reserved`.
+    #[serde(default)]
+    pub kind: String,
+    /// When the GPUs are booked from, unix ms: the acceptance, or later for a lease that
+    /// preempts spot leases (the container starts no sooner).
+    #[serde(default)]
+    pub starts_at: u64,
+    /// A spot lease's preemption: when its notice ends it, unix ms (the renter's once it
+    /// checked the notice).
+    #[serde(default)]
+    pub preempted_until: Option<u64>,
+    /// Renter: a preemption notice came that did not hold (refused).
+    #[serde(default)]
+    pub notice_refused: bool,
 }
 
 /// `GET /v1/leases/{lease}/logs?from=N`.

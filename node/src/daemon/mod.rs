@@ -84,6 +84,8 @@ pub struct HostOptions {
     pub stage_quota_bytes: u64,
     /// Where staged layers arrive (`<data-dir>/staging`), and the record of staged images.
     pub staging_root: PathBuf,
+    /// Where each spot lease's `/run/gpux` is written (`<data-dir>/run/<lease>`).
+    pub run_root: PathBuf,
 }
 
 /// The daemon's settings.

@@ -196,7 +196,11 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         gpus: request.gpus,
         max_price,
         duration_s: request.duration_s,
-        kind: LeaseKind::OnDemand,
+        kind: if request.spot {
+            LeaseKind::Spot
+        } else {
+            LeaseKind::OnDemand
+        },
         allow_spread: false,
     };
     let mut terms = Ext::new();

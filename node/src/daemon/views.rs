@@ -50,6 +50,15 @@ fn view(lease: ContentId, role: Role, request: &Verified<LeaseRequest>) -> Lease
         redeemed: 0,
         settled: false,
         log_bytes: 0,
+        kind: match request.kind {
+            gpux_protocol::LeaseKind::OnDemand => "on-demand",
+            gpux_protocol::LeaseKind::Spot => "spot",
+            gpux_protocol::LeaseKind::Reserved { .. } => "reserved",
+        }
+        .into(),
+        starts_at: 0,
+        preempted_until: None,
+        notice_refused: false,
     }
 }
 
@@ -71,6 +80,8 @@ pub(crate) fn host_view(lease: ContentId, record: &HostRecord) -> Option<LeaseVi
         redeemed: record.redeemed.0,
         settled: record.phase == HostPhase::Settled,
         log_bytes: record.log_bytes,
+        starts_at: record.starts_at.0,
+        preempted_until: record.preemption.as_ref().map(|p| p.ends_at.0),
         ..view(lease, Role::Host, &request)
     })
 }
@@ -91,6 +102,9 @@ pub(crate) fn renter_view(lease: ContentId, record: &RenterRecord) -> Option<Lea
         acked_amount: record.acked.as_ref().map_or(0, |v| v.amount.0),
         settled: record.phase == RenterPhase::Settled,
         log_bytes: record.log_bytes,
+        starts_at: record.starts_at.0,
+        preempted_until: record.preempted_until.map(|t| t.0),
+        notice_refused: record.notice_refused,
         ..view(lease, Role::Renter, &request)
     })
 }

@@ -26,6 +26,7 @@
 //!         network: false,
 //!         gpus: GpuBinding::Fake,
 //!         workspace: None,
+//!         run_dir: None,
 //!     })
 //!     .await?;
 //! let (output, _next) = executor.logs_since(&id, LogCursor::START, 1 << 20).await?;
@@ -320,6 +321,19 @@ impl Executor {
         let volumes = image.config.and_then(|c| c.volumes).unwrap_or_default();
         spec::shadow_image_volumes(&mut body, volumes, spec.scratch_bytes);
         if let Some(relay) = &self.relay {
+            if let Some(dir) = &spec.run_dir {
+                // The relay is bound over a file of the lease's directory, which the
+                // container sees read-only: the mount point must exist there first.
+                let point = dir.join("busybox");
+                if !point.exists() {
+                    tokio::fs::write(&point, b"")
+                        .await
+                        .map_err(|source| ExecError::Io {
+                            path: point.clone(),
+                            source,
+                        })?;
+                }
+            }
             spec::mount_relay(&mut body, relay);
         }
         let created = match self.docker.create_container(None, body).await {

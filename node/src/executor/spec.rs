@@ -60,6 +60,9 @@ pub struct ContainerSpec {
     /// The lease's workspace on the host (a mounted filesystem of the lease's size), bound
     /// at `/workspace`; `None` for a lease without one.
     pub workspace: Option<std::path::PathBuf>,
+    /// A directory the host writes for the workload (a spot lease's preemption notice),
+    /// bound read-only at [`RELAY_DIR`](super::RELAY_DIR); `None` for a lease without one.
+    pub run_dir: Option<std::path::PathBuf>,
 }
 
 /// Whether an environment variable name is reserved for the host (`NVIDIA_*`, any case: the
@@ -211,6 +214,19 @@ pub fn container_config(spec: &ContainerSpec, node: &str) -> ContainerCreateBody
             .map(|_| super::WORKSPACE_DIR.to_string()),
         ..Default::default()
     };
+    if let (Some(dir), Some(host)) = (&spec.run_dir, body.host_config.as_mut()) {
+        host.mounts.get_or_insert_with(Vec::new).push(Mount {
+            typ: Some(MountType::BIND),
+            source: Some(dir.display().to_string()),
+            target: Some(super::RELAY_DIR.into()),
+            read_only: Some(true),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     if let (Some(dir), Some(host)) = (&spec.workspace, body.host_config.as_mut()) {
         host.mounts.get_or_insert_with(Vec::new).push(Mount {
             typ: Some(MountType::BIND),
@@ -276,6 +292,7 @@ mod tests {
             network: false,
             gpus,
             workspace: None,
+            run_dir: None,
         }
     }
 
@@ -452,6 +469,21 @@ mod tests {
         assert_eq!(mounts[0].target.as_deref(), Some("/run/gpux/busybox"));
         assert_eq!(mounts[0].read_only, Some(true));
         assert_eq!(host(&body).binds, None);
+    }
+
+    #[test]
+    fn a_spot_lease_sees_its_run_directory_read_only_with_the_relay_inside() {
+        let mut spot = spec(GpuBinding::Fake);
+        spot.run_dir = Some("/data/run/ab".into());
+        let mut body = container_config(&spot, "n");
+        mount_relay(&mut body, std::path::Path::new("/bin/busybox"));
+        let mounts = host(&body).mounts.clone().unwrap();
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[0].source.as_deref(), Some("/data/run/ab"));
+        assert_eq!(mounts[0].target.as_deref(), Some("/run/gpux"));
+        assert_eq!(mounts[0].read_only, Some(true));
+        assert_eq!(mounts[1].target.as_deref(), Some("/run/gpux/busybox"));
+        assert_eq!(mounts[1].read_only, Some(true));
     }
 
     #[test]

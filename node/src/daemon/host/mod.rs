@@ -129,6 +129,7 @@ impl HostRole {
             workspaces: workspaces.clone(),
             max_retain_s: options.max_retain_s,
             staged,
+            run_root: options.run_root.clone(),
         };
         let mut role = Self {
             book: HostBook::new(key.clone(), timing),
@@ -544,6 +545,7 @@ impl HostRole {
                 }
                 HostEffect::Notify { envelope, ends_at } => {
                     tracing::info!("lease {}: preempted, ends at {ends_at}", id.short());
+                    self.exec(id, ExecOp::Notify { ends_at });
                     self.send_to_renter(lease.request(), envelope);
                 }
                 HostEffect::SendEnd { envelope } => self.send_to_renter(lease.request(), envelope),

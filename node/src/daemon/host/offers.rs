@@ -230,6 +230,7 @@ mod tests {
             max_image_bytes: 1 << 30,
             stage_quota_bytes: 1 << 30,
             staging_root: "/nonexistent".into(),
+            run_root: "/nonexistent".into(),
         }
     }
 

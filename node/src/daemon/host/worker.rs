@@ -19,6 +19,8 @@ use crate::daemon::{Event, report};
 use crate::executor::{ContainerSpec, ExecError, Executor, GpuBinding, LogCursor, Workspaces};
 use crate::p2p::{Client, Proto};
 
+/// The preemption notice's file, in the lease's `/run/gpux`.
+pub(crate) const PREEMPTION_FILE: &str = "preemption.json";
 /// Most container output shipped per chunk.
 const LOG_CHUNK_BYTES: usize = 32 * 1024;
 /// How long a request to the renter may take.
@@ -34,6 +36,10 @@ pub(crate) enum ExecOp {
     Watch,
     Stop {
         grace_s: u32,
+    },
+    /// A spot lease is preempted: the notice for the workload, ending it at `ends_at`.
+    Notify {
+        ends_at: Timestamp,
     },
     Erase,
 }
@@ -59,6 +65,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) max_retain_s: u64,
     /// Renters' staged images, released when their lease ends.
     pub(crate) staged: crate::plane::staged::StagedImages,
+    /// Where each spot lease's `/run/gpux` is written (`<data-dir>/run/<lease>`).
+    pub(crate) run_root: std::path::PathBuf,
 }
 
 /// The container spec of a lease.
@@ -83,6 +91,7 @@ pub(crate) fn spec(request: &LeaseRequest, lease: ContentId, fake: bool) -> Cont
             GpuBinding::Real(request.gpus.iter().map(ToString::to_string).collect())
         },
         workspace: None,
+        run_dir: None,
     }
 }
 
@@ -141,6 +150,7 @@ impl Worker {
                 ExecOp::Start => self.start().await,
                 ExecOp::Watch => self.watch(),
                 ExecOp::Stop { grace_s } => self.stop(grace_s).await,
+                ExecOp::Notify { ends_at } => self.notify(ends_at).await,
                 ExecOp::Erase => {
                     self.erase().await;
                     // Nothing follows an erasure.
@@ -150,8 +160,53 @@ impl Worker {
         }
     }
 
+    /// The lease's directory for the workload, `/run/gpux` inside (spot leases only).
+    fn run_dir(&self) -> Option<std::path::PathBuf> {
+        matches!(self.request.kind, gpux_protocol::LeaseKind::Spot)
+            .then(|| self.ctx.run_root.join(gpux_protocol::hex(&self.lease.0)))
+    }
+
+    /// Writes the preemption notice where the workload reads it, as AWS's instance-action
+    /// (`/run/gpux/preemption.json`: action, time, the lease), atomically.
+    async fn notify(&mut self, ends_at: Timestamp) {
+        let Some(dir) = self.run_dir() else {
+            return;
+        };
+        let text = serde_json::json!({
+            "action": "terminate",
+            "lease": gpux_protocol::hex(&self.lease.0),
+            "notice_at_ms": crate::attest::now().0,
+            "ends_at_ms": ends_at.0,
+            "ends_in_s": ends_at.0.saturating_sub(crate::attest::now().0) / 1000,
+        })
+        .to_string();
+        let written = async {
+            tokio::fs::create_dir_all(&dir).await?;
+            let part = dir.join(".preemption.json.part");
+            tokio::fs::write(&part, format!("{text}\n")).await?;
+            tokio::fs::rename(&part, dir.join(PREEMPTION_FILE)).await
+        };
+        if let Err(e) = written.await {
+            tracing::warn!(
+                "lease {}: cannot write its preemption notice: {e}",
+                self.lease.short()
+            );
+        }
+    }
+
     async fn start(&mut self) {
         let mut spec = spec(&self.request, self.lease, self.ctx.fake_gpus);
+        if let Some(dir) = self.run_dir() {
+            match tokio::fs::create_dir_all(&dir).await {
+                Ok(()) => spec.run_dir = Some(dir),
+                Err(e) => {
+                    tracing::warn!("lease {}: no /run/gpux: {e}", self.lease.short());
+                    self.tell(HostInput::ContainerNotStarted(StartFailure::Failed))
+                        .await;
+                    return;
+                }
+            }
+        }
         if let Ok(Some(bytes)) = self.request.workspace_bytes() {
             match self.ctx.workspaces.create(&spec.lease, bytes).await {
                 Ok(dir) => spec.workspace = Some(dir),
@@ -288,6 +343,17 @@ impl Worker {
     /// retention, for `gpux cp` to fetch results from, and erases it then; at once when the
     /// retention is 0.
     async fn erase_workspace(&self) {
+        // The lease's /run/gpux goes with its container.
+        if let Some(dir) = self.run_dir()
+            && let Err(e) = tokio::fs::remove_dir_all(&dir).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(
+                "lease {}: cannot remove {}: {e}",
+                self.lease.short(),
+                dir.display()
+            );
+        }
         let hex = gpux_protocol::hex(&self.lease.0);
         // What the lease agreed (and paid, when priced): the offer's longest at most, so the
         // cap only binds a request that somehow got past it.

@@ -1,0 +1,135 @@
+//! Spot leases with real processes, real Docker and a real ledger: an on-demand rent
+//! preempts a spot lease after its notice; the workload sees the notice file and SIGTERM,
+//! its container is gone by the notice's end, it pays the seconds it ran at its bid with no
+//! minimum, and the on-demand lease starts on the freed GPU once the notice has run out.
+
+use gpux_protocol::{MicroCredits, money};
+
+use super::market::{Market, SPOT_NOTICE_S, docker_containers, wait_for};
+
+/// A workload that saves its work when told: it watches for the notice file, and on
+/// SIGTERM prints the notice and exits.
+const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; exit 0' TERM; \
+     echo started; seen=; \
+     while true; do \
+       if [ -z \"$seen\" ] && [ -f /run/gpux/preemption.json ]; then echo notice seen; seen=1; fi; \
+       sleep 1 & wait $!; \
+     done";
+
+/// The spot bid, credits per GPU-hour (the test hosts' floor is 1.00, on-demand 3.60).
+const BID: &str = "2.00";
+
+#[test]
+fn an_on_demand_rent_preempts_a_spot_lease_which_sees_the_notice_and_pays_no_minimum() {
+    let market = Market::start(1, 2, 10);
+    let (host, spot_renter, od_renter) = (&market.hosts[0], &market.renters[0], &market.renters[1]);
+
+    // A spot lease at the bid.
+    let out = spot_renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--spot",
+        "--max-price",
+        BID,
+        "--duration",
+        "300",
+        "--image",
+        &market.image,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        PATIENT,
+    ]);
+    assert!(
+        out.status.success(),
+        "spot rent failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spot: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    let spot = spot.lease;
+    let view = host.lease(&spot);
+    assert_eq!(view.kind, "spot");
+    assert_eq!(view.price_per_gpu_hour_micro, 2_000_000);
+    wait_for("the spot workload to start", 20, || {
+        spot_renter
+            .api()
+            .logs(&spot, 0)
+            .is_ok_and(|p| p.text.contains("started"))
+    });
+    // Its GPU stays in the market: an on-demand renter finds it.
+    wait_for("the spot-held GPU to stay offered", 20, || {
+        od_renter
+            .api()
+            .offers("gpu=l4", 10)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    });
+
+    // An on-demand rent takes the GPU: accepted at once, its container waits.
+    let od = market.rent(od_renter, 60, "echo on-demand started; sleep 50");
+    let od_view = host.lease(&od);
+    assert_eq!(od_view.kind, "on-demand");
+    assert!(od_view.starts_at > od_view.since, "{od_view:?}");
+
+    // The spot lease gets its notice; the workload sees the file, then SIGTERM.
+    wait_for("the spot lease to be preempted", 30, || {
+        let view = host.lease(&spot);
+        view.end.as_deref() == Some("preempted") && view.finished_at.is_some()
+    });
+    let ended = host.lease(&spot);
+    let until = ended.preempted_until.expect("the notice's end");
+    let finished = ended.finished_at.expect("the container's end");
+    let started = ended.started_at.expect("the container's start");
+    assert!(
+        finished <= until + 1_500,
+        "the container ran past the notice: finished {finished}, notice ends {until}"
+    );
+    wait_for("the renter to hear of the notice", 10, || {
+        spot_renter.lease(&spot).preempted_until == Some(until)
+    });
+    let seen = spot_renter.lease(&spot);
+    assert!(!seen.notice_refused);
+    wait_for("the workload's last words", 10, || {
+        spot_renter.api().logs(&spot, 0).is_ok_and(|p| {
+            p.text.contains("notice seen")
+                && p.text.contains("got TERM")
+                && p.text.contains("\"action\":\"terminate\"")
+        })
+    });
+    let text = spot_renter.api().logs(&spot, 0).unwrap().text;
+    let seen_at = text.find("notice seen").unwrap();
+    assert!(seen_at < text.find("got TERM").unwrap(), "{text}");
+
+    // It pays the seconds it ran at its bid, with no 60 s minimum.
+    wait_for("the spot lease to settle", 30, || host.lease(&spot).settled);
+    let paid = host.lease(&spot).redeemed;
+    let ran_s = (finished - started) / 1000;
+    assert!(ran_s < 60, "ran {ran_s} s");
+    let cost = |s: u64| money::cost(s, MicroCredits(2_000_000)).unwrap().0;
+    assert!(
+        paid <= cost(ran_s) && paid >= cost(ran_s.saturating_sub(2)),
+        "paid {paid} for {ran_s} s at the bid (a minimum would be {})",
+        cost(60)
+    );
+    wait_for("the spot container to be erased", 20, || {
+        docker_containers(&spot).is_empty()
+    });
+
+    // The on-demand lease starts on the freed GPU, once the notice has run out.
+    wait_for("the on-demand lease to start", 30, || {
+        host.lease(&od).started_at.is_some()
+    });
+    let od_view = host.lease(&od);
+    let od_started = od_view.started_at.unwrap();
+    assert!(
+        od_started >= finished,
+        "started {od_started} before the spot lease ended {finished}"
+    );
+    assert!(od_started >= od_view.starts_at - 1_000, "{od_view:?}");
+    assert!(
+        od_started >= until,
+        "the notice ({} s) had not run out",
+        SPOT_NOTICE_S
+    );
+    market.assert_conserved();
+}
