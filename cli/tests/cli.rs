@@ -411,6 +411,22 @@ mod testnet {
         assert!(report["bytes_copied"].as_u64().unwrap() > 0, "{report}");
         assert_eq!(report["workspaces_left"], 0, "{report}");
         assert_eq!(report["renter_images_left"], 0, "{report}");
+        // A spot lease was preempted by an on-demand rent: its workload saw the notice, it
+        // ended preempted and paid the seconds it ran (no minimum: checked below).
+        assert_eq!(report["spot_preemptions"], 1, "{report}");
+        assert_eq!(report["spot_notices_seen"], 1, "{report}");
+        let preempted: Vec<_> = report["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["end_reason"] == "preempted")
+            .collect();
+        assert_eq!(preempted.len(), 1, "{report}");
+        assert_eq!(preempted[0]["kind"], "spot", "{report}");
+        assert!(
+            preempted[0]["runtime_s"].as_f64().unwrap() < 60.0,
+            "{report}"
+        );
         assert!(report["receipts_acked"].as_u64().unwrap() >= 2, "{report}");
         assert!(report["credits_before"].as_u64().unwrap() > 0);
         assert_eq!(

@@ -16,6 +16,7 @@ use gpux_node::api_client::ApiClient;
 
 pub mod flood;
 pub mod harness;
+pub mod orders;
 pub mod plane_bench;
 pub mod rogue;
 pub mod workload;
@@ -106,6 +107,9 @@ pub struct Report {
     /// what was left (flattened into the report).
     #[serde(flatten)]
     pub plane: workload::PlaneFigures,
+    /// The order-kinds round: a spot lease preempted (flattened into the report).
+    #[serde(flatten)]
+    pub orders: orders::OrderFigures,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
     /// Anything that went wrong.
@@ -127,11 +131,13 @@ pub struct LeaseReport {
     pub runtime_s: f64,
     /// What the ledger moved to the host, micro-credits.
     pub charged: u64,
-    /// price × gpus × max(60, runtime_s) / 3600, plus the kept workspace's fixed sum,
-    /// micro-credits.
+    /// price × gpus × max(60, runtime_s) / 3600 (spot: runtime_s, no minimum), plus the
+    /// kept workspace's fixed sum, micro-credits.
     pub expected: f64,
     /// The kept workspace's fixed sum (in `expected`), micro-credits.
     pub retention_charge: u64,
+    /// `on-demand`, `spot` or `reserved`.
+    pub kind: String,
     /// Why it ended.
     pub end_reason: String,
     /// The workload's exit code.
@@ -381,6 +387,11 @@ pub fn up(
                     // Kept workspaces are priced too; the report's expected charges add it.
                     "--disk-price",
                     "0.05",
+                    // Spot leases from 0.10 credits, preempted with 4 s of notice.
+                    "--spot-floor",
+                    "0.10",
+                    "--spot-notice",
+                    "4",
                     "--region",
                     REGIONS[h % REGIONS.len()],
                     "--republish",
@@ -593,6 +604,19 @@ pub fn up(
         }
     }
 
+    // Every kind of order: a spot lease preempted by an on-demand rent of its GPU.
+    let node = |name: &str| nodes.iter().find(|n| n.name == name);
+    if !stop.load(Ordering::Relaxed)
+        && let (Some(host), Some(spot_renter)) = (node("host-0"), node("renter-0"))
+    {
+        let od_renter = node("renter-1").unwrap_or(spot_renter);
+        progress("orders: a spot lease, preempted by an on-demand rent");
+        match orders::round(host, spot_renter, od_renter, &progress) {
+            Ok(f) => report.orders = f,
+            Err(e) => report.errors.push(format!("orders: {e:#}")),
+        }
+    }
+
     // Every lease ends within its time; wait for all of them to settle.
     progress("renting stopped; waiting for the last leases to end and settle");
     let settled = |c: &ApiClient| -> (usize, usize) {
@@ -710,6 +734,12 @@ fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Repor
             let price = l.price_per_gpu_hour_micro;
             let gpus = l.gpus.len() as u64;
             let runtime_s = end.saturating_sub(start) as f64 / 1000.0;
+            // Spot leases bill no minimum.
+            let billed_s = if l.kind == "spot" {
+                runtime_s
+            } else {
+                runtime_s.max(60.0)
+            };
             report.leases_settled += usize::from(l.settled);
             report.leases.push(LeaseReport {
                 lease: l.lease.clone(),
@@ -717,9 +747,10 @@ fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Repor
                 gpus,
                 runtime_s,
                 charged: l.redeemed,
-                expected: price as f64 * gpus as f64 * runtime_s.max(60.0) / 3600.0
+                expected: price as f64 * gpus as f64 * billed_s / 3600.0
                     + l.retention_charge_micro as f64,
                 retention_charge: l.retention_charge_micro,
+                kind: l.kind.clone(),
                 end_reason: l.end.clone().unwrap_or_default(),
                 exit_code: l.exit_code,
                 settled: l.settled,
@@ -751,7 +782,8 @@ fn is_busy_market(code: Option<gpux_api::ErrorCode>, leases_exist: bool) -> bool
 }
 
 /// GPUs a host booked for two leases at once, over all hosts (from their lease records:
-/// leases that held GPUs, each from its acceptance to the end of its work).
+/// leases that held GPUs, each from its booking's start, the acceptance or the end of the
+/// notice of the spot leases it preempted, to the end of its work).
 fn double_allocations(hosts: &[ApiClient]) -> usize {
     let mut doubles = 0;
     for host in hosts {
@@ -768,7 +800,7 @@ fn double_allocations(hosts: &[ApiClient]) -> usize {
                 continue;
             };
             for g in &l.gpus {
-                windows.push((g.clone(), l.since, end));
+                windows.push((g.clone(), l.since.max(l.starts_at), end));
             }
         }
         windows.sort();

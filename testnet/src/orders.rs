@@ -1,0 +1,153 @@
+//! The testnet's order-kinds round: a spot lease preempted by an on-demand rent of the
+//! same GPU. The spot workload watches for the host's notice in `/run/gpux` and exits on
+//! the SIGTERM that follows; the round checks it saw both, that its container was gone by
+//! the notice's end, and that the on-demand lease started after it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use gpux_node::api_client::ApiClient;
+
+use crate::harness;
+
+/// What the round did, for the report (flattened into it).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct OrderFigures {
+    /// Spot leases preempted (their notice checked by the renter, the workload gone by its
+    /// end).
+    pub spot_preemptions: usize,
+    /// Of those, the workloads that saw the notice file before their SIGTERM.
+    pub spot_notices_seen: usize,
+}
+
+/// A spot workload that saves its work when told.
+const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; exit 0' TERM; \
+     echo started; seen=; \
+     while true; do \
+       if [ -z \"$seen\" ] && [ -f /run/gpux/preemption.json ]; then echo notice seen; seen=1; fi; \
+       sleep 1 & wait $!; \
+     done";
+
+fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        if done() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bail!("timed out after {secs} s waiting for {what}")
+}
+
+fn lease(api: &ApiClient, id: &str) -> Option<gpux_api::LeaseView> {
+    api.leases().ok()?.into_iter().find(|l| l.lease == id)
+}
+
+fn rent(
+    api: &ApiClient,
+    host: &str,
+    spot: bool,
+    price: &str,
+    script: &str,
+) -> anyhow::Result<String> {
+    let rented = api.rent(&gpux_api::RentRequest {
+        query: format!("host={host}"),
+        gpus: 1,
+        max_price: price.into(),
+        duration_s: if spot { 120 } else { 5 },
+        image: None,
+        image_archive: None,
+        cache_image: false,
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        env: Default::default(),
+        network: false,
+        disk_bytes: None,
+        retain_s: None,
+        spot,
+    })?;
+    Ok(rented.lease)
+}
+
+/// Runs the round: `spot_renter` rents host-0's GPU spot, `od_renter` then rents it
+/// on-demand.
+pub(crate) fn round(
+    host: &harness::Node,
+    spot_renter: &harness::Node,
+    od_renter: &harness::Node,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<OrderFigures> {
+    let mut figures = OrderFigures::default();
+    let host_api = ApiClient::for_data_dir(&host.dir)?;
+    let spot_api = ApiClient::for_data_dir(&spot_renter.dir)?;
+    let od_api = ApiClient::for_data_dir(&od_renter.dir)?;
+    // The host's GPU is free once the renting rounds' leases are over.
+    wait("host-0's GPU to be offered", 30, || {
+        spot_api
+            .offers(&format!("host={}", host.peer), 5)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    })?;
+    let mut spot = None;
+    wait("a spot lease on host-0", 30, || {
+        spot = rent(&spot_api, &host.peer, true, "10", PATIENT).ok();
+        spot.is_some()
+    })?;
+    let spot = spot.context("no spot lease")?;
+    progress(&format!(
+        "orders: {} runs spot lease {spot} on {}",
+        spot_renter.name, host.name
+    ));
+    wait("the spot workload to start", 20, || {
+        spot_api
+            .logs(&spot, 0)
+            .is_ok_and(|p| p.text.contains("started"))
+    })?;
+    let od = rent(&od_api, &host.peer, false, "10", "echo on-demand; sleep 3")
+        .context("the on-demand rent over the spot lease")?;
+    progress(&format!(
+        "orders: {} rents the same GPU on-demand: lease {od}",
+        od_renter.name
+    ));
+    wait("the spot lease to be preempted", 40, || {
+        lease(&host_api, &spot)
+            .is_some_and(|l| l.end.as_deref() == Some("preempted") && l.finished_at.is_some())
+    })?;
+    let ended = lease(&host_api, &spot).context("the spot lease")?;
+    let until = ended.preempted_until.context("no notice recorded")?;
+    let finished = ended.finished_at.context("no end recorded")?;
+    if finished > until + 1_500 {
+        bail!("the spot container ran until {finished}, past its notice's end {until}");
+    }
+    wait("the renter to check the notice", 10, || {
+        lease(&spot_api, &spot).is_some_and(|l| l.preempted_until == Some(until))
+    })?;
+    figures.spot_preemptions = 1;
+    let saw = wait("the spot workload's last words", 10, || {
+        spot_api.logs(&spot, 0).is_ok_and(|p| {
+            let notice = p.text.find("notice seen");
+            let term = p.text.find("got TERM");
+            matches!((notice, term), (Some(n), Some(t)) if n < t)
+        })
+    });
+    figures.spot_notices_seen = usize::from(saw.is_ok());
+    wait("the on-demand lease to start", 40, || {
+        lease(&host_api, &od).is_some_and(|l| l.started_at.is_some())
+    })?;
+    let started = lease(&host_api, &od)
+        .and_then(|l| l.started_at)
+        .unwrap_or(0);
+    if started < finished {
+        bail!(
+            "the on-demand lease started at {started}, before the spot lease ended at {finished}"
+        );
+    }
+    progress(&format!(
+        "orders: spot lease preempted (notice seen by the workload: {}); the on-demand lease started {} ms after it ended",
+        if figures.spot_notices_seen > 0 {
+            "yes"
+        } else {
+            "no"
+        },
+        started - finished
+    ));
+    Ok(figures)
+}
