@@ -89,6 +89,15 @@ fn an_on_demand_rent_preempts_a_spot_lease_which_sees_the_notice_and_pays_no_min
     });
     let seen = spot_renter.lease(&spot);
     assert!(!seen.notice_refused);
+    let table = String::from_utf8(spot_renter.gpux(&["leases"]).stdout).unwrap();
+    let line = table
+        .lines()
+        .find(|l| l.contains(&spot))
+        .unwrap_or_default();
+    assert!(
+        line.contains("spot") && line.contains("preempted: notice ends at"),
+        "{table}"
+    );
     wait_for("the workload's last words", 10, || {
         spot_renter.api().logs(&spot, 0).is_ok_and(|p| {
             p.text.contains("notice seen")

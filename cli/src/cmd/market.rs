@@ -218,10 +218,17 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     for l in &leases {
         let role = serde_json::to_value(l.role)?;
+        // A preemption under way or past: when its notice ends the lease.
+        let note = match (l.preempted_until, l.notice_refused) {
+            (Some(at), _) => format!("  (preempted: notice ends at {})", super::utc_time(at)),
+            (None, true) => "  (a preemption notice that did not hold was refused)".into(),
+            (None, false) => String::new(),
+        };
         out!(
-            "{}  {:<6}  {:<14}  {}",
+            "{}  {:<6}  {:<9}  {:<14}  {}{note}",
             l.lease,
             role.as_str().unwrap_or("?"),
+            l.kind,
             l.phase,
             l.end.as_deref().unwrap_or("")
         )?;

@@ -86,3 +86,9 @@ mod tests {
         assert_eq!(parse_credits("1.5"), Ok("1.5".into()));
     }
 }
+
+/// A unix time in milliseconds as UTC (RFC 3339, to the second).
+pub(crate) fn utc_time(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
