@@ -222,14 +222,15 @@ impl HostBook {
             .collect()
     }
 
-    /// GPUs booked at `now` by leases that are not spot: those a publication leaves out.
-    /// GPUs under a spot lease stay offered, since an on-demand lease (or a higher spot bid)
-    /// may preempt it.
+    /// GPUs booked at `now` or later by leases that are not spot (a lease that preempts
+    /// spot leases is booked from the end of their notice): those a publication leaves out.
+    /// GPUs under a spot lease alone stay offered, since an on-demand lease (or a higher
+    /// spot bid) may preempt it.
     pub fn unoffered_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
         self.book
             .bookings()
             .into_iter()
-            .filter(|b| b.3 <= now && now < b.4 && !self.spot.contains_key(&b.2))
+            .filter(|b| now < b.4 && !self.spot.contains_key(&b.2))
             .map(|b| b.1)
             .chain(self.held.values().flatten().copied())
             .collect()

@@ -258,7 +258,8 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
     let starts_at = Timestamp(T0 + 20_000 + 10_000 + 30_000 + gpux_lease::PREEMPT_HANDOVER_MS);
     assert_eq!(gpux_lease::accept_starts_at(&od.accept), Some(starts_at));
     assert_eq!(od.lease.record().starts_at, starts_at);
-    // Now the GPU is taken by a lease no one preempts: it leaves the offers.
+    // Now the GPU is promised to a lease no one preempts: it leaves the offers at once.
+    assert!(book.unoffered_gpus(Timestamp(T0 + 20_000)).contains(&GPU));
     assert!(book.unoffered_gpus(starts_at).contains(&GPU));
 
     // The preempting lease's escrow is locked: its lock is answered at once, the spot lease

@@ -174,6 +174,12 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         lease.duration_s,
         lease.escrow_amount,
     )?;
+    if let Some(at) = lease.starts_at_ms {
+        out!(
+            "it starts at {} (UTC), once the spot lease on its GPUs has run out its notice",
+            super::utc_time(at)
+        )?;
+    }
     if let Some(staged) = &lease.staged {
         out!(
             "image {} staged: {} of {} layers sent, {} of {}",

@@ -70,6 +70,12 @@ pub(crate) fn parse_credits(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// A unix time in milliseconds as UTC (RFC 3339, to the second).
+pub(crate) fn utc_time(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,10 +91,4 @@ mod tests {
         assert!(parse_credits("0.000000").is_err());
         assert_eq!(parse_credits("1.5"), Ok("1.5".into()));
     }
-}
-
-/// A unix time in milliseconds as UTC (RFC 3339, to the second).
-pub(crate) fn utc_time(ms: u64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -303,6 +303,10 @@ pub struct Rented {
     /// The workspace kept after the workload, when the lease has one.
     #[serde(default)]
     pub retention: Option<Retention>,
+    /// When the lease's container starts, unix ms, when later than now: the host preempts
+    /// spot leases on its GPUs first (their notice runs out).
+    #[serde(default)]
+    pub starts_at_ms: Option<u64>,
 }
 
 /// A lease's workspace, kept after its workload for the renter to fetch results.

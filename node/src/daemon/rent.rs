@@ -636,6 +636,7 @@ impl RentTask {
         };
         let (tx, rx) = oneshot::channel();
         let lease = request.id();
+        let starts_at = gpux_lease::accept_starts_at(&accept).map(|t| t.0);
         report(
             &self.events,
             Event::Rent(RentEvent::Accepted {
@@ -658,6 +659,7 @@ impl RentTask {
                 image: image.to_string(),
                 staged,
                 retention: terms.retention,
+                starts_at_ms: starts_at,
             }),
             Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
             Err(_) => Err(Refusal::NotStarted(
