@@ -263,6 +263,17 @@ impl RenterLease {
         ledger: PublicKey,
         now: Timestamp,
     ) -> Result<(Self, Vec<RenterEffect>), gpux_protocol::SignError> {
+        // Work that starts later (the host preempts spot leases first) is paid from an
+        // escrow held until then: the host refuses a lock without the hold.
+        let starts_at = crate::accept_starts_at(accept);
+        let mut ext = Ext::new();
+        if let Some(at) = starts_at {
+            // One 8-byte value: within the ext map's limits.
+            let _ = ext.insert(
+                gpux_protocol::EXT_LOCK_HOLD_UNTIL,
+                at.0.to_le_bytes().to_vec(),
+            );
+        }
         let lock = Signed::sign(
             &key,
             EscrowLock {
@@ -273,7 +284,7 @@ impl RenterLease {
                 amount: request.escrow_amount,
                 price_per_gpu_hour: request.price_per_gpu_hour,
                 created_at: now,
-                ext: Ext::new(),
+                ext,
             },
         )?;
         let rec = RenterRecord {
@@ -284,7 +295,7 @@ impl RenterLease {
             timing: Timing::from_accept(accept).unwrap_or_default(),
             phase: RenterPhase::Starting,
             lock_sent_at: now,
-            starts_at: crate::accept_starts_at(accept).unwrap_or(now).max(now),
+            starts_at: starts_at.unwrap_or(now).max(now),
             preempted_until: None,
             notice_refused: false,
             confirmed: false,

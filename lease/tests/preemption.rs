@@ -120,6 +120,32 @@ fn accept(
     }
 }
 
+/// The lock `who` signs at `t` for `lease`, held until its booking starts when it starts
+/// later (as a renter's node signs it), or not held at all when `held` is false.
+fn sign_lock(lease: &HostLease, who: &Keypair, t: u64, held: bool) -> Verified<EscrowLock> {
+    let r = lease.request();
+    let mut ext = Ext::new();
+    let starts_at = lease.record().starts_at;
+    if held && starts_at > lease.record().accepted_at {
+        ext.insert(EXT_LOCK_HOLD_UNTIL, starts_at.0.to_le_bytes().to_vec())
+            .unwrap();
+    }
+    Signed::sign(
+        who,
+        EscrowLock {
+            escrow: r.escrow,
+            lease: r.id(),
+            payer: who.public(),
+            payee: host().public(),
+            amount: r.escrow_amount,
+            price_per_gpu_hour: r.price_per_gpu_hour,
+            created_at: Timestamp(t),
+            ext,
+        },
+    )
+    .unwrap()
+}
+
 /// The host's side locked at the ledger at `t` with `lock` (or one `who` signs now);
 /// returns the effects of the lock's verdict.
 fn lock_at_ledger(
@@ -129,23 +155,7 @@ fn lock_at_ledger(
     ledger: &mut LedgerMachine,
     t: u64,
 ) -> (Vec<HostEffect>, Verified<LedgerRecord>) {
-    let r = lease.request().clone();
-    let lock = lock.unwrap_or_else(|| {
-        Signed::sign(
-            who,
-            EscrowLock {
-                escrow: r.escrow,
-                lease: r.id(),
-                payer: who.public(),
-                payee: host().public(),
-                amount: r.escrow_amount,
-                price_per_gpu_hour: r.price_per_gpu_hour,
-                created_at: Timestamp(t),
-                ext: Ext::new(),
-            },
-        )
-        .unwrap()
-    });
+    let lock = lock.unwrap_or_else(|| sign_lock(lease, who, t, true));
     ledger
         .mint(Timestamp(t), who.public(), MicroCredits(1_000_000))
         .unwrap();
@@ -262,8 +272,43 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
     assert!(book.unoffered_gpus(Timestamp(T0 + 20_000)).contains(&GPU));
     assert!(book.unoffered_gpus(starts_at).contains(&GPU));
 
-    // The preempting lease's escrow is locked: its lock is answered at once, the spot lease
-    // is to get its notice, and its container waits for the booking's start.
+    // The renter's node holds its escrow until then.
+    let (_, effects) = RenterLease::accepted(
+        other_renter(),
+        od_r.clone(),
+        &od.accept,
+        ledger_key().public(),
+        Timestamp(T0 + 20_010),
+    )
+    .unwrap();
+    let held = effects
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::SendLock { envelope } => Some(
+                Signed::<EscrowLock>::from_bytes(envelope.clone())
+                    .unwrap()
+                    .verify()
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(held.hold_until().unwrap(), Some(starts_at));
+    // A lock its payer could take back before the lease starts is refused.
+    let unheld = sign_lock(&od.lease, &other_renter(), T0 + 20_000, false);
+    let effects = od
+        .lease
+        .handle(Timestamp(T0 + 20_000), HostInput::Lock(unheld));
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, HostEffect::Ledger { .. }))
+    );
+    assert_eq!(od.lease.phase(), gpux_lease::HostPhase::AwaitingLock);
+
+    // The preempting lease's escrow is locked, held until it starts: its lock is answered
+    // at once, the spot lease is to get its notice, and its container waits for the
+    // booking's start.
     let (effects, _) = lock_at_ledger(
         &mut od.lease,
         &other_renter(),

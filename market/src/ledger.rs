@@ -13,7 +13,9 @@
 //! **Release rule**: the payee (host) may release an escrow at any time (it has redeemed
 //! what it will). The payer may release only after `release_grace_ms` without a lock or
 //! redemption, so a renter cannot reclaim money the host is about to redeem; a host that
-//! redeems every receipt interval loses at most one interval. A release may carry a
+//! redeems every receipt interval loses at most one interval. A lock may carry a hold
+//! (`EscrowLock` ext key 1): for a lease whose work starts later, the payer may not release
+//! before the hold plus the grace either. A release may carry a
 //! *voucher* (the payer's latest signed acknowledgement of a cumulative amount): the ledger
 //! pays the payee up to it before refunding the rest, so however late the payee's own
 //! redemptions come (a ledger outage, a crashed host) a payer's release never takes back
@@ -61,6 +63,8 @@ pub struct Escrow {
     pub last_seq: u64,
     /// Last lock or redemption.
     pub last_activity: Timestamp,
+    /// The payer may not release before this (the lock's hold; its lock time without one).
+    pub hold_until: Timestamp,
     /// Whether the remainder has been returned (the escrow is closed).
     pub released: bool,
 }
@@ -271,6 +275,10 @@ impl Ledger {
                 have,
             });
         }
+        let hold_until = lock
+            .hold_until()
+            .map_err(|_| LedgerError::Mismatch(RuleError::BadTerm("the lock's hold".into())))?
+            .unwrap_or(now);
         self.balances.insert(lock.payer, have.0 - lock.amount.0);
         self.escrows.insert(
             lock.escrow,
@@ -283,6 +291,7 @@ impl Ledger {
                 price_per_gpu_hour: lock.price_per_gpu_hour,
                 last_seq: 0,
                 last_activity: now,
+                hold_until,
                 released: false,
             },
         );
@@ -395,7 +404,10 @@ impl Ledger {
         }
         let signer = release.signer();
         if signer == escrow.payer && signer != escrow.payee {
-            let allowed = escrow.last_activity.plus_ms(self.config.release_grace_ms);
+            let allowed = escrow
+                .last_activity
+                .max(escrow.hold_until)
+                .plus_ms(self.config.release_grace_ms);
             if now < allowed {
                 return Err(LedgerError::TooEarly(allowed));
             }

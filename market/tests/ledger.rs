@@ -359,6 +359,46 @@ proptest! {
     }
 }
 
+/// A lock with a hold (a lease whose work starts later): its payer may release only after
+/// the hold plus the grace, however idle the escrow was before; the payee at any time.
+#[test]
+fn a_held_escrow_stays_until_its_hold_plus_the_grace() {
+    let l = Lease::new(1, key(1), key(2));
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    minted(&mut ledger, &l.renter, 100);
+    let hold = T0.plus_secs(3600);
+    let mut body = l.lock(100).body().clone();
+    body.ext
+        .insert(EXT_LOCK_HOLD_UNTIL, hold.0.to_le_bytes().to_vec())
+        .unwrap();
+    let held = Signed::sign(&l.renter, body).unwrap();
+    assert_eq!(held.hold_until().unwrap(), Some(hold));
+    ledger.apply(LedgerOp::Lock(&held), T0).unwrap();
+    // Idle for the grace, but before the hold's end: refused.
+    assert!(matches!(
+        ledger.apply(LedgerOp::Release(&l.release(&l.renter)), T0.plus_secs(600)),
+        Err(LedgerError::TooEarly(at)) if at == hold.plus_secs(600)
+    ));
+    assert!(matches!(
+        ledger.apply(
+            LedgerOp::Release(&l.release(&l.renter)),
+            hold.plus_secs(599)
+        ),
+        Err(LedgerError::TooEarly(_))
+    ));
+    assert!(matches!(
+        ledger.apply(
+            LedgerOp::Release(&l.release(&l.renter)),
+            hold.plus_secs(600)
+        ),
+        Ok(Applied::Released { .. })
+    ));
+    // A hold that is not 8 bytes makes the lock invalid.
+    let mut bad = l.lock(100).body().clone();
+    bad.ext.insert(EXT_LOCK_HOLD_UNTIL, vec![1, 2, 3]).unwrap();
+    assert!(Signed::sign(&l.renter, bad).is_err());
+}
+
 /// r007: an operation applied with an older clock does not move the escrow's activity back
 /// (which would let the payer release early).
 #[test]

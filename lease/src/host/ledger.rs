@@ -66,6 +66,17 @@ impl HostLease {
         if let Err(e) = escrow_lock_matches_request(&lock, &self.request) {
             return self.refuse_lock(now, RejectReason::EscrowInsufficient, &e.to_string(), out);
         }
+        // Work that starts later is paid from an escrow its payer cannot take back before.
+        if self.rec.starts_at > self.rec.accepted_at
+            && lock.hold_until().ok().flatten() < Some(self.rec.starts_at)
+        {
+            return self.refuse_lock(
+                now,
+                RejectReason::EscrowInsufficient,
+                "this lease starts later: its escrow must be held until it starts",
+                out,
+            );
+        }
         self.rec.phase = HostPhase::Locking;
         self.rec.lock = Some(lock.as_bytes().to_vec());
         self.lock_pending = true;

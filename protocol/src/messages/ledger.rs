@@ -39,6 +39,27 @@ pub struct EscrowLock {
     pub ext: Ext,
 }
 
+/// `EscrowLock` ext key: the payer may not release the escrow before this time (plus the
+/// ledger's grace), unix ms (u64 little endian): a lease whose work starts later (it
+/// preempts spot leases first) is paid for from an escrow that is still there then.
+pub const EXT_LOCK_HOLD_UNTIL: u16 = 1;
+
+impl EscrowLock {
+    /// Until when the payer may not release the escrow ([`EXT_LOCK_HOLD_UNTIL`]); `None`
+    /// without a hold.
+    pub fn hold_until(&self) -> Result<Option<Timestamp>, InvalidMessage> {
+        match self.ext.get(EXT_LOCK_HOLD_UNTIL) {
+            None => Ok(None),
+            Some(v) => <[u8; 8]>::try_from(v)
+                .map(|b| Some(Timestamp(u64::from_le_bytes(b))))
+                .map_err(|_| InvalidMessage::Malformed {
+                    field: "ext",
+                    reason: "a hold is 8 bytes, little-endian",
+                }),
+        }
+    }
+}
+
 impl Message for EscrowLock {
     const KIND: MessageKind = MessageKind::EscrowLock;
 
@@ -51,6 +72,7 @@ impl Message for EscrowLock {
                 reason: "the payer cannot pay itself",
             });
         }
+        self.hold_until()?;
         Ok(())
     }
 

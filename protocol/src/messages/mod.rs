@@ -52,8 +52,8 @@ pub use lease::{
     MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason, ResourceLimits,
 };
 pub use ledger::{
-    EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry, LedgerRecord, Redeem,
-    Release,
+    EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry,
+    LedgerRecord, Redeem, Release,
 };
 pub use market::{
     Bid, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
