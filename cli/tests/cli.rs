@@ -313,7 +313,7 @@ mod attack;
 mod leases;
 mod ledger;
 mod market;
-mod spot;
+mod orders;
 mod workload;
 
 fn attest_lib() -> std::path::PathBuf {

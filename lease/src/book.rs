@@ -100,6 +100,9 @@ pub struct HostBook {
     held: BTreeMap<ContentId, Vec<GpuUuid>>,
     /// The booked leases that are spot (preemptible), with what books them again.
     spot: BTreeMap<ContentId, (Verified<LeaseRequest>, Timestamp)>,
+    /// Leases booked from the end of the notice of the spot leases they preempt (until they
+    /// end): their GPUs are promised, so offers leave them out at once.
+    preempting: BTreeSet<ContentId>,
     /// Accepted leases whose bookings cut spot leases that have not had their notice yet
     /// (it waits for the preempting lease's escrow): if the preempting lease ends first,
     /// the spot leases are booked whole again.
@@ -119,6 +122,7 @@ impl HostBook {
             answered: BTreeMap::new(),
             held: BTreeMap::new(),
             spot: BTreeMap::new(),
+            preempting: BTreeSet::new(),
             pending: BTreeMap::new(),
         }
     }
@@ -222,15 +226,20 @@ impl HostBook {
             .collect()
     }
 
-    /// GPUs booked at `now` or later by leases that are not spot (a lease that preempts
-    /// spot leases is booked from the end of their notice): those a publication leaves out.
-    /// GPUs under a spot lease alone stay offered, since an on-demand lease (or a higher
-    /// spot bid) may preempt it.
+    /// GPUs a publication leaves out at `now`: those booked now by leases that are not
+    /// spot, and those promised to a lease that preempts spot leases. GPUs under a spot
+    /// lease alone stay offered, since an on-demand lease (or a higher spot bid) may preempt
+    /// it; so do GPUs reserved for a window later on (a lease that would overlap the window
+    /// is refused).
     pub fn unoffered_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
         self.book
             .bookings()
             .into_iter()
-            .filter(|b| now < b.4 && !self.spot.contains_key(&b.2))
+            .filter(|b| {
+                now < b.4
+                    && ((b.3 <= now && !self.spot.contains_key(&b.2))
+                        || self.preempting.contains(&b.2))
+            })
             .map(|b| b.1)
             .chain(self.held.values().flatten().copied())
             .collect()
@@ -252,6 +261,7 @@ impl HostBook {
         self.book.release(lease);
         self.held.remove(lease);
         self.spot.remove(lease);
+        self.preempting.remove(lease);
         for spot in self.pending.remove(lease).unwrap_or_default() {
             if let Some((request, starts_at)) = self.spot.get(&spot).cloned() {
                 self.book.release(&spot);
@@ -372,17 +382,25 @@ impl HostBook {
         if let Err(e) = lease_request_matches_offer(&request, offer, staged) {
             return self.reject(id, reason_for(&e), &e.to_string(), now);
         }
-        // Execution starts at once: a reserved window in the future is refused before it
-        // costs anything (a booking, a stored record).
-        if let LeaseKind::Reserved { start, .. } = request.kind
-            && start > now.plus_ms(crate::host::LOCK_WINDOW_MS)
-        {
-            return self.reject(
-                id,
-                RejectReason::Invalid,
-                "this host starts leases at once; reserved windows in the future are not run yet",
-                now,
-            );
+        // A reserved window is booked ahead, up to a horizon; one that has begun starts at
+        // once, for what is left of it.
+        if let LeaseKind::Reserved { start, end } = request.kind {
+            if start > now.plus_ms(crate::MAX_RESERVE_AHEAD_MS) {
+                return self.reject(
+                    id,
+                    RejectReason::Invalid,
+                    "the reserved window starts too far ahead (this host books 30 days ahead)",
+                    now,
+                );
+            }
+            if end <= now {
+                return self.reject(
+                    id,
+                    RejectReason::Invalid,
+                    "the reserved window is over",
+                    now,
+                );
+            }
         }
         if let Some(g) = request
             .gpus
@@ -431,6 +449,8 @@ impl HostBook {
                 _ => return self.reject(id, RejectReason::GpusUnavailable, &e.to_string(), now),
             },
         };
+        // The booking's start, when later than now: after the preempted leases' notice, or
+        // a reserved window's start.
         let mut ext = self.timing.to_ext();
         if booked.start > now {
             // One 8-byte value more: within the ext map's limits.
@@ -456,6 +476,7 @@ impl HostBook {
         }
         if !booked.preempts.is_empty() {
             self.pending.insert(id, booked.preempts.clone());
+            self.preempting.insert(id);
         }
         self.answered.insert(id, request.expires_at);
         let envelope = accept.as_bytes().to_vec();

@@ -72,6 +72,8 @@ pub const EXT_SPOT_NOTICE_MS: u16 = 3;
 /// endian), when later than the acceptance (the spot leases it preempts run out their
 /// notice first). Without it, from the acceptance.
 pub const EXT_STARTS_AT: u16 = 4;
+/// How far ahead a host books a reserved window, ms (30 days).
+pub const MAX_RESERVE_AHEAD_MS: u64 = 30 * 24 * 3_600_000;
 /// The notice period a host gives a spot lease by default, ms (as GCP's 30 s).
 pub const DEFAULT_SPOT_NOTICE_MS: u64 = 30_000;
 /// How long after the notice ends a preempting lease's GPUs are booked from: the

@@ -275,15 +275,16 @@ fn a_restarted_host_keeps_leased_gpus_out_of_the_market_even_with_no_offer_store
 }
 
 #[test]
-fn reserved_windows_ahead_are_refused_before_anything_is_booked() {
+fn reserved_windows_are_booked_ahead_and_start_at_their_start() {
     let o = offer(T0);
     let mut book = HostBook::new(host(), Timing::default());
     book.add_offer(o.clone(), Timestamp(T0));
-    let kind = LeaseKind::Reserved {
-        start: Timestamp(T0 + 3_600_000),
-        end: Timestamp(T0 + 3_720_000),
+    // Beyond the horizon: refused, nothing booked.
+    let far = LeaseKind::Reserved {
+        start: Timestamp(T0 + gpux_lease::MAX_RESERVE_AHEAD_MS + 1),
+        end: Timestamp(T0 + gpux_lease::MAX_RESERVE_AHEAD_MS + 120_001),
     };
-    let answer = book.handle_request(request(&o, T0, kind), Timestamp(T0), false);
+    let answer = book.handle_request(request(&o, T0, far), Timestamp(T0), false);
     assert!(
         matches!(
             answer,
@@ -294,7 +295,80 @@ fn reserved_windows_ahead_are_refused_before_anything_is_booked() {
         ),
         "{answer:?}"
     );
-    assert!(book.busy_gpus(Timestamp(T0 + 3_600_001)).is_empty());
+    assert!(book.bookings_of(&request(&o, T0, far).id()).is_empty());
+    // A window a minute ahead: booked for exactly the window, from then.
+    let (start, end) = (Timestamp(T0 + 60_000), Timestamp(T0 + 180_000));
+    let r = request(&o, T0, LeaseKind::Reserved { start, end });
+    let Answer::Accepted {
+        lease: mut reserved,
+        envelope,
+        ..
+    } = book.handle_request(r.clone(), Timestamp(T0), false)
+    else {
+        panic!("refused");
+    };
+    let accept = Signed::<LeaseAccept>::from_bytes(envelope)
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(gpux_lease::accept_starts_at(&accept), Some(start));
+    assert_eq!(
+        book.bookings_of(&r.id()),
+        vec![(GpuUuid([3; 16]), start, end)]
+    );
+    // The GPU stays offered until the window; during it, it is taken.
+    assert!(book.unoffered_gpus(Timestamp(T0)).is_empty());
+    assert!(book.busy_gpus(start.plus_ms(1)).contains(&GpuUuid([3; 16])));
+    // An on-demand lease that would overlap the window is refused.
+    let overlapping = request(&o, T0 + 1_000, LeaseKind::OnDemand);
+    assert!(matches!(
+        book.handle_request(overlapping, Timestamp(T0 + 1_000), false),
+        Answer::Rejected {
+            reason: RejectReason::GpusUnavailable,
+            ..
+        }
+    ));
+    // Its escrow, held until the start, is locked now; the container starts at the start
+    // and stops at the end.
+    let mut body = lock(&r, 3_600_000, T0 + 10).body().clone();
+    body.ext
+        .insert(EXT_LOCK_HOLD_UNTIL, start.0.to_le_bytes().to_vec())
+        .unwrap();
+    let held = Signed::sign(&renter(), body).unwrap();
+    reserved.handle(Timestamp(T0 + 10), HostInput::Lock(held));
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    ledger
+        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+        .unwrap();
+    let verdict = LedgerVerdict::from_response(
+        submit(
+            &mut ledger,
+            &reserved.record().lock.clone().unwrap(),
+            T0 + 20,
+        ),
+        ledger_key().public(),
+    );
+    let effects = reserved.handle(
+        Timestamp(T0 + 20),
+        HostInput::Ledger {
+            call: LedgerCall::Lock,
+            verdict,
+        },
+    );
+    assert!(!effects.contains(&HostEffect::StartContainer));
+    assert!(effects.contains(&HostEffect::Schedule {
+        at: start,
+        timer: gpux_lease::HostTimer::StartAt,
+    }));
+    let effects = reserved.handle(start, HostInput::Timer(gpux_lease::HostTimer::StartAt));
+    assert!(effects.contains(&HostEffect::StartContainer));
+    reserved.handle(
+        start.plus_ms(400),
+        HostInput::ContainerStarted {
+            started_at: start.plus_ms(400),
+        },
+    );
+    assert_eq!(reserved.deadline(), end);
 }
 
 #[test]

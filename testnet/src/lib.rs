@@ -545,6 +545,7 @@ pub fn up(
                 disk_bytes: None,
                 retain_s: None,
                 spot: false,
+                window: None,
             };
             let asked = Instant::now();
             match renter.rent(&body) {

@@ -64,6 +64,7 @@ fn rent(
         disk_bytes: None,
         retain_s: None,
         spot,
+        window: None,
     })?;
     Ok(rented.lease)
 }

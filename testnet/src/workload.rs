@@ -86,6 +86,7 @@ pub(crate) fn round(
         disk_bytes: Some(64 << 20),
         retain_s: Some(20),
         spot: false,
+        window: None,
     })?;
     let staged = rented.staged.clone().context("the rent staged no image")?;
     figures.images_pushed = 1;

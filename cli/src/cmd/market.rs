@@ -31,8 +31,35 @@ pub(crate) struct Kind {
     /// minimum, and the host may preempt it for an on-demand lease or a bid a tenth higher,
     /// after the notice the host states (30 s by default; the workload finds it in
     /// /run/gpux/preemption.json, then gets SIGTERM).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["start", "end"])]
     spot: bool,
+    /// A reserved window's start: an RFC 3339 time (`2026-12-24T18:00:00Z`) or a delay
+    /// from now (`+20s`, `+2h`). The lease is agreed and its escrow locked now; its
+    /// container runs from the start to --end (--duration is ignored).
+    #[arg(long, value_name = "TIME", requires = "end", value_parser = parse_time)]
+    start: Option<u64>,
+    /// The reserved window's end (as --start).
+    #[arg(long, value_name = "TIME", requires = "start", value_parser = parse_time)]
+    end: Option<u64>,
+}
+
+/// A time on the command line, unix ms: RFC 3339, or `+DURATION` from now (whole seconds).
+fn parse_time(text: &str) -> Result<u64, String> {
+    let now = std::time::SystemTime::now();
+    let at = match text.strip_prefix('+') {
+        Some(delay) => humantime::parse_duration(delay)
+            .map(|d| now + d)
+            .map_err(|_| format!("'{text}': use +30s, +2h or an RFC 3339 time"))?,
+        None => humantime::parse_rfc3339_weak(text).map_err(|_| {
+            format!("'{text}': use an RFC 3339 time (2026-12-24T18:00:00Z) or +30s")
+        })?,
+    };
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("'{text}' is before 1970"))?
+        .as_millis();
+    // Whole seconds, so that the window lasts a whole number of them.
+    u64::try_from(ms / 1000 * 1000).map_err(|_| format!("'{text}' is too far ahead"))
 }
 
 /// How a container is to run, for `rent`.
@@ -160,6 +187,7 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         disk_bytes: run.disk,
         retain_s: run.retain,
         spot: kind.spot,
+        window: kind.start.zip(kind.end),
     };
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {

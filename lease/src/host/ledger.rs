@@ -44,17 +44,6 @@ impl HostLease {
                 out,
             );
         }
-        // Execution starts at once: a reserved window in the future cannot be honoured yet.
-        if let LeaseKind::Reserved { start, .. } = self.request.kind
-            && start > now.plus_ms(LOCK_WINDOW_MS)
-        {
-            return self.refuse_lock(
-                now,
-                RejectReason::Invalid,
-                "this host starts leases at once; reserved windows in the future are not run yet",
-                out,
-            );
-        }
         if now.ms_since(self.rec.accepted_at) > LOCK_WINDOW_MS {
             return self.refuse_lock(
                 now,

@@ -261,6 +261,10 @@ pub struct RentRequest {
     /// minimum, and may be preempted after the notice period the host states.
     #[serde(default)]
     pub spot: bool,
+    /// A reserved window, unix ms `[start, end)`: booked now, run from `start` to `end`
+    /// (`duration_s` is ignored; the window sets it).
+    #[serde(default)]
+    pub window: Option<(u64, u64)>,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the

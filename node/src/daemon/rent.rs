@@ -191,16 +191,35 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         .iter()
         .map(|a| BoundedString::new(a.clone()).map_err(|e| bad("command")(e.to_string())))
         .collect::<Result<Vec<_>, ApiError>>()?;
+    let (kind, duration_s) = match (request.spot, request.window) {
+        (true, Some(_)) => {
+            return Err(bad("--spot")(
+                "a spot lease has no reserved window: give --spot or --start/--end".into(),
+            ));
+        }
+        (true, None) => (LeaseKind::Spot, request.duration_s),
+        (false, None) => (LeaseKind::OnDemand, request.duration_s),
+        (false, Some((start, end))) => {
+            let whole = end > start && (end - start) % 1000 == 0;
+            let duration_s = u32::try_from((end - start) / 1000).ok().filter(|_| whole);
+            let Some(duration_s) = duration_s else {
+                return Err(bad("--end")(
+                    "a reserved window ends a whole number of seconds after it starts".into(),
+                ));
+            };
+            let kind = LeaseKind::Reserved {
+                start: gpux_protocol::Timestamp(start),
+                end: gpux_protocol::Timestamp(end),
+            };
+            (kind, duration_s)
+        }
+    };
     let spec = BidSpec {
         query,
         gpus: request.gpus,
         max_price,
-        duration_s: request.duration_s,
-        kind: if request.spot {
-            LeaseKind::Spot
-        } else {
-            LeaseKind::OnDemand
-        },
+        duration_s,
+        kind,
         allow_spread: false,
     };
     let mut terms = Ext::new();

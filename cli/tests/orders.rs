@@ -1,7 +1,10 @@
-//! Spot leases with real processes, real Docker and a real ledger: an on-demand rent
-//! preempts a spot lease after its notice; the workload sees the notice file and SIGTERM,
-//! its container is gone by the notice's end, it pays the seconds it ran at its bid with no
-//! minimum, and the on-demand lease starts on the freed GPU once the notice has run out.
+//! Every kind of order with real processes, real Docker and a real ledger.
+//!
+//! Spot: an on-demand rent preempts a spot lease after its notice; the workload sees the
+//! notice file and SIGTERM, its container is gone by the notice's end, it pays the seconds
+//! it ran at its bid with no minimum, and the on-demand lease starts on the freed GPU once
+//! the notice has run out. Reserved: a window booked ahead starts and ends on time, and no
+//! other lease gets its GPU meanwhile.
 
 use gpux_protocol::{MicroCredits, money};
 
@@ -140,5 +143,70 @@ fn an_on_demand_rent_preempts_a_spot_lease_which_sees_the_notice_and_pays_no_min
         "the notice ({} s) had not run out",
         SPOT_NOTICE_S
     );
+    market.assert_conserved();
+}
+
+#[test]
+fn a_reserved_window_booked_ahead_runs_from_its_start_to_its_end_and_no_one_else_gets_its_gpu() {
+    let market = Market::start(1, 2, 10);
+    let (host, renter, other) = (&market.hosts[0], &market.renters[0], &market.renters[1]);
+    let out = renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--start",
+        "+20s",
+        "--end",
+        "+40s",
+        "--image",
+        &market.image,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo reserved; while true; do sleep 1; done",
+    ]);
+    assert!(
+        out.status.success(),
+        "reserved rent failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rented: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    let start = rented
+        .starts_at_ms
+        .expect("a window ahead says when it starts");
+    let view = host.lease(&rented.lease);
+    assert_eq!(view.kind, "reserved");
+    assert_eq!(view.starts_at, start);
+    let end = start + u64::from(view.duration_s) * 1000;
+    assert!((19..=21).contains(&view.duration_s), "{view:?}");
+
+    // No other lease gets the GPU for a time that overlaps the window.
+    let taken = other.gpux(&["rent", "gpu=l4", "--max-price", "5", "--duration", "60"]);
+    assert!(!taken.status.success(), "an overlapping lease was granted");
+
+    // It starts within 2 s of the window's start and ends at its end.
+    wait_for("the reserved window to start", 40, || {
+        host.lease(&rented.lease).started_at.is_some()
+    });
+    let started = host.lease(&rented.lease).started_at.unwrap();
+    assert!(
+        started >= start && started <= start + 2_000,
+        "started at {started}, the window at {start}"
+    );
+    wait_for("the reserved window to end", 40, || {
+        host.lease(&rented.lease).finished_at.is_some()
+    });
+    let ended = host.lease(&rented.lease);
+    let finished = ended.finished_at.unwrap();
+    assert!(
+        finished <= end + 2_000,
+        "ran until {finished}, the window ends at {end}"
+    );
+    assert_eq!(ended.end.as_deref(), Some("duration-reached"), "{ended:?}");
+    wait_for("the reserved lease to settle", 30, || {
+        host.lease(&rented.lease).settled
+    });
     market.assert_conserved();
 }
