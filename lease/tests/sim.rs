@@ -280,8 +280,15 @@ impl World {
         let kept_workspace = rng.chance(50);
         // A third of the leases are spot, and preempted at some point.
         let spot = rng.chance(33);
+        // Of the others, a quarter reserve a window starting up to 20 s ahead.
         let kind = if spot {
             LeaseKind::Spot
+        } else if rng.chance(25) {
+            let start = Timestamp(t0 + rng.range(0, 20_000));
+            LeaseKind::Reserved {
+                start,
+                end: start.plus_secs(u64::from(duration_s)),
+            }
         } else {
             LeaseKind::OnDemand
         };
@@ -332,13 +339,21 @@ impl World {
             "timing {:?}, duration {duration_s} s, {gpus} GPU(s), release grace {release_grace_ms} ms, faults {:?}",
             world.timing, world.faults
         ));
-        // The host accepts; the renter sends its lock.
+        // The host accepts (a window ahead is booked from its start); the renter sends its
+        // lock.
+        let mut ext = timing.to_ext();
+        if let LeaseKind::Reserved { start, .. } = kind
+            && start.0 > t0
+        {
+            ext.insert(gpux_lease::EXT_STARTS_AT, start.0.to_le_bytes().to_vec())
+                .unwrap();
+        }
         let accept = Signed::sign(
             &world.host_key,
             LeaseAccept {
                 request: world.request.id(),
                 created_at: Timestamp(t0),
-                ext: timing.to_ext(),
+                ext,
             },
         )
         .unwrap();
@@ -1130,6 +1145,19 @@ fn check(w: &World) -> Result<Summary, String> {
         return Err(format!(
             "host paid {host_paid} for {runtime_ms} ms of work; at most {most}"
         ));
+    }
+    // A reserved window's work runs within the window (a kill takes a moment).
+    if let (LeaseKind::Reserved { start, end }, Some(c)) = (w.request.kind, &w.container)
+        && let Some(started) = c.started_at
+    {
+        let finished = c.finished_at.unwrap_or(u64::MAX);
+        let late = end.0 + KILL_MAX_MS + w.host_down_ms + gpux_lease::EXIT_NOTICE_MS;
+        if started < start.0 || finished > late {
+            return Err(format!(
+                "a window [{}, {}) ran from {started} to {finished}",
+                start.0, end.0
+            ));
+        }
     }
     // A preempted lease pays nothing past its notice's end, and no minimum.
     let preempted = w
