@@ -415,6 +415,8 @@ mod testnet {
         // ended preempted and paid the seconds it ran (no minimum: checked below).
         assert_eq!(report["spot_preemptions"], 1, "{report}");
         assert_eq!(report["spot_notices_seen"], 1, "{report}");
+        // A reserved window on the same GPU, booked ahead, started within 2 s of its start.
+        assert_eq!(report["reserved_started_on_time"], 1, "{report}");
         let preempted: Vec<_> = report["leases"]
             .as_array()
             .unwrap()

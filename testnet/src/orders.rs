@@ -1,7 +1,8 @@
 //! The testnet's order-kinds round: a spot lease preempted by an on-demand rent of the
-//! same GPU. The spot workload watches for the host's notice in `/run/gpux` and exits on
-//! the SIGTERM that follows; the round checks it saw both, that its container was gone by
-//! the notice's end, and that the on-demand lease started after it.
+//! same GPU, then a reserved window on it. The spot workload watches for the host's notice
+//! in `/run/gpux` and exits on the SIGTERM that follows; the round checks it saw both, that
+//! its container was gone by the notice's end, and that the on-demand lease started after
+//! it; then that the window, booked ahead, started within 2 s of its start.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,9 @@ pub struct OrderFigures {
     pub spot_preemptions: usize,
     /// Of those, the workloads that saw the notice file before their SIGTERM.
     pub spot_notices_seen: usize,
+    /// Reserved windows booked ahead whose container started within 2 s of the window's
+    /// start and stopped by its end.
+    pub reserved_started_on_time: usize,
 }
 
 /// A spot workload that saves its work when told.
@@ -50,7 +54,18 @@ fn rent(
     price: &str,
     script: &str,
 ) -> anyhow::Result<String> {
-    let rented = api.rent(&gpux_api::RentRequest {
+    Ok(rent_request(api, host, spot, None, price, script)?.lease)
+}
+
+fn rent_request(
+    api: &ApiClient,
+    host: &str,
+    spot: bool,
+    window: Option<(u64, u64)>,
+    price: &str,
+    script: &str,
+) -> anyhow::Result<gpux_api::Rented> {
+    Ok(api.rent(&gpux_api::RentRequest {
         query: format!("host={host}"),
         gpus: 1,
         max_price: price.into(),
@@ -64,9 +79,8 @@ fn rent(
         disk_bytes: None,
         retain_s: None,
         spot,
-        window: None,
-    })?;
-    Ok(rented.lease)
+        window,
+    })?)
 }
 
 /// Runs the round: `spot_renter` rents host-0's GPU spot, `od_renter` then rents it
@@ -149,6 +163,46 @@ pub(crate) fn round(
             "no"
         },
         started - finished
+    ));
+
+    // A window on the same GPU, booked 8 s ahead for 6 s, once the on-demand lease is over
+    // and the GPU is offered again.
+    wait("host-0's GPU to be offered again", 30, || {
+        spot_api
+            .offers(&format!("host={}", host.peer), 5)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    })?;
+    let now_s = gpux_node::attest::now().0 / 1000;
+    let (start, end) = ((now_s + 8) * 1000, (now_s + 14) * 1000);
+    let reserved = rent_request(
+        &spot_api,
+        &host.peer,
+        false,
+        Some((start, end)),
+        "10",
+        "echo reserved; while true; do sleep 1; done",
+    )
+    .context("booking a reserved window")?;
+    progress(&format!(
+        "orders: {} booked a window [{start}, {end}) on {}: lease {}",
+        spot_renter.name, host.name, reserved.lease
+    ));
+    wait("the reserved window to run", 30, || {
+        lease(&host_api, &reserved.lease).is_some_and(|l| l.finished_at.is_some())
+    })?;
+    let window = lease(&host_api, &reserved.lease).context("the reserved lease")?;
+    let (ran_from, ran_to) = (
+        window.started_at.unwrap_or(0),
+        window.finished_at.unwrap_or(u64::MAX),
+    );
+    if !(start..=start + 2_000).contains(&ran_from) || ran_to > end + 2_000 {
+        bail!("the window [{start}, {end}) ran from {ran_from} to {ran_to}");
+    }
+    figures.reserved_started_on_time = 1;
+    progress(&format!(
+        "orders: the window started {} ms after its start and ended {} ms after its end",
+        ran_from - start,
+        ran_to.saturating_sub(end)
     ));
     Ok(figures)
 }

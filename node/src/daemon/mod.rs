@@ -281,6 +281,11 @@ pub async fn run(
             _ = pending_tick.tick() => daemon.publish_if_due(),
             _ = expire_tick.tick() => daemon.market.expire(now()),
         }
+        // A lease of this renter that is over (stopped, preempted, or early) gives its GPUs
+        // back in this node's view of the market.
+        for lease in daemon.renter.take_over() {
+            daemon.market.book.release(&lease);
+        }
     }
     daemon.stop_hosting(&mut events_rx).await;
     let _ = api_stop_tx.send(());

@@ -33,6 +33,8 @@ pub(crate) struct RenterRole {
     leases: BTreeMap<ContentId, RenterLease>,
     /// Rents waiting to hear how their start came out.
     rent_replies: BTreeMap<ContentId, oneshot::Sender<RentReport>>,
+    /// Leases that ended since [`RenterRole::take_over`] was last called.
+    over: Vec<ContentId>,
 }
 
 fn peer_of(key: PublicKey) -> Option<libp2p::PeerId> {
@@ -57,6 +59,7 @@ impl RenterRole {
             ledger,
             leases: BTreeMap::new(),
             rent_replies: BTreeMap::new(),
+            over: Vec::new(),
         };
         for (id, record) in role.state.renter_leases()? {
             if record.phase == RenterPhase::Settled {
@@ -297,11 +300,25 @@ impl RenterRole {
         if self
             .leases
             .get(&id)
+            .is_some_and(|l| matches!(l.phase(), RenterPhase::Ended | RenterPhase::Settled))
+            && !self.over.contains(&id)
+        {
+            self.over.push(id);
+        }
+        if self
+            .leases
+            .get(&id)
             .is_some_and(|l| l.phase() == RenterPhase::Settled)
         {
             self.leases.remove(&id);
             self.rent_replies.remove(&id);
         }
         true
+    }
+
+    /// The leases that ended since the last call (each reported at least once; their
+    /// bookings in this node's view of the market can go).
+    pub(crate) fn take_over(&mut self) -> Vec<ContentId> {
+        std::mem::take(&mut self.over)
     }
 }
