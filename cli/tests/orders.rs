@@ -69,7 +69,7 @@ fn an_on_demand_rent_preempts_a_spot_lease_which_sees_the_notice_and_pays_no_min
     });
 
     // An on-demand rent takes the GPU: accepted at once, its container waits.
-    let od = market.rent(od_renter, 60, "echo on-demand started; sleep 50");
+    let od = market.rent(od_renter, 60, "echo on-demand started; sleep 5");
     let od_view = host.lease(&od);
     assert_eq!(od_view.kind, "on-demand");
     assert!(od_view.starts_at > od_view.since, "{od_view:?}");
@@ -143,6 +143,21 @@ fn an_on_demand_rent_preempts_a_spot_lease_which_sees_the_notice_and_pays_no_min
         "the notice ({} s) had not run out",
         SPOT_NOTICE_S
     );
+    // Once the GPU is offered again, the spot renter sees the host's interruption rate: it
+    // preempted its one spot lease.
+    wait_for(
+        "the host's interruption rate, once its GPU is offered again",
+        40,
+        || {
+            spot_renter.api().offers("gpu=l4", 10).is_ok_and(|hits| {
+                hits.iter().any(|h| {
+                    h.host.peer_id().to_string() == host.peer
+                        && h.interruption_permille == Some(1000)
+                })
+            })
+        },
+    );
+
     market.assert_conserved();
 }
 

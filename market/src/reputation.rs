@@ -14,6 +14,10 @@
 //! `(1 + good) / (2 + good + bad)`, reported in thousandths (0..=1000). A host nobody has
 //! seen scores 500, the book's default. Deterministic: the same events at the same times give
 //! the same score.
+//!
+//! Apart from the score, each host's **interruption rate**: of the spot leases with it that
+//! ended, the share it preempted (decayed the same way). A preemption is within the spot
+//! contract, so it does not lower the score; spot buyers weigh the rate themselves.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +36,11 @@ pub enum HostEvent {
     Uptime {
         /// Whether the host answered.
         online: bool,
+    },
+    /// A spot lease with the host ended: preempted or not.
+    SpotEnded {
+        /// Whether the host preempted it.
+        preempted: bool,
     },
 }
 
@@ -66,6 +75,9 @@ impl Default for ReputationConfig {
 struct Record {
     good: f64,
     bad: f64,
+    /// Spot leases ended, and of those preempted.
+    spot: f64,
+    preempted: f64,
     at: u64,
 }
 
@@ -91,6 +103,8 @@ impl Reputation {
         Record {
             good: record.good * factor,
             bad: record.bad * factor,
+            spot: record.spot * factor,
+            preempted: record.preempted * factor,
             at: now.max(record.at),
         }
     }
@@ -102,6 +116,8 @@ impl Reputation {
         let start = Record {
             good: 0.0,
             bad: 0.0,
+            spot: 0.0,
+            preempted: 0.0,
             at: at.0,
         };
         let mut r = self.decay(self.hosts.get(&host).copied().unwrap_or(start), at.0);
@@ -114,8 +130,21 @@ impl Reputation {
             HostEvent::HostFailure => r.bad += c.failure * weight,
             HostEvent::Uptime { online: true } => r.good += c.uptime * weight,
             HostEvent::Uptime { online: false } => r.bad += c.uptime * weight,
+            HostEvent::SpotEnded { preempted } => {
+                r.spot += weight;
+                if preempted {
+                    r.preempted += weight;
+                }
+            }
         }
         self.hosts.insert(host, r);
+    }
+
+    /// The host's interruption rate at `now`, thousandths: of the spot leases with it that
+    /// ended, the (decayed) share it preempted; `None` before any ended.
+    pub fn interruption(&self, host: &PublicKey, now: Timestamp) -> Option<u16> {
+        let r = self.decay(*self.hosts.get(host)?, now.0);
+        (r.spot > 0.0).then(|| ((r.preempted / r.spot) * 1000.0).round().clamp(0.0, 1000.0) as u16)
     }
 
     /// The host's score at `now`, thousandths (500 for a host never observed).
@@ -190,5 +219,30 @@ mod tests {
             rep.record(host(), HostEvent::Uptime { online: false }, Timestamp(i));
         }
         assert!(rep.score(&host(), Timestamp(5)) < 50);
+    }
+
+    #[test]
+    fn spot_buyers_see_the_share_of_spot_leases_a_host_preempted() {
+        let mut rep = Reputation::new(ReputationConfig::default());
+        assert_eq!(rep.interruption(&host(), Timestamp(0)), None);
+        rep.record(host(), HostEvent::LeaseSettled, Timestamp(0));
+        assert_eq!(rep.interruption(&host(), Timestamp(0)), None);
+        for (i, preempted) in [true, false, false, true].into_iter().enumerate() {
+            rep.record(
+                host(),
+                HostEvent::SpotEnded { preempted },
+                Timestamp(i as u64),
+            );
+        }
+        assert_eq!(rep.interruption(&host(), Timestamp(10)), Some(500));
+        // A preemption is within the contract: the score does not fall for it.
+        let before = rep.score(&host(), Timestamp(10));
+        rep.record(
+            host(),
+            HostEvent::SpotEnded { preempted: true },
+            Timestamp(10),
+        );
+        assert_eq!(rep.score(&host(), Timestamp(10)), before);
+        assert_eq!(rep.interruption(&host(), Timestamp(10)), Some(600));
     }
 }

@@ -131,7 +131,7 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         return Ok(());
     }
     out!(
-        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5} {:<11}  host",
+        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5} {:>5} {:<11}  host",
         "offer",
         "gpu",
         "vram",
@@ -140,12 +140,13 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         "region",
         "tier",
         "rel",
+        "intr",
         "reach"
     )?;
     for h in hits {
         let offer = h.offer.to_string();
         out!(
-            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2} {:<11}  {}",
+            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2} {:>5} {:<11}  {}",
             &offer[..16.min(offer.len())],
             h.family,
             h.vram_gb,
@@ -155,6 +156,9 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
             h.region,
             h.tier.to_string(),
             f64::from(h.reliability_permille) / 1000.0,
+            // The share of this node's spot leases the host preempted.
+            h.interruption_permille
+                .map_or("-".to_string(), |p| format!("{}%", (u32::from(p) + 5) / 10)),
             h.reach.as_str(),
             h.host.peer_id(),
         )?;

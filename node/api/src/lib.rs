@@ -170,6 +170,10 @@ pub struct OfferHit {
     /// Whether this node has reached the host.
     #[serde(default)]
     pub reach: Reachability,
+    /// Of this node's spot leases with the host that ended, the share the host preempted,
+    /// thousandths (recent ones weigh most); `None` before any ended.
+    #[serde(default)]
+    pub interruption_permille: Option<u16>,
 }
 
 /// What a renter has learned about reaching a host.

@@ -230,6 +230,7 @@ impl MarketView {
                 created_at: h.created_at,
                 expires_at: h.expires_at,
                 reach: gpux_api::Reachability::Unknown,
+                interruption_permille: None,
             })
             .collect())
     }

@@ -283,8 +283,11 @@ pub async fn run(
         }
         // A lease of this renter that is over (stopped, preempted, or early) gives its GPUs
         // back in this node's view of the market.
-        for lease in daemon.renter.take_over() {
-            daemon.market.book.release(&lease);
+        for over in daemon.renter.take_over() {
+            daemon.market.book.release(&over.lease);
+            if let Some(preempted) = over.spot_preempted {
+                daemon.reach.spot_ended(over.host, preempted, now());
+            }
         }
     }
     daemon.stop_hosting(&mut events_rx).await;

@@ -107,6 +107,17 @@ impl Reach {
         self.reputation.score(&host, now)
     }
 
+    /// A spot lease with `host` ended, preempted or not (its interruption rate).
+    pub(crate) fn spot_ended(&mut self, host: PublicKey, preempted: bool, now: Timestamp) {
+        self.reputation
+            .record(host, HostEvent::SpotEnded { preempted }, now);
+    }
+
+    /// The host's interruption rate as this node saw it, thousandths.
+    pub(crate) fn interruption(&self, host: &PublicKey, now: Timestamp) -> Option<u16> {
+        self.reputation.interruption(host, now)
+    }
+
     /// Blocks or unblocks a host by hand. Returns whether anything changed.
     pub(crate) fn set_blocked(&mut self, host: PublicKey, blocked: bool) -> bool {
         if blocked {

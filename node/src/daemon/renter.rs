@@ -34,7 +34,21 @@ pub(crate) struct RenterRole {
     /// Rents waiting to hear how their start came out.
     rent_replies: BTreeMap<ContentId, oneshot::Sender<RentReport>>,
     /// Leases that ended since [`RenterRole::take_over`] was last called.
-    over: Vec<ContentId>,
+    over: Vec<LeaseOver>,
+    /// Leases already reported over (until they settle and leave `leases`).
+    reported_over: std::collections::BTreeSet<ContentId>,
+}
+
+/// A lease of this renter that ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseOver {
+    /// The lease.
+    pub(crate) lease: ContentId,
+    /// Its host.
+    pub(crate) host: PublicKey,
+    /// For a spot lease: whether the host preempted it (with a notice that held, or by its
+    /// own word).
+    pub(crate) spot_preempted: Option<bool>,
 }
 
 fn peer_of(key: PublicKey) -> Option<libp2p::PeerId> {
@@ -60,6 +74,7 @@ impl RenterRole {
             leases: BTreeMap::new(),
             rent_replies: BTreeMap::new(),
             over: Vec::new(),
+            reported_over: std::collections::BTreeSet::new(),
         };
         for (id, record) in role.state.renter_leases()? {
             if record.phase == RenterPhase::Settled {
@@ -297,13 +312,20 @@ impl RenterRole {
                 }
             }
         }
-        if self
-            .leases
-            .get(&id)
-            .is_some_and(|l| matches!(l.phase(), RenterPhase::Ended | RenterPhase::Settled))
-            && !self.over.contains(&id)
+        if let Some(l) = self.leases.get(&id)
+            && matches!(l.phase(), RenterPhase::Ended | RenterPhase::Settled)
+            && self.reported_over.insert(id)
         {
-            self.over.push(id);
+            let rec = l.record();
+            let spot = matches!(l.request().kind, gpux_protocol::LeaseKind::Spot);
+            self.over.push(LeaseOver {
+                lease: id,
+                host: l.request().host,
+                spot_preempted: spot.then(|| {
+                    rec.preempted_until.is_some()
+                        || rec.host_end == Some(gpux_lease::End::Preempted)
+                }),
+            });
         }
         if self
             .leases
@@ -312,13 +334,15 @@ impl RenterRole {
         {
             self.leases.remove(&id);
             self.rent_replies.remove(&id);
+            self.reported_over.remove(&id);
         }
         true
     }
 
-    /// The leases that ended since the last call (each reported at least once; their
-    /// bookings in this node's view of the market can go).
-    pub(crate) fn take_over(&mut self) -> Vec<ContentId> {
+    /// The leases that ended since the last call, once each: their bookings in this node's
+    /// view of the market can go, and a spot lease's end counts in its host's interruption
+    /// rate.
+    pub(crate) fn take_over(&mut self) -> Vec<LeaseOver> {
         std::mem::take(&mut self.over)
     }
 }

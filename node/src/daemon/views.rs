@@ -297,6 +297,7 @@ impl Daemon {
                 let hits = self.market.search(&query, limit, t).map(|mut hits| {
                     for hit in &mut hits {
                         hit.reach = self.reach.state(&hit.host, t);
+                        hit.interruption_permille = self.reach.interruption(&hit.host, t);
                     }
                     hits
                 });
