@@ -8,16 +8,9 @@
 
 use gpux_protocol::{MicroCredits, money};
 
-use super::market::{Market, SPOT_NOTICE_S, docker_containers, wait_for};
+use gpux_testnet::orders::PATIENT;
 
-/// A workload that saves its work when told: it watches for the notice file, and on
-/// SIGTERM prints the notice and exits.
-const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; exit 0' TERM; \
-     echo started; seen=; \
-     while true; do \
-       if [ -z \"$seen\" ] && [ -f /run/gpux/preemption.json ]; then echo notice seen; seen=1; fi; \
-       sleep 1 & wait $!; \
-     done";
+use super::market::{Market, SPOT_NOTICE_S, docker_containers, wait_for};
 
 /// The spot bid, credits per GPU-hour (the test hosts' floor is 1.00, on-demand 3.60).
 const BID: &str = "2.00";

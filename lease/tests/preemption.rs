@@ -9,42 +9,16 @@ use gpux_lease::{
 use gpux_market::LedgerConfig;
 use gpux_protocol::*;
 
-use crate::rules::{T0, host, ledger_key, submit};
+use crate::rules::{T0, host, ledger_key, offer, submit};
 
 const GPU: GpuUuid = GpuUuid([3; 16]);
 const PRICE: u64 = 3_600_000;
 const FLOOR: u64 = 1_000_000;
 
 fn spot_offer(t: u64) -> Verified<Offer> {
-    Signed::sign(
-        &host(),
-        Offer {
-            seq: 1,
-            slot: 0,
-            created_at: Timestamp(t),
-            expires_at: Timestamp(t + 600_000),
-            attestation: ContentId([7; 32]),
-            gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: GPU,
-                family: BoundedString::new("l4").unwrap(),
-                memory_bytes: 24_000_000_000,
-                compute_capability: ComputeCapability::new(8, 9),
-                pcie_gen: 4,
-            }])
-            .unwrap(),
-            price_per_gpu_hour: MicroCredits(PRICE),
-            spot_floor_per_gpu_hour: Some(MicroCredits(FLOOR)),
-            min_duration_s: 1,
-            max_duration_s: 86_400,
-            region: BoundedString::new("eu").unwrap(),
-            tier: EvidenceTier::SelfReported,
-            driver: Version::default(),
-            cuda: Version::default(),
-            images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
-            ext: Ext::new(),
-        },
-    )
-    .unwrap()
+    let mut body = offer(t).body().clone();
+    body.spot_floor_per_gpu_hour = Some(MicroCredits(FLOOR));
+    Signed::sign(&host(), body).unwrap()
 }
 
 fn request(
@@ -175,6 +149,36 @@ fn lock_at_ledger(
     (effects, *record)
 }
 
+/// The renter's side of an accepted lease, and the escrow lock it sends.
+fn renter_lease(
+    who: Keypair,
+    request: &Verified<LeaseRequest>,
+    accept: &Verified<LeaseAccept>,
+    t: u64,
+) -> (RenterLease, Verified<EscrowLock>) {
+    let (lease, effects) = RenterLease::accepted(
+        who,
+        request.clone(),
+        accept,
+        ledger_key().public(),
+        Timestamp(t),
+    )
+    .unwrap();
+    let lock = effects
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::SendLock { envelope } => Some(
+                Signed::<EscrowLock>::from_bytes(envelope.clone())
+                    .unwrap()
+                    .verify()
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .unwrap();
+    (lease, lock)
+}
+
 fn notice_of(effects: &[HostEffect]) -> Option<(Vec<u8>, Timestamp)> {
     effects.iter().find_map(|e| match e {
         HostEffect::Notify { envelope, ends_at } => Some((envelope.clone(), *ends_at)),
@@ -211,26 +215,7 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
     assert!(spot.preempts.is_empty());
     // Its GPU stays offered: an on-demand lease may preempt it.
     assert!(!book.unoffered_gpus(Timestamp(T0 + 1)).contains(&GPU));
-    let (mut renter, effects) = RenterLease::accepted(
-        spot_renter(),
-        spot_r.clone(),
-        &spot.accept,
-        ledger_key().public(),
-        Timestamp(T0 + 10),
-    )
-    .unwrap();
-    let renters_lock = effects
-        .iter()
-        .find_map(|e| match e {
-            RenterEffect::SendLock { envelope } => Some(
-                Signed::<EscrowLock>::from_bytes(envelope.clone())
-                    .unwrap()
-                    .verify()
-                    .unwrap(),
-            ),
-            _ => None,
-        })
-        .unwrap();
+    let (mut renter, renters_lock) = renter_lease(spot_renter(), &spot_r, &spot.accept, T0 + 10);
     let (effects, record) = lock_at_ledger(
         &mut spot.lease,
         &spot_renter(),
@@ -273,26 +258,7 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
     assert!(book.unoffered_gpus(starts_at).contains(&GPU));
 
     // The renter's node holds its escrow until then.
-    let (_, effects) = RenterLease::accepted(
-        other_renter(),
-        od_r.clone(),
-        &od.accept,
-        ledger_key().public(),
-        Timestamp(T0 + 20_010),
-    )
-    .unwrap();
-    let held = effects
-        .iter()
-        .find_map(|e| match e {
-            RenterEffect::SendLock { envelope } => Some(
-                Signed::<EscrowLock>::from_bytes(envelope.clone())
-                    .unwrap()
-                    .verify()
-                    .unwrap(),
-            ),
-            _ => None,
-        })
-        .unwrap();
+    let (_, held) = renter_lease(other_renter(), &od_r, &od.accept, T0 + 20_010);
     assert_eq!(held.hold_until().unwrap(), Some(starts_at));
     // A lock its payer could take back before the lease starts is refused.
     let unheld = sign_lock(&od.lease, &other_renter(), T0 + 20_000, false);

@@ -20,7 +20,7 @@ pub(crate) fn ledger_key() -> Keypair {
     Keypair::from_seed(&[9; 32])
 }
 
-fn offer(t: u64) -> Verified<Offer> {
+pub(crate) fn offer(t: u64) -> Verified<Offer> {
     Signed::sign(
         &host(),
         Offer {

@@ -24,8 +24,9 @@ pub struct OrderFigures {
     pub reserved_started_on_time: usize,
 }
 
-/// A spot workload that saves its work when told.
-const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; exit 0' TERM; \
+/// A spot workload that saves its work when told: it watches for the notice file, and on
+/// SIGTERM prints the notice and exits.
+pub const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; exit 0' TERM; \
      echo started; seen=; \
      while true; do \
        if [ -z \"$seen\" ] && [ -f /run/gpux/preemption.json ]; then echo notice seen; seen=1; fi; \
