@@ -18,8 +18,11 @@ pub mod flood;
 pub mod harness;
 pub mod orders;
 pub mod plane_bench;
+mod report;
 pub mod rogue;
 pub mod workload;
+
+pub use report::{LeaseReport, Report};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -34,116 +37,6 @@ pub struct TestnetConfig {
     pub gpux: PathBuf,
     /// Where data dirs go (a temporary directory when `None`, removed at the end).
     pub base_dir: Option<PathBuf>,
-}
-
-/// The run's outcome, written as JSON.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Report {
-    /// Processes started.
-    pub nodes: usize,
-    /// Distinct offers live at the end (all hosts' own offers).
-    pub offers_published: usize,
-    /// The fewest of those any renter's book holds.
-    pub offers_seen_min: usize,
-    /// Offers published before anyone rented (one per host).
-    pub offers_before_renting: usize,
-    /// The fewest of those any renter's book held before renting began.
-    pub offers_seen_min_before_renting: usize,
-    /// Median delay from an offer's signing to its arrival at a renter, ms.
-    pub propagation_ms_p50: u64,
-    /// 95th percentile of that delay, ms.
-    pub propagation_ms_p95: u64,
-    /// Arrivals the percentiles are computed from.
-    pub propagation_samples: usize,
-    /// Leases agreed (accepted by a host).
-    pub leases_agreed: usize,
-    /// GPUs booked for two overlapping leases (must be 0).
-    pub double_allocations: usize,
-    /// Gossip messages rejected by validation, over all nodes.
-    pub rejected_messages: u64,
-    /// Gossip messages ignored because their relaying peer was over its budget, over all
-    /// nodes (an honest testnet stays at 0).
-    pub over_budget_messages: u64,
-    /// Median resident memory of the node processes once the offers had spread, KiB.
-    pub node_rss_kb_median: u64,
-    /// Largest resident memory of a node process at that time, KiB.
-    pub node_rss_kb_max: u64,
-    /// The workload image every host lists and every lease runs (built locally).
-    pub image: String,
-    /// Containers started for leases, over all hosts.
-    pub containers_started: usize,
-    /// Lease containers still present after the run (must be 0).
-    pub containers_left: usize,
-    /// Usage receipts the renters acknowledged.
-    pub receipts_acked: u64,
-    /// Leases whose escrow was settled (redeemed and released).
-    pub leases_settled: usize,
-    /// Credits held by all parties after the faucet, before any lease, micro-credits.
-    pub credits_before: u64,
-    /// Credits held by all parties at the end, micro-credits (must equal `credits_before`).
-    pub credits_after: u64,
-    /// Median time from a renter's `rent` call to its container running, ms.
-    pub rent_to_running_ms_p50: u64,
-    /// 95th percentile of that time, ms.
-    pub rent_to_running_ms_p95: u64,
-    /// Median time Docker itself takes to create and start the same container, measured in
-    /// the same run (the overhead of gpux is the difference).
-    pub docker_start_ms_p50: u64,
-    /// Hosts' CPU use while idle (market up, no lease), % of one core, mean over hosts.
-    pub host_cpu_pct_idle: f64,
-    /// Hosts' CPU use while leases ran, % of one core, mean over hosts.
-    pub host_cpu_pct_leasing: f64,
-    /// The metering overhead of one running lease on its host: the CPU added per lease
-    /// running, % of one core.
-    pub metering_cpu_pct_per_lease: f64,
-    /// The Docker daemon's CPU while idle and while leases ran, % of one core (it answers
-    /// the hosts' inspect, stats and log calls; the workloads themselves are not counted).
-    pub dockerd_cpu_pct_idle: f64,
-    /// See `dockerd_cpu_pct_idle`.
-    pub dockerd_cpu_pct_leasing: f64,
-    /// The Docker daemon's CPU added per running lease, % of one core.
-    pub dockerd_cpu_pct_per_lease: f64,
-    /// The workload-plane round: a renter's own image staged, its files in and out, and
-    /// what was left (flattened into the report).
-    #[serde(flatten)]
-    pub plane: workload::PlaneFigures,
-    /// The order-kinds round: a spot lease preempted (flattened into the report).
-    #[serde(flatten)]
-    pub orders: orders::OrderFigures,
-    /// Every lease, as its host ran and settled it.
-    pub leases: Vec<LeaseReport>,
-    /// Anything that went wrong.
-    pub errors: Vec<String>,
-    /// Seconds the whole run took.
-    pub elapsed_s: f64,
-}
-
-/// One lease in the report.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LeaseReport {
-    /// Lease id.
-    pub lease: String,
-    /// Agreed price, micro-credits per GPU-hour.
-    pub price_per_gpu_hour: u64,
-    /// GPUs leased.
-    pub gpus: u64,
-    /// The container's runtime from Docker's own start and finish times, seconds.
-    pub runtime_s: f64,
-    /// What the ledger moved to the host, micro-credits.
-    pub charged: u64,
-    /// price × gpus × max(60, runtime_s) / 3600 (spot: runtime_s, no minimum), plus the
-    /// kept workspace's fixed sum, micro-credits.
-    pub expected: f64,
-    /// The kept workspace's fixed sum (in `expected`), micro-credits.
-    pub retention_charge: u64,
-    /// `on-demand`, `spot` or `reserved`.
-    pub kind: String,
-    /// Why it ended.
-    pub end_reason: String,
-    /// The workload's exit code.
-    pub exit_code: Option<i64>,
-    /// Whether the escrow is settled.
-    pub settled: bool,
 }
 
 /// Credits every node gets from the testnet faucet.

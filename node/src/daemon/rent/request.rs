@@ -1,0 +1,141 @@
+//! A rent request from the API, checked and turned into what the rent needs: the bid to
+//! match, the image to run, and the workload with its signed terms.
+
+use gpux_api::{ApiError, RentRequest};
+use gpux_market::BidSpec;
+use gpux_market::query::Query;
+use gpux_protocol::{BoundedString, EnvVar, Ext, ImageDigest, LeaseKind, MicroCredits};
+
+use super::{ImageChoice, Workload};
+
+fn bad(what: &str) -> impl Fn(String) -> ApiError + '_ {
+    move |e| ApiError::bad_input(format!("{what}: {e}"))
+}
+
+/// Checks and converts a rent request.
+pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Workload), ApiError> {
+    if request.gpus == 0 {
+        return Err(ApiError::bad_input("--gpus must be at least 1"));
+    }
+    if request.duration_s == 0 {
+        return Err(ApiError::bad_input("--duration must be at least 1 s"));
+    }
+    // A workspace narrows the market to hosts that say they can give one that large now.
+    let mut text = match request.disk_bytes {
+        Some(bytes) => format!("{} disk>={}", request.query, bytes.div_ceil(1_000_000_000)),
+        None => request.query.clone(),
+    };
+    let image = match (&request.image, &request.image_archive) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_input(
+                "give --image or --image-archive, not both",
+            ));
+        }
+        (None, Some(path)) => ImageChoice::Archive(path.into()),
+        (Some(reference), None) => match reference.parse::<ImageDigest>() {
+            // Only hosts that list it.
+            Ok(digest) => {
+                text.push_str(&format!(" image={digest}"));
+                ImageChoice::Host(digest)
+            }
+            Err(_) if reference.starts_with("sha256:") => {
+                return Err(bad("--image")(format!(
+                    "'{reference}' is not an image digest (sha256:<64 hex digits>)"
+                )));
+            }
+            Err(_) => ImageChoice::Local(reference.clone()),
+        },
+        (None, None) => ImageChoice::Any,
+    };
+    if request.cache_image && !matches!(image, ImageChoice::Local(_) | ImageChoice::Archive(_)) {
+        return Err(bad("--cache-image")(
+            "keeps a staged image: give --image NAME or --image-archive FILE".into(),
+        ));
+    }
+    let query = Query::parse(&text).map_err(|e| bad("query")(e.to_string()))?;
+    let max_price = request
+        .max_price
+        .parse::<MicroCredits>()
+        .map_err(|e| bad("--max-price")(e.to_string()))?;
+    let env = request
+        .env
+        .iter()
+        .map(|(name, value)| {
+            Ok(EnvVar {
+                name: BoundedString::new(name.clone()).map_err(|e| bad(name)(e.to_string()))?,
+                value: BoundedString::new(value.clone()).map_err(|e| bad(name)(e.to_string()))?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let command = request
+        .command
+        .iter()
+        .map(|a| BoundedString::new(a.clone()).map_err(|e| bad("command")(e.to_string())))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let (kind, duration_s) = match (request.spot, request.window) {
+        (true, Some(_)) => {
+            return Err(bad("--spot")(
+                "a spot lease has no reserved window: give --spot or --start/--end".into(),
+            ));
+        }
+        (true, None) => (LeaseKind::Spot, request.duration_s),
+        (false, None) => (LeaseKind::OnDemand, request.duration_s),
+        (false, Some((start, end))) => {
+            let whole = end > start && (end - start) % 1000 == 0;
+            let duration_s = u32::try_from((end - start) / 1000).ok().filter(|_| whole);
+            let Some(duration_s) = duration_s else {
+                return Err(bad("--end")(
+                    "a reserved window ends a whole number of seconds after it starts".into(),
+                ));
+            };
+            let kind = LeaseKind::Reserved {
+                start: gpux_protocol::Timestamp(start),
+                end: gpux_protocol::Timestamp(end),
+            };
+            (kind, duration_s)
+        }
+    };
+    let spec = BidSpec {
+        query,
+        gpus: request.gpus,
+        max_price,
+        duration_s,
+        kind,
+        allow_spread: false,
+    };
+    let mut terms = Ext::new();
+    if let Some(bytes) = request.disk_bytes {
+        if bytes < crate::executor::MIN_WORKSPACE_BYTES {
+            return Err(bad("--disk")(format!(
+                "a workspace has at least {} MiB",
+                crate::executor::MIN_WORKSPACE_BYTES >> 20
+            )));
+        }
+        terms
+            .insert(
+                gpux_protocol::EXT_WORKSPACE_BYTES,
+                bytes.to_le_bytes().to_vec(),
+            )
+            .map_err(|e| bad("--disk")(e.to_string()))?;
+    }
+    if let Some(retain) = request.retain_s {
+        if request.disk_bytes.is_none() {
+            return Err(bad("--retain")("keeps a workspace: give --disk too".into()));
+        }
+        terms
+            .insert(gpux_protocol::EXT_RETAIN_S, retain.to_le_bytes().to_vec())
+            .map_err(|e| bad("--retain")(e.to_string()))?;
+    }
+    if request.cache_image {
+        terms
+            .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])
+            .map_err(|e| bad("--cache-image")(e.to_string()))?;
+    }
+    let workload = Workload {
+        command,
+        env,
+        network: request.network,
+        terms,
+    };
+    Ok((spec, image, workload))
+}
