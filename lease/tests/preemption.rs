@@ -21,6 +21,18 @@ fn spot_offer(t: u64) -> Verified<Offer> {
     Signed::sign(&host(), body).unwrap()
 }
 
+/// A host's book with one spot offer (notice 30 s), at `T0`.
+fn spot_market() -> (HostBook, Verified<Offer>) {
+    let timing = Timing {
+        spot_notice_ms: 30_000,
+        ..Timing::default()
+    };
+    let o = spot_offer(T0);
+    let mut book = HostBook::new(host(), timing);
+    book.add_offer(o.clone(), Timestamp(T0));
+    (book, o)
+}
+
 fn request(
     who: &Keypair,
     offer: &Verified<Offer>,
@@ -200,13 +212,7 @@ fn receipt_of(effects: &[HostEffect]) -> Option<Verified<UsageReceipt>> {
 
 #[test]
 fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_then() {
-    let timing = Timing {
-        spot_notice_ms: 30_000,
-        ..Timing::default()
-    };
-    let o = spot_offer(T0);
-    let mut book = HostBook::new(host(), timing);
-    book.add_offer(o.clone(), Timestamp(T0));
+    let (mut book, o) = spot_market();
     let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
 
     // A spot lease at 1.2 credits per GPU-hour runs from T0 + 1 s.
@@ -377,23 +383,10 @@ fn an_on_demand_request_preempts_a_spot_lease_after_its_notice_and_pays_from_the
 
 #[test]
 fn a_renter_refuses_a_notice_that_cites_no_request_that_may_preempt_it() {
-    let timing = Timing {
-        spot_notice_ms: 30_000,
-        ..Timing::default()
-    };
-    let o = spot_offer(T0);
-    let mut book = HostBook::new(host(), timing);
-    book.add_offer(o.clone(), Timestamp(T0));
+    let (mut book, o) = spot_market();
     let spot_r = request(&spot_renter(), &o, T0, LeaseKind::Spot, 1_200_000);
     let spot = accept(&mut book, &spot_r, T0).unwrap();
-    let (mut renter, _) = RenterLease::accepted(
-        spot_renter(),
-        spot_r.clone(),
-        &spot.accept,
-        ledger_key().public(),
-        Timestamp(T0 + 10),
-    )
-    .unwrap();
+    let (mut renter, _) = renter_lease(spot_renter(), &spot_r, &spot.accept, T0 + 10);
     let notice = |preemptor: &Verified<LeaseRequest>, created: u64, ends: u64| {
         Signed::sign(
             &host(),
@@ -453,13 +446,7 @@ fn a_renter_refuses_a_notice_that_cites_no_request_that_may_preempt_it() {
 
 #[test]
 fn a_request_that_never_locks_its_escrow_preempts_nobody() {
-    let timing = Timing {
-        spot_notice_ms: 30_000,
-        ..Timing::default()
-    };
-    let o = spot_offer(T0);
-    let mut book = HostBook::new(host(), timing);
-    book.add_offer(o.clone(), Timestamp(T0));
+    let (mut book, o) = spot_market();
     let spot_r = request(&spot_renter(), &o, T0, LeaseKind::Spot, 1_200_000);
     accept(&mut book, &spot_r, T0).unwrap();
     let whole = book.bookings_of(&spot_r.id());
