@@ -72,6 +72,14 @@ enum Command {
         #[arg(long, short)]
         follow: bool,
     },
+    /// Start the work of a lease rented with --hold (after copying files in).
+    Commit {
+        /// The lease id.
+        lease: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop a lease you rent: the host stops the container, bills the time used and
     /// returns the rest of the escrow.
     Stop {
@@ -418,6 +426,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
+        Command::Commit { lease, json } => cmd::lease::commit(&dir, &lease, json)?,
         Command::Forward {
             lease,
             ports,

@@ -218,3 +218,128 @@ fn a_reserved_window_booked_ahead_runs_from_its_start_to_its_end_and_no_one_else
     });
     market.assert_conserved();
 }
+
+#[test]
+fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothing_uncommitted() {
+    let market = Market::start(1, 1, 10);
+    let (host, renter) = (&market.hosts[0], &market.renters[0]);
+    let before = market.balance(renter);
+
+    // Held: the escrow is locked and the GPU booked, but nothing runs yet.
+    let out = renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--disk",
+        "32MiB",
+        "--retain",
+        "2s",
+        "--hold",
+        "60s",
+        "--image",
+        &market.image,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "cat /workspace/input.txt && echo work-done",
+    ]);
+    assert!(
+        out.status.success(),
+        "held rent failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let held: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    let lease = held.lease;
+    let by = held
+        .commit_by_ms
+        .expect("a held lease says by when to commit");
+    assert!(by > held.starts_at_ms.unwrap_or(0), "{by}");
+    assert_eq!(renter.lease(&lease).phase, "held");
+    assert!(host.lease(&lease).started_at.is_none());
+    assert!(docker_containers(&lease).is_empty());
+
+    // The input goes in first; then the commit starts the work, which reads it.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, "seeded before the start\n").unwrap();
+    let cp = renter.gpux(&[
+        "cp",
+        input.to_str().unwrap(),
+        &format!("{lease}:/workspace/input.txt"),
+    ]);
+    assert!(
+        cp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cp.stderr)
+    );
+    assert!(host.lease(&lease).started_at.is_none());
+    let commit = renter.gpux(&["commit", &lease]);
+    assert!(
+        commit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&commit.stderr)
+    );
+    wait_for("the committed work to read its input", 30, || {
+        renter.api().logs(&lease, 0).is_ok_and(|p| {
+            p.text.contains("seeded before the start") && p.text.contains("work-done")
+        })
+    });
+    assert!(!renter.gpux(&["commit", &lease]).status.success());
+    wait_for("the committed lease to settle", 30, || {
+        host.lease(&lease).settled
+    });
+
+    // A held lease never committed ends when its hold runs out: nothing runs, nothing is
+    // paid, its workspace goes at once.
+    let out = renter.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--disk",
+        "32MiB",
+        "--hold",
+        "3s",
+        "--image",
+        &market.image,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo never",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let idle: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    let workspace = host.dir.join("workspaces").join(&idle.lease);
+    wait_for("the held workspace", 10, || workspace.exists());
+    wait_for("the uncommitted lease to end and settle", 30, || {
+        let view = host.lease(&idle.lease);
+        view.end.as_deref() == Some("not-committed") && view.settled
+    });
+    let view = host.lease(&idle.lease);
+    assert!(view.started_at.is_none() && view.redeemed == 0, "{view:?}");
+    wait_for("the renter to hear of it", 10, || {
+        renter.lease(&idle.lease).end.as_deref() == Some("not-committed")
+    });
+    wait_for("the uncommitted workspace to go", 10, || {
+        !workspace.exists()
+    });
+    assert!(docker_containers(&idle.lease).is_empty());
+    // The renter paid for the committed lease's minute only.
+    wait_for("the renter's escrows to come back", 30, || {
+        renter.lease(&idle.lease).settled
+    });
+    let paid = host.lease(&lease).redeemed;
+    assert_eq!(market.balance(renter), before - paid);
+    market.assert_conserved();
+}

@@ -499,7 +499,14 @@ impl HostBook {
 fn allocation(request: &Verified<LeaseRequest>, start: Timestamp) -> Allocation {
     let (start, end) = match request.kind {
         LeaseKind::Reserved { start, end } => (start, end),
-        _ => (start, start.plus_secs(u64::from(request.duration_s))),
+        // A lease that waits for its renter's commit holds its GPUs for the wait too.
+        _ => {
+            let wait = request.commit_wait_ms().ok().flatten().unwrap_or(0);
+            (
+                start,
+                start.plus_ms(wait + u64::from(request.duration_s) * 1000),
+            )
+        }
     };
     Allocation {
         offer: request.offer,

@@ -45,8 +45,8 @@ pub use ledger::{
     LedgerMachine, LedgerOutput, LogAppend, LogEntry, LogOp, MAX_LOCK_AGE_MS, ReplayError,
 };
 pub use renter::{
-    LockOutcome, RentReport, RenterEffect, RenterInput, RenterLease, RenterPhase, RenterRecord,
-    RenterTimer, StopError,
+    CommitError, LockOutcome, RentReport, RenterEffect, RenterInput, RenterLease, RenterPhase,
+    RenterRecord, RenterTimer, StopError,
 };
 
 use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};
@@ -212,6 +212,8 @@ pub enum End {
     StartUnconfirmed,
     /// Renter: the host fell silent.
     HostSilent,
+    /// A lease waiting for the renter's commit was not committed in time: nothing ran.
+    NotCommitted,
 }
 
 impl End {
@@ -225,6 +227,7 @@ impl End {
             End::EscrowExhausted | End::EscrowNotLocked => EndReason::EscrowExhausted,
             End::Preempted => EndReason::Preempted,
             End::HostShutdown => EndReason::HostShutdown,
+            End::NotCommitted => EndReason::NotCommitted,
             End::ContainerExited => EndReason::ContainerExited,
             End::ContainerFailed | End::ImageMissing | End::NotStarted => {
                 EndReason::ContainerFailed
@@ -244,6 +247,7 @@ impl End {
             EndReason::HostShutdown => End::HostShutdown,
             EndReason::ContainerExited => End::ContainerExited,
             EndReason::ContainerFailed => End::ContainerFailed,
+            EndReason::NotCommitted => End::NotCommitted,
             // A reason from a newer peer: the nearest this build knows.
             _ => End::ContainerFailed,
         }

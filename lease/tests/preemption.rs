@@ -15,14 +15,14 @@ const GPU: GpuUuid = GpuUuid([3; 16]);
 const PRICE: u64 = 3_600_000;
 const FLOOR: u64 = 1_000_000;
 
-fn spot_offer(t: u64) -> Verified<Offer> {
+pub(crate) fn spot_offer(t: u64) -> Verified<Offer> {
     let mut body = offer(t).body().clone();
     body.spot_floor_per_gpu_hour = Some(MicroCredits(FLOOR));
     Signed::sign(&host(), body).unwrap()
 }
 
 /// A host's book with one spot offer (notice 30 s), at `T0`.
-fn spot_market() -> (HostBook, Verified<Offer>) {
+pub(crate) fn spot_market() -> (HostBook, Verified<Offer>) {
     let timing = Timing {
         spot_notice_ms: 30_000,
         ..Timing::default()
@@ -33,7 +33,7 @@ fn spot_market() -> (HostBook, Verified<Offer>) {
     (book, o)
 }
 
-fn request(
+pub(crate) fn request(
     who: &Keypair,
     offer: &Verified<Offer>,
     t: u64,
@@ -70,20 +70,20 @@ fn request(
     .unwrap()
 }
 
-fn spot_renter() -> Keypair {
+pub(crate) fn spot_renter() -> Keypair {
     Keypair::from_seed(&[21; 32])
 }
-fn other_renter() -> Keypair {
+pub(crate) fn other_renter() -> Keypair {
     Keypair::from_seed(&[22; 32])
 }
 
-struct Accepted {
-    lease: HostLease,
-    accept: Verified<LeaseAccept>,
-    preempts: Vec<ContentId>,
+pub(crate) struct Accepted {
+    pub(crate) lease: HostLease,
+    pub(crate) accept: Verified<LeaseAccept>,
+    pub(crate) preempts: Vec<ContentId>,
 }
 
-fn accept(
+pub(crate) fn accept(
     book: &mut HostBook,
     r: &Verified<LeaseRequest>,
     t: u64,
@@ -108,7 +108,12 @@ fn accept(
 
 /// The lock `who` signs at `t` for `lease`, held until its booking starts when it starts
 /// later (as a renter's node signs it), or not held at all when `held` is false.
-fn sign_lock(lease: &HostLease, who: &Keypair, t: u64, held: bool) -> Verified<EscrowLock> {
+pub(crate) fn sign_lock(
+    lease: &HostLease,
+    who: &Keypair,
+    t: u64,
+    held: bool,
+) -> Verified<EscrowLock> {
     let r = lease.request();
     let mut ext = Ext::new();
     let starts_at = lease.record().starts_at;
@@ -134,7 +139,7 @@ fn sign_lock(lease: &HostLease, who: &Keypair, t: u64, held: bool) -> Verified<E
 
 /// The host's side locked at the ledger at `t` with `lock` (or one `who` signs now);
 /// returns the effects of the lock's verdict.
-fn lock_at_ledger(
+pub(crate) fn lock_at_ledger(
     lease: &mut HostLease,
     who: &Keypair,
     lock: Option<Verified<EscrowLock>>,
@@ -162,7 +167,7 @@ fn lock_at_ledger(
 }
 
 /// The renter's side of an accepted lease, and the escrow lock it sends.
-fn renter_lease(
+pub(crate) fn renter_lease(
     who: Keypair,
     request: &Verified<LeaseRequest>,
     accept: &Verified<LeaseAccept>,
@@ -198,7 +203,7 @@ fn notice_of(effects: &[HostEffect]) -> Option<(Vec<u8>, Timestamp)> {
     })
 }
 
-fn receipt_of(effects: &[HostEffect]) -> Option<Verified<UsageReceipt>> {
+pub(crate) fn receipt_of(effects: &[HostEffect]) -> Option<Verified<UsageReceipt>> {
     effects.iter().find_map(|e| match e {
         HostEffect::SendReceipt { envelope, .. } => Some(
             Signed::<UsageReceipt>::from_bytes(envelope.clone())

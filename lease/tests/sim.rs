@@ -130,6 +130,10 @@ enum Ev {
     RenterStop,
     /// An on-demand request needs a spot lease's GPUs: the host preempts it.
     Preempt,
+    /// The renter commits its held lease (its files are in).
+    RenterCommit {
+        epoch: u64,
+    },
 }
 
 #[derive(Debug, Default, Clone)]
@@ -182,6 +186,9 @@ struct World {
     request: gpux_protocol::Verified<LeaseRequest>,
     /// For a spot lease: the on-demand request that preempts it.
     preemptor: Option<gpux_protocol::Verified<LeaseRequest>>,
+    /// For a lease that waits for its commit: when the renter commits once held (ms after
+    /// it learns the lease is held; `None`: never).
+    commit_after: Option<u64>,
     minted: u64,
 }
 
@@ -292,6 +299,14 @@ impl World {
         } else {
             LeaseKind::OnDemand
         };
+        // Of the on-demand leases, a third wait for the renter's commit (as a resumed lease
+        // or a group member does), which comes late or never in some schedules.
+        let commit_wait_ms =
+            (kind == LeaseKind::OnDemand && rng.chance(33)).then(|| rng.range(5, 30) * 1000);
+        let commit_after = commit_wait_ms.and_then(|w| {
+            let never = rng.chance(10);
+            (!never).then(|| rng.range(0, w * 13 / 10))
+        });
         let request = request(
             &renter_key,
             &host_key,
@@ -301,6 +316,20 @@ impl World {
             kept_workspace,
             kind,
         );
+        // (Signed again with the term: the helper's arguments are enough already.)
+        let request = match commit_wait_ms {
+            Some(wait) => {
+                let mut body = request.body().clone();
+                body.ext
+                    .insert(
+                        gpux_protocol::EXT_COMMIT_WAIT_MS,
+                        wait.to_le_bytes().to_vec(),
+                    )
+                    .unwrap();
+                Signed::sign(&renter_key, body).unwrap()
+            }
+            None => request,
+        };
         assert_eq!(
             gpux_lease::bill::retention(&request).0,
             if kept_workspace { RETENTION } else { 0 }
@@ -333,6 +362,7 @@ impl World {
             trace: Vec::new(),
             request,
             preemptor: None,
+            commit_after,
             minted,
         };
         world.trace.push(format!(
@@ -589,7 +619,10 @@ impl World {
                     );
                 }
                 // The one lease here preempts nobody; its own preemption comes as an event.
-                HostEffect::FreeGpus | HostEffect::PreemptSpot { .. } => {}
+                // A workspace made for the commit is erased with the container.
+                HostEffect::FreeGpus
+                | HostEffect::PreemptSpot { .. }
+                | HostEffect::PrepareWorkspace => {}
             }
         }
     }
@@ -635,7 +668,9 @@ impl World {
                 RenterEffect::Respond { .. } => {
                     // Answers are taken by the caller of the receipt handler.
                 }
-                RenterEffect::SendEnd { envelope } => self.one_way(Party::Host, envelope),
+                RenterEffect::SendEnd { envelope } | RenterEffect::SendCommit { envelope } => {
+                    self.one_way(Party::Host, envelope)
+                }
                 RenterEffect::Ledger { call, envelope } => {
                     let d = self.delay();
                     let sent = self.now;
@@ -663,6 +698,11 @@ impl World {
                 RenterEffect::Report(report) => {
                     self.trace
                         .push(format!("{} rent report {report:?}", self.now));
+                    if report == RentReport::Held
+                        && let Some(after) = self.commit_after
+                    {
+                        self.at(after, Ev::RenterCommit { epoch });
+                    }
                     self.report.get_or_insert(report);
                 }
             }
@@ -817,6 +857,9 @@ impl World {
                         let effects = self.renter_in(RenterInput::Notice(notice));
                         self.renter_effects(effects);
                         return;
+                    }
+                    Ok(AnyVerified::LeaseCommit(commit)) => {
+                        return self.host_in(HostInput::Commit(commit));
                     }
                     _ => return,
                 };
@@ -1015,6 +1058,16 @@ impl World {
                     self.host_in(HostInput::Preempt(Box::new(preemptor)));
                 }
             }
+            Ev::RenterCommit { epoch } => {
+                let now = Timestamp(self.now);
+                if epoch == self.renter_epoch
+                    && let Some(renter) = self.renter.as_mut()
+                    && let Ok(effects) = renter.commit(now)
+                {
+                    self.trace.push(format!("{} renter commits", self.now));
+                    self.renter_effects(effects);
+                }
+            }
             Ev::RenterStop => {
                 let now = Timestamp(self.now);
                 if let Some(renter) = self.renter.as_mut()
@@ -1173,6 +1226,26 @@ fn check(w: &World) -> Result<Summary, String> {
             return Err(format!(
                 "a lease preempted at {ends_at} paid {host_paid}; at most {cap}"
             ));
+        }
+    }
+    // A lease that waits for its commit runs only once committed, on both sides, and one
+    // never committed costs nothing.
+    let host_rec = w.host.as_ref().map(|h| h.record());
+    if w.request.commit_wait_ms().unwrap().is_some() {
+        let started = w.container.as_ref().and_then(|c| c.started_at);
+        let host_commit = host_rec.and_then(|r| r.committed_at);
+        let renter_commit = w.renter.as_ref().and_then(|r| r.record().committed_at);
+        match (started, host_commit, renter_commit) {
+            (Some(s), Some(h), Some(r)) if s >= h.0 && h.0 >= r.0 => {}
+            (Some(s), h, r) => {
+                return Err(format!(
+                    "work started at {s}; committed at the host {h:?}, by the renter {r:?}"
+                ));
+            }
+            (None, ..) => {}
+        }
+        if renter_commit.is_none() && host_paid > 0 {
+            return Err(format!("a lease never committed paid {host_paid}"));
         }
     }
     // A paid lease pays its kept workspace in full: every receipt carries the sum.

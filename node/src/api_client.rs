@@ -203,6 +203,11 @@ impl ApiClient {
         self.post(&format!("/v1/leases/{lease}/stop"), &())
     }
 
+    /// `POST /v1/leases/{lease}/commit`.
+    pub fn commit(&self, lease: &str) -> Result<gpux_api::Committed, ClientError> {
+        self.post(&format!("/v1/leases/{lease}/commit"), &())
+    }
+
     /// `GET /v1/leases/{lease}/receipts`.
     pub fn receipts(&self, lease: &str) -> Result<gpux_api::Receipts, ClientError> {
         self.get(&format!("/v1/leases/{lease}/receipts"), &[])

@@ -97,6 +97,7 @@ fn every_kind_round_trips() {
             MessageKind::Release => round_trip::<Release>(&bytes),
             MessageKind::LedgerRecord => round_trip::<LedgerRecord>(&bytes),
             MessageKind::ChallengeResult => round_trip::<ChallengeResult>(&bytes),
+            MessageKind::LeaseCommit => round_trip::<LeaseCommit>(&bytes),
             other => panic!("no round-trip case for {other}"),
         }
     }

@@ -448,6 +448,21 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
         .to_vec(),
     );
     all.push(result);
+    let commit = (
+        MessageKind::LeaseCommit,
+        Signed::sign(
+            &r,
+            LeaseCommit {
+                lease: ContentId::of(&of(&all, MessageKind::LeaseRequest)),
+                created_at: T0.plus_secs(3),
+                ext: ext_with_field(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec(),
+    );
+    all.push(commit);
     all
 }
 

@@ -439,6 +439,7 @@ pub fn up(
                 retain_s: None,
                 spot: false,
                 window: None,
+                hold_s: None,
             };
             let asked = Instant::now();
             match renter.rent(&body) {

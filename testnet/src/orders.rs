@@ -81,6 +81,7 @@ fn rent_request(
         retain_s: None,
         spot,
         window,
+        hold_s: None,
     })?)
 }
 

@@ -87,6 +87,7 @@ pub(crate) fn round(
         retain_s: Some(20),
         spot: false,
         window: None,
+        hold_s: None,
     })?;
     let staged = rented.staged.clone().context("the rent staged no image")?;
     figures.images_pushed = 1;

@@ -60,6 +60,15 @@ pub(crate) fn receipts(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()
 }
 
 /// Asks the host to stop a lease this node rents.
+pub(crate) fn commit(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> {
+    let committed = ApiClient::for_data_dir(dir)?.commit(lease)?;
+    if json {
+        return super::print_json(&committed);
+    }
+    out!("lease {lease}: committed; the host starts the work now")?;
+    Ok(())
+}
+
 pub(crate) fn stop(dir: &Path, lease: &str) -> anyhow::Result<()> {
     ApiClient::for_data_dir(dir)?.stop(lease)?;
     out!("lease {lease}: the host is stopping it; `gpux receipts {lease}` shows the bill")?;

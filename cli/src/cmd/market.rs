@@ -41,6 +41,18 @@ pub(crate) struct Kind {
     /// The reserved window's end (as --start).
     #[arg(long, value_name = "TIME", requires = "start", value_parser = parse_time)]
     end: Option<u64>,
+    /// Hold the GPUs this long (`90s`, `5m` at most) before the work starts: copy files
+    /// into the workspace meanwhile (`gpux cp`), then `gpux commit LEASE` starts it. Not
+    /// committed in time, the lease ends and nothing is paid.
+    #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
+    hold: Option<u64>,
+}
+
+/// A hold on the command line, whole seconds.
+fn parse_hold(text: &str) -> Result<u64, String> {
+    humantime::parse_duration(text)
+        .map(|d| d.as_secs())
+        .map_err(|_| format!("'{text}': use 90s, 5m"))
 }
 
 /// A time on the command line, unix ms: RFC 3339, or `+DURATION` from now (whole seconds).
@@ -192,14 +204,20 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         retain_s: run.retain,
         spot: kind.spot,
         window: kind.start.zip(kind.end),
+        hold_s: kind.hold,
     };
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {
         return print_json(&lease);
     }
     out!(
-        "lease {} running with {}: {} GPU(s) at {} credits per GPU-hour for {} s (escrow {} credits)",
+        "lease {} {} with {}: {} GPU(s) at {} credits per GPU-hour for {} s (escrow {} credits)",
         lease.lease,
+        if lease.commit_by_ms.is_some() {
+            "held"
+        } else {
+            "running"
+        },
         lease.host,
         lease.gpus.len(),
         lease.price_per_gpu_hour,
@@ -210,6 +228,13 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         out!(
             "it starts at {} (UTC), once the spot lease on its GPUs has run out its notice",
             super::utc_time(at)
+        )?;
+    }
+    if let Some(by) = lease.commit_by_ms {
+        out!(
+            "its GPUs are held until {} (UTC): copy files in (`gpux cp`), then `gpux commit {}` starts the work",
+            super::utc_time(by),
+            lease.lease
         )?;
     }
     if let Some(staged) = &lease.staged {

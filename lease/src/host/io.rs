@@ -1,7 +1,8 @@
 //! What goes into and out of the host's machine, and what it stores.
 
 use gpux_protocol::{
-    ContentId, EscrowLock, LeaseEnd, LeaseRequest, MicroCredits, ReceiptAck, Timestamp, Verified,
+    ContentId, EscrowLock, LeaseCommit, LeaseEnd, LeaseRequest, MicroCredits, ReceiptAck,
+    Timestamp, Verified,
 };
 
 use crate::{End, LedgerCall, LedgerVerdict, Timing, Voucher};
@@ -103,6 +104,8 @@ pub struct HostRecord {
     pub preemption: Option<Preemption>,
     /// The spot leases this lease preempts: they get their notice once its escrow is locked.
     pub preempts: Vec<ContentId>,
+    /// When the renter's `LeaseCommit` came, for a lease that waits for one.
+    pub committed_at: Option<Timestamp>,
     /// The receipt timing announced in the acceptance.
     pub timing: Timing,
     /// Where the lease is.
@@ -209,6 +212,8 @@ pub enum HostTimer {
     /// A preempted lease's workload is asked to stop (SIGTERM), so that it is gone by the
     /// notice's end.
     Preempt,
+    /// The renter's commit is overdue: the lease ends unpaid.
+    CommitWait,
 }
 
 /// What can happen to a lease on the host.
@@ -250,6 +255,8 @@ pub enum HostInput {
     },
     /// A `LeaseEnd` from the renter (verified).
     RenterEnd(Verified<LeaseEnd>),
+    /// The renter's `LeaseCommit` (verified): the held lease's work may start.
+    Commit(Verified<LeaseCommit>),
     /// The host node is shutting down.
     Shutdown,
     /// This (spot) lease's GPUs are needed by this accepted request, which may preempt it.
@@ -297,7 +304,11 @@ pub enum HostEffect {
         grace_s: u32,
     },
     /// Remove the container and check it is gone; report [`HostInput::ContainerErased`].
+    /// A workspace whose work never started is erased at once, with no retention.
     EraseContainer,
+    /// Make the lease's workspace now: its work waits for the renter's commit, and the
+    /// renter may copy files in first.
+    PrepareWorkspace,
     /// Send a receipt to the renter; report the answer as [`HostInput::ReceiptAnswer`].
     SendReceipt {
         /// The receipt's seq.

@@ -201,9 +201,10 @@ impl HostLease {
                 self.rec.lock_record = Some(record.as_bytes().to_vec());
                 self.rec.phase = HostPhase::Starting;
                 out.push(HostEffect::Persist);
-                if now < self.rec.starts_at {
-                    // The GPUs are booked from later (spot leases run out their notice):
-                    // the renter learns the lock holds now, the container starts then.
+                if now < self.rec.starts_at || self.commit_wait_ms().is_some() {
+                    // The GPUs are booked from later (spot leases run out their notice), or
+                    // the work waits for the renter's commit: the renter learns the lock
+                    // holds now, the container starts then.
                     self.start_deferred = true;
                     if self.lock_pending {
                         self.lock_pending = false;
@@ -224,10 +225,15 @@ impl HostLease {
                             .plus_ms(self.rec.timing.spot_notice_ms + crate::PREEMPT_HANDOVER_MS);
                         start = start.max(notice_end);
                     }
-                    out.push(HostEffect::Schedule {
-                        at: start,
-                        timer: HostTimer::StartAt,
-                    });
+                    self.start_not_before = start;
+                    if let Some(by) = self.commit_by() {
+                        out.push(HostEffect::PrepareWorkspace);
+                        out.push(HostEffect::Schedule {
+                            at: by,
+                            timer: HostTimer::CommitWait,
+                        });
+                    }
+                    self.try_start(now, out);
                 } else {
                     out.push(HostEffect::StartContainer);
                 }

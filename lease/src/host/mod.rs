@@ -17,9 +17,10 @@
 use gpux_protocol::ledger_wire::RefusalCode;
 use gpux_protocol::validate::{ack_matches_receipt, escrow_lock_matches_request, may_preempt};
 use gpux_protocol::{
-    BoundedBytes, BoundedString, ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd,
-    LeaseKind, LeaseReject, LeaseRequest, LedgerEntry, MicroCredits, PreemptionNotice, ReceiptAck,
-    Redeem, RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
+    BoundedBytes, BoundedString, ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseCommit,
+    LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, LedgerEntry, MicroCredits, PreemptionNotice,
+    ReceiptAck, Redeem, RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary,
+    Verified,
 };
 
 use crate::{
@@ -87,9 +88,12 @@ pub struct HostLease {
     lock_first_tried: Option<Timestamp>,
     /// Whether the renter's lock request still waits for its answer.
     lock_pending: bool,
-    /// The lock holds and the container waits for the booking's start (not persisted: a
-    /// restart ends a lease that was starting).
+    /// The lock holds and the container waits for the booking's start or the renter's
+    /// commit (not persisted: a restart ends a lease that was starting).
     start_deferred: bool,
+    /// The earliest the container may start (the booking's start, or the end of the notice
+    /// of the spot leases this lease preempts).
+    start_not_before: Timestamp,
 }
 
 impl HostLease {
@@ -112,6 +116,7 @@ impl HostLease {
             starts_at: crate::accept_starts_at(accept).unwrap_or(now),
             preemption: None,
             preempts,
+            committed_at: None,
             timing,
             phase: HostPhase::AwaitingLock,
             lock: None,
@@ -155,6 +160,7 @@ impl HostLease {
             lock_first_tried: None,
             lock_pending: false,
             start_deferred: false,
+            start_not_before: Timestamp(0),
         }
     }
 
@@ -310,7 +316,10 @@ impl HostLease {
         let duration_ms = u64::from(self.request.duration_s) * 1000;
         let booked_until = match self.request.kind {
             LeaseKind::Reserved { end, .. } => end,
-            _ => self.rec.starts_at.plus_ms(duration_ms),
+            _ => self
+                .rec
+                .starts_at
+                .plus_ms(self.commit_wait_ms().unwrap_or(0) + duration_ms),
         };
         let started = self.rec.started_at.unwrap_or(self.rec.starts_at);
         let deadline = started.plus_ms(duration_ms).min(booked_until);
@@ -318,6 +327,16 @@ impl HostLease {
             Some(p) => deadline.min(p.ends_at),
             None => deadline,
         }
+    }
+
+    /// How long the lease waits for the renter's commit, ms (`None`: it does not).
+    pub fn commit_wait_ms(&self) -> Option<u64> {
+        self.request.commit_wait_ms().ok().flatten()
+    }
+
+    /// When the renter's commit must have come, for a lease that waits for one.
+    pub fn commit_by(&self) -> Option<Timestamp> {
+        self.commit_wait_ms().map(|w| self.rec.starts_at.plus_ms(w))
     }
 
     /// The preemption given to this lease, if any.
@@ -415,6 +434,7 @@ impl HostLease {
                     self.end(now, End::RenterStopped, &mut out);
                 }
             }
+            HostInput::Commit(commit) => self.on_commit(now, &commit, &mut out),
             HostInput::Shutdown => self.end(now, End::HostShutdown, &mut out),
             HostInput::Preempt(preemptor) => self.on_preempt(now, &preemptor, &mut out),
             HostInput::Timer(timer) => self.on_timer(now, timer, &mut out),

@@ -243,12 +243,17 @@ impl HostLease {
                 self.settle(now, out);
             }
             HostPhase::Starting if self.start_deferred => {
-                // Never started: nothing ran, so nothing is owed; the escrow goes back.
+                // Never started: nothing ran, so nothing is owed; the escrow goes back. A
+                // workspace made for the commit goes too.
                 self.start_deferred = false;
                 self.rec.phase = HostPhase::Ended;
-                self.rec.erased = true;
+                let prepared = self.commit_wait_ms().is_some();
+                self.rec.erased = !prepared;
                 out.push(HostEffect::Persist);
                 out.push(HostEffect::FreeGpus);
+                if prepared {
+                    out.push(HostEffect::EraseContainer);
+                }
                 self.finish(now, out);
             }
             HostPhase::Starting => {
@@ -392,15 +397,15 @@ impl HostLease {
                     self.end(now, end, out);
                 }
             }
-            HostTimer::StartAt => {
-                // (A lock confirmed late schedules this after `starts_at`: the notice it
-                // gave must have run out.)
+            HostTimer::StartAt => self.try_start(now, out),
+            HostTimer::CommitWait => {
+                let overdue = self.commit_by().is_some_and(|by| now >= by);
                 if self.start_deferred
                     && self.rec.phase == HostPhase::Starting
-                    && now >= self.rec.starts_at
+                    && self.rec.committed_at.is_none()
+                    && overdue
                 {
-                    self.start_deferred = false;
-                    out.push(HostEffect::StartContainer);
+                    self.end(now, End::NotCommitted, out);
                 }
             }
             HostTimer::Preempt => {
@@ -448,6 +453,54 @@ impl HostLease {
                 }
             }
         }
+    }
+
+    /// A locked lease whose start was deferred starts once its booking has begun (and the
+    /// notice of the spot leases it preempts has run out) and, when it waits for one, the
+    /// renter has committed; until then the start is scheduled.
+    pub(super) fn try_start(&mut self, now: Timestamp, out: &mut Vec<HostEffect>) {
+        if !self.start_deferred || self.rec.phase != HostPhase::Starting {
+            return;
+        }
+        if self.commit_wait_ms().is_some() && self.rec.committed_at.is_none() {
+            return;
+        }
+        if now < self.start_not_before {
+            out.push(HostEffect::Schedule {
+                at: self.start_not_before,
+                timer: HostTimer::StartAt,
+            });
+            return;
+        }
+        self.start_deferred = false;
+        out.push(HostEffect::StartContainer);
+    }
+
+    /// The renter's commit: recorded, and the work starts (now, or when its booking
+    /// begins). A commit for a lease that does not wait for one, from anyone but its
+    /// renter, after the lease ended or after its time is ignored.
+    pub(super) fn on_commit(
+        &mut self,
+        now: Timestamp,
+        commit: &Verified<LeaseCommit>,
+        out: &mut Vec<HostEffect>,
+    ) {
+        let in_time = self.commit_by().is_some_and(|by| now <= by);
+        if commit.signer() != self.request.signer()
+            || commit.lease != self.id()
+            || !in_time
+            || self.rec.committed_at.is_some()
+            || self.rec.end.is_some()
+            || !matches!(
+                self.rec.phase,
+                HostPhase::AwaitingLock | HostPhase::Locking | HostPhase::Starting
+            )
+        {
+            return;
+        }
+        self.rec.committed_at = Some(now);
+        out.push(HostEffect::Persist);
+        self.try_start(now, out);
     }
 
     /// A request that may preempt this spot lease was accepted: the notice is signed, kept,

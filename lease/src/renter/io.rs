@@ -23,6 +23,9 @@ use crate::{End, LedgerCall, LedgerVerdict, Timing, Voucher};
 pub enum RenterPhase {
     /// The escrow lock went to the host; the start is not confirmed yet.
     Starting,
+    /// The escrow is locked and the GPUs held; the work starts on the renter's commit
+    /// ([`RenterLease::commit`](crate::RenterLease::commit)).
+    Held,
     /// The host confirmed the start (the ledger's record) or sent a valid receipt.
     Running,
     /// Over; the escrow is not closed yet.
@@ -51,6 +54,11 @@ pub struct RenterRecord {
     /// When the host booked the GPUs from (later than the acceptance when the lease
     /// preempts spot leases): the work cannot have run before either.
     pub starts_at: Timestamp,
+    /// For a lease whose work waits for the renter's commit: by when the host must have it
+    /// (the booking's start, by the acceptance, plus the agreed wait).
+    pub commit_by: Option<Timestamp>,
+    /// When the renter committed, for a lease whose work waits for its commit.
+    pub committed_at: Option<Timestamp>,
     /// A spot lease's preemption: when its notice (checked) ends the lease.
     pub preempted_until: Option<Timestamp>,
     /// A preemption notice came that did not hold (no valid preempting request, a shorter
@@ -135,6 +143,8 @@ pub enum RenterTimer {
 pub enum RentReport {
     /// The lease runs.
     Running,
+    /// The escrow is locked and the GPUs held: the work starts on the renter's commit.
+    Held,
     /// It does not run, and nothing is paid.
     Failed {
         /// Why.
@@ -152,6 +162,12 @@ pub enum RenterEffect {
     /// Send the escrow lock to the host; report [`RenterInput::Lock`].
     SendLock {
         /// The signed `EscrowLock`.
+        envelope: Vec<u8>,
+    },
+    /// Send the signed `LeaseCommit` to the host (no answer expected: the host's receipts,
+    /// or its `LeaseEnd`, say what became of it).
+    SendCommit {
+        /// The envelope.
         envelope: Vec<u8>,
     },
     /// Answer the request being handled (a receipt) with this envelope.
@@ -180,6 +196,18 @@ pub enum RenterEffect {
     },
     /// Tell whoever asked for the rent how it came out.
     Report(RentReport),
+}
+
+/// Why a commit was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The lease does not wait for a commit, or is not held (yet, or any more).
+    #[error("the lease is not held waiting for a commit")]
+    NotHeld,
+    /// The time to commit has passed: the host ends the lease unpaid.
+    #[error("the time to commit has passed")]
+    TooLate,
 }
 
 /// Why a stop was not sent.

@@ -40,8 +40,8 @@ const SETTLE_POLL_MS: u64 = 5_000;
 mod io;
 
 pub use io::{
-    LockOutcome, RentReport, RenterEffect, RenterInput, RenterPhase, RenterRecord, RenterTimer,
-    StopError,
+    CommitError, LockOutcome, RentReport, RenterEffect, RenterInput, RenterPhase, RenterRecord,
+    RenterTimer, StopError,
 };
 
 /// The renter's side of one lease.
@@ -118,6 +118,12 @@ impl RenterLease {
             phase: RenterPhase::Starting,
             lock_sent_at: now,
             starts_at: starts_at.unwrap_or(now).max(now),
+            commit_by: request
+                .commit_wait_ms()
+                .ok()
+                .flatten()
+                .map(|wait| starts_at.unwrap_or(accept.created_at).plus_ms(wait)),
+            committed_at: None,
             preempted_until: None,
             notice_refused: false,
             confirmed: false,
@@ -176,6 +182,12 @@ impl RenterLease {
                 "the renter restarted before the start was confirmed",
                 &mut out,
             ),
+            // Whoever was to commit it stopped with this node: the host is told, nothing
+            // ran, nothing is paid.
+            RenterPhase::Held => {
+                lease.end(now, End::NotCommitted, &mut out);
+                lease.send_end(now, gpux_protocol::EndReason::RenterStopped, &mut out);
+            }
             RenterPhase::Running => {
                 // Silence is counted from now: this node was not listening.
                 lease.rec.last_contact = lease.rec.last_contact.max(now);
@@ -227,6 +239,42 @@ impl RenterLease {
         out.push(RenterEffect::Persist);
         self.send_end(now, gpux_protocol::EndReason::RenterStopped, &mut out);
         Ok(out)
+    }
+
+    /// When the commit must reach the host, for a lease that waits for one.
+    pub fn commit_by(&self) -> Option<Timestamp> {
+        self.rec.commit_by
+    }
+
+    /// Commits a held lease at `now`: its work starts (the host's clock for it runs from
+    /// here, and so does this node's bound on what it acknowledges).
+    pub fn commit(&mut self, now: Timestamp) -> Result<Vec<RenterEffect>, CommitError> {
+        if self.rec.phase != RenterPhase::Held || self.rec.gave_up {
+            return Err(CommitError::NotHeld);
+        }
+        if self.commit_by().is_none_or(|by| now > by) {
+            return Err(CommitError::TooLate);
+        }
+        let body = gpux_protocol::LeaseCommit {
+            lease: self.id(),
+            created_at: now,
+            ext: Ext::new(),
+        };
+        let commit = Signed::sign(&self.key, body).map_err(|_| CommitError::NotHeld)?;
+        self.rec.committed_at = Some(now);
+        self.rec.starts_at = self.rec.starts_at.max(now);
+        self.rec.phase = RenterPhase::Running;
+        self.rec.last_contact = now;
+        Ok(vec![
+            RenterEffect::Persist,
+            RenterEffect::SendCommit {
+                envelope: commit.as_bytes().to_vec(),
+            },
+            RenterEffect::Schedule {
+                at: self.silent_at(),
+                timer: RenterTimer::Watchdog,
+            },
+        ])
     }
 
     fn silent_at(&self) -> Timestamp {
@@ -317,6 +365,14 @@ impl RenterLease {
             }
             RenterInput::Ledger { call, verdict } => self.on_ledger(now, call, verdict, &mut out),
             RenterInput::Timer(RenterTimer::Watchdog) => {
+                if self.rec.phase == RenterPhase::Held {
+                    // Never committed: the host ends it unpaid; so does this side.
+                    if self.commit_by().is_some_and(|by| now >= by) {
+                        self.end(now, End::NotCommitted, &mut out);
+                        self.send_end(now, gpux_protocol::EndReason::RenterStopped, &mut out);
+                    }
+                    return out;
+                }
                 if self.rec.phase != RenterPhase::Running {
                     return out;
                 }
@@ -352,6 +408,19 @@ impl RenterLease {
                     ) =>
             {
                 self.rec.confirmed = true;
+                if self.rec.phase == RenterPhase::Starting
+                    && let Some(by) = self.commit_by()
+                    && self.rec.committed_at.is_none()
+                {
+                    // Held for the renter's commit.
+                    self.rec.phase = RenterPhase::Held;
+                    out.push(RenterEffect::Persist);
+                    out.push(RenterEffect::Schedule {
+                        at: by,
+                        timer: RenterTimer::Watchdog,
+                    });
+                    return self.report(RentReport::Held, out);
+                }
                 if self.rec.phase == RenterPhase::Starting {
                     self.rec.phase = RenterPhase::Running;
                     self.rec.last_contact = now;
@@ -429,7 +498,13 @@ impl RenterLease {
                 envelope: Vec::new(),
             });
         }
-        if self.rec.gave_up || matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled) {
+        // Nothing runs before the commit, so nothing is owed for it.
+        if self.rec.gave_up
+            || matches!(
+                self.rec.phase,
+                RenterPhase::Held | RenterPhase::Ended | RenterPhase::Settled
+            )
+        {
             return self.dispute(now, out);
         }
         // The receipt's time is the host's word: it may not be ahead of this node's clock.

@@ -269,6 +269,11 @@ pub struct RentRequest {
     /// (`duration_s` is ignored; the window sets it).
     #[serde(default)]
     pub window: Option<(u64, u64)>,
+    /// Hold the GPUs this many seconds (at most 300) without starting the work: copy files
+    /// into the workspace first, then commit (`POST /v1/leases/{lease}/commit`). A lease
+    /// not committed in time ends unpaid (a signed lease term).
+    #[serde(default)]
+    pub hold_s: Option<u64>,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the
@@ -315,6 +320,19 @@ pub struct Rented {
     /// spot leases on its GPUs first (their notice runs out).
     #[serde(default)]
     pub starts_at_ms: Option<u64>,
+    /// For a held lease (`hold_s`): the work waits for the renter's commit until then, unix
+    /// ms; not committed by then, the lease ends unpaid.
+    #[serde(default)]
+    pub commit_by_ms: Option<u64>,
+}
+
+/// `POST /v1/leases/{lease}/commit`: a held lease's work starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    /// The lease id.
+    pub lease: String,
+    /// When this node committed it, unix ms.
+    pub committed_at_ms: u64,
 }
 
 /// A lease's workspace, kept after its workload for the renter to fetch results.

@@ -66,6 +66,10 @@ pub(crate) enum ApiCommand {
         lease: String,
         reply: Reply<Stopping>,
     },
+    Commit {
+        lease: String,
+        reply: Reply<gpux_api::Committed>,
+    },
     Balance {
         reply: Reply<Balance>,
     },
@@ -236,6 +240,14 @@ async fn stop(
     UrlPath(lease): UrlPath<String>,
 ) -> Response {
     ask(&state, |reply| ApiCommand::Stop { lease, reply }).await
+}
+
+async fn commit(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Commit { lease, reply }).await
 }
 
 async fn balance(_: Authorized, State(state): State<AppState>) -> Response {
@@ -414,6 +426,7 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/logs", get(logs))
         .route("/v1/leases/{lease}/receipts", get(receipts))
         .route("/v1/leases/{lease}/stop", post(stop))
+        .route("/v1/leases/{lease}/commit", post(commit))
         .route("/v1/leases/{lease}/exec", get(exec))
         .route("/v1/leases/{lease}/forward", get(forward))
         .route("/v1/leases/{lease}/files", get(files))

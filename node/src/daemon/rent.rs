@@ -524,6 +524,11 @@ impl RentTask {
         let (tx, rx) = oneshot::channel();
         let lease = request.id();
         let starts_at = gpux_lease::accept_starts_at(&accept).map(|t| t.0);
+        let commit_by = request.commit_wait_ms().ok().flatten().map(|wait| {
+            starts_at
+                .unwrap_or(accept.created_at.0)
+                .saturating_add(wait)
+        });
         report(
             &self.events,
             Event::Rent(RentEvent::Accepted {
@@ -535,7 +540,7 @@ impl RentTask {
         )
         .await;
         match rx.await {
-            Ok(RentReport::Running) => Ok(Rented {
+            Ok(report @ (RentReport::Running | RentReport::Held)) => Ok(Rented {
                 lease: lease.to_string(),
                 host: host.to_string(),
                 offer: allocation.offer.to_string(),
@@ -547,6 +552,7 @@ impl RentTask {
                 staged,
                 retention: terms.retention,
                 starts_at_ms: starts_at,
+                commit_by_ms: (report == RentReport::Held).then_some(commit_by).flatten(),
             }),
             Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
             Err(_) => Err(Refusal::NotStarted(

@@ -216,6 +216,27 @@ impl RenterRole {
         })
     }
 
+    /// Commits a held lease: its work starts now.
+    pub(crate) fn commit(&mut self, id: ContentId) -> Result<gpux_api::Committed, ApiError> {
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return Err(match self.state.renter_lease(&id) {
+                Ok(Some(_)) => {
+                    ApiError::new(ErrorCode::Conflict, format!("lease {id} has already ended"))
+                }
+                _ => ApiError::new(ErrorCode::UnknownLease, format!("no lease {id} here")),
+            });
+        };
+        let at = now();
+        let effects = lease
+            .commit(at)
+            .map_err(|e| ApiError::new(ErrorCode::Conflict, format!("lease {id}: {e}")))?;
+        self.apply(id, effects);
+        Ok(gpux_api::Committed {
+            lease: id.to_string(),
+            committed_at_ms: at.0,
+        })
+    }
+
     /// Carries out a lease's effects, in order. Returns false when a step could not be
     /// stored (nothing after it is carried out).
     fn apply(&mut self, id: ContentId, effects: Vec<RenterEffect>) -> bool {
@@ -272,7 +293,7 @@ impl RenterRole {
                 }
                 // The answer to the request being handled: taken by the caller.
                 RenterEffect::Respond { .. } => {}
-                RenterEffect::SendEnd { envelope } => {
+                RenterEffect::SendEnd { envelope } | RenterEffect::SendCommit { envelope } => {
                     if let Some(host) = peer_of(lease.request().host) {
                         let net = self.net.clone();
                         tokio::spawn(async move {

@@ -7,8 +7,8 @@
 
 use gpux_protocol::ledger_wire::{self, LedgerResponse, RefusalCode};
 use gpux_protocol::{
-    AnySigned, AnyVerified, EscrowLock, LeaseEnd, LeaseRequest, LogChunk, PreemptionNotice,
-    UsageReceipt, Verified,
+    AnySigned, AnyVerified, EscrowLock, LeaseCommit, LeaseEnd, LeaseRequest, LogChunk,
+    PreemptionNotice, UsageReceipt, Verified,
 };
 
 use super::Daemon;
@@ -23,6 +23,8 @@ pub(crate) enum Inbound {
     EscrowLock(Verified<EscrowLock>),
     /// `/gpux/lease/1`: a renter ends a lease (host role).
     RenterEnd(Verified<LeaseEnd>),
+    /// `/gpux/lease/1`: a renter commits a held lease: its work starts (host role).
+    Commit(Verified<LeaseCommit>),
     /// `/gpux/receipt/1`: a host's receipt (renter role).
     Receipt(Verified<UsageReceipt>),
     /// `/gpux/receipt/1`: a host's container output (renter role).
@@ -51,6 +53,7 @@ impl Inbound {
             (Proto::Lease, AnyVerified::LeaseRequest(r)) => Inbound::LeaseRequest(r),
             (Proto::Lease, AnyVerified::EscrowLock(l)) => Inbound::EscrowLock(l),
             (Proto::Lease, AnyVerified::LeaseEnd(e)) => Inbound::RenterEnd(e),
+            (Proto::Lease, AnyVerified::LeaseCommit(c)) => Inbound::Commit(c),
             (Proto::Receipt, AnyVerified::UsageReceipt(r)) => Inbound::Receipt(r),
             (Proto::Receipt, AnyVerified::LogChunk(c)) => Inbound::LogChunk(c),
             (Proto::Receipt, AnyVerified::LeaseEnd(e)) => Inbound::HostEnd(e),
@@ -149,6 +152,12 @@ impl Daemon {
             Inbound::RenterEnd(end) => {
                 if let Some(host) = self.host.as_mut() {
                     host.on_renter_end(end);
+                }
+                self.respond(id, Vec::new());
+            }
+            Inbound::Commit(commit) => {
+                if let Some(host) = self.host.as_mut() {
+                    host.on_commit(commit);
                 }
                 self.respond(id, Vec::new());
             }

@@ -340,6 +340,9 @@ impl Daemon {
             ApiCommand::Stop { lease, reply } => {
                 let _ = reply.send(self.stop(&lease));
             }
+            ApiCommand::Commit { lease, reply } => {
+                let _ = reply.send(parse_lease(&lease).and_then(|id| self.renter.commit(id)));
+            }
             ApiCommand::Balance { reply } => {
                 let ledger = self.ledger.clone();
                 let account = self.key.public();

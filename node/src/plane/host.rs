@@ -167,6 +167,19 @@ impl PlaneHost {
                     format!("lease {lease} has no container now"),
                 ))?;
             (Some(container), ends)
+        } else if let (HostPhase::Starting, Ok(Some(wait)), true) = (
+            record.phase,
+            request.commit_wait_ms(),
+            self.workspaces.bytes(&hex) > 0,
+        ) {
+            // Held for the renter's commit: its files go in before the work starts (the
+            // workspace only; nothing with GPU access runs yet).
+            let ends = record
+                .starts_at
+                .0
+                .saturating_add(wait)
+                .saturating_add(u64::from(request.duration_s) * 1000);
+            (None, ends)
         } else {
             match self.workspaces.retained_until(&hex) {
                 Some(until) if retained && until > now().0 => (None, until),

@@ -178,6 +178,13 @@ pub const EXT_CACHE_IMAGE: u16 = 3;
 /// [`EXT_OFFER_WORKSPACE_PRICE`](crate::EXT_OFFER_WORKSPACE_PRICE)). Without it the
 /// retention is free.
 pub const EXT_WORKSPACE_PRICE: u16 = 4;
+/// `LeaseRequest` ext key: the work starts only on the renter's signed [`LeaseCommit`],
+/// which must come within this many ms of the booking's start (u64 little-endian, at most
+/// [`MAX_COMMIT_WAIT_MS`]). The GPUs are booked for the wait and the duration; a lease not
+/// committed in time ends unpaid. Without it the work starts once the escrow is locked.
+pub const EXT_COMMIT_WAIT_MS: u16 = 5;
+/// The longest a lease may wait for its commit, ms (its GPUs are held, unpaid, meanwhile).
+pub const MAX_COMMIT_WAIT_MS: u64 = 300_000;
 /// How long a workspace outlives its workload when the request does not say, seconds.
 pub const DEFAULT_RETAIN_S: u64 = 600;
 
@@ -235,6 +242,12 @@ impl LeaseRequest {
         )?)
     }
 
+    /// How long the lease waits for the renter's [`LeaseCommit`] before its work starts, ms
+    /// (`None`: it starts once the escrow is locked).
+    pub fn commit_wait_ms(&self) -> Result<Option<u64>, InvalidMessage> {
+        self.ext_u64(EXT_COMMIT_WAIT_MS)
+    }
+
     /// Whether the renter asked the host to keep its staged image after the lease. Any
     /// value but the one byte 1 is an invalid term.
     pub fn cache_image(&self) -> Result<bool, InvalidMessage> {
@@ -280,6 +293,16 @@ impl Message for LeaseRequest {
                 return Err(InvalidMessage::Malformed {
                     field: "env.name",
                     reason: "NVIDIA_* variables are set by the host, not the renter",
+                });
+            }
+        }
+        if let Some(wait) = self.commit_wait_ms()? {
+            ensure_nonzero("commit wait", wait)?;
+            if wait > MAX_COMMIT_WAIT_MS {
+                return Err(InvalidMessage::AboveLimit {
+                    field: "commit wait",
+                    value: wait,
+                    max: MAX_COMMIT_WAIT_MS,
                 });
             }
         }
@@ -446,6 +469,8 @@ pub enum EndReason {
     ContainerExited,
     /// The container could not start or failed.
     ContainerFailed,
+    /// A lease waiting for the renter's commit was not committed in time: nothing ran.
+    NotCommitted,
 }
 
 /// Either side ends a lease.
@@ -474,6 +499,41 @@ pub struct LeaseEnd {
 
 impl Message for LeaseEnd {
     const KIND: MessageKind = MessageKind::LeaseEnd;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        Ok(())
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
+/// The renter's go-ahead for a lease whose request asks for one
+/// ([`EXT_COMMIT_WAIT_MS`]): the escrow is locked and the GPUs held, and the work starts now.
+/// Until it comes the host runs nothing and serves only the lease's workspace (so files go
+/// in before the GPU clock runs); a group's renter commits every member once all hold.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseCommit {
+    /// The lease id.
+    pub lease: ContentId,
+    /// When the renter committed.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for LeaseCommit {
+    const KIND: MessageKind = MessageKind::LeaseCommit;
 
     fn check(&self) -> Result<(), InvalidMessage> {
         Ok(())

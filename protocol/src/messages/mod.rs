@@ -23,6 +23,7 @@
 //! | [`Release`] | 17 | either | 512 B |
 //! | [`LedgerRecord`] | 18 | ledger | 1 KiB |
 //! | [`ChallengeResult`] | 19 | challenger | 48 KiB |
+//! | [`LeaseCommit`] | 20 | renter | 512 B |
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -47,9 +48,10 @@ pub use challenge::{
     MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE,
-    EndReason, EnvVar, LeaseAccept, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_LEASE_ARGS,
-    MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason, ResourceLimits,
+    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_COMMIT_WAIT_MS, EXT_RETAIN_S, EXT_WORKSPACE_BYTES,
+    EXT_WORKSPACE_PRICE, EndReason, EnvVar, LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind,
+    LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS, MAX_LEASE_ARGS, MAX_LEASE_ENV,
+    MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason, ResourceLimits,
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry,
@@ -204,6 +206,7 @@ message_kinds! {
     Release = 17, version 1, max 512;
     LedgerRecord = 18, version 1, max KIB;
     ChallengeResult = 19, version 1, max 48 * KIB;
+    LeaseCommit = 20, version 1, max 512;
 }
 
 impl fmt::Display for MessageKind {

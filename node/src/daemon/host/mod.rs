@@ -474,6 +474,11 @@ impl HostRole {
         self.on_input(end.lease, HostInput::RenterEnd(end));
     }
 
+    /// A renter's commit: the lease checks it is its renter's, in time.
+    pub(crate) fn on_commit(&mut self, commit: Verified<gpux_protocol::LeaseCommit>) {
+        self.on_input(commit.lease, HostInput::Commit(commit));
+    }
+
     /// Every lease ends (the host is stopping).
     pub(crate) fn shutdown_all(&mut self) {
         let ids: Vec<ContentId> = self.leases.keys().copied().collect();
@@ -533,6 +538,7 @@ impl HostRole {
                         });
                     }
                 }
+                HostEffect::PrepareWorkspace => self.exec(id, ExecOp::Prepare),
                 HostEffect::StartContainer => self.exec(id, ExecOp::Start),
                 HostEffect::StopContainer { grace_s } => self.exec(id, ExecOp::Stop { grace_s }),
                 HostEffect::EraseContainer => self.exec(id, ExecOp::Erase),

@@ -31,6 +31,9 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// What the worker is asked to do.
 #[derive(Debug)]
 pub(crate) enum ExecOp {
+    /// Make the lease's workspace before its start (the work waits for the renter's
+    /// commit; the renter may copy files in first).
+    Prepare,
     Start,
     /// Watch a container found running after a restart.
     Watch,
@@ -147,6 +150,7 @@ impl Worker {
     async fn run(mut self, mut ops: mpsc::UnboundedReceiver<ExecOp>) {
         while let Some(op) = ops.recv().await {
             match op {
+                ExecOp::Prepare => self.prepare().await,
                 ExecOp::Start => self.start().await,
                 ExecOp::Watch => self.watch(),
                 ExecOp::Stop { grace_s } => self.stop(grace_s).await,
@@ -191,6 +195,16 @@ impl Worker {
                 "lease {}: cannot write its preemption notice: {e}",
                 self.lease.short()
             );
+        }
+    }
+
+    async fn prepare(&mut self) {
+        if let Ok(Some(bytes)) = self.request.workspace_bytes() {
+            let hex = gpux_protocol::hex(&self.lease.0);
+            // A failure here fails the start, which makes it again.
+            if let Err(e) = self.ctx.workspaces.create(&hex, bytes).await {
+                tracing::warn!("lease {}: no workspace yet: {e}", self.lease.short());
+            }
         }
     }
 
@@ -304,7 +318,8 @@ impl Worker {
             let _ = stop.send(true);
         }
         let Some(container) = self.container.clone() else {
-            self.erase_workspace().await;
+            // Never started (not committed, say): nothing was paid for, so nothing is kept.
+            self.erase_workspace(false).await;
             self.release_image().await;
             self.tell(HostInput::ContainerErased).await;
             return;
@@ -321,7 +336,7 @@ impl Worker {
         sampler.ship_logs().await;
         match self.ctx.exec.remove(&container).await {
             Ok(()) => {
-                self.erase_workspace().await;
+                self.erase_workspace(true).await;
                 self.release_image().await;
                 self.tell(HostInput::ContainerErased).await;
             }
@@ -341,8 +356,8 @@ impl Worker {
 
     /// After its container is gone: keeps the lease's workspace (if it has one) for its
     /// retention, for `gpux cp` to fetch results from, and erases it then; at once when the
-    /// retention is 0.
-    async fn erase_workspace(&self) {
+    /// retention is 0 or `keep` is false.
+    async fn erase_workspace(&self, keep: bool) {
         // The lease's /run/gpux goes with its container.
         if let Some(dir) = self.run_dir()
             && let Err(e) = tokio::fs::remove_dir_all(&dir).await
@@ -362,7 +377,7 @@ impl Worker {
             .retention_s()
             .unwrap_or(0)
             .min(self.ctx.max_retain_s);
-        if retain_s > 0 && self.ctx.workspaces.bytes(&hex) > 0 {
+        if keep && retain_s > 0 && self.ctx.workspaces.bytes(&hex) > 0 {
             let until = crate::attest::now().0.saturating_add(retain_s * 1000);
             match self.ctx.workspaces.retain(&hex, until).await {
                 Ok(()) => {

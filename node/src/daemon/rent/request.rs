@@ -126,6 +126,20 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
             .insert(gpux_protocol::EXT_RETAIN_S, retain.to_le_bytes().to_vec())
             .map_err(|e| bad("--retain")(e.to_string()))?;
     }
+    if let Some(hold) = request.hold_s {
+        let max_s = gpux_protocol::MAX_COMMIT_WAIT_MS / 1000;
+        if hold == 0 || hold > max_s {
+            return Err(bad("--hold")(format!(
+                "a lease holds its GPUs for 1 to {max_s} s before its commit"
+            )));
+        }
+        terms
+            .insert(
+                gpux_protocol::EXT_COMMIT_WAIT_MS,
+                (hold * 1000).to_le_bytes().to_vec(),
+            )
+            .map_err(|e| bad("--hold")(e.to_string()))?;
+    }
     if request.cache_image {
         terms
             .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])

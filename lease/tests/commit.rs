@@ -1,0 +1,255 @@
+//! Leases whose work waits for the renter's commit (`EXT_COMMIT_WAIT_MS`): the GPUs are
+//! held for the wait and the duration, the workspace is made at the lock, the container
+//! starts only on the renter's signed `LeaseCommit`, and a lease not committed in time ends
+//! with nothing paid and nothing left.
+
+use gpux_lease::{
+    End, HostEffect, HostInput, HostPhase, HostTimer, LedgerCall, LedgerMachine, LedgerVerdict,
+    LockOutcome, RentReport, RenterEffect, RenterInput, RenterPhase, RenterTimer,
+};
+use gpux_market::LedgerConfig;
+use gpux_protocol::*;
+
+use crate::preemption::{
+    accept, lock_at_ledger, other_renter, receipt_of, renter_lease, request, spot_market,
+    spot_renter,
+};
+use crate::rules::{T0, ledger_key, submit};
+
+const WAIT_MS: u64 = 60_000;
+const PRICE: u64 = 3_600_000;
+
+/// An on-demand request by `who` at `t` whose work waits up to a minute for its commit.
+fn held_request(who: &Keypair, offer: &Verified<Offer>, t: u64) -> Verified<LeaseRequest> {
+    let mut body = request(who, offer, t, LeaseKind::OnDemand, PRICE)
+        .body()
+        .clone();
+    body.ext
+        .insert(EXT_COMMIT_WAIT_MS, WAIT_MS.to_le_bytes().to_vec())
+        .unwrap();
+    Signed::sign(who, body).unwrap()
+}
+
+fn commit_of(effects: &[RenterEffect]) -> Verified<LeaseCommit> {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::SendCommit { envelope } => Some(
+                Signed::<LeaseCommit>::from_bytes(envelope.clone())
+                    .unwrap()
+                    .verify()
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .expect("a commit")
+}
+
+#[test]
+fn a_commit_wait_is_a_bounded_term() {
+    let (_, o) = spot_market();
+    let mut body = held_request(&spot_renter(), &o, T0).body().clone();
+    body.ext
+        .insert(
+            EXT_COMMIT_WAIT_MS,
+            (MAX_COMMIT_WAIT_MS + 1).to_le_bytes().to_vec(),
+        )
+        .unwrap();
+    assert!(matches!(
+        body.check(),
+        Err(InvalidMessage::AboveLimit {
+            field: "commit wait",
+            ..
+        })
+    ));
+    body.ext.insert(EXT_COMMIT_WAIT_MS, vec![1, 2]).unwrap();
+    assert!(body.check().is_err());
+}
+
+#[test]
+fn a_held_lease_starts_on_its_renters_commit_and_is_billed_from_then() {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let r = held_request(&spot_renter(), &o, T0);
+    let mut held = accept(&mut book, &r, T0).unwrap();
+    // The GPU is booked for the wait and the duration.
+    let booked = book.bookings_of(&r.id());
+    assert_eq!(booked.len(), 1);
+    assert_eq!(booked[0].2, Timestamp(T0 + WAIT_MS + 600_000));
+
+    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
+    let (effects, record) = lock_at_ledger(
+        &mut held.lease,
+        &spot_renter(),
+        Some(lock),
+        &mut ledger,
+        T0 + 20,
+    );
+    // The lock is answered at once, the workspace made, the container not started.
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, HostEffect::AnswerLock { started: false, .. }))
+    );
+    assert!(effects.contains(&HostEffect::PrepareWorkspace));
+    assert!(effects.contains(&HostEffect::Schedule {
+        at: Timestamp(T0 + WAIT_MS),
+        timer: HostTimer::CommitWait,
+    }));
+    assert!(!effects.contains(&HostEffect::StartContainer));
+    assert_eq!(held.lease.phase(), HostPhase::Starting);
+
+    let effects = renter.handle(
+        Timestamp(T0 + 100),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    assert!(effects.contains(&RenterEffect::Report(RentReport::Held)));
+    assert_eq!(renter.phase(), RenterPhase::Held);
+
+    // A commit signed by anyone but the renter, or for another lease, starts nothing.
+    let forged = Signed::sign(
+        &other_renter(),
+        LeaseCommit {
+            lease: r.id(),
+            created_at: Timestamp(T0 + 5_000),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let effects = held
+        .lease
+        .handle(Timestamp(T0 + 5_000), HostInput::Commit(forged));
+    assert!(!effects.contains(&HostEffect::StartContainer));
+
+    // The renter commits 20 s in (its files are in): the work starts now.
+    let effects = renter.commit(Timestamp(T0 + 20_000)).unwrap();
+    assert_eq!(renter.phase(), RenterPhase::Running);
+    assert_eq!(renter.record().starts_at, Timestamp(T0 + 20_000));
+    let commit = commit_of(&effects);
+    assert_eq!(commit.lease, r.id());
+    assert!(renter.commit(Timestamp(T0 + 20_001)).is_err());
+    let effects = held
+        .lease
+        .handle(Timestamp(T0 + 20_050), HostInput::Commit(commit.clone()));
+    assert!(effects.contains(&HostEffect::StartContainer));
+    assert_eq!(
+        held.lease.record().committed_at,
+        Some(Timestamp(T0 + 20_050))
+    );
+    // Once is enough.
+    let effects = held
+        .lease
+        .handle(Timestamp(T0 + 20_060), HostInput::Commit(commit));
+    assert!(!effects.contains(&HostEffect::StartContainer));
+
+    // Billed from Docker's start; the whole duration fits the booking.
+    held.lease.handle(
+        Timestamp(T0 + 21_000),
+        HostInput::ContainerStarted {
+            started_at: Timestamp(T0 + 21_000),
+        },
+    );
+    assert_eq!(held.lease.deadline(), Timestamp(T0 + 621_000));
+    let effects = held.lease.handle(
+        Timestamp(T0 + 122_000),
+        HostInput::Timer(HostTimer::ReceiptDue),
+    );
+    let receipt = receipt_of(&effects).expect("a receipt");
+    assert_eq!(receipt.gpu_seconds, 100);
+    // The renter's own clock runs from its commit: 102 s since, so the receipt holds.
+    let answer = renter.handle(Timestamp(T0 + 122_100), RenterInput::Receipt(receipt));
+    let Some(RenterEffect::Respond { envelope }) = answer
+        .iter()
+        .find(|e| matches!(e, RenterEffect::Respond { .. }))
+    else {
+        panic!("no answer");
+    };
+    assert!(Signed::<ReceiptAck>::from_bytes(envelope.clone()).is_ok());
+}
+
+#[test]
+fn a_lease_not_committed_in_time_ends_unpaid_and_leaves_nothing() {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let r = held_request(&spot_renter(), &o, T0);
+    let mut held = accept(&mut book, &r, T0).unwrap();
+    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
+    let (_, record) = lock_at_ledger(
+        &mut held.lease,
+        &spot_renter(),
+        Some(lock),
+        &mut ledger,
+        T0 + 20,
+    );
+    renter.handle(
+        Timestamp(T0 + 100),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    let before = ledger.ledger().balance(&spot_renter().public());
+
+    // Early, the wait's timer changes nothing.
+    let effects = held.lease.handle(
+        Timestamp(T0 + WAIT_MS - 1),
+        HostInput::Timer(HostTimer::CommitWait),
+    );
+    assert!(effects.is_empty());
+    // At its end the lease is over: GPUs freed, the workspace erased, the renter told,
+    // and the escrow released with no voucher.
+    let effects = held.lease.handle(
+        Timestamp(T0 + WAIT_MS),
+        HostInput::Timer(HostTimer::CommitWait),
+    );
+    assert_eq!(held.lease.record().end, Some(End::NotCommitted));
+    assert!(effects.contains(&HostEffect::FreeGpus));
+    assert!(effects.contains(&HostEffect::EraseContainer));
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, HostEffect::SendEnd { .. }))
+    );
+    let release = effects
+        .iter()
+        .find_map(|e| match e {
+            HostEffect::Ledger {
+                call: LedgerCall::Release,
+                envelope,
+            } => Some(envelope.clone()),
+            _ => None,
+        })
+        .expect("a release");
+    let verdict = LedgerVerdict::from_response(
+        submit(&mut ledger, &release, T0 + WAIT_MS),
+        ledger_key().public(),
+    );
+    assert!(matches!(verdict, LedgerVerdict::Applied(_)));
+    assert_eq!(
+        ledger.ledger().balance(&spot_renter().public()),
+        before.checked_add(r.escrow_amount).unwrap()
+    );
+    // A commit now starts nothing, on either side.
+    assert!(renter.commit(Timestamp(T0 + WAIT_MS + 1)).is_err());
+    let late = Signed::sign(
+        &spot_renter(),
+        LeaseCommit {
+            lease: r.id(),
+            created_at: Timestamp(T0 + WAIT_MS + 1),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let effects = held
+        .lease
+        .handle(Timestamp(T0 + WAIT_MS + 1), HostInput::Commit(late));
+    assert!(!effects.contains(&HostEffect::StartContainer));
+    // The renter's side ends too, and asks the host to stop.
+    let effects = renter.handle(
+        Timestamp(T0 + WAIT_MS),
+        RenterInput::Timer(RenterTimer::Watchdog),
+    );
+    assert_eq!(renter.record().end, Some(End::NotCommitted));
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, RenterEffect::SendEnd { .. }))
+    );
+}
