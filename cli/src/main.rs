@@ -25,6 +25,10 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per process: its size does not matter"
+)]
 enum Command {
     /// Create the node key (mode 0600) in the data directory and print the peer id.
     /// Running it again keeps the existing key.

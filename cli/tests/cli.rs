@@ -314,6 +314,7 @@ mod leases;
 mod ledger;
 mod market;
 mod orders;
+mod resume;
 mod workload;
 
 fn attest_lib() -> std::path::PathBuf {

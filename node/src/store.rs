@@ -33,11 +33,13 @@ pub enum Tree {
     Logs,
     /// A ledger node's log of applied operations, by position.
     LedgerLog,
+    /// Spot leases that resume after a preemption ([`ResumeRecord`]), by lease id.
+    Resumes,
 }
 
 impl Tree {
     /// Every tree.
-    pub const ALL: [Tree; 8] = [
+    pub const ALL: [Tree; 9] = [
         Tree::Config,
         Tree::OwnOffers,
         Tree::HostLeases,
@@ -46,6 +48,7 @@ impl Tree {
         Tree::Receipts,
         Tree::Logs,
         Tree::LedgerLog,
+        Tree::Resumes,
     ];
 
     fn name(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Tree {
             Tree::Receipts => "receipts",
             Tree::Logs => "logs",
             Tree::LedgerLog => "ledger-log",
+            Tree::Resumes => "resumes",
         }
     }
 }
@@ -321,6 +325,34 @@ impl Store for SledStore {
     }
 }
 
+/// A spot lease rented with `--resume`, and where its chain of leases stands.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ResumeRecord {
+    /// The rent as asked (`gpux_api::RentRequest`, JSON): every hop rents the same.
+    pub request: Vec<u8>,
+    /// How many times the work moved before this lease (0: the first).
+    pub hop: u32,
+    /// The lease this one resumed, when it did.
+    pub resumed_from: Option<ContentId>,
+    /// The lease that resumed this one, once rented.
+    pub resumed_by: Option<ContentId>,
+    /// Where it stands.
+    pub status: ResumeStatus,
+}
+
+/// Where a resumable lease stands.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ResumeStatus {
+    /// Running (or over without a preemption): it resumes if preempted.
+    Watching,
+    /// Preempted: its checkpoint is being fetched and the work rented again.
+    Resuming,
+    /// Resumed as the next lease (`resumed_by`).
+    Resumed,
+    /// The resume gave up (why).
+    Failed(String),
+}
+
 /// The first byte of every stored record: its format version.
 const RECORD_VERSION: u8 = 1;
 
@@ -429,6 +461,21 @@ impl<S: Store> NodeState<S> {
     /// Every lease this node rents.
     pub fn renter_leases(&self) -> Result<Vec<(ContentId, RenterRecord)>, StoreError> {
         self.keyed_records(Tree::RenterLeases)
+    }
+
+    /// Stores a resumable lease's record (flushed).
+    pub fn save_resume(&self, lease: &ContentId, record: &ResumeRecord) -> Result<(), StoreError> {
+        self.put_record(Tree::Resumes, &lease.0, record)
+    }
+
+    /// A resumable lease's record.
+    pub fn resume(&self, lease: &ContentId) -> Result<Option<ResumeRecord>, StoreError> {
+        self.record(Tree::Resumes, &lease.0)
+    }
+
+    /// Every resumable lease.
+    pub fn resumes(&self) -> Result<Vec<(ContentId, ResumeRecord)>, StoreError> {
+        self.keyed_records(Tree::Resumes)
     }
 
     /// Every versioned record of a tree keyed by lease id, in key order.

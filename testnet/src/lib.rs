@@ -440,6 +440,9 @@ pub fn up(
                 spot: false,
                 window: None,
                 hold_s: None,
+                resume: false,
+                checkpoint_dir: None,
+                resume_timeout_s: None,
             };
             let asked = Instant::now();
             match renter.rent(&body) {

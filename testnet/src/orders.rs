@@ -33,6 +33,18 @@ pub const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; e
        sleep 1 & wait $!; \
      done";
 
+/// A resumable workload: it counts seconds into `/workspace/checkpoint/count` (written
+/// atomically after each), starts from what the file holds, saves on SIGTERM, and stops at
+/// `COUNTER_TARGET`, printing `count=N`.
+pub const COUNTER: &str = "d=/workspace/checkpoint; mkdir -p $d; \
+     c=$(cat $d/count 2>/dev/null || echo 0); echo \"resumed at $c\"; \
+     save() { echo $c > $d/.count && mv $d/.count $d/count; }; \
+     trap 'save; echo \"saved $c\"; exit 0' TERM; \
+     while [ $c -lt 40 ]; do sleep 1 & wait $!; c=$((c+1)); save; done; \
+     echo \"count=$c\"";
+/// Where [`COUNTER`] stops, seconds of work.
+pub const COUNTER_TARGET: u64 = 40;
+
 fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
@@ -82,6 +94,9 @@ fn rent_request(
         spot,
         window,
         hold_s: None,
+        resume: false,
+        checkpoint_dir: None,
+        resume_timeout_s: None,
     })?)
 }
 

@@ -88,6 +88,9 @@ pub(crate) fn round(
         spot: false,
         window: None,
         hold_s: None,
+        resume: false,
+        checkpoint_dir: None,
+        resume_timeout_s: None,
     })?;
     let staged = rented.staged.clone().context("the rent staged no image")?;
     figures.images_pushed = 1;

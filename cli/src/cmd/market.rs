@@ -46,6 +46,18 @@ pub(crate) struct Kind {
     /// committed in time, the lease ends and nothing is paid.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
     hold: Option<u64>,
+    /// With --spot (and --disk): when preempted, this node copies the workspace's
+    /// checkpoint directory out, rents the best fitting offer again, copies it in and starts
+    /// the same workload; `gpux leases` shows the chain. The workload reads its checkpoint
+    /// at start and writes it as it goes (and on SIGTERM).
+    #[arg(long, requires = "spot")]
+    resume: bool,
+    /// The checkpoint directory under /workspace [default: checkpoint].
+    #[arg(long, value_name = "DIR", requires = "resume")]
+    checkpoint_dir: Option<String>,
+    /// How long a resume looks for a new lease (`10m`) [default: 10m].
+    #[arg(long, value_name = "DURATION", requires = "resume", value_parser = parse_hold)]
+    resume_timeout: Option<u64>,
 }
 
 /// A hold on the command line, whole seconds.
@@ -205,6 +217,9 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         spot: kind.spot,
         window: kind.start.zip(kind.end),
         hold_s: kind.hold,
+        resume: kind.resume,
+        checkpoint_dir: kind.checkpoint_dir,
+        resume_timeout_s: kind.resume_timeout,
     };
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {
@@ -287,6 +302,19 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
             (None, true) => "  (a preemption notice that did not hold was refused)".into(),
             (None, false) => String::new(),
         };
+        // A resumable lease's place in its chain.
+        let chain = l.resume.as_ref().map_or(String::new(), |r| {
+            let from = r
+                .resumed_from
+                .as_deref()
+                .map_or(String::new(), |f| format!(" from {}", short(f)));
+            let by = r
+                .resumed_by
+                .as_deref()
+                .map_or(String::new(), |b| format!(" -> {}", short(b)));
+            format!("  [resume hop {}{from}{by}: {}]", r.hop, r.status)
+        });
+        let note = note + &chain;
         out!(
             "{}  {:<6}  {:<9}  {:<14}  {}{note}",
             l.lease,
@@ -297,6 +325,11 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A lease id's first 12 hex digits, for a table.
+fn short(lease: &str) -> &str {
+    lease.get(..12).unwrap_or(lease)
 }
 
 pub(crate) fn balance(dir: &Path, json: bool) -> anyhow::Result<()> {

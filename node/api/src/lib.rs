@@ -274,6 +274,17 @@ pub struct RentRequest {
     /// not committed in time ends unpaid (a signed lease term).
     #[serde(default)]
     pub hold_s: Option<u64>,
+    /// A spot lease that resumes after a preemption: this node copies the workspace's
+    /// checkpoint directory out, rents the best fitting offer again (trying for up to
+    /// `resume_timeout_s`), copies it into the new workspace and starts the same workload.
+    #[serde(default)]
+    pub resume: bool,
+    /// The checkpoint directory, under `/workspace` (`checkpoint` when absent).
+    #[serde(default)]
+    pub checkpoint_dir: Option<String>,
+    /// How long a resume looks for a new lease, seconds (600 when absent).
+    #[serde(default)]
+    pub resume_timeout_s: Option<u64>,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the
@@ -467,6 +478,22 @@ pub struct LeaseView {
     /// Renter: a preemption notice came that did not hold (refused).
     #[serde(default)]
     pub notice_refused: bool,
+    /// A lease rented with `--resume`: its place in the chain of leases.
+    #[serde(default)]
+    pub resume: Option<ResumeView>,
+}
+
+/// A resumable lease's place in its chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeView {
+    /// `watching` (resumes if preempted), `resuming`, `resumed`, or `failed: WHY`.
+    pub status: String,
+    /// How many times the work moved before this lease.
+    pub hop: u32,
+    /// The lease this one resumed.
+    pub resumed_from: Option<String>,
+    /// The lease that resumed this one.
+    pub resumed_by: Option<String>,
 }
 
 /// `GET /v1/leases/{lease}/logs?from=N`.

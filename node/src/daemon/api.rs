@@ -46,7 +46,7 @@ pub(crate) enum ApiCommand {
         reply: Reply<Vec<LeaseView>>,
     },
     Rent {
-        request: RentRequest,
+        request: Box<RentRequest>,
         reply: Reply<Rented>,
     },
     Bid {
@@ -195,7 +195,13 @@ async fn rent(
     request: Result<Json<RentRequest>, JsonRejection>,
 ) -> Response {
     match body(request) {
-        Ok(request) => ask(&state, |reply| ApiCommand::Rent { request, reply }).await,
+        Ok(request) => {
+            ask(&state, |reply| ApiCommand::Rent {
+                request: Box::new(request),
+                reply,
+            })
+            .await
+        }
         Err(e) => *e,
     }
 }

@@ -15,6 +15,7 @@ mod market;
 mod reach;
 mod rent;
 mod renter;
+mod resume;
 mod router;
 mod views;
 
@@ -124,6 +125,8 @@ pub(crate) enum Event {
     },
     /// A step of a rent in progress.
     Rent(rent::RentEvent),
+    /// A step of a preempted spot lease's resume.
+    Resume(resume::ResumeEvent),
 }
 
 /// Sends `event` into the loop from a task (the loop may be gone at shutdown: fine).
@@ -265,6 +268,7 @@ pub async fn run(
     let mut expire_tick = tokio::time::interval(Duration::from_secs(10));
     let mut pending_tick = tokio::time::interval(Duration::from_millis(250));
     tokio::pin!(shutdown);
+    daemon.restart_resumes();
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -287,6 +291,10 @@ pub async fn run(
             daemon.market.book.release(&over.lease);
             if let Some(preempted) = over.spot_preempted {
                 daemon.reach.spot_ended(over.host, preempted, now());
+                if preempted {
+                    // Rented with --resume: its work moves on (once).
+                    daemon.on_resume_event(resume::ResumeEvent::Preempted(over.lease));
+                }
             }
         }
     }
@@ -344,6 +352,7 @@ impl Daemon {
             }
             Event::Renter { lease, input } => self.renter.on_input(lease, input),
             Event::Rent(step) => self.on_rent_event(step),
+            Event::Resume(step) => self.on_resume_event(step),
         }
     }
 

@@ -43,7 +43,7 @@ pub(crate) struct Candidate {
 
 mod request;
 mod terms;
-pub(crate) use request::parse;
+pub(crate) use request::{checkpoint_dir, parse};
 use terms::Terms;
 
 /// Times a broken staging is tried again on the same host (it goes on from what arrived).
@@ -562,7 +562,43 @@ impl RentTask {
     }
 }
 
+/// What a rent needs of the node, to run one outside the loop (a resume rents again).
+#[derive(Clone)]
+pub(crate) struct RentContext {
+    key: Keypair,
+    net: Client,
+    events: mpsc::Sender<Event>,
+    outbox: std::path::PathBuf,
+}
+
+impl RentContext {
+    /// Checks `request` and rents for it.
+    pub(crate) async fn run(&self, request: &RentRequest) -> Result<Rented, ApiError> {
+        let (spec, image, workload) = parse(request)?;
+        RentTask::new(
+            self.key.clone(),
+            self.net.clone(),
+            self.events.clone(),
+            spec,
+            image,
+            workload,
+            self.outbox.clone(),
+        )
+        .run()
+        .await
+    }
+}
+
 impl Daemon {
+    pub(super) fn rent_context(&self) -> RentContext {
+        RentContext {
+            key: self.key.clone(),
+            net: self.net.clone(),
+            events: self.events_tx.clone(),
+            outbox: self.data_dir.join("outbox"),
+        }
+    }
+
     pub(super) fn on_rent_event(&mut self, step: RentEvent) {
         match step {
             RentEvent::Candidates {
@@ -648,24 +684,20 @@ impl Daemon {
             .with_hint("start it with --ledger, or set `ledger` in config.toml")));
             return;
         }
-        let (spec, image, workload) = match parse(&request) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        let task = RentTask::new(
-            self.key.clone(),
-            self.net.clone(),
-            self.events_tx.clone(),
-            spec,
-            image,
-            workload,
-            self.data_dir.join("outbox"),
-        );
+        let rent = self.rent_context();
+        let events = self.events_tx.clone();
         tokio::spawn(async move {
-            let _ = reply.send(task.run().await);
+            let result = rent.run(&request).await;
+            // A resumable lease is watched from now: its record is stored before the
+            // renter hears it runs.
+            if let (Ok(rented), true) = (&result, request.resume)
+                && let Ok(lease) = rented.lease.parse()
+            {
+                let request = Box::new(request.clone());
+                let started = super::resume::ResumeEvent::Started { lease, request };
+                report(&events, Event::Resume(started)).await;
+            }
+            let _ = reply.send(result);
         });
     }
 

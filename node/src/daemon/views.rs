@@ -59,6 +59,23 @@ fn view(lease: ContentId, role: Role, request: &Verified<LeaseRequest>) -> Lease
         starts_at: 0,
         preempted_until: None,
         notice_refused: false,
+        resume: None,
+    }
+}
+
+/// A resumable lease's place in its chain, for the API.
+fn resume_view(record: &crate::store::ResumeRecord) -> gpux_api::ResumeView {
+    use crate::store::ResumeStatus;
+    gpux_api::ResumeView {
+        status: match &record.status {
+            ResumeStatus::Watching => "watching".into(),
+            ResumeStatus::Resuming => "resuming".into(),
+            ResumeStatus::Resumed => "resumed".into(),
+            ResumeStatus::Failed(why) => format!("failed: {why}"),
+        },
+        hop: record.hop,
+        resumed_from: record.resumed_from.map(|l| l.to_string()),
+        resumed_by: record.resumed_by.map(|l| l.to_string()),
     }
 }
 
@@ -133,15 +150,27 @@ impl Daemon {
             self.renter
                 .records()
                 .iter()
-                .filter_map(|(id, r)| renter_view(*id, r)),
+                .filter_map(|(id, r)| renter_view(*id, r))
+                .map(|v| self.with_resume(v)),
         );
         views
+    }
+
+    /// A renter's view with its place in a resume chain, when it has one.
+    fn with_resume(&self, mut view: LeaseView) -> LeaseView {
+        if let Ok(id) = view.lease.parse::<ContentId>()
+            && let Ok(Some(record)) = self.state.resume(&id)
+        {
+            view.resume = Some(resume_view(&record));
+        }
+        view
     }
 
     fn lease_view(&self, lease: &ContentId) -> Result<LeaseView, ApiError> {
         let store = |e: crate::store::StoreError| ApiError::internal(e.to_string());
         if let Some(record) = self.state.renter_lease(lease).map_err(store)? {
             return renter_view(*lease, &record)
+                .map(|v| self.with_resume(v))
                 .ok_or_else(|| ApiError::internal("the stored lease does not verify"));
         }
         if let Some(record) = self.state.host_lease(lease).map_err(store)? {
@@ -306,7 +335,7 @@ impl Daemon {
             ApiCommand::Leases { reply } => {
                 let _ = reply.send(Ok(self.lease_views()));
             }
-            ApiCommand::Rent { request, reply } => self.start_rent(request, reply),
+            ApiCommand::Rent { request, reply } => self.start_rent(*request, reply),
             ApiCommand::Bid { request, reply } => {
                 match self.market.place_bid(&self.key, &request, now()) {
                     Ok((bid, fill)) => {

@@ -10,13 +10,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures::future::ready;
+use futures::{Sink, SinkExt, Stream, StreamExt};
 use gpux_protocol::plane_wire::{
     self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, WorkspacePath,
 };
 use gpux_protocol::{BoundedBytes, BoundedString};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::chunks::{hash_prefix, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
@@ -173,38 +176,64 @@ fn local_part(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.gpux-part"))
 }
 
+/// Where a session's frames go: the node's WebSocket (the CLI), or the host's stream
+/// itself (the node copying on its own account, as a resume does).
+type FrameSink = Pin<Box<dyn Sink<Bytes, Error = CopyError> + Send>>;
+/// Where a session's frames come from.
+type FrameSource = Pin<Box<dyn Stream<Item = Result<Bytes, CopyError>> + Send>>;
+
 /// One files stream.
 struct Session {
-    tx: SplitSink<Socket, Message>,
-    rx: SplitStream<Socket>,
+    tx: FrameSink,
+    rx: FrameSource,
+}
+
+fn link(e: impl std::fmt::Display) -> CopyError {
+    CopyError::Link(e.to_string())
 }
 
 impl Session {
+    /// Through this node's local API (`/v1/leases/{lease}/files`).
     async fn open(api: &ApiClient, lease: &str) -> Result<Session, CopyError> {
-        let socket = connect_buffered(api, &format!("/v1/leases/{lease}/files"), 1 << 20).await?;
+        let socket: Socket =
+            connect_buffered(api, &format!("/v1/leases/{lease}/files"), 1 << 20).await?;
         let (tx, rx) = socket.split();
-        Ok(Session { tx, rx })
+        let tx = tx
+            .with(|frame: Bytes| ready(Ok::<_, tungstenite::Error>(Message::Binary(frame))))
+            .sink_map_err(link);
+        let rx = rx
+            .take_while(|m| ready(!matches!(m, Ok(Message::Close(_)))))
+            .filter_map(|m| {
+                ready(match m {
+                    Ok(Message::Binary(frame)) => Some(Ok(frame)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(link(e))),
+                })
+            });
+        Ok(Session {
+            tx: Box::pin(tx),
+            rx: Box::pin(rx),
+        })
+    }
+
+    /// Straight over a `/gpux/files/1` stream to the host, already opened.
+    fn over(stream: super::FramedStream) -> Session {
+        let (tx, rx) = stream.split();
+        Session {
+            tx: Box::pin(tx.sink_map_err(link)),
+            rx: Box::pin(rx.map(|frame| frame.map(bytes::BytesMut::freeze).map_err(link))),
+        }
     }
 
     async fn send(&mut self, request: &FilesRequest) -> Result<(), CopyError> {
-        self.tx
-            .send(Message::Binary(plane_wire::encode(request).into()))
-            .await
-            .map_err(|e| CopyError::Link(e.to_string()))
+        self.tx.send(Bytes::from(plane_wire::encode(request))).await
     }
 
     async fn recv(&mut self) -> Result<FilesResponse, CopyError> {
-        loop {
-            match self.rx.next().await {
-                Some(Ok(Message::Binary(bytes))) => {
-                    return plane_wire::decode(&bytes).map_err(|e| CopyError::Link(e.to_string()));
-                }
-                Some(Ok(Message::Close(_))) | None => {
-                    return Err(CopyError::Link("the host closed the stream".into()));
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(CopyError::Link(e.to_string())),
-            }
+        match self.rx.next().await {
+            Some(Ok(bytes)) => plane_wire::decode(&bytes).map_err(link),
+            Some(Err(e)) => Err(e),
+            None => Err(CopyError::Link("the host closed the stream".into())),
         }
     }
 
@@ -287,13 +316,13 @@ impl Session {
             })?;
             let n = chunk.len();
             let data = BoundedBytes::new(chunk).unwrap_or_default();
-            let frame = Message::Binary(plane_wire::encode(&FilesRequest::Data(data)).into());
+            let frame = Bytes::from(plane_wire::encode(&FilesRequest::Data(data)));
             // The host answers early only to fail (its disk is full, say).
             tokio::select! {
                 biased;
                 early = self.rx.next() => {
                     let answer = match early {
-                        Some(Ok(Message::Binary(bytes))) => plane_wire::decode(&bytes).ok(),
+                        Some(Ok(bytes)) => plane_wire::decode(&bytes).ok(),
                         _ => None,
                     };
                     return Err(match answer {
@@ -301,7 +330,7 @@ impl Session {
                         None => CopyError::Link("the host closed the stream".into()),
                     });
                 }
-                sent = self.tx.feed(frame) => sent.map_err(|e| CopyError::Link(e.to_string()))?,
+                sent = self.tx.feed(frame) => sent?,
             }
             progress.advance(n as u64);
         }
@@ -454,6 +483,26 @@ pub async fn copy(
     };
     report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(report)
+}
+
+/// Copies local `from` into a lease's workspace at `to` over `stream` (a `/gpux/files/1`
+/// stream this node opened to the host), as [`copy`] does for the CLI.
+pub(crate) async fn upload_over(
+    stream: super::FramedStream,
+    from: &Path,
+    to: &str,
+    into: bool,
+) -> Result<CopyReport, CopyError> {
+    upload(&mut Session::over(stream), from, to, into, &()).await
+}
+
+/// Copies `/workspace/{from}` to local `to` over `stream`, as [`copy`] does for the CLI.
+pub(crate) async fn download_over(
+    stream: super::FramedStream,
+    from: &str,
+    to: &Path,
+) -> Result<CopyReport, CopyError> {
+    download(&mut Session::over(stream), from, to, &()).await
 }
 
 /// What is under a local directory, relative to it, sorted.

@@ -12,6 +12,27 @@ fn bad(what: &str) -> impl Fn(String) -> ApiError + '_ {
     move |e| ApiError::bad_input(format!("{what}: {e}"))
 }
 
+/// The checkpoint directory of a resumable rent, under `/workspace` (checked: no `..`, no
+/// empty parts).
+pub(crate) fn checkpoint_dir(request: &RentRequest) -> Result<String, ApiError> {
+    let dir = request.checkpoint_dir.as_deref().unwrap_or("checkpoint");
+    let dir = dir
+        .strip_prefix("/workspace/")
+        .unwrap_or(dir)
+        .trim_end_matches('/');
+    if dir.is_empty()
+        || dir.starts_with('/')
+        || dir
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return Err(bad("--checkpoint-dir")(format!(
+            "'{dir}' is not a directory under /workspace"
+        )));
+    }
+    Ok(dir.to_string())
+}
+
 /// Checks and converts a rent request.
 pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Workload), ApiError> {
     if request.gpus == 0 {
@@ -140,6 +161,23 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
             )
             .map_err(|e| bad("--hold")(e.to_string()))?;
     }
+    if request.resume {
+        if !request.spot {
+            return Err(bad("--resume")(
+                "resumes a spot lease after a preemption: give --spot too".into(),
+            ));
+        }
+        if request.disk_bytes.is_none() {
+            return Err(bad("--resume")(
+                "moves the workspace's checkpoint: give --disk too".into(),
+            ));
+        }
+    } else if request.checkpoint_dir.is_some() || request.resume_timeout_s.is_some() {
+        return Err(bad("--checkpoint-dir")(
+            "says how a lease resumes: give --resume too".into(),
+        ));
+    }
+    checkpoint_dir(request)?;
     if request.cache_image {
         terms
             .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])
