@@ -222,7 +222,7 @@ pub struct Blocked {
 }
 
 /// `POST /v1/rent`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RentRequest {
     /// Constraints (the query language).
     pub query: String,

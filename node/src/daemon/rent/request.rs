@@ -191,3 +191,78 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
     };
     Ok((spec, image, workload))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spot(disk: Option<u64>) -> RentRequest {
+        RentRequest {
+            query: "gpu=l4".into(),
+            gpus: 1,
+            max_price: "1".into(),
+            duration_s: 60,
+            spot: true,
+            disk_bytes: disk,
+            resume: true,
+            ..RentRequest::default()
+        }
+    }
+
+    fn refusal(request: &RentRequest) -> String {
+        parse(request).err().expect("refused").message
+    }
+
+    #[test]
+    fn a_resume_needs_a_spot_lease_with_a_workspace_and_a_checkpoint_inside_it() {
+        let ok = spot(Some(64 << 20));
+        assert!(parse(&ok).is_ok());
+        assert_eq!(checkpoint_dir(&ok).unwrap(), "checkpoint");
+        assert!(refusal(&spot(None)).contains("--disk"));
+        let on_demand = RentRequest {
+            spot: false,
+            ..ok.clone()
+        };
+        assert!(refusal(&on_demand).contains("--spot"));
+        for (dir, fine) in [
+            ("/workspace/ckpt/", Some("ckpt")),
+            ("runs/a", Some("runs/a")),
+            ("../etc", None),
+            ("/etc", None),
+            ("a//b", None),
+            ("", None),
+        ] {
+            let request = RentRequest {
+                checkpoint_dir: Some(dir.into()),
+                ..ok.clone()
+            };
+            match fine {
+                Some(want) => assert_eq!(checkpoint_dir(&request).unwrap(), want),
+                None => assert!(refusal(&request).contains("--checkpoint-dir"), "{dir}"),
+            }
+        }
+        let stray = RentRequest {
+            resume: false,
+            checkpoint_dir: Some("ckpt".into()),
+            ..ok
+        };
+        assert!(refusal(&stray).contains("--resume"));
+    }
+
+    #[test]
+    fn a_hold_is_a_signed_term_of_one_second_to_five_minutes() {
+        let held = |s| RentRequest {
+            resume: false,
+            hold_s: Some(s),
+            ..spot(None)
+        };
+        let (_, _, workload) = parse(&held(120)).unwrap();
+        let term = workload
+            .terms
+            .get(gpux_protocol::EXT_COMMIT_WAIT_MS)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        assert_eq!(term, Some(120_000));
+        assert!(refusal(&held(0)).contains("--hold"));
+        assert!(refusal(&held(301)).contains("--hold"));
+    }
+}
