@@ -32,11 +32,13 @@
 
 pub mod bill;
 mod book;
+mod group;
 mod host;
 mod ledger;
 mod renter;
 
 pub use book::{Answer, HostBook, OfferChange};
+pub use group::{GroupEffect, GroupInput, GroupOutcome, GroupPlacement, MemberState, Placement};
 pub use host::{
     ContainerState, EXIT_NOTICE_MS, HostEffect, HostInput, HostLease, HostPhase, HostRecord,
     HostTimer, Meter, PREEMPT_TERM_MS, Preemption, RenterAnswer, StartFailure, UsageSample,

@@ -7,6 +7,8 @@
 #[cfg(not(feature = "broken-rule"))]
 mod commit;
 #[cfg(not(feature = "broken-rule"))]
+mod group;
+#[cfg(not(feature = "broken-rule"))]
 mod preemption;
 mod rules;
 mod sim;
