@@ -76,6 +76,11 @@ enum Command {
         #[arg(long, short)]
         follow: bool,
     },
+    /// Group orders (`gpux rent --gpus N --spread`).
+    Group {
+        #[command(subcommand)]
+        action: GroupAction,
+    },
     /// Start the work of a lease rented with --hold (after copying files in).
     Commit {
         /// The lease id.
@@ -283,6 +288,22 @@ enum TestnetAction {
 }
 
 #[derive(Debug, Subcommand)]
+enum GroupAction {
+    /// Add GPUs to a running group (+K: placed and started all together, or not at all) or
+    /// remove them (-K: whole leases, the latest first).
+    Scale {
+        /// The group id (as `gpux rent --spread` printed it).
+        group: String,
+        /// +K or -K GPUs.
+        #[arg(allow_negative_numbers = true)]
+        delta: i32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum OffersAction {
     /// Search the running node's view of the market, e.g. 'gpu=H100 vram>=80 price<=2.5'
     /// (docs/query.md).
@@ -431,6 +452,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
         Command::Commit { lease, json } => cmd::lease::commit(&dir, &lease, json)?,
+        Command::Group {
+            action: GroupAction::Scale { group, delta, json },
+        } => cmd::market::scale_group(&dir, &group, delta, json)?,
         Command::Forward {
             lease,
             ports,

@@ -310,6 +310,7 @@ compute_capability = [8, 6]
 }
 
 mod attack;
+mod group;
 mod leases;
 mod ledger;
 mod market;

@@ -175,6 +175,42 @@ impl ApiClient {
         self.finish(path, call.send_json(request))
     }
 
+    /// `POST /v1/groups`: a group order over several hosts (waits as a rent does).
+    pub fn rent_group(
+        &self,
+        request: &gpux_api::RentRequest,
+    ) -> Result<gpux_api::GroupPlaced, ClientError> {
+        self.post_waiting("/v1/groups", request)
+    }
+
+    /// `POST /v1/groups/{group}/scale`.
+    pub fn scale_group(
+        &self,
+        group: &str,
+        delta: i32,
+    ) -> Result<gpux_api::GroupScaled, ClientError> {
+        self.post_waiting(
+            &format!("/v1/groups/{group}/scale"),
+            &gpux_api::GroupScale { delta },
+        )
+    }
+
+    /// A `POST` that may take as long as a rent.
+    fn post_waiting<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let call = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .config()
+            .timeout_global(Some(RENT_WAIT))
+            .build();
+        self.finish(path, call.send_json(body))
+    }
+
     /// `GET /v1/balance`.
     pub fn balance(&self) -> Result<gpux_api::Balance, ClientError> {
         self.get("/v1/balance", &[])

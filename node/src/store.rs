@@ -35,11 +35,13 @@ pub enum Tree {
     LedgerLog,
     /// Spot leases that resume after a preemption ([`ResumeRecord`]), by lease id.
     Resumes,
+    /// Group orders ([`GroupRecord`]), by group id.
+    Groups,
 }
 
 impl Tree {
     /// Every tree.
-    pub const ALL: [Tree; 9] = [
+    pub const ALL: [Tree; 10] = [
         Tree::Config,
         Tree::OwnOffers,
         Tree::HostLeases,
@@ -49,6 +51,7 @@ impl Tree {
         Tree::Logs,
         Tree::LedgerLog,
         Tree::Resumes,
+        Tree::Groups,
     ];
 
     fn name(self) -> &'static str {
@@ -62,6 +65,7 @@ impl Tree {
             Tree::Logs => "logs",
             Tree::LedgerLog => "ledger-log",
             Tree::Resumes => "resumes",
+            Tree::Groups => "groups",
         }
     }
 }
@@ -340,6 +344,15 @@ pub struct ResumeRecord {
     pub status: ResumeStatus,
 }
 
+/// A group order: what it rents, and its leases (a scale adds and removes them).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct GroupRecord {
+    /// The rent as asked (`gpux_api::RentRequest`, JSON).
+    pub request: Vec<u8>,
+    /// Its leases, in the order they were placed.
+    pub members: Vec<ContentId>,
+}
+
 /// Where a resumable lease stands.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub enum ResumeStatus {
@@ -476,6 +489,16 @@ impl<S: Store> NodeState<S> {
     /// Every resumable lease.
     pub fn resumes(&self) -> Result<Vec<(ContentId, ResumeRecord)>, StoreError> {
         self.keyed_records(Tree::Resumes)
+    }
+
+    /// Stores a group order's record (flushed).
+    pub fn save_group(&self, group: &[u8; 16], record: &GroupRecord) -> Result<(), StoreError> {
+        self.put_record(Tree::Groups, group, record)
+    }
+
+    /// A group order's record.
+    pub fn group(&self, group: &[u8; 16]) -> Result<Option<GroupRecord>, StoreError> {
+        self.record(Tree::Groups, group)
     }
 
     /// Every versioned record of a tree keyed by lease id, in key order.

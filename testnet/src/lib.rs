@@ -439,10 +439,7 @@ pub fn up(
                 retain_s: None,
                 spot: false,
                 window: None,
-                hold_s: None,
-                resume: false,
-                checkpoint_dir: None,
-                resume_timeout_s: None,
+                ..Default::default()
             };
             let asked = Instant::now();
             match renter.rent(&body) {

@@ -93,10 +93,7 @@ fn rent_request(
         retain_s: None,
         spot,
         window,
-        hold_s: None,
-        resume: false,
-        checkpoint_dir: None,
-        resume_timeout_s: None,
+        ..Default::default()
     })?)
 }
 

@@ -87,10 +87,7 @@ pub(crate) fn round(
         retain_s: Some(20),
         spot: false,
         window: None,
-        hold_s: None,
-        resume: false,
-        checkpoint_dir: None,
-        resume_timeout_s: None,
+        ..Default::default()
     })?;
     let staged = rented.staged.clone().context("the rent staged no image")?;
     figures.images_pushed = 1;

@@ -13,7 +13,7 @@ use super::{out, print_json};
 pub(crate) struct Want {
     /// Constraints, e.g. 'gpu=H100 region=eu'.
     query: String,
-    /// GPUs wanted (from one machine).
+    /// GPUs wanted (from one machine, or over several with --spread).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     gpus: u16,
     /// Most paid per GPU-hour, credits.
@@ -46,6 +46,15 @@ pub(crate) struct Kind {
     /// committed in time, the lease ends and nothing is paid.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
     hold: Option<u64>,
+    /// A group order: --gpus over as many hosts as it takes, one lease per host (the
+    /// largest share first), started all together or not at all; `gpux group scale` adds
+    /// or removes GPUs later. Members have no network between them.
+    #[arg(long, conflicts_with_all = ["spot", "start", "hold"])]
+    spread: bool,
+    /// With --spread: start whatever members could be placed (at least one) instead of
+    /// nothing.
+    #[arg(long, requires = "spread")]
+    best_effort: bool,
     /// With --spot (and --disk): when preempted, this node copies the workspace's
     /// checkpoint directory out, rents the best fitting offer again, copies it in and starts
     /// the same workload; `gpux leases` shows the chain. The workload reads its checkpoint
@@ -220,7 +229,32 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         resume: kind.resume,
         checkpoint_dir: kind.checkpoint_dir,
         resume_timeout_s: kind.resume_timeout,
+        spread: kind.spread,
+        best_effort: kind.best_effort,
+        group: None,
     };
+    if request.spread {
+        let placed = ApiClient::for_data_dir(dir)?.rent_group(&request)?;
+        if json {
+            return print_json(&placed);
+        }
+        out!(
+            "group {}: {} GPU(s) on {} host(s), all running",
+            placed.group,
+            placed.gpus,
+            placed.leases.len()
+        )?;
+        for lease in &placed.leases {
+            out!(
+                "  lease {} with {}: {} GPU(s) at {} credits per GPU-hour",
+                lease.lease,
+                lease.host,
+                lease.gpus.len(),
+                lease.price_per_gpu_hour
+            )?;
+        }
+        return Ok(());
+    }
     let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
     if json {
         return print_json(&lease);
@@ -273,6 +307,27 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
     Ok(())
 }
 
+/// `gpux group scale GROUP +K|-K`.
+pub(crate) fn scale_group(dir: &Path, group: &str, delta: i32, json: bool) -> anyhow::Result<()> {
+    let scaled = ApiClient::for_data_dir(dir)?.scale_group(group, delta)?;
+    if json {
+        return print_json(&scaled);
+    }
+    for lease in &scaled.added {
+        out!(
+            "added lease {} with {}: {} GPU(s)",
+            lease.lease,
+            lease.host,
+            lease.gpus.len()
+        )?;
+    }
+    for lease in &scaled.stopped {
+        out!("stopping lease {lease}")?;
+    }
+    out!("group {}: {} GPU(s) now", scaled.group, scaled.gpus)?;
+    Ok(())
+}
+
 pub(crate) fn bid(dir: &Path, want: Want, ttl_s: u32) -> anyhow::Result<()> {
     let request = BidRequest {
         query: want.query,
@@ -314,7 +369,11 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
                 .map_or(String::new(), |b| format!(" -> {}", short(b)));
             format!("  [resume hop {}{from}{by}: {}]", r.hop, r.status)
         });
-        let note = note + &chain;
+        let group = l
+            .group
+            .as_deref()
+            .map_or(String::new(), |g| format!("  (group {})", short(g)));
+        let note = note + &chain + &group;
         out!(
             "{}  {:<6}  {:<9}  {:<14}  {}{note}",
             l.lease,
@@ -322,6 +381,26 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
             l.kind,
             l.phase,
             l.end.as_deref().unwrap_or("")
+        )?;
+    }
+    // One line per group order: its leases, GPUs and hosts, and how many run.
+    type Tally<'a> = (usize, usize, usize, std::collections::BTreeSet<&'a str>);
+    let mut groups: std::collections::BTreeMap<&str, Tally> = Default::default();
+    for l in &leases {
+        if let Some(g) = l.group.as_deref() {
+            let entry = groups.entry(g).or_default();
+            entry.0 += 1;
+            if l.phase == "running" {
+                entry.1 += 1;
+                entry.2 += l.gpus.len();
+            }
+            entry.3.insert(l.host.as_str());
+        }
+    }
+    for (group, (leases, running, gpus, hosts)) in groups {
+        out!(
+            "group {group}: {running} of {leases} leases running, {gpus} GPU(s), over {} host(s)",
+            hosts.len()
         )?;
     }
     Ok(())

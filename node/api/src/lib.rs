@@ -285,6 +285,48 @@ pub struct RentRequest {
     /// How long a resume looks for a new lease, seconds (600 when absent).
     #[serde(default)]
     pub resume_timeout_s: Option<u64>,
+    /// A group order (`POST /v1/groups`): place the request's GPUs over as many hosts as
+    /// it takes, one lease per host, and start them all or none.
+    #[serde(default)]
+    pub spread: bool,
+    /// A group order that starts whatever members it could place (at least one).
+    #[serde(default)]
+    pub best_effort: bool,
+    /// The group the lease belongs to (32 hex digits; a signed lease term). Set by this
+    /// node for a group's members.
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+/// `POST /v1/groups`: a group order placed (all its members run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupPlaced {
+    /// The group id (32 hex digits).
+    pub group: String,
+    /// Its leases, one per host.
+    pub leases: Vec<Rented>,
+    /// GPUs in all.
+    pub gpus: u32,
+}
+
+/// `POST /v1/groups/{group}/scale`: GPUs to add (positive) or remove (negative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupScale {
+    /// GPUs to add or remove; removing stops whole leases, the latest first.
+    pub delta: i32,
+}
+
+/// What a scale did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupScaled {
+    /// The group id.
+    pub group: String,
+    /// Leases added (all started, or none).
+    pub added: Vec<Rented>,
+    /// Leases stopped.
+    pub stopped: Vec<String>,
+    /// The group's GPUs now.
+    pub gpus: u32,
 }
 
 /// A command to run in a lease's container (`GET /v1/leases/{lease}/exec`, a WebSocket; the
@@ -481,6 +523,9 @@ pub struct LeaseView {
     /// A lease rented with `--resume`: its place in the chain of leases.
     #[serde(default)]
     pub resume: Option<ResumeView>,
+    /// The group order the lease belongs to (32 hex digits).
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// A resumable lease's place in its chain.

@@ -49,6 +49,15 @@ pub(crate) enum ApiCommand {
         request: Box<RentRequest>,
         reply: Reply<Rented>,
     },
+    Group {
+        request: Box<RentRequest>,
+        reply: Reply<gpux_api::GroupPlaced>,
+    },
+    ScaleGroup {
+        group: String,
+        delta: i32,
+        reply: Reply<gpux_api::GroupScaled>,
+    },
     Bid {
         request: BidRequest,
         reply: Reply<BidPlaced>,
@@ -198,6 +207,42 @@ async fn rent(
         Ok(request) => {
             ask(&state, |reply| ApiCommand::Rent {
                 request: Box::new(request),
+                reply,
+            })
+            .await
+        }
+        Err(e) => *e,
+    }
+}
+
+async fn group(
+    _: Authorized,
+    State(state): State<AppState>,
+    request: Result<Json<RentRequest>, JsonRejection>,
+) -> Response {
+    match body(request) {
+        Ok(request) => {
+            ask(&state, |reply| ApiCommand::Group {
+                request: Box::new(request),
+                reply,
+            })
+            .await
+        }
+        Err(e) => *e,
+    }
+}
+
+async fn scale_group(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(group): UrlPath<String>,
+    request: Result<Json<gpux_api::GroupScale>, JsonRejection>,
+) -> Response {
+    match body(request) {
+        Ok(scale) => {
+            ask(&state, |reply| ApiCommand::ScaleGroup {
+                group,
+                delta: scale.delta,
                 reply,
             })
             .await
@@ -433,6 +478,8 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/receipts", get(receipts))
         .route("/v1/leases/{lease}/stop", post(stop))
         .route("/v1/leases/{lease}/commit", post(commit))
+        .route("/v1/groups", post(group))
+        .route("/v1/groups/{group}/scale", post(scale_group))
         .route("/v1/leases/{lease}/exec", get(exec))
         .route("/v1/leases/{lease}/forward", get(forward))
         .route("/v1/leases/{lease}/files", get(files))

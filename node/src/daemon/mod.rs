@@ -10,6 +10,7 @@
 //! of its own and reports back as an event, so no two tasks can wait on each other.
 
 pub mod api;
+mod group;
 mod host;
 mod market;
 mod reach;
@@ -127,6 +128,8 @@ pub(crate) enum Event {
     Rent(rent::RentEvent),
     /// A step of a preempted spot lease's resume.
     Resume(resume::ResumeEvent),
+    /// A step of a group order.
+    Group(group::GroupEvent),
 }
 
 /// Sends `event` into the loop from a task (the loop may be gone at shutdown: fine).
@@ -353,6 +356,7 @@ impl Daemon {
             Event::Renter { lease, input } => self.renter.on_input(lease, input),
             Event::Rent(step) => self.on_rent_event(step),
             Event::Resume(step) => self.on_resume_event(step),
+            Event::Group(step) => self.on_group_event(step),
         }
     }
 

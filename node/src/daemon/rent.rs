@@ -90,6 +90,8 @@ pub(crate) enum RentEvent {
         n: usize,
         /// Each candidate's image is the one its offer lists under this tag (else its first).
         tag: Option<String>,
+        /// Hosts left out (a group's members go to hosts of their own).
+        avoid: BTreeSet<gpux_protocol::PublicKey>,
         reply: oneshot::Sender<Vec<Candidate>>,
     },
     /// A host was reached (or answered).
@@ -125,6 +127,8 @@ pub(crate) struct RentTask {
     workload: Workload,
     /// Where an image from Docker is saved for staging.
     outbox: std::path::PathBuf,
+    /// Hosts not to rent from.
+    avoid: BTreeSet<gpux_protocol::PublicKey>,
 }
 
 /// Why one host did not give a lease.
@@ -154,6 +158,7 @@ impl RentTask {
             image,
             workload,
             outbox,
+            avoid: BTreeSet::new(),
         }
     }
 
@@ -291,6 +296,7 @@ impl RentTask {
                         ImageChoice::HostTag(tag) => Some(tag.clone()),
                         _ => None,
                     },
+                    avoid: self.avoid.clone(),
                     reply: tx,
                 }),
             )
@@ -574,8 +580,17 @@ pub(crate) struct RentContext {
 impl RentContext {
     /// Checks `request` and rents for it.
     pub(crate) async fn run(&self, request: &RentRequest) -> Result<Rented, ApiError> {
+        self.run_avoiding(request, &BTreeSet::new()).await
+    }
+
+    /// The same, from none of the hosts in `avoid`.
+    pub(crate) async fn run_avoiding(
+        &self,
+        request: &RentRequest,
+        avoid: &BTreeSet<gpux_protocol::PublicKey>,
+    ) -> Result<Rented, ApiError> {
         let (spec, image, workload) = parse(request)?;
-        RentTask::new(
+        let mut task = RentTask::new(
             self.key.clone(),
             self.net.clone(),
             self.events.clone(),
@@ -583,9 +598,9 @@ impl RentContext {
             image,
             workload,
             self.outbox.clone(),
-        )
-        .run()
-        .await
+        );
+        task.avoid = avoid.clone();
+        task.run().await
     }
 }
 
@@ -606,6 +621,7 @@ impl Daemon {
                 mut excluded,
                 n,
                 tag,
+                avoid,
                 reply,
             } => {
                 let t = now();
@@ -618,7 +634,10 @@ impl Daemon {
                         break;
                     };
                     excluded.insert(allocation.offer);
-                    if self.reach.skip(&allocation.host, t) || !hosts.insert(allocation.host) {
+                    if self.reach.skip(&allocation.host, t)
+                        || avoid.contains(&allocation.host)
+                        || !hosts.insert(allocation.host)
+                    {
                         continue;
                     }
                     let retention = self

@@ -60,6 +60,11 @@ fn view(lease: ContentId, role: Role, request: &Verified<LeaseRequest>) -> Lease
         preempted_until: None,
         notice_refused: false,
         resume: None,
+        group: request
+            .group()
+            .ok()
+            .flatten()
+            .map(|g| gpux_protocol::hex(&g)),
     }
 }
 
@@ -336,6 +341,12 @@ impl Daemon {
                 let _ = reply.send(Ok(self.lease_views()));
             }
             ApiCommand::Rent { request, reply } => self.start_rent(*request, reply),
+            ApiCommand::Group { request, reply } => self.start_group(*request, reply),
+            ApiCommand::ScaleGroup {
+                group,
+                delta,
+                reply,
+            } => self.scale_group(&group, delta, reply),
             ApiCommand::Bid { request, reply } => {
                 match self.market.place_bid(&self.key, &request, now()) {
                     Ok((bid, fill)) => {

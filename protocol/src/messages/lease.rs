@@ -183,6 +183,9 @@ pub const EXT_WORKSPACE_PRICE: u16 = 4;
 /// [`MAX_COMMIT_WAIT_MS`]). The GPUs are booked for the wait and the duration; a lease not
 /// committed in time ends unpaid. Without it the work starts once the escrow is locked.
 pub const EXT_COMMIT_WAIT_MS: u16 = 5;
+/// `LeaseRequest` ext key: the group order the lease belongs to, 16 bytes (the renter's
+/// group id): the leases of one group share it. The host only shows it.
+pub const EXT_GROUP: u16 = 6;
 /// The longest a lease may wait for its commit, ms (its GPUs are held, unpaid, meanwhile).
 pub const MAX_COMMIT_WAIT_MS: u64 = 300_000;
 /// How long a workspace outlives its workload when the request does not say, seconds.
@@ -248,6 +251,20 @@ impl LeaseRequest {
         self.ext_u64(EXT_COMMIT_WAIT_MS)
     }
 
+    /// The group order the lease belongs to (`None`: none). A value that is not 16 bytes is
+    /// an invalid term.
+    pub fn group(&self) -> Result<Option<[u8; 16]>, InvalidMessage> {
+        match self.ext.get(EXT_GROUP) {
+            None => Ok(None),
+            Some(v) => <[u8; 16]>::try_from(v)
+                .map(Some)
+                .map_err(|_| InvalidMessage::Malformed {
+                    field: "ext",
+                    reason: "a group id is 16 bytes",
+                }),
+        }
+    }
+
     /// Whether the renter asked the host to keep its staged image after the lease. Any
     /// value but the one byte 1 is an invalid term.
     pub fn cache_image(&self) -> Result<bool, InvalidMessage> {
@@ -296,6 +313,7 @@ impl Message for LeaseRequest {
                 });
             }
         }
+        self.group()?;
         if let Some(wait) = self.commit_wait_ms()? {
             ensure_nonzero("commit wait", wait)?;
             if wait > MAX_COMMIT_WAIT_MS {

@@ -38,6 +38,11 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
     if request.gpus == 0 {
         return Err(ApiError::bad_input("--gpus must be at least 1"));
     }
+    if request.spread || request.best_effort {
+        return Err(bad("--spread")(
+            "a group order is placed by POST /v1/groups, not /v1/rent".into(),
+        ));
+    }
     if request.duration_s == 0 {
         return Err(ApiError::bad_input("--duration must be at least 1 s"));
     }
@@ -178,6 +183,15 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         ));
     }
     checkpoint_dir(request)?;
+    if let Some(group) = &request.group {
+        let id = gpux_protocol::unhex(group)
+            .ok()
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+            .ok_or_else(|| bad("group")(format!("'{group}' is not 32 hex digits")))?;
+        terms
+            .insert(gpux_protocol::EXT_GROUP, id.to_vec())
+            .map_err(|e| bad("group")(e.to_string()))?;
+    }
     if request.cache_image {
         terms
             .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])
@@ -210,7 +224,7 @@ mod tests {
     }
 
     fn refusal(request: &RentRequest) -> String {
-        parse(request).err().expect("refused").message
+        parse(request).expect_err("refused").message
     }
 
     #[test]
