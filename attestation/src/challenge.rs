@@ -39,6 +39,13 @@ impl std::fmt::Debug for Matrix {
 }
 
 impl Matrix {
+    /// A matrix from its rows' entries, row-major (`n * n` of them, each below [`P`]);
+    /// `None` otherwise (a prover's product as received).
+    pub fn from_entries(n: usize, data: Vec<u32>) -> Option<Matrix> {
+        let fits = n.checked_mul(n) == Some(data.len()) && data.iter().all(|v| u64::from(*v) < P);
+        fits.then_some(Matrix { n, data })
+    }
+
     /// The dimension.
     pub fn n(&self) -> usize {
         self.n

@@ -310,6 +310,7 @@ compute_capability = [8, 6]
 }
 
 mod attack;
+mod challenge;
 mod group;
 mod leases;
 mod ledger;

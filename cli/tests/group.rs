@@ -50,7 +50,13 @@ fn a_spread_group_starts_all_or_nothing_and_scales_up_and_down() {
         market
             .hosts
             .iter()
-            .find_map(|h| h.api().leases().ok()?.into_iter().find(|l| l.lease == lease))
+            .find_map(|h| {
+                h.api()
+                    .leases()
+                    .ok()?
+                    .into_iter()
+                    .find(|l| l.lease == lease)
+            })
             .expect("a host has the lease")
     };
     for l in &placed.leases {
@@ -100,15 +106,24 @@ fn a_spread_group_starts_all_or_nothing_and_scales_up_and_down() {
         new_host.lease(&held.lease).settled
     });
     let ended = new_host.lease(&held.lease);
-    assert!(ended.started_at.is_none() && ended.redeemed == 0, "{ended:?}");
+    assert!(
+        ended.started_at.is_none() && ended.redeemed == 0,
+        "{ended:?}"
+    );
     assert!(docker_containers(&held.lease).is_empty());
-    wait_for("only the running group's escrows to stay locked", 30, || {
-        market.ledger_state().open_escrows == 3
-    });
+    wait_for(
+        "only the running group's escrows to stay locked",
+        30,
+        || market.ledger_state().open_escrows == 3,
+    );
 
     // Scale up by 2 (on the new host), then down by 2 (that lease, the latest).
     let out = renter.gpux(&["group", "scale", &placed.group, "+2", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let up: GroupScaled = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((up.gpus, up.added.len()), (8, 1), "{up:?}");
     let added = up.added[0].lease.clone();
@@ -116,9 +131,16 @@ fn a_spread_group_starts_all_or_nothing_and_scales_up_and_down() {
         new_host.lease(&added).started_at.is_some()
     });
     let out = renter.gpux(&["group", "scale", &placed.group, "-3"]);
-    assert!(!out.status.success(), "-3 is not a sum of whole 2-GPU leases");
+    assert!(
+        !out.status.success(),
+        "-3 is not a sum of whole 2-GPU leases"
+    );
     let out = renter.gpux(&["group", "scale", &placed.group, "-2", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let down: GroupScaled = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((down.gpus, down.stopped.clone()), (6, vec![added.clone()]));
     wait_for("the removed member to end", 30, || {

@@ -224,12 +224,17 @@ impl Market {
         assert!(done.is_ok(), "{done:?}");
     }
 
-    /// Starts (and funds) one more host with one fake L4.
+    /// Starts (and funds) one more host with fake L4s.
     pub fn add_host(&mut self) {
+        self.add_host_of("NVIDIA L4", 24152899584, (8, 9));
+    }
+
+    /// Starts (and funds) one more host whose fake GPUs say they are `name`.
+    pub fn add_host_of(&mut self, name: &str, memory: u64, cc: (u8, u8)) {
         let h = self.hosts.len();
         let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
         let toml: String = (0..self.gpus_per_host)
-            .map(|g| format!("[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-{h:08x}-{g:04x}-3333-4444-555555555555\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\nutilization_gpu = 87\n"))
+            .map(|g| format!("[[gpu]]\nname = \"{name}\"\nuuid = \"GPU-{h:08x}-{g:04x}-3333-4444-555555555555\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n", cc.0, cc.1))
             .collect();
         std::fs::write(&gpus, toml).unwrap();
         let mut args = self.common();
@@ -273,6 +278,21 @@ impl Market {
         n.spawn();
         self.fund(&n);
         self.hosts.push(n);
+    }
+
+    /// Starts (and funds) one more renter with `extra` flags.
+    pub fn add_renter(&mut self, extra: &[String]) {
+        let r = self.renters.len();
+        let mut args = self.common();
+        args.extend(extra.iter().cloned());
+        let mut n = new_node(self._tmp.path(), &format!("renter-{r}"), args, vec![]);
+        n.spawn();
+        self.fund(&n);
+        let hosts = self.hosts.len();
+        wait_for("the offers to reach the new renter", 30, || {
+            n.api().status().is_ok_and(|s| s.offers_in_book >= hosts)
+        });
+        self.renters.push(n);
     }
 
     /// The ledger node's view: balances by peer id, totals.

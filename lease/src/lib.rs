@@ -216,6 +216,8 @@ pub enum End {
     HostSilent,
     /// A lease waiting for the renter's commit was not committed in time: nothing ran.
     NotCommitted,
+    /// The renter's performance challenge failed: the lease ended before its work.
+    ChallengeFailed,
 }
 
 impl End {
@@ -230,6 +232,7 @@ impl End {
             End::Preempted => EndReason::Preempted,
             End::HostShutdown => EndReason::HostShutdown,
             End::NotCommitted => EndReason::NotCommitted,
+            End::ChallengeFailed => EndReason::ChallengeFailed,
             End::ContainerExited => EndReason::ContainerExited,
             End::ContainerFailed | End::ImageMissing | End::NotStarted => {
                 EndReason::ContainerFailed
@@ -250,6 +253,7 @@ impl End {
             EndReason::ContainerExited => End::ContainerExited,
             EndReason::ContainerFailed => End::ContainerFailed,
             EndReason::NotCommitted => End::NotCommitted,
+            EndReason::ChallengeFailed => End::ChallengeFailed,
             // A reason from a newer peer: the nearest this build knows.
             _ => End::ContainerFailed,
         }

@@ -253,3 +253,55 @@ fn a_lease_not_committed_in_time_ends_unpaid_and_leaves_nothing() {
             .any(|e| matches!(e, RenterEffect::SendEnd { .. }))
     );
 }
+
+#[test]
+fn a_held_lease_whose_challenge_failed_ends_unpaid_on_both_sides() {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let r = held_request(&spot_renter(), &o, T0);
+    let mut held = accept(&mut book, &r, T0).unwrap();
+    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
+    let (_, record) = lock_at_ledger(
+        &mut held.lease,
+        &spot_renter(),
+        Some(lock),
+        &mut ledger,
+        T0 + 20,
+    );
+    renter.handle(
+        Timestamp(T0 + 100),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    // Only a held lease can fail its challenge.
+    let effects = renter.fail_challenge(Timestamp(T0 + 5_000)).unwrap();
+    assert_eq!(renter.record().end, Some(End::ChallengeFailed));
+    assert!(renter.fail_challenge(Timestamp(T0 + 5_001)).is_err());
+    let told = effects
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::SendEnd { envelope } => Some(
+                Signed::<LeaseEnd>::from_bytes(envelope.clone())
+                    .unwrap()
+                    .verify()
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .expect("the host is told");
+    assert_eq!(told.reason, EndReason::ChallengeFailed);
+    // The host ends it before any work: nothing to bill, the escrow released whole.
+    let effects = held
+        .lease
+        .handle(Timestamp(T0 + 5_100), HostInput::RenterEnd(told));
+    assert_eq!(held.lease.record().end, Some(End::ChallengeFailed));
+    assert!(!effects.contains(&HostEffect::StartContainer));
+    assert!(effects.contains(&HostEffect::FreeGpus));
+    assert!(held.lease.record().acked.is_none());
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        HostEffect::Ledger {
+            call: LedgerCall::Release,
+            ..
+        }
+    )));
+}

@@ -32,6 +32,7 @@
 //! disk_price = "0.01"                   # host: credits per GiB-hour of a kept workspace
 //! max_image = "20GiB"                   # host: the largest renter image staged (0: none)
 //! stage_quota = "64GiB"                 # host: renters' staged images together
+//! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rate, Gop/s (fake GPUs)
 //! ```
 
 use std::net::SocketAddr;
@@ -135,6 +136,11 @@ pub struct Options {
     /// Host: the disk renters' staged images may take together, kept or arriving (`64GiB`).
     #[arg(long = "stage-quota", value_name = "SIZE")]
     pub stage_quota: Option<String>,
+    /// Renter: the performance challenge's reference rate of a GPU family, `FAMILY=GOPS`
+    /// (repeatable), in place of the spec table's; for fake GPUs, whose CPU prover is
+    /// measured on the machine.
+    #[arg(long = "challenge-reference", value_name = "FAMILY=GOPS")]
+    pub challenge_reference: Option<Vec<String>>,
 }
 
 /// Where an effective setting came from.
@@ -245,7 +251,8 @@ macro_rules! each_setting {
             max_retain_s,
             disk_price,
             max_image,
-            stage_quota
+            stage_quota,
+            challenge_reference
         )
     };
 }
@@ -281,6 +288,7 @@ impl Options {
             disk_price: Some("0".into()),
             max_image: Some("20GiB".into()),
             stage_quota: Some("64GiB".into()),
+            challenge_reference: Some(Vec::new()),
         }
     }
 
@@ -470,7 +478,25 @@ impl Effective {
         if !api.ip().is_loopback() {
             return Err(self.bad("api", format!("{api}: the API listens on loopback only")));
         }
+        let mut challenge_references = std::collections::BTreeMap::new();
+        for pair in o.challenge_reference.as_deref().unwrap_or_default() {
+            let parsed = pair.split_once('=').and_then(|(family, gops)| {
+                let gops: f64 = gops
+                    .parse()
+                    .ok()
+                    .filter(|g: &f64| g.is_finite() && *g > 0.0)?;
+                Some((family.parse::<gpux_protocol::GpuFamily>().ok()?, gops))
+            });
+            let Some((family, gops)) = parsed else {
+                return Err(self.bad(
+                    "challenge_reference",
+                    format!("'{pair}': expected FAMILY=GOPS, e.g. l4=1.5"),
+                ));
+            };
+            challenge_references.insert(family, gops);
+        }
         Ok(DaemonConfig {
+            challenge_references,
             data_dir: data_dir.to_path_buf(),
             listen: self.addrs("listen", o.listen.as_deref().unwrap_or_default())?,
             bootstrap: self.addrs("bootstrap", o.bootstrap.as_deref().unwrap_or_default())?,

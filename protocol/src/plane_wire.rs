@@ -39,6 +39,8 @@ pub const FORWARD_PROTOCOL: &str = "/gpux/forward/1";
 pub const FILES_PROTOCOL: &str = "/gpux/files/1";
 /// `gpux rent --image`: a renter's own image, staged on the host before the lease.
 pub const STAGE_PROTOCOL: &str = "/gpux/stage/1";
+/// `gpux rent --challenge`: the performance challenge on a held lease's GPUs.
+pub const CHALLENGE_PROTOCOL: &str = "/gpux/challenge/1";
 
 /// The largest plane frame, either way.
 pub const MAX_PLANE_FRAME: usize = MAX_FILE_DATA + 16 * 1024;
@@ -122,6 +124,32 @@ pub enum PlaneRefusal {
     Busy,
     /// The host cannot do this (for example, it has no relay for forwards).
     Unavailable,
+}
+
+/// The renter's first frame on `/gpux/challenge/1`: the held lease challenged. The host
+/// answers [`Opened`] (the renter times that exchange: the round trip the challenge's size
+/// must dwarf), then takes one signed `ChallengeRequest` and answers [`ChallengeAnswer`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct ChallengeOpen {
+    /// The lease, held for its commit.
+    pub lease: ContentId,
+}
+
+/// The largest signed `ChallengeResponse` on a challenge stream (4,096 row commitments).
+pub const MAX_CHALLENGE_RESPONSE: usize = 160 * 1024;
+
+/// What the host sends on a challenge stream after the renter's request.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ChallengeAnswer {
+    /// The signed `ChallengeResponse`: the host's commitment to its product (sent as soon
+    /// as the product is computed; the renter's clock stops here).
+    Response(BoundedBytes<MAX_CHALLENGE_RESPONSE>),
+    /// The next rows of the product, in order, each row `n` little-endian `u32`s.
+    Rows(BoundedBytes<MAX_FILE_DATA>),
+    /// All rows sent.
+    Done,
+    /// The host will not answer (why).
+    Failed(BoundedString<800>),
 }
 
 /// What the renter sends on an exec stream after it was opened.

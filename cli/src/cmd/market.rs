@@ -55,6 +55,11 @@ pub(crate) struct Kind {
     /// nothing.
     #[arg(long, requires = "spread")]
     best_effort: bool,
+    /// Challenge the GPUs before the work starts (a seeded matrix product checked with
+    /// Freivalds, timed by this node): a host that answers wrong, or slower than 90% of its
+    /// model's reference rate, is paid nothing and the next offer is tried.
+    #[arg(long, conflicts_with = "spread")]
+    challenge: bool,
     /// With --spot (and --disk): when preempted, this node copies the workspace's
     /// checkpoint directory out, rents the best fitting offer again, copies it in and starts
     /// the same workload; `gpux leases` shows the chain. The workload reads its checkpoint
@@ -232,6 +237,7 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         spread: kind.spread,
         best_effort: kind.best_effort,
         group: None,
+        challenge: kind.challenge,
     };
     if request.spread {
         let placed = ApiClient::for_data_dir(dir)?.rent_group(&request)?;
@@ -277,6 +283,16 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         out!(
             "it starts at {} (UTC), once the spot lease on its GPUs has run out its notice",
             super::utc_time(at)
+        )?;
+    }
+    if let Some(c) = &lease.challenge {
+        out!(
+            "challenge passed: {:.2} Gop/s, {:.0}% of the model's {:.2} (n = {}, round trip {:.1} ms)",
+            c.achieved_gops,
+            c.achieved_gops / c.reference_gops * 100.0,
+            c.reference_gops,
+            c.n,
+            c.round_trip_ms
         )?;
     }
     if let Some(by) = lease.commit_by_ms {

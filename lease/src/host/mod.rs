@@ -427,11 +427,16 @@ impl HostLease {
             HostInput::Sample(sample) => self.on_sample(sample),
             HostInput::ReceiptAnswer { seq, answer } => self.on_answer(now, seq, answer, &mut out),
             HostInput::RenterEnd(end) => {
-                if end.signer() == self.request.signer()
-                    && end.lease == self.id()
-                    && end.reason == gpux_protocol::EndReason::RenterStopped
-                {
-                    self.end(now, End::RenterStopped, &mut out);
+                if end.signer() == self.request.signer() && end.lease == self.id() {
+                    match end.reason {
+                        gpux_protocol::EndReason::RenterStopped => {
+                            self.end(now, End::RenterStopped, &mut out)
+                        }
+                        gpux_protocol::EndReason::ChallengeFailed => {
+                            self.end(now, End::ChallengeFailed, &mut out)
+                        }
+                        _ => {}
+                    }
                 }
             }
             HostInput::Commit(commit) => self.on_commit(now, &commit, &mut out),

@@ -277,6 +277,19 @@ impl RenterLease {
         ])
     }
 
+    /// The renter's performance challenge of a held lease failed: the lease ends now,
+    /// before its work, and the host is told why (it ends it unpaid and releases the
+    /// escrow).
+    pub fn fail_challenge(&mut self, now: Timestamp) -> Result<Vec<RenterEffect>, CommitError> {
+        if self.rec.phase != RenterPhase::Held {
+            return Err(CommitError::NotHeld);
+        }
+        let mut out = Vec::new();
+        self.end(now, End::ChallengeFailed, &mut out);
+        self.send_end(now, gpux_protocol::EndReason::ChallengeFailed, &mut out);
+        Ok(out)
+    }
+
     fn silent_at(&self) -> Timestamp {
         // A lease booked from later has nothing to say before its start.
         self.rec

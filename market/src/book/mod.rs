@@ -652,6 +652,12 @@ impl OrderBook {
         Some((MicroCredits(e.disk_price), e.max_retain_s))
     }
 
+    /// The GPU family of an offer (its first GPU's).
+    pub fn offer_family(&self, offer: &ContentId) -> Option<GpuFamily> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        Some(e.family)
+    }
+
     /// The image an offer lists under a tag matching `pattern` (see
     /// [`crate::query::tag_matches`]), if any.
     pub fn offer_image_tagged(&self, offer: &ContentId, pattern: &str) -> Option<ImageDigest> {

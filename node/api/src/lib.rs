@@ -296,10 +296,28 @@ pub struct RentRequest {
     /// node for a group's members.
     #[serde(default)]
     pub group: Option<String>,
+    /// Challenge the leased GPUs before the work starts: a host that answers wrong, or
+    /// slower than 90% of its model's reference rate, is refused (it is paid nothing) and
+    /// the next offer is tried.
+    #[serde(default)]
+    pub challenge: bool,
+}
+
+/// A passed performance challenge, as the renter's node measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChallengePassed {
+    /// The product's size (n × n).
+    pub n: u32,
+    /// The rate achieved, Gop/s, by this node's clock.
+    pub achieved_gops: f64,
+    /// The claimed model's reference rate, Gop/s.
+    pub reference_gops: f64,
+    /// The round trip the size was chosen against, ms.
+    pub round_trip_ms: f64,
 }
 
 /// `POST /v1/groups`: a group order placed (all its members run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupPlaced {
     /// The group id (32 hex digits).
     pub group: String,
@@ -317,7 +335,7 @@ pub struct GroupScale {
 }
 
 /// What a scale did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupScaled {
     /// The group id.
     pub group: String,
@@ -344,7 +362,7 @@ pub struct ExecRequest {
 }
 
 /// The answer to a rent: the lease runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rented {
     /// The lease id.
     pub lease: String,
@@ -377,6 +395,9 @@ pub struct Rented {
     /// ms; not committed by then, the lease ends unpaid.
     #[serde(default)]
     pub commit_by_ms: Option<u64>,
+    /// The performance challenge it passed before its work started (`challenge`).
+    #[serde(default)]
+    pub challenge: Option<ChallengePassed>,
 }
 
 /// `POST /v1/leases/{lease}/commit`: a held lease's work starts.

@@ -29,12 +29,6 @@ const GROUP_WAIT: Duration = Duration::from_secs(50);
 
 /// A step of a group order, for the loop.
 pub(crate) enum GroupEvent {
-    /// Commit (or stop) the held lease `lease`.
-    Act {
-        lease: ContentId,
-        commit: bool,
-        reply: oneshot::Sender<Result<(), ApiError>>,
-    },
     /// Leases joined the group (created with its first); stored before the answer.
     Joined {
         group: [u8; 16],
@@ -66,19 +60,12 @@ impl Placer {
         let lease: ContentId = lease
             .parse()
             .map_err(|e| ApiError::internal(format!("{e}")))?;
-        let (reply, answer) = oneshot::channel();
-        report(
-            &self.events,
-            Event::Group(GroupEvent::Act {
-                lease,
-                commit,
-                reply,
-            }),
-        )
-        .await;
-        answer
-            .await
-            .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the node is shutting down"))?
+        let what = if commit {
+            super::LeaseAct::Commit
+        } else {
+            super::LeaseAct::Stop
+        };
+        super::act(&self.events, lease, what).await
     }
 
     /// Places `gpus` GPUs of `request` in `group`, on hosts not in `avoid`, then starts them
@@ -202,9 +189,13 @@ impl Daemon {
             )));
             return;
         }
-        if request.resume || request.hold_s.is_some() || request.group.is_some() {
+        if request.resume
+            || request.hold_s.is_some()
+            || request.group.is_some()
+            || request.challenge
+        {
             let _ = reply.send(Err(ApiError::bad_input(
-                "a group order takes no --resume, --hold or group of its own",
+                "a group order takes no --resume, --hold, --challenge or group of its own",
             )));
             return;
         }
@@ -336,18 +327,6 @@ impl Daemon {
 
     pub(super) fn on_group_event(&mut self, event: GroupEvent) {
         match event {
-            GroupEvent::Act {
-                lease,
-                commit,
-                reply,
-            } => {
-                let done = if commit {
-                    self.renter.commit(lease).map(drop)
-                } else {
-                    self.renter.stop(lease).map(drop)
-                };
-                let _ = reply.send(done);
-            }
             GroupEvent::Joined {
                 group,
                 request,

@@ -111,6 +111,8 @@ pub struct DaemonConfig {
     pub serve_ledger: Option<gpux_market::LedgerConfig>,
     /// Receipt interval and acknowledgement grace (a host announces them in its acceptances).
     pub timing: Timing,
+    /// Renter: challenge reference rates, Gop/s, by family, in place of the spec table's.
+    pub challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
 }
 
 /// What comes back into the loop from the effects it started. (Inputs are large, and
@@ -130,6 +132,40 @@ pub(crate) enum Event {
     Resume(resume::ResumeEvent),
     /// A step of a group order.
     Group(group::GroupEvent),
+    /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
+    /// group or a resume decided).
+    Act {
+        lease: ContentId,
+        act: LeaseAct,
+        reply: tokio::sync::oneshot::Sender<Result<(), gpux_api::ApiError>>,
+    },
+}
+
+/// What is done to a renter's held lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseAct {
+    /// Its work starts.
+    Commit,
+    /// It ends unpaid.
+    Stop,
+    /// Its performance challenge failed: it ends unpaid, and the host is told why.
+    FailChallenge,
+}
+
+/// Asks the loop to do `act` to `lease` (from a task).
+pub(crate) async fn act(
+    events: &mpsc::Sender<Event>,
+    lease: ContentId,
+    act: LeaseAct,
+) -> Result<(), gpux_api::ApiError> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    report(events, Event::Act { lease, act, reply }).await;
+    answer.await.map_err(|_| {
+        gpux_api::ApiError::new(
+            gpux_api::ErrorCode::Unavailable,
+            "the node is shutting down",
+        )
+    })?
 }
 
 /// Sends `event` into the loop from a task (the loop may be gone at shutdown: fine).
@@ -165,6 +201,8 @@ pub(crate) struct Daemon {
     peers: std::collections::BTreeSet<libp2p::PeerId>,
     /// The data directory (renters' images are saved under `outbox/` for staging).
     data_dir: std::path::PathBuf,
+    /// Challenge reference rates by family, in place of the spec table's (fake GPUs).
+    challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
 }
 
 /// Runs the node until `shutdown` resolves or the API asks it to stop.
@@ -233,6 +271,7 @@ pub async fn run(
         reach: reach::Reach::new(views::blocked_hosts(&state)),
         peers: std::collections::BTreeSet::new(),
         data_dir: config.data_dir.clone(),
+        challenge_references: config.challenge_references.clone(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -357,6 +396,14 @@ impl Daemon {
             Event::Rent(step) => self.on_rent_event(step),
             Event::Resume(step) => self.on_resume_event(step),
             Event::Group(step) => self.on_group_event(step),
+            Event::Act { lease, act, reply } => {
+                let done = match act {
+                    LeaseAct::Commit => self.renter.commit(lease).map(drop),
+                    LeaseAct::Stop => self.renter.stop(lease).map(drop),
+                    LeaseAct::FailChallenge => self.renter.fail_challenge(lease),
+                };
+                let _ = reply.send(done);
+            }
         }
     }
 

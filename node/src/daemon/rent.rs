@@ -39,8 +39,12 @@ pub(crate) struct Candidate {
     pub(crate) image: Option<ImageDigest>,
     /// Its price of a kept workspace per GiB-hour, and the longest it keeps one.
     pub(crate) retention: (MicroCredits, Option<u64>),
+    /// The performance challenge's reference rate of its model, Gop/s (none known: the
+    /// offer cannot be challenged).
+    pub(crate) reference_gops: Option<f64>,
 }
 
+mod challenge;
 mod request;
 mod terms;
 pub(crate) use request::{checkpoint_dir, parse};
@@ -115,6 +119,17 @@ pub(crate) struct Workload {
     network: bool,
     /// The lease terms carried as `LeaseRequest` ext keys (the workspace's size).
     terms: Ext,
+    /// Challenge the GPUs before the work starts (the lease is held for it).
+    challenge: bool,
+    /// The renter asked for a hold of its own (`--hold`): it commits, not the challenge.
+    own_hold: bool,
+}
+
+impl Workload {
+    /// Whether the renter commits the lease itself (it asked for a hold).
+    pub(crate) fn held_by_renter(&self) -> bool {
+        self.own_hold
+    }
 }
 
 /// One rent, run outside the loop.
@@ -318,6 +333,7 @@ impl RentTask {
                     allocation,
                     image: offered_image,
                     retention,
+                    reference_gops,
                 } = candidate;
                 let host = allocation.host;
                 let terms = match self.workload.terms_for(retention) {
@@ -383,7 +399,13 @@ impl RentTask {
                         prepare_ms,
                         stage_ms,
                     });
-                match self.request(&allocation, image, staged, terms).await {
+                let rented = match self.request(&allocation, image, staged, terms).await {
+                    Ok(rented) if self.workload.challenge => {
+                        self.challenge_held(rented, host, reference_gops).await
+                    }
+                    other => other,
+                };
+                match rented {
                     Ok(rented) => return Ok(rented),
                     Err(Refusal::Refused(why, reason)) => {
                         if reason.is_none() {
@@ -559,6 +581,7 @@ impl RentTask {
                 retention: terms.retention,
                 starts_at_ms: starts_at,
                 commit_by_ms: (report == RentReport::Held).then_some(commit_by).flatten(),
+                challenge: None,
             }),
             Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
             Err(_) => Err(Refusal::NotStarted(
@@ -645,10 +668,22 @@ impl Daemon {
                         .book
                         .offer_retention(&allocation.offer)
                         .unwrap_or((MicroCredits::ZERO, None));
+                    let reference_gops =
+                        self.market
+                            .book
+                            .offer_family(&allocation.offer)
+                            .and_then(|family| {
+                                self.challenge_references.get(&family).copied().or_else(|| {
+                                    gpux_attestation::spec::specs_of(family)
+                                        .next()
+                                        .map(|s| s.challenge_gops)
+                                })
+                            });
                     found.push(Candidate {
                         allocation,
                         image,
                         retention,
+                        reference_gops,
                     });
                     if found.len() >= n {
                         break;

@@ -216,6 +216,19 @@ impl RenterRole {
         })
     }
 
+    /// Ends a held lease whose performance challenge failed.
+    pub(crate) fn fail_challenge(&mut self, id: ContentId) -> Result<(), ApiError> {
+        let lease = self
+            .leases
+            .get_mut(&id)
+            .ok_or_else(|| ApiError::new(ErrorCode::UnknownLease, format!("no lease {id} here")))?;
+        let effects = lease
+            .fail_challenge(now())
+            .map_err(|e| ApiError::new(ErrorCode::Conflict, format!("lease {id}: {e}")))?;
+        self.apply(id, effects);
+        Ok(())
+    }
+
     /// Commits a held lease: its work starts now.
     pub(crate) fn commit(&mut self, id: ContentId) -> Result<gpux_api::Committed, ApiError> {
         let Some(lease) = self.leases.get_mut(&id) else {

@@ -15,6 +15,7 @@
 //! Frames are [`gpux_protocol::plane_wire`]'s, length-prefixed on the stream.
 
 pub(crate) mod bridge;
+pub(crate) mod challenge;
 mod chunks;
 pub mod client;
 mod confined;

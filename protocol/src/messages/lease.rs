@@ -489,6 +489,9 @@ pub enum EndReason {
     ContainerFailed,
     /// A lease waiting for the renter's commit was not committed in time: nothing ran.
     NotCommitted,
+    /// The renter's performance challenge of the leased GPUs failed (a wrong product, or
+    /// slower than the claimed model allows): the lease ends before its work.
+    ChallengeFailed,
 }
 
 /// Either side ends a lease.

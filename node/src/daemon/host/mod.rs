@@ -119,6 +119,14 @@ impl HostRole {
             options.stage_quota_bytes,
         )
         .context("serving image staging")?;
+        crate::plane::challenge::ChallengeHost {
+            key: key.clone(),
+            state: state.clone(),
+            fake_gpus: options.fake_gpus,
+            busy: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+        }
+        .spawn(&net)
+        .context("serving performance challenges")?;
         let worker_ctx = WorkerCtx {
             key: key.clone(),
             net: net.clone(),

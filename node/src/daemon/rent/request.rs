@@ -152,7 +152,12 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
             .insert(gpux_protocol::EXT_RETAIN_S, retain.to_le_bytes().to_vec())
             .map_err(|e| bad("--retain")(e.to_string()))?;
     }
-    if let Some(hold) = request.hold_s {
+    // A challenge runs on a held lease: held a minute unless the renter asked longer.
+    let hold = match (request.hold_s, request.challenge) {
+        (None, true) => Some(60),
+        (hold, _) => hold,
+    };
+    if let Some(hold) = hold {
         let max_s = gpux_protocol::MAX_COMMIT_WAIT_MS / 1000;
         if hold == 0 || hold > max_s {
             return Err(bad("--hold")(format!(
@@ -202,6 +207,8 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         env,
         network: request.network,
         terms,
+        challenge: request.challenge,
+        own_hold: request.hold_s.is_some(),
     };
     Ok((spec, image, workload))
 }

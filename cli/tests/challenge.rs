@@ -1,0 +1,120 @@
+//! The performance guarantee with real processes: before the work starts the renter's node
+//! challenges the leased GPUs (a seeded product checked with Freivalds, timed by itself).
+//! The fake GPUs' reference rates are calibrated against the CPU prover in this same run: an
+//! honest fake L4 passes and its work starts; a host whose fake GPUs claim to be H100s, three
+//! times faster than its prover sustains, is caught, ends `challenge-failed` and is paid
+//! nothing.
+
+use std::time::Instant;
+
+use gpux_attestation::challenge;
+
+use super::market::{Market, wait_for};
+
+/// The CPU prover's rate on this machine now, Gop/s (the median of five products).
+fn cpu_prover_gops(n: usize) -> f64 {
+    let mut rates: Vec<f64> = (0..5u8)
+        .map(|i| {
+            let started = Instant::now();
+            let _ = challenge::prove_cpu(&[i; 32], n);
+            challenge::operations(n) / started.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates[2]
+}
+
+#[test]
+fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught_unpaid() {
+    let rate = cpu_prover_gops(128);
+    let mut market = Market::start(1, 0, 10);
+    market.add_host_of("NVIDIA H100 80GB HBM3", 85_899_345_920, (9, 0));
+    // The honest fake L4's reference is well within the prover's rate; an H100's is three
+    // times what the prover sustains.
+    market.add_renter(&[
+        "--challenge-reference".into(),
+        format!("l4={}", rate * 0.5),
+        "--challenge-reference".into(),
+        format!("h100={}", rate * 3.0),
+    ]);
+    let renter = &market.renters[0];
+    let before = market.balance(renter);
+    let rent = |query: &str| {
+        renter.gpux(&[
+            "rent",
+            query,
+            "--challenge",
+            "--max-price",
+            "5",
+            "--duration",
+            "60",
+            "--image",
+            &market.image,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo challenged work; sleep 2",
+        ])
+    };
+
+    let out = rent("gpu=l4");
+    assert!(
+        out.status.success(),
+        "the honest host was refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rented: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    let passed = rented.challenge.expect("the challenge it passed");
+    assert!(
+        passed.achieved_gops >= 0.9 * passed.reference_gops,
+        "{passed:?}"
+    );
+    // Sized to dwarf the round trip: at least 20 of them at the reference rate.
+    let compute_ms = challenge::operations(passed.n as usize) / (passed.reference_gops * 1e6);
+    assert!(
+        compute_ms >= 20.0 * passed.round_trip_ms || passed.n == 1024,
+        "{passed:?}"
+    );
+    wait_for("the challenged work to run", 30, || {
+        renter
+            .api()
+            .logs(&rented.lease, 0)
+            .is_ok_and(|p| p.text.contains("challenged work"))
+    });
+
+    // The H100 host answers right but at a third of its model's rate: caught.
+    let out = rent("gpu=h100");
+    assert!(!out.status.success(), "the slow H100 was accepted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("failed the performance challenge"), "{err}");
+    let slow = &market.hosts[1];
+    let caught = slow.api().leases().unwrap();
+    assert_eq!(caught.len(), 1, "{caught:?}");
+    let caught = &caught[0];
+    wait_for("the caught lease to settle", 30, || {
+        slow.lease(&caught.lease).settled
+    });
+    let ended = slow.lease(&caught.lease);
+    assert_eq!(ended.end.as_deref(), Some("challenge-failed"), "{ended:?}");
+    assert!(
+        ended.started_at.is_none() && ended.redeemed == 0,
+        "{ended:?}"
+    );
+    assert_eq!(
+        renter.lease(&caught.lease).end.as_deref(),
+        Some("challenge-failed")
+    );
+
+    // The renter paid the honest lease only.
+    wait_for("the honest lease to settle", 60, || {
+        market.hosts[0].lease(&rented.lease).settled
+    });
+    let paid = market.hosts[0].lease(&rented.lease).redeemed;
+    assert!(paid > 0);
+    wait_for("the renter's escrows to close", 30, || {
+        market.ledger_state().open_escrows == 0
+    });
+    assert_eq!(market.balance(renter), before - paid);
+    market.assert_conserved();
+}

@@ -1,0 +1,350 @@
+//! The performance challenge on a held lease's GPUs (`gpux rent --challenge`), over
+//! `/gpux/challenge/1`.
+//!
+//! Before the work starts, the renter's node times one exchange with the host (the round
+//! trip), sizes a seeded matrix product so that its compute at the claimed model's
+//! reference rate is at least 20 round trips, and sends its signed `ChallengeRequest`.
+//! The host computes the product and answers at once with its signed `ChallengeResponse`
+//! (a digest and a commitment to every row: the renter's clock stops here), then sends the
+//! rows. The renter checks the rows against the commitments, the product with Freivalds (20
+//! rounds: a wrong product passes with probability at most 2^-20) and a few recomputed rows,
+//! and the rate by its own clock against 90% of the reference.
+//!
+//! The prover is pluggable; this host serves fake GPUs with the CPU prover
+//! (`gpux_attestation::challenge::prove_cpu`). A CUDA prover for real GPUs is pending (see
+//! DEVELOPERS.md): a host with real GPUs refuses a challenge (`Unavailable`).
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gpux_attestation::challenge::{self, Matrix, Policy, Proof};
+use gpux_lease::{HostPhase, HostRecord};
+use gpux_protocol::plane_wire::{
+    ChallengeAnswer, ChallengeOpen, MAX_FILE_DATA, Opened, PlaneRefusal,
+};
+use gpux_protocol::{
+    BoundedBytes, BoundedString, BoundedVec, ChallengeRequest, ChallengeResponse, ContentId, Ext,
+    Keypair, LeaseRequest, Signed,
+};
+use libp2p::{PeerId, StreamProtocol};
+
+use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
+use crate::attest::now;
+use crate::p2p::Client;
+use crate::store::{NodeState, SledStore};
+
+/// `/gpux/challenge/1`.
+pub(crate) const CHALLENGE: StreamProtocol =
+    StreamProtocol::new(gpux_protocol::plane_wire::CHALLENGE_PROTOCOL);
+/// The largest product the CPU prover computes (2·1024³ operations: seconds on one core).
+pub(crate) const MAX_CPU_N: u32 = 1024;
+/// The smallest product asked for.
+const MIN_N: u32 = 64;
+/// The compute must last this many round trips at the reference rate.
+const RTT_FACTOR: f64 = 20.0;
+/// How long the host may take, all told.
+const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+
+/// What a passed challenge measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Measured {
+    pub(crate) n: u32,
+    pub(crate) achieved_gops: f64,
+    pub(crate) reference_gops: f64,
+    pub(crate) round_trip: Duration,
+}
+
+/// Why a challenge did not pass.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ChallengeFailure {
+    /// The host's answer was wrong, or too slow: the lease must end.
+    #[error("{0}")]
+    Failed(String),
+    /// The challenge could not be run (refused, a broken link): nothing was learned.
+    #[error("{0}")]
+    NotRun(String),
+}
+
+/// The product size: the smallest power of two whose compute at `reference_gops` lasts
+/// [`RTT_FACTOR`] round trips (at most [`MAX_CPU_N`]).
+pub(crate) fn size_for(reference_gops: f64, round_trip: Duration) -> u32 {
+    let want_s = round_trip.as_secs_f64() * RTT_FACTOR;
+    let mut n = MIN_N;
+    while n < MAX_CPU_N && challenge::operations(n as usize) / (reference_gops * 1e9) < want_s {
+        n *= 2;
+    }
+    n
+}
+
+/// Runs the challenge of `lease` on `host` (the renter's side).
+pub(crate) async fn run(
+    net: &Client,
+    key: &Keypair,
+    host: gpux_protocol::PublicKey,
+    lease: ContentId,
+    reference_gops: f64,
+) -> Result<Measured, ChallengeFailure> {
+    let not_run = |e: String| ChallengeFailure::NotRun(e);
+    let peer =
+        PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| not_run(e.to_string()))?;
+    let stream = net
+        .open_stream(peer, CHALLENGE, OPEN_WITHIN)
+        .await
+        .map_err(|e| not_run(format!("opening the challenge: {e}")))?;
+    let mut framed = framed(stream);
+    let asked = Instant::now();
+    send(&mut framed, &ChallengeOpen { lease })
+        .await
+        .map_err(|e| not_run(e.to_string()))?;
+    match recv::<Opened>(&mut framed, OPEN_WITHIN).await {
+        Ok(Opened::Yes) => {}
+        Ok(Opened::No { detail, .. }) => {
+            return Err(not_run(format!("the host refused: {detail}")));
+        }
+        Err(e) => return Err(not_run(e.to_string())),
+    }
+    let round_trip = asked.elapsed();
+    let n = size_for(reference_gops, round_trip);
+    let mut seed = [0u8; 32];
+    let mut coins = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| not_run(e.to_string()))?;
+    getrandom::fill(&mut coins).map_err(|e| not_run(e.to_string()))?;
+    let request = Signed::sign(
+        key,
+        ChallengeRequest {
+            host,
+            created_at: now(),
+            seed,
+            n,
+            gpu: None,
+            ext: Ext::new(),
+        },
+    )
+    .map_err(|e| not_run(e.to_string()))?;
+    let sent = Instant::now();
+    let bytes: BoundedBytes<512> =
+        BoundedBytes::new(request.as_bytes().to_vec()).map_err(|e| not_run(e.to_string()))?;
+    send(&mut framed, &bytes)
+        .await
+        .map_err(|e| not_run(e.to_string()))?;
+    let failed = |e: String| ChallengeFailure::Failed(e);
+    let response = match recv::<ChallengeAnswer>(&mut framed, ANSWER_WITHIN).await {
+        Ok(ChallengeAnswer::Response(bytes)) => bytes,
+        Ok(ChallengeAnswer::Failed(why)) => return Err(not_run(format!("the host: {why}"))),
+        Ok(_) => return Err(failed("the host answered out of turn".into())),
+        Err(e) => return Err(failed(format!("no answer: {e}"))),
+    };
+    let observed = sent.elapsed();
+    let response = Signed::<ChallengeResponse>::from_bytes(response.into_inner())
+        .and_then(Signed::verify)
+        .map_err(|e| failed(format!("the host's response does not verify: {e}")))?;
+    if response.signer() != host || response.request != request.id() {
+        return Err(failed(
+            "the response is not the host's answer to this challenge".into(),
+        ));
+    }
+    // The rows, as committed.
+    let n_us = n as usize;
+    let mut entries = Vec::with_capacity(n_us * n_us);
+    loop {
+        match recv::<ChallengeAnswer>(&mut framed, ANSWER_WITHIN).await {
+            Ok(ChallengeAnswer::Rows(bytes)) => {
+                if entries.len() * 4 + bytes.len() > n_us * n_us * 4 || bytes.len() % 4 != 0 {
+                    return Err(failed("the host sent more than the product".into()));
+                }
+                entries.extend(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+            }
+            Ok(ChallengeAnswer::Done) => break,
+            Ok(_) => return Err(failed("the host answered out of turn".into())),
+            Err(e) => return Err(failed(format!("the product did not arrive: {e}"))),
+        }
+    }
+    let product = Matrix::from_entries(n_us, entries)
+        .ok_or_else(|| failed("the product is not an n×n matrix of residues".into()))?;
+    let proof = Proof {
+        digest: response.result_digest,
+        row_commitments: response.row_commitments.to_vec(),
+        elapsed: Duration::from_nanos(response.elapsed_ns),
+        product,
+    };
+    let verdict = tokio::task::spawn_blocking(move || {
+        challenge::verify(
+            &seed,
+            n_us,
+            &proof,
+            observed,
+            reference_gops,
+            &Policy::default(),
+            &coins,
+        )
+    })
+    .await
+    .map_err(|e| not_run(e.to_string()))?
+    .map_err(|e| failed(e.to_string()))?;
+    Ok(Measured {
+        n,
+        achieved_gops: verdict.achieved_gops,
+        reference_gops,
+        round_trip,
+    })
+}
+
+/// The host's side: serves challenges of its held leases with the CPU prover (fake GPUs
+/// only).
+#[derive(Clone)]
+pub(crate) struct ChallengeHost {
+    pub(crate) key: Keypair,
+    pub(crate) state: NodeState<SledStore>,
+    pub(crate) fake_gpus: bool,
+    /// One challenge at a time per host: the prover has the machine's cores.
+    pub(crate) busy: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+async fn refuse(framed: &mut FramedStream, code: PlaneRefusal, detail: &str) {
+    let _ = send(framed, &Opened::refused(code, detail)).await;
+}
+
+impl ChallengeHost {
+    /// Takes `/gpux/challenge/1` on `net`.
+    pub(crate) fn spawn(self, net: &Client) -> anyhow::Result<()> {
+        let mut streams = net.accept_streams(CHALLENGE)?;
+        tokio::spawn(async move {
+            while let Some((peer, stream)) = streams.next().await {
+                let h = self.clone();
+                tokio::spawn(async move { h.serve(peer, framed(stream)).await });
+            }
+        });
+        Ok(())
+    }
+
+    /// Whether `peer` may challenge `lease` now: its renter, while it is held.
+    fn admit(&self, peer: PeerId, lease: ContentId) -> Result<(), (PlaneRefusal, String)> {
+        let not_yours = || {
+            (
+                PlaneRefusal::NotYourLease,
+                format!("this host has no lease {lease} of yours"),
+            )
+        };
+        let record: HostRecord = self
+            .state
+            .host_lease(&lease)
+            .ok()
+            .flatten()
+            .ok_or_else(not_yours)?;
+        let request = Signed::<LeaseRequest>::from_bytes(record.request.clone())
+            .and_then(Signed::verify)
+            .map_err(|_| not_yours())?;
+        if PeerId::from_bytes(&request.signer().peer_id().to_bytes()).ok() != Some(peer) {
+            return Err(not_yours());
+        }
+        let held = record.phase == HostPhase::Starting
+            && record.committed_at.is_none()
+            && matches!(request.commit_wait_ms(), Ok(Some(_)));
+        if !held {
+            return Err((
+                PlaneRefusal::NotRunning,
+                "a challenge runs on a held lease, before its commit".into(),
+            ));
+        }
+        if !self.fake_gpus {
+            return Err((
+                PlaneRefusal::Unavailable,
+                "this host has no GPU prover yet (the CUDA prover is pending)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn serve(self, peer: PeerId, mut framed: FramedStream) {
+        let open: ChallengeOpen = match recv(&mut framed, OPEN_WITHIN).await {
+            Ok(open) => open,
+            Err(e) => {
+                return refuse(&mut framed, PlaneRefusal::Malformed, &e.to_string()).await;
+            }
+        };
+        if let Err((code, detail)) = self.admit(peer, open.lease) {
+            return refuse(&mut framed, code, &detail).await;
+        }
+        let Ok(_permit) = self.busy.clone().try_acquire_owned() else {
+            return refuse(&mut framed, PlaneRefusal::Busy, "another challenge runs").await;
+        };
+        if send(&mut framed, &Opened::Yes).await.is_err() {
+            return;
+        }
+        let fail = |why: &str| ChallengeAnswer::Failed(BoundedString::new(why).unwrap_or_default());
+        let request = match recv::<BoundedBytes<512>>(&mut framed, OPEN_WITHIN).await {
+            Ok(bytes) => Signed::<ChallengeRequest>::from_bytes(bytes.into_inner())
+                .and_then(Signed::verify)
+                .ok()
+                .filter(|r| {
+                    r.host == self.key.public()
+                        && PeerId::from_bytes(&r.signer().peer_id().to_bytes()).ok() == Some(peer)
+                        && r.n <= MAX_CPU_N
+                }),
+            Err(_) => return,
+        };
+        let Some(request) = request else {
+            let _ = send(&mut framed, &fail("not a challenge this host answers")).await;
+            return;
+        };
+        let (seed, n) = (request.seed, request.n as usize);
+        let Ok(proof) = tokio::task::spawn_blocking(move || challenge::prove_cpu(&seed, n)).await
+        else {
+            return;
+        };
+        let Ok(row_commitments) = BoundedVec::new(proof.row_commitments.clone()) else {
+            return;
+        };
+        let body = ChallengeResponse {
+            request: request.id(),
+            created_at: now(),
+            result_digest: proof.digest,
+            row_commitments,
+            elapsed_ns: u64::try_from(proof.elapsed.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+            ext: Ext::new(),
+        };
+        let Ok(signed) = Signed::sign(&self.key, body) else {
+            return;
+        };
+        let Ok(bytes) = BoundedBytes::new(signed.as_bytes().to_vec()) else {
+            return;
+        };
+        if send(&mut framed, &ChallengeAnswer::Response(bytes))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut chunk = Vec::with_capacity(MAX_FILE_DATA);
+        for i in 0..n {
+            for v in proof.product.row(i) {
+                chunk.extend_from_slice(&v.to_le_bytes());
+                if chunk.len() == MAX_FILE_DATA {
+                    let rows = BoundedBytes::new(std::mem::take(&mut chunk)).unwrap_or_default();
+                    if send(&mut framed, &ChallengeAnswer::Rows(rows))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            let rows = BoundedBytes::new(chunk).unwrap_or_default();
+            if send(&mut framed, &ChallengeAnswer::Rows(rows))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let _ = send(&mut framed, &ChallengeAnswer::Done).await;
+    }
+}
