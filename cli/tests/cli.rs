@@ -420,6 +420,11 @@ mod testnet {
         assert_eq!(report["spot_notices_seen"], 1, "{report}");
         // A reserved window on the same GPU, booked ahead, started within 2 s of its start.
         assert_eq!(report["reserved_started_on_time"], 1, "{report}");
+        // The honest host passed the challenge; host-0, claiming H100s its CPU prover cannot
+        // match, was caught; a group of 3 GPUs started over both hosts.
+        assert_eq!(report["challenges_passed"], 1, "{report}");
+        assert_eq!(report["challenges_failed"], 1, "{report}");
+        assert_eq!(report["groups"], 1, "{report}");
         let preempted: Vec<_> = report["leases"]
             .as_array()
             .unwrap()

@@ -214,6 +214,10 @@ pub fn up(
     let mut host_dirs = Vec::new();
     let mut renter_dirs = Vec::new();
     let mut expected_offers = 0;
+    let prover_gops = orders::cpu_prover_gops();
+    progress(&format!(
+        "the CPU prover runs at {prover_gops:.3} Gop/s here: the fake GPUs' challenge references"
+    ));
     // The ledger node first: everyone settles with it and joins through it.
     for i in 0..1 + config.hosts + config.renters {
         let is_ledger = i == 0;
@@ -297,6 +301,8 @@ pub fn up(
             expected_offers += 1;
             host_dirs.push(dir.clone());
         } else {
+            // The fake GPUs prove on the CPU: renters judge them against it.
+            args.extend(orders::challenge_references(prover_gops));
             renter_dirs.push(dir.clone());
         }
         // Every node needs its API up; the first one's address is everyone's bootstrap. A
@@ -509,6 +515,17 @@ pub fn up(
         match orders::round(host, spot_renter, od_renter, &progress) {
             Ok(f) => report.orders = f,
             Err(e) => report.errors.push(format!("orders: {e:#}")),
+        }
+        if config.hosts >= 2 && !stop.load(Ordering::Relaxed) {
+            progress("orders: performance challenges before the work, and a group order");
+            match orders::challenge_and_group_round(spot_renter, &progress) {
+                Ok(f) => {
+                    report.orders.challenges_passed = f.challenges_passed;
+                    report.orders.challenges_failed = f.challenges_failed;
+                    report.orders.groups = f.groups;
+                }
+                Err(e) => report.errors.push(format!("orders: {e:#}")),
+            }
         }
     }
 

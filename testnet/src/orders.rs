@@ -22,6 +22,112 @@ pub struct OrderFigures {
     /// Reserved windows booked ahead whose container started within 2 s of the window's
     /// start and stopped by its end.
     pub reserved_started_on_time: usize,
+    /// Group orders placed over several hosts and started together.
+    pub groups: usize,
+    /// Performance challenges passed before the work (the honest host's).
+    pub challenges_passed: usize,
+    /// Performance challenges failed: hosts caught claiming a faster model than their
+    /// prover sustains (and paid nothing).
+    pub challenges_failed: usize,
+}
+
+/// The CPU prover's rate on this machine, Gop/s (the median of five products): the fake
+/// GPUs' challenge references are calibrated against it in the same run.
+pub fn cpu_prover_gops() -> f64 {
+    use gpux_attestation::challenge;
+    let n = 128;
+    let mut rates: Vec<f64> = (0..5u8)
+        .map(|i| {
+            let started = Instant::now();
+            let _ = challenge::prove_cpu(&[i; 32], n);
+            challenge::operations(n) / started.elapsed().as_secs_f64().max(1e-9) / 1e9
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates[2]
+}
+
+/// The renters' challenge references for `rate` (the CPU prover's): the honest family's
+/// well within it, host-0's (H100s) three times it, so host-0 is caught.
+pub fn challenge_references(rate: f64) -> Vec<String> {
+    vec![
+        "--challenge-reference".into(),
+        format!("a100={}", rate * 0.5),
+        "--challenge-reference".into(),
+        format!("h100={}", rate * 3.0),
+    ]
+}
+
+/// The second half of the round, with two hosts or more: `renter` challenges host-1's A100
+/// (honest) and host-0's claimed H100 (caught), then places a group over both hosts.
+pub(crate) fn challenge_and_group_round(
+    renter: &harness::Node,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<OrderFigures> {
+    let mut figures = OrderFigures::default();
+    let api = ApiClient::for_data_dir(&renter.dir)?;
+    let challenged = |family: &str| {
+        api.rent(&gpux_api::RentRequest {
+            query: format!("gpu={family}"),
+            gpus: 1,
+            max_price: "10".into(),
+            duration_s: 3,
+            command: vec!["sh".into(), "-c".into(), "echo challenged".into()],
+            challenge: true,
+            ..Default::default()
+        })
+    };
+    wait("host-0's GPU to be offered", 30, || {
+        api.offers("gpu=h100", 5)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    })?;
+    let honest = challenged("a100").context("the honest host's challenge")?;
+    let passed = honest.challenge.context("no challenge recorded")?;
+    figures.challenges_passed = 1;
+    progress(&format!(
+        "orders: host-1 passed the challenge at {:.2} Gop/s ({:.0}% of its reference, n = {})",
+        passed.achieved_gops,
+        passed.achieved_gops / passed.reference_gops * 100.0,
+        passed.n
+    ));
+    match challenged("h100") {
+        Ok(_) => bail!("host-0, claiming H100s its prover cannot match, passed the challenge"),
+        Err(e) if e.to_string().contains("failed the performance challenge") => {
+            figures.challenges_failed = 1;
+            progress("orders: host-0, claiming H100s, failed the challenge and was paid nothing");
+        }
+        Err(e) => bail!("the H100 challenge did not run: {e}"),
+    }
+    // A group of 3 GPUs: 2 on host-1, 1 on host-0, started together.
+    wait("every GPU to be offered again", 30, || {
+        api.offers("", 10)
+            .is_ok_and(|hits| hits.iter().map(|h| u64::from(h.free)).sum::<u64>() >= 3)
+    })?;
+    let placed = api
+        .rent_group(&gpux_api::RentRequest {
+            query: String::new(),
+            gpus: 3,
+            max_price: "10".into(),
+            duration_s: 4,
+            command: vec!["sh".into(), "-c".into(), "echo member; sleep 2".into()],
+            spread: true,
+            ..Default::default()
+        })
+        .context("the group order")?;
+    if placed.leases.len() < 2 || placed.gpus != 3 {
+        bail!(
+            "the group placed {} GPUs on {} hosts",
+            placed.gpus,
+            placed.leases.len()
+        );
+    }
+    figures.groups = 1;
+    progress(&format!(
+        "orders: group {} placed 3 GPUs over {} hosts, started together",
+        placed.group,
+        placed.leases.len()
+    ));
+    Ok(figures)
 }
 
 /// A spot workload that saves its work when told: it watches for the notice file, and on
