@@ -22,6 +22,9 @@ pub struct OrderFigures {
     /// Reserved windows booked ahead whose container started within 2 s of the window's
     /// start and stopped by its end.
     pub reserved_started_on_time: usize,
+    /// Spot leases rented with `--resume` whose work was rented again, and ran, after their
+    /// preemption.
+    pub resumed_leases: usize,
     /// Group orders placed over several hosts and started together.
     pub groups: usize,
     /// Performance challenges passed before the work (the honest host's).
@@ -176,6 +179,24 @@ fn rent(
     Ok(rent_request(api, host, spot, None, price, script)?.lease)
 }
 
+/// A resumable spot lease (with a small workspace for its checkpoint).
+fn rent_resumable(api: &ApiClient, host: &str, script: &str) -> anyhow::Result<String> {
+    Ok(api
+        .rent(&gpux_api::RentRequest {
+            query: format!("host={host}"),
+            gpus: 1,
+            max_price: "10".into(),
+            duration_s: 120,
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            spot: true,
+            resume: true,
+            disk_bytes: Some(32 << 20),
+            retain_s: Some(60),
+            ..Default::default()
+        })?
+        .lease)
+}
+
 fn rent_request(
     api: &ApiClient,
     host: &str,
@@ -223,7 +244,7 @@ pub(crate) fn round(
     })?;
     let mut spot = None;
     wait("a spot lease on host-0", 30, || {
-        spot = rent(&spot_api, &host.peer, true, "10", PATIENT).ok();
+        spot = rent_resumable(&spot_api, &host.peer, PATIENT).ok();
         spot.is_some()
     })?;
     let spot = spot.context("no spot lease")?;
@@ -284,6 +305,35 @@ pub(crate) fn round(
         },
         started - finished
     ));
+    // Rented with --resume: once the on-demand lease has the GPU no more, the work is
+    // rented again (held, its checkpoint copied in, committed) and runs; then it is stopped.
+    let mut resumed = None;
+    wait("the spot lease's work to resume", 60, || {
+        resumed = spot_api.leases().ok().and_then(|all| {
+            all.into_iter().find(|l| {
+                l.phase == "running"
+                    && l.resume
+                        .as_ref()
+                        .is_some_and(|r| r.resumed_from.as_deref() == Some(spot.as_str()))
+            })
+        });
+        resumed.is_some()
+    })?;
+    let resumed = resumed.context("no resumed lease")?;
+    wait("the resumed workload to start", 20, || {
+        spot_api
+            .logs(&resumed.lease, 0)
+            .is_ok_and(|p| p.text.contains("started"))
+    })?;
+    figures.resumed_leases = 1;
+    progress(&format!(
+        "orders: the preempted spot lease resumed as {} (hop {})",
+        resumed.lease,
+        resumed.resume.as_ref().map_or(0, |r| r.hop)
+    ));
+    spot_api
+        .stop(&resumed.lease)
+        .context("stopping the resumed lease")?;
 
     // A window on the same GPU, booked 8 s ahead for 6 s, once the on-demand lease is over
     // and the GPU is offered again.
