@@ -245,6 +245,20 @@ impl HostBook {
             .collect()
     }
 
+    /// The windows booked ahead on `gpu` at `now` (leases that have not begun and no one
+    /// preempts), earliest first: an offer lists them so that renters do not ask for them.
+    pub fn booked_ahead(&self, gpu: &GpuUuid, now: Timestamp) -> Vec<(Timestamp, Timestamp)> {
+        let mut windows: Vec<(Timestamp, Timestamp)> = self
+            .book
+            .bookings()
+            .into_iter()
+            .filter(|b| b.1 == *gpu && now < b.3 && !self.spot.contains_key(&b.2))
+            .map(|b| (b.3, b.4))
+            .collect();
+        windows.sort();
+        windows
+    }
+
     /// The booked windows of `lease` as (GPU, start, end): for checks and tests.
     pub fn bookings_of(&self, lease: &ContentId) -> Vec<(GpuUuid, Timestamp, Timestamp)> {
         self.book

@@ -411,6 +411,66 @@ fn overlapping_reserved_windows_never_both_match() {
 }
 
 #[test]
+fn windows_a_host_booked_ahead_are_left_alone_by_other_renters() {
+    // The host's offer says its only GPU is booked from T0 + 2 h to T0 + 3 h (someone else's
+    // reserved lease, which this renter's book never saw).
+    let o = O {
+        gpus: 1,
+        ..O::default()
+    };
+    let mut body = o.sign().body().clone();
+    let window = (0u8, T0.plus_secs(7200), T0.plus_secs(10_800));
+    body.ext
+        .insert(EXT_OFFER_BOOKED, Offer::booked_value(&[window]))
+        .unwrap();
+    let offer = Signed::sign(&key(o.host), body).unwrap();
+    assert_eq!(offer.booked().unwrap(), vec![window]);
+    let mut book = OrderBook::new(BookConfig::default());
+    book.insert(&offer, T0).unwrap();
+    let w = |a: u64, b: u64| LeaseKind::Reserved {
+        start: T0.plus_secs(a),
+        end: T0.plus_secs(b),
+    };
+    // Overlapping it, in any way: no match.
+    for (a, b) in [(5400, 9000), (9000, 12_000), (7200, 10_800), (3600, 14_400)] {
+        assert_eq!(
+            book.match_bid(&spec("", 1, 5_000_000, w(a, b)), T0),
+            Err(MatchError::NoMatch),
+            "[{a}, {b})"
+        );
+    }
+    // Before or after it: a match.
+    assert!(
+        book.match_bid(&spec("", 1, 5_000_000, w(3600, 7200)), T0)
+            .is_ok()
+    );
+    assert!(
+        book.match_bid(&spec("", 1, 5_000_000, w(10_800, 12_000)), T0)
+            .is_ok()
+    );
+    // An on-demand hour from now ends before it; three hours would run into it.
+    assert!(
+        book.match_bid(&spec("", 1, 5_000_000, LeaseKind::OnDemand), T0)
+            .is_ok()
+    );
+    let mut long = spec("", 1, 5_000_000, LeaseKind::OnDemand);
+    long.duration_s = 3 * 3600;
+    assert_eq!(book.match_bid(&long, T0), Err(MatchError::NoMatch));
+
+    // A window list that names no GPU of the offer, or runs backwards, is invalid.
+    for bad in [
+        (1u8, T0.plus_secs(1), T0.plus_secs(2)),
+        (0u8, T0.plus_secs(2), T0.plus_secs(1)),
+    ] {
+        let mut body = o.sign().body().clone();
+        body.ext
+            .insert(EXT_OFFER_BOOKED, Offer::booked_value(&[bad]))
+            .unwrap();
+        assert!(body.check().is_err(), "{bad:?}");
+    }
+}
+
+#[test]
 fn standing_bids_are_found_for_a_new_offer_best_first() {
     let mut book = OrderBook::new(BookConfig::default());
     book.add_bid(

@@ -22,6 +22,15 @@ use super::filter::{Facts, clause_holds, price_bounds};
 use super::{Booking, Entry, OrderBook};
 use crate::query::{Query, QueryError};
 
+/// Whether the host's offer says GPU `g` is booked ahead for part of `window` (a reserved
+/// lease of someone else's, which this book may not know of).
+fn booked_by_host(entry: &Entry, g: u8, window: (u64, u64)) -> bool {
+    entry
+        .booked
+        .iter()
+        .any(|&(gpu, start, end)| gpu == g && start < window.1 && window.0 < end)
+}
+
 /// What a renter wants, ready to match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BidSpec {
@@ -197,6 +206,7 @@ impl OrderBook {
     ) -> Vec<(u8, Vec<ContentId>)> {
         let reserved = matches!(spec.kind, LeaseKind::Reserved { .. });
         (0..entry.gpus.len() as u8)
+            .filter(|&g| !booked_by_host(entry, g, window))
             .filter(|&g| {
                 let bookings = self.gpu_bookings(entry.host, &entry.gpus[usize::from(g)]);
                 availability(bookings, window, spec.spot_price(), reserved) == Availability::Free
@@ -216,6 +226,9 @@ impl OrderBook {
         let mut free = Vec::new();
         let mut preempt = Vec::new();
         for g in 0..entry.gpus.len() as u8 {
+            if booked_by_host(entry, g, window) {
+                continue;
+            }
             let bookings = self.gpu_bookings(entry.host, &entry.gpus[usize::from(g)]);
             match availability(bookings, window, spec.spot_price(), false) {
                 Availability::Free => free.push((g, Vec::new())),

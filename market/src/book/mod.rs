@@ -168,6 +168,8 @@ pub(crate) struct Entry {
     pub(crate) stage_bytes: u64,
     /// The tags the host lists, with their images.
     pub(crate) tags: Box<[(ImageDigest, Box<str>)]>,
+    /// Windows the host has booked ahead on the offer's GPUs: (GPU index, start, end), ms.
+    pub(crate) booked: Box<[(u8, u64, u64)]>,
 }
 
 impl Entry {
@@ -428,6 +430,13 @@ impl OrderBook {
                 .image_tags()
                 .into_iter()
                 .map(|(d, t)| (d, t.into_boxed_str()))
+                .collect(),
+            // (Checked when the offer was verified.)
+            booked: offer
+                .booked()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(g, s, e)| (g, s.0, e.0))
                 .collect(),
         };
         let key = BucketKey {

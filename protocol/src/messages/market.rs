@@ -138,6 +138,7 @@ impl Message for Offer {
                 });
             }
         }
+        self.booked()?;
         // An offer without images can be leased only with an image the renter stages.
         if self.max_image_bytes() == 0 {
             ensure_nonempty("images", &self.images)?;
@@ -177,6 +178,13 @@ pub const EXT_OFFER_IMAGE_TAGS: u16 = 4;
 /// `Offer` ext key: what keeping a workspace after its workload costs, micro-credits per
 /// GiB-hour (u64 little-endian). Without it the retention is free.
 pub const EXT_OFFER_WORKSPACE_PRICE: u16 = 5;
+/// `Offer` ext key: windows already booked ahead on the offer's GPUs (reserved leases that
+/// have not begun), so renters do not ask for them: up to [`MAX_OFFER_BOOKED`] records of 17
+/// bytes, each the GPU's index in `gpus` (u8) and the window's start and end (unix ms, u64
+/// little-endian each). A lease that would overlap one is refused anyway.
+pub const EXT_OFFER_BOOKED: u16 = 6;
+/// The most booked windows an offer lists.
+pub const MAX_OFFER_BOOKED: usize = 8;
 /// The longest image tag an offer lists, bytes.
 pub const MAX_IMAGE_TAG_BYTES: usize = 128;
 
@@ -226,6 +234,52 @@ impl Offer {
                     .filter(|t| is_image_tag(t))
                     .map(|t| (*image, t.to_string()))
                     .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The windows booked ahead on the offer's GPUs: (index in `gpus`, start, end). A value
+    /// that is not whole 17-byte records, lists too many, names no GPU of the offer or an
+    /// empty window is invalid.
+    pub fn booked(&self) -> Result<Vec<(u8, Timestamp, Timestamp)>, InvalidMessage> {
+        let Some(bytes) = self.ext.get(EXT_OFFER_BOOKED) else {
+            return Ok(Vec::new());
+        };
+        let bad = |reason| InvalidMessage::Malformed {
+            field: "ext",
+            reason,
+        };
+        if bytes.len() % 17 != 0 || bytes.len() / 17 > MAX_OFFER_BOOKED {
+            return Err(bad("booked windows: at most 8 records of 17 bytes"));
+        }
+        bytes
+            .chunks_exact(17)
+            .map(|r| {
+                let word = |at: usize| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&r[at..at + 8]);
+                    Timestamp(u64::from_le_bytes(w))
+                };
+                let (gpu, start, end) = (r[0], word(1), word(9));
+                if usize::from(gpu) >= self.gpus.len() || start >= end {
+                    return Err(bad("booked windows: a GPU of the offer, start before end"));
+                }
+                Ok((gpu, start, end))
+            })
+            .collect()
+    }
+
+    /// The ext value listing `windows` as [`EXT_OFFER_BOOKED`] does (the first
+    /// [`MAX_OFFER_BOOKED`]).
+    pub fn booked_value(windows: &[(u8, Timestamp, Timestamp)]) -> Vec<u8> {
+        windows
+            .iter()
+            .take(MAX_OFFER_BOOKED)
+            .flat_map(|(gpu, start, end)| {
+                let mut r = vec![*gpu];
+                r.extend(start.0.to_le_bytes());
+                r.extend(end.0.to_le_bytes());
+                r
             })
             .collect()
     }

@@ -58,10 +58,10 @@ pub use ledger::{
     LedgerRecord, Redeem, Release,
 };
 pub use market::{
-    Bid, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
+    Bid, EXT_OFFER_BOOKED, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
     EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES,
-    MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal,
-    is_image_tag,
+    MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
+    OfferWithdrawal, is_image_tag,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,

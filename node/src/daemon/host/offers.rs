@@ -118,6 +118,25 @@ pub(crate) fn sign(
                 pcie_gen: g.pcie.max_gen.unwrap_or(0),
             })
             .collect();
+        // Windows booked ahead on these GPUs, the earliest first: renters leave them alone.
+        let mut booked: Vec<(u8, Timestamp, Timestamp)> = group
+            .iter()
+            .enumerate()
+            .flat_map(|(i, g)| {
+                book.booked_ahead(&g.uuid, t)
+                    .into_iter()
+                    .map(move |(start, end)| (i as u8, start, end))
+            })
+            .collect();
+        booked.sort_by_key(|&(i, start, _)| (start, i));
+        let mut ext = policy.clone();
+        if !booked.is_empty() {
+            // At most 8 records of 17 bytes: within the ext map's limits.
+            let _ = ext.insert(
+                gpux_protocol::EXT_OFFER_BOOKED,
+                Offer::booked_value(&booked),
+            );
+        }
         let offer = Offer {
             // Unix milliseconds plus the slot: grows across restarts without a counter.
             seq: t.0 * 64 + slot as u64,
@@ -137,7 +156,7 @@ pub(crate) fn sign(
             cuda: att.cuda_driver_version.unwrap_or_default(),
             images: BoundedVec::new(options.images.clone())
                 .map_err(|e| anyhow::anyhow!("images: {e}"))?,
-            ext: policy.clone(),
+            ext,
         };
         let signed = sign_with_tags(key, offer, options)?;
         let change = book.add_offer(signed.clone(), t);
