@@ -40,22 +40,8 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
     let renter = &market.renters[0];
     let before = market.balance(renter);
     let rent = |query: &str| {
-        renter.gpux(&[
-            "rent",
-            query,
-            "--challenge",
-            "--max-price",
-            "5",
-            "--duration",
-            "60",
-            "--image",
-            &market.image,
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            "echo challenged work; sleep 2",
-        ])
+        let options = ["--challenge", "--max-price", "5", "--duration", "60"];
+        market.rent_output(renter, query, &options, "echo challenged work; sleep 2")
     };
 
     let out = rent("gpu=l4");

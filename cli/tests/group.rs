@@ -9,24 +9,17 @@ use super::market::{Market, docker_containers, wait_for};
 const SCRIPT: &str = "echo member; sleep 300";
 
 fn group_rent(market: &Market, gpus: u16) -> std::process::Output {
-    market.renters[0].gpux(&[
-        "rent",
-        "gpu=l4",
+    let gpus = gpus.to_string();
+    let options = [
         "--gpus",
-        &gpus.to_string(),
+        &gpus,
         "--spread",
         "--max-price",
         "5",
         "--duration",
         "300",
-        "--image",
-        &market.image,
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        SCRIPT,
-    ])
+    ];
+    market.rent_output(&market.renters[0], "gpu=l4", &options, SCRIPT)
 }
 
 #[test]

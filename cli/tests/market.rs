@@ -323,6 +323,21 @@ impl Market {
         self.rent_with(renter, duration_s, script, &[])
     }
 
+    /// `gpux rent QUERY OPTIONS --image IMAGE --json -- sh -c SCRIPT` by `renter`, as it
+    /// came out (for tests that look at a refusal as well as a success).
+    pub fn rent_output(
+        &self,
+        renter: &Node,
+        query: &str,
+        options: &[&str],
+        script: &str,
+    ) -> std::process::Output {
+        let mut args = vec!["rent", query];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["--image", &self.image, "--json", "--", "sh", "-c", script]);
+        renter.gpux(&args)
+    }
+
     /// The same with more `gpux rent` options (`--disk 32MiB`).
     pub fn rent_with(&self, renter: &Node, duration_s: u64, script: &str, more: &[&str]) -> String {
         let duration = duration_s.to_string();

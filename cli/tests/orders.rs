@@ -226,9 +226,7 @@ fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothin
     let before = market.balance(renter);
 
     // Held: the escrow is locked and the GPU booked, but nothing runs yet.
-    let out = renter.gpux(&[
-        "rent",
-        "gpu=l4",
+    let options = [
         "--max-price",
         "5",
         "--duration",
@@ -239,14 +237,13 @@ fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothin
         "2s",
         "--hold",
         "60s",
-        "--image",
-        &market.image,
-        "--json",
-        "--",
-        "sh",
-        "-c",
+    ];
+    let out = market.rent_output(
+        renter,
+        "gpu=l4",
+        &options,
         "cat /workspace/input.txt && echo work-done",
-    ]);
+    );
     assert!(
         out.status.success(),
         "held rent failed: {}",
@@ -295,9 +292,7 @@ fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothin
 
     // A held lease never committed ends when its hold runs out: nothing runs, nothing is
     // paid, its workspace goes at once.
-    let out = renter.gpux(&[
-        "rent",
-        "gpu=l4",
+    let options = [
         "--max-price",
         "5",
         "--duration",
@@ -306,14 +301,8 @@ fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothin
         "32MiB",
         "--hold",
         "3s",
-        "--image",
-        &market.image,
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        "echo never",
-    ]);
+    ];
+    let out = market.rent_output(renter, "gpu=l4", &options, "echo never");
     assert!(
         out.status.success(),
         "{}",

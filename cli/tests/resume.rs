@@ -10,21 +10,13 @@ use super::market::{Market, Node, wait_for};
 
 /// Rents `host`'s GPU on demand for 10 s: a spot lease on it is preempted.
 fn preempt(market: &Market, by: &Node, host: &Node) -> String {
-    let out = by.gpux(&[
-        "rent",
-        &format!("gpu=l4 host={}", host.peer),
-        "--max-price",
-        "5",
-        "--duration",
-        "10",
-        "--image",
-        &market.image,
-        "--json",
-        "--",
-        "sh",
-        "-c",
+    let query = format!("gpu=l4 host={}", host.peer);
+    let out = market.rent_output(
+        by,
+        &query,
+        &["--max-price", "5", "--duration", "10"],
         "sleep 30",
-    ]);
+    );
     assert!(
         out.status.success(),
         "the preempting rent failed: {}",
@@ -76,27 +68,23 @@ fn counted(renter: &Node, lease: &str, what: &str) {
 fn a_resumable_spot_lease_survives_two_preemptions_and_its_count_goes_on() {
     let market = Market::start(2, 2, 10);
     let (renter, other) = (&market.renters[0], &market.renters[1]);
-    let out = renter.gpux(&[
-        "rent",
+    let out = market.rent_output(
+        renter,
         "gpu=l4",
-        "--spot",
-        "--resume",
-        "--max-price",
-        "2.00",
-        "--duration",
-        "300",
-        "--disk",
-        "32MiB",
-        "--retain",
-        "60s",
-        "--image",
-        &market.image,
-        "--json",
-        "--",
-        "sh",
-        "-c",
+        &[
+            "--spot",
+            "--resume",
+            "--max-price",
+            "2.00",
+            "--duration",
+            "300",
+            "--disk",
+            "32MiB",
+            "--retain",
+            "60s",
+        ],
         COUNTER,
-    ]);
+    );
     assert!(
         out.status.success(),
         "the spot rent failed: {}",

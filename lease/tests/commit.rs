@@ -45,6 +45,41 @@ fn commit_of(effects: &[RenterEffect]) -> Verified<LeaseCommit> {
         .expect("a commit")
 }
 
+/// A held request accepted at `T0`, its escrow locked at the ledger (`T0 + 20 ms`), and the
+/// renter told so (`T0 + 100 ms`): both sides hold.
+struct Held {
+    ledger: LedgerMachine,
+    r: Verified<LeaseRequest>,
+    held: crate::preemption::Accepted,
+    renter: gpux_lease::RenterLease,
+}
+
+fn held_and_locked() -> Held {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let r = held_request(&spot_renter(), &o, T0);
+    let mut held = accept(&mut book, &r, T0).unwrap();
+    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
+    let (_, record) = lock_at_ledger(
+        &mut held.lease,
+        &spot_renter(),
+        Some(lock),
+        &mut ledger,
+        T0 + 20,
+    );
+    renter.handle(
+        Timestamp(T0 + 100),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    assert_eq!(renter.phase(), RenterPhase::Held);
+    Held {
+        ledger,
+        r,
+        held,
+        renter,
+    }
+}
+
 #[test]
 fn a_commit_wait_is_a_bounded_term() {
     let (_, o) = spot_market();
@@ -169,22 +204,12 @@ fn a_held_lease_starts_on_its_renters_commit_and_is_billed_from_then() {
 
 #[test]
 fn a_lease_not_committed_in_time_ends_unpaid_and_leaves_nothing() {
-    let (mut book, o) = spot_market();
-    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
-    let r = held_request(&spot_renter(), &o, T0);
-    let mut held = accept(&mut book, &r, T0).unwrap();
-    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
-    let (_, record) = lock_at_ledger(
-        &mut held.lease,
-        &spot_renter(),
-        Some(lock),
-        &mut ledger,
-        T0 + 20,
-    );
-    renter.handle(
-        Timestamp(T0 + 100),
-        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
-    );
+    let Held {
+        mut ledger,
+        r,
+        mut held,
+        mut renter,
+    } = held_and_locked();
     let before = ledger.ledger().balance(&spot_renter().public());
 
     // Early, the wait's timer changes nothing.
@@ -256,22 +281,11 @@ fn a_lease_not_committed_in_time_ends_unpaid_and_leaves_nothing() {
 
 #[test]
 fn a_held_lease_whose_challenge_failed_ends_unpaid_on_both_sides() {
-    let (mut book, o) = spot_market();
-    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
-    let r = held_request(&spot_renter(), &o, T0);
-    let mut held = accept(&mut book, &r, T0).unwrap();
-    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
-    let (_, record) = lock_at_ledger(
-        &mut held.lease,
-        &spot_renter(),
-        Some(lock),
-        &mut ledger,
-        T0 + 20,
-    );
-    renter.handle(
-        Timestamp(T0 + 100),
-        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
-    );
+    let Held {
+        mut held,
+        mut renter,
+        ..
+    } = held_and_locked();
     // Only a held lease can fail its challenge.
     let effects = renter.fail_challenge(Timestamp(T0 + 5_000)).unwrap();
     assert_eq!(renter.record().end, Some(End::ChallengeFailed));
