@@ -164,15 +164,7 @@ impl ApiClient {
     /// `POST /v1/rent`. It may stage the renter's image first, so it waits up to
     /// [`RENT_WAIT`].
     pub fn rent(&self, request: &gpux_api::RentRequest) -> Result<gpux_api::Rented, ClientError> {
-        let path = "/v1/rent";
-        let call = self
-            .agent
-            .post(format!("{}{path}", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .config()
-            .timeout_global(Some(RENT_WAIT))
-            .build();
-        self.finish(path, call.send_json(request))
+        self.post_waiting("/v1/rent", request)
     }
 
     /// `POST /v1/groups`: a group order over several hosts (waits as a rent does).

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use gpux_attestation::challenge::{self, Matrix, Policy, Proof};
-use gpux_lease::{HostPhase, HostRecord};
+use gpux_lease::HostPhase;
 use gpux_protocol::plane_wire::{
     ChallengeAnswer, ChallengeOpen, MAX_FILE_DATA, Opened, PlaneRefusal,
 };
 use gpux_protocol::{
     BoundedBytes, BoundedString, BoundedVec, ChallengeRequest, ChallengeResponse, ContentId, Ext,
-    Keypair, LeaseRequest, Signed,
+    Keypair, Signed,
 };
 use libp2p::{PeerId, StreamProtocol};
 
@@ -223,24 +223,7 @@ impl ChallengeHost {
 
     /// Whether `peer` may challenge `lease` now: its renter, while it is held.
     fn admit(&self, peer: PeerId, lease: ContentId) -> Result<(), (PlaneRefusal, String)> {
-        let not_yours = || {
-            (
-                PlaneRefusal::NotYourLease,
-                format!("this host has no lease {lease} of yours"),
-            )
-        };
-        let record: HostRecord = self
-            .state
-            .host_lease(&lease)
-            .ok()
-            .flatten()
-            .ok_or_else(not_yours)?;
-        let request = Signed::<LeaseRequest>::from_bytes(record.request.clone())
-            .and_then(Signed::verify)
-            .map_err(|_| not_yours())?;
-        if PeerId::from_bytes(&request.signer().peer_id().to_bytes()).ok() != Some(peer) {
-            return Err(not_yours());
-        }
+        let (record, request) = super::renters_lease(&self.state, peer, lease)?;
         let held = record.phase == HostPhase::Starting
             && record.committed_at.is_none()
             && matches!(request.commit_wait_ms(), Ok(Some(_)));

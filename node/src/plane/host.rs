@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use gpux_lease::{HostPhase, HostRecord};
+use gpux_lease::HostPhase;
 use gpux_protocol::plane_wire::{
     ExecInput, ExecOpen, ExecOutput, FilesOpen, ForwardOpen, MAX_EXEC_DATA, Opened, PlaneRefusal,
 };
-use gpux_protocol::{BoundedBytes, ContentId, LeaseRequest, Signed};
+use gpux_protocol::{BoundedBytes, ContentId};
 use libp2p::PeerId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
@@ -131,25 +131,7 @@ impl PlaneHost {
         lease: ContentId,
         retained: bool,
     ) -> Result<(Served, Slot), Refusal> {
-        let not_yours = || {
-            (
-                PlaneRefusal::NotYourLease,
-                format!("this host has no lease {lease} of yours"),
-            )
-        };
-        let record: HostRecord = self
-            .state
-            .host_lease(&lease)
-            .ok()
-            .flatten()
-            .ok_or_else(not_yours)?;
-        let request = Signed::<LeaseRequest>::from_bytes(record.request.clone())
-            .and_then(Signed::verify)
-            .map_err(|_| not_yours())?;
-        let renter = PeerId::from_bytes(&request.signer().peer_id().to_bytes()).ok();
-        if renter != Some(peer) {
-            return Err(not_yours());
-        }
+        let (record, request) = super::renters_lease(&self.state, peer, lease)?;
         let hex = gpux_protocol::hex(&lease.0);
         let (container, ends) = if record.phase == HostPhase::Running {
             let ends = record

@@ -63,6 +63,42 @@ pub(crate) fn framed(stream: libp2p::Stream) -> FramedStream {
         .new_framed(stream.compat())
 }
 
+/// The host's record of `lease` and its signed request, when `peer` (proven by the
+/// connection's handshake) is the renter who signed it; a refusal that names no more
+/// otherwise (another peer learns nothing of whose leases this host runs).
+pub(crate) fn renters_lease(
+    state: &crate::store::NodeState<crate::store::SledStore>,
+    peer: libp2p::PeerId,
+    lease: gpux_protocol::ContentId,
+) -> Result<
+    (
+        gpux_lease::HostRecord,
+        gpux_protocol::Verified<gpux_protocol::LeaseRequest>,
+    ),
+    (plane_wire::PlaneRefusal, String),
+> {
+    let not_yours = || {
+        (
+            plane_wire::PlaneRefusal::NotYourLease,
+            format!("this host has no lease {lease} of yours"),
+        )
+    };
+    let record = state
+        .host_lease(&lease)
+        .ok()
+        .flatten()
+        .ok_or_else(not_yours)?;
+    let request =
+        gpux_protocol::Signed::<gpux_protocol::LeaseRequest>::from_bytes(record.request.clone())
+            .and_then(gpux_protocol::Signed::verify)
+            .map_err(|_| not_yours())?;
+    let renter = libp2p::PeerId::from_bytes(&request.signer().peer_id().to_bytes()).ok();
+    if renter != Some(peer) {
+        return Err(not_yours());
+    }
+    Ok((record, request))
+}
+
 /// What broke a plane stream.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PlaneError {
