@@ -34,6 +34,16 @@ pub fn most_gpu_seconds(request: &LeaseRequest, whole_s: u64) -> u64 {
     request_gpu_seconds(request, whole_s.saturating_mul(1000))
 }
 
+/// A reserved window's committed minimum in GPU-seconds (zero without one): billed at the
+/// least once the renter stopped the window early.
+pub fn committed_gpu_seconds(request: &LeaseRequest) -> u64 {
+    let secs = request
+        .committed_s()
+        .unwrap_or(0)
+        .min(u64::from(request.duration_s));
+    (request.gpus.len() as u64).saturating_mul(secs)
+}
+
 /// The workspace's retention, a fixed sum of the terms (zero without a priced workspace;
 /// a verified request's terms always parse).
 pub fn retention(request: &LeaseRequest) -> MicroCredits {

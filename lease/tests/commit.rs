@@ -319,3 +319,112 @@ fn a_held_lease_whose_challenge_failed_ends_unpaid_on_both_sides() {
         }
     )));
 }
+
+/// A reserved window of 600 s from `T0 + 60 s` whose renter commits to 300 s, accepted and
+/// locked, its container started at the window's start; and the renter's side, told so.
+fn committed_window() -> (
+    crate::preemption::Accepted,
+    gpux_lease::RenterLease,
+    Timestamp,
+) {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let start = Timestamp(T0 + 60_000);
+    let kind = LeaseKind::Reserved {
+        start,
+        end: start.plus_secs(600),
+    };
+    let mut body = request(&spot_renter(), &o, T0, kind, PRICE).body().clone();
+    body.ext
+        .insert(EXT_COMMITTED_S, 300u64.to_le_bytes().to_vec())
+        .unwrap();
+    let r = Signed::sign(&spot_renter(), body).unwrap();
+    assert_eq!(gpux_lease::bill::committed_gpu_seconds(&r), 300);
+    let mut window = accept(&mut book, &r, T0).unwrap();
+    let (mut renter, lock) = renter_lease(spot_renter(), &r, &window.accept, T0 + 10);
+    let (_, record) = lock_at_ledger(
+        &mut window.lease,
+        &spot_renter(),
+        Some(lock),
+        &mut ledger,
+        T0 + 20,
+    );
+    renter.handle(
+        Timestamp(T0 + 100),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    let effects = window
+        .lease
+        .handle(start, HostInput::Timer(HostTimer::StartAt));
+    assert!(effects.contains(&HostEffect::StartContainer));
+    window
+        .lease
+        .handle(start, HostInput::ContainerStarted { started_at: start });
+    (window, renter, start)
+}
+
+#[test]
+fn a_reserved_window_stopped_early_by_its_renter_pays_its_committed_minimum_and_only_then() {
+    // The renter stops it 100 s in: the final receipt bills the committed 300 s, and the
+    // renter, having stopped it, acknowledges that.
+    let (mut window, mut renter, start) = committed_window();
+    let at = start.plus_secs(100);
+    let stop = renter.stop(at).unwrap();
+    let end = stop
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::SendEnd { envelope } => Some(
+                Signed::<LeaseEnd>::from_bytes(envelope.clone())
+                    .unwrap()
+                    .verify()
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .unwrap();
+    window.lease.handle(at, HostInput::RenterEnd(end));
+    let effects = window.lease.handle(
+        at.plus_ms(500),
+        HostInput::ContainerExited {
+            finished_at: Some(at.plus_ms(500)),
+            exit_code: Some(143),
+        },
+    );
+    let receipt = receipt_of(&effects).expect("the final receipt");
+    assert_eq!(receipt.gpu_seconds, 300);
+    let answer = renter.handle(at.plus_secs(1), RenterInput::Receipt(receipt));
+    assert!(answer.iter().any(|e| matches!(
+        e,
+        RenterEffect::Respond { envelope }
+            if Signed::<ReceiptAck>::from_bytes(envelope.clone()).is_ok()
+    )));
+
+    // A window the host ends early (it shuts down) pays its runtime, not the commitment;
+    // and a renter that did not stop it disputes a receipt for the commitment.
+    let (mut window, mut renter, start) = committed_window();
+    let at = start.plus_secs(100);
+    window.lease.handle(at, HostInput::Shutdown);
+    let effects = window.lease.handle(
+        at.plus_ms(500),
+        HostInput::ContainerExited {
+            finished_at: Some(at.plus_ms(500)),
+            exit_code: Some(143),
+        },
+    );
+    let receipt = receipt_of(&effects).expect("the final receipt");
+    assert_eq!(receipt.gpu_seconds, 100);
+    assert!(renter.record().stop_requested_at.is_none());
+    let forged = UsageReceipt {
+        seq: receipt.seq + 1,
+        gpu_seconds: 300,
+        amount_due: gpux_lease::bill::amount(renter.request(), 300),
+        ..receipt.body().clone()
+    };
+    let forged = Signed::sign(&crate::rules::host(), forged).unwrap();
+    let answer = renter.handle(at.plus_secs(1), RenterInput::Receipt(forged));
+    assert!(answer.iter().any(|e| matches!(
+        e,
+        RenterEffect::Respond { envelope }
+            if Signed::<LeaseEnd>::from_bytes(envelope.clone()).is_ok()
+    )));
+}

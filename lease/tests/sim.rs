@@ -316,19 +316,25 @@ impl World {
             kept_workspace,
             kind,
         );
-        // (Signed again with the term: the helper's arguments are enough already.)
-        let request = match commit_wait_ms {
-            Some(wait) => {
+        // Half the reserved windows commit their renter to a minimum (paid when it stops
+        // the window early).
+        let committed_s = (matches!(kind, LeaseKind::Reserved { .. }) && rng.chance(50))
+            .then(|| rng.range(1, u64::from(duration_s)));
+        // (Signed again with the terms: the helper's arguments are enough already.)
+        let request = match (commit_wait_ms, committed_s) {
+            (None, None) => request,
+            (wait, committed) => {
                 let mut body = request.body().clone();
-                body.ext
-                    .insert(
-                        gpux_protocol::EXT_COMMIT_WAIT_MS,
-                        wait.to_le_bytes().to_vec(),
-                    )
-                    .unwrap();
+                for (key, value) in [
+                    (gpux_protocol::EXT_COMMIT_WAIT_MS, wait),
+                    (gpux_protocol::EXT_COMMITTED_S, committed),
+                ] {
+                    if let Some(v) = value {
+                        body.ext.insert(key, v.to_le_bytes().to_vec()).unwrap();
+                    }
+                }
                 Signed::sign(&renter_key, body).unwrap()
             }
-            None => request,
         };
         assert_eq!(
             gpux_lease::bill::retention(&request).0,
@@ -1189,8 +1195,21 @@ fn check(w: &World) -> Result<Summary, String> {
     // The host is never paid for time beyond what ran (plus the minimum) at the agreed price,
     // and the kept workspace's fixed sum.
     let retention = gpux_lease::bill::retention(&w.request).0;
+    // A reserved window its renter stopped early pays its committed minimum (and only then:
+    // a window the host ends early pays its runtime).
+    let renter_stopped = w
+        .renter
+        .as_ref()
+        .is_some_and(|r| r.record().stop_requested_at.is_some());
+    let committed = if renter_stopped {
+        gpux_lease::bill::committed_gpu_seconds(&w.request)
+    } else {
+        0
+    };
     let most = if ran {
-        gpux_lease::bill::request_gpu_seconds(&w.request, runtime_ms) * PER_GPU_SECOND + retention
+        gpux_lease::bill::request_gpu_seconds(&w.request, runtime_ms).max(committed)
+            * PER_GPU_SECOND
+            + retention
     } else {
         0
     };

@@ -552,7 +552,14 @@ pub fn receipt_matches_lease(
         });
     }
     let elapsed_s = receipt.created_at.ms_since(started_at) / 1000;
-    let max = u64::from(receipt.gpus).saturating_mul(crate::money::billed_seconds(elapsed_s));
+    // A reserved window's committed minimum may be billed early (when its renter stopped
+    // it: the renter's own check).
+    let committed = request
+        .committed_s()
+        .unwrap_or(0)
+        .min(u64::from(request.duration_s));
+    let max = u64::from(receipt.gpus)
+        .saturating_mul(crate::money::billed_seconds(elapsed_s).max(committed));
     if receipt.gpu_seconds > max {
         return Err(RuleError::ReceiptTooHigh {
             gpu_seconds: receipt.gpu_seconds,

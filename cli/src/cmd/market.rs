@@ -41,6 +41,11 @@ pub(crate) struct Kind {
     /// The reserved window's end (as --start).
     #[arg(long, value_name = "TIME", requires = "start", value_parser = parse_time)]
     end: Option<u64>,
+    /// A reserved window's committed minimum (`30m`): paid at the least if you stop the
+    /// window early (the host turned others away for it); a window the host ends early pays
+    /// only what ran.
+    #[arg(long, value_name = "DURATION", requires = "start", value_parser = parse_hold)]
+    committed: Option<u64>,
     /// Hold the GPUs this long (`90s`, `5m` at most) before the work starts: copy files
     /// into the workspace meanwhile (`gpux cp`), then `gpux commit LEASE` starts it. Not
     /// committed in time, the lease ends and nothing is paid.
@@ -238,6 +243,7 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         best_effort: kind.best_effort,
         group: None,
         challenge: kind.challenge,
+        committed_s: kind.committed,
     };
     if request.spread {
         let placed = ApiClient::for_data_dir(dir)?.rent_group(&request)?;

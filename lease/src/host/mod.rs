@@ -378,7 +378,12 @@ impl HostLease {
         let runtime = end.ms_since(started);
         #[cfg(feature = "broken-rule")]
         let runtime = runtime + 1000;
-        (bill::request_gpu_seconds(&self.request, runtime), end)
+        let mut gpu_seconds = bill::request_gpu_seconds(&self.request, runtime);
+        // A reserved window its renter stopped early pays its committed minimum.
+        if self.rec.end == Some(End::RenterStopped) {
+            gpu_seconds = gpu_seconds.max(bill::committed_gpu_seconds(&self.request));
+        }
+        (gpu_seconds, end)
     }
 
     /// Handles one input at `now`.

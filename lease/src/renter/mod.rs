@@ -539,7 +539,11 @@ impl RenterLease {
             until = until.min(end);
         }
         let own_s = (until.ms_since(started) / 1000 + 1).min(u64::from(self.request.duration_s));
-        let max = crate::bill::most_gpu_seconds(&self.request, own_s);
+        let mut max = crate::bill::most_gpu_seconds(&self.request, own_s);
+        // A reserved window this node stopped early owes its committed minimum.
+        if self.rec.stop_requested_at.is_some() {
+            max = max.max(crate::bill::committed_gpu_seconds(&self.request));
+        }
         if receipt.gpu_seconds > max {
             return self.dispute(now, out);
         }

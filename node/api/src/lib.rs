@@ -296,6 +296,10 @@ pub struct RentRequest {
     /// node for a group's members.
     #[serde(default)]
     pub group: Option<String>,
+    /// A reserved window's committed minimum, seconds (a signed term, at most the window):
+    /// paid at the least when the renter stops the window early.
+    #[serde(default)]
+    pub committed_s: Option<u64>,
     /// Challenge the leased GPUs before the work starts: a host that answers wrong, or
     /// slower than 90% of its model's reference rate, is refused (it is paid nothing) and
     /// the next offer is tried.

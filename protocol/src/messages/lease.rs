@@ -7,8 +7,8 @@ use crate::codec::{BoundedBytes, BoundedString, BoundedVec, Ext};
 use crate::envelope::Message;
 use crate::key::PublicKey;
 use crate::messages::{
-    InvalidMessage, MAX_OFFER_GPUS, MessageKind, ensure_after, ensure_nonempty, ensure_nonzero,
-    ensure_unique,
+    InvalidMessage, MAX_OFFER_GPUS, MessageKind, ensure_after, ensure_at_most, ensure_nonempty,
+    ensure_nonzero, ensure_unique,
 };
 use crate::money::{MIN_BILLED_SECONDS, MicroCredits, cost, storage_cost};
 use crate::types::{ContentId, EscrowId, GpuUuid, ImageDigest, Timestamp};
@@ -186,6 +186,11 @@ pub const EXT_COMMIT_WAIT_MS: u16 = 5;
 /// `LeaseRequest` ext key: the group order the lease belongs to, 16 bytes (the renter's
 /// group id): the leases of one group share it. The host only shows it.
 pub const EXT_GROUP: u16 = 6;
+/// `LeaseRequest` ext key: a reserved window's committed minimum, seconds of each GPU (u64
+/// little-endian, at most the window): what the renter pays, at the least, when it stops the
+/// window early, since the host turned others away for it. It replaces the 60-second
+/// minimum only then; a window the host ends early pays its runtime.
+pub const EXT_COMMITTED_S: u16 = 7;
 /// The longest a lease may wait for its commit, ms (its GPUs are held, unpaid, meanwhile).
 pub const MAX_COMMIT_WAIT_MS: u64 = 300_000;
 /// How long a workspace outlives its workload when the request does not say, seconds.
@@ -251,6 +256,11 @@ impl LeaseRequest {
         self.ext_u64(EXT_COMMIT_WAIT_MS)
     }
 
+    /// A reserved window's committed minimum, seconds of each GPU (0: none).
+    pub fn committed_s(&self) -> Result<u64, InvalidMessage> {
+        Ok(self.ext_u64(EXT_COMMITTED_S)?.unwrap_or(0))
+    }
+
     /// The group order the lease belongs to (`None`: none). A value that is not 16 bytes is
     /// an invalid term.
     pub fn group(&self) -> Result<Option<[u8; 16]>, InvalidMessage> {
@@ -314,6 +324,16 @@ impl Message for LeaseRequest {
             }
         }
         self.group()?;
+        let committed = self.committed_s()?;
+        if committed > 0 {
+            if !matches!(self.kind, LeaseKind::Reserved { .. }) {
+                return Err(InvalidMessage::Inconsistent {
+                    field: "ext",
+                    reason: "only a reserved window has a committed minimum",
+                });
+            }
+            ensure_at_most("committed minimum", committed, self.duration_s.into())?;
+        }
         if let Some(wait) = self.commit_wait_ms()? {
             ensure_nonzero("commit wait", wait)?;
             if wait > MAX_COMMIT_WAIT_MS {
@@ -324,7 +344,7 @@ impl Message for LeaseRequest {
                 });
             }
         }
-        let gpu_seconds = (self.gpus.len() as u64) * MIN_BILLED_SECONDS;
+        let gpu_seconds = (self.gpus.len() as u64) * MIN_BILLED_SECONDS.max(committed);
         let minimum =
             cost(gpu_seconds, self.price_per_gpu_hour)?.checked_add(self.retention_charge()?)?;
         if self.escrow_amount < minimum {

@@ -48,10 +48,11 @@ pub use challenge::{
     MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_COMMIT_WAIT_MS, EXT_GROUP, EXT_RETAIN_S,
-    EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar, LeaseAccept, LeaseCommit,
-    LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS, MAX_LEASE_ARGS,
-    MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason, ResourceLimits,
+    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S, EXT_GROUP,
+    EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar, LeaseAccept,
+    LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS,
+    MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason,
+    ResourceLimits,
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry,

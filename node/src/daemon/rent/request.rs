@@ -188,6 +188,24 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         ));
     }
     checkpoint_dir(request)?;
+    if let Some(committed) = request.committed_s {
+        if request.window.is_none() {
+            return Err(bad("--committed")(
+                "is a reserved window's minimum: give --start and --end too".into(),
+            ));
+        }
+        if committed > u64::from(duration_s) {
+            return Err(bad("--committed")(format!(
+                "{committed} s is longer than the window ({duration_s} s)"
+            )));
+        }
+        terms
+            .insert(
+                gpux_protocol::EXT_COMMITTED_S,
+                committed.to_le_bytes().to_vec(),
+            )
+            .map_err(|e| bad("--committed")(e.to_string()))?;
+    }
     if let Some(group) = &request.group {
         let id = gpux_protocol::unhex(group)
             .ok()
@@ -285,5 +303,31 @@ mod tests {
         assert_eq!(term, Some(120_000));
         assert!(refusal(&held(0)).contains("--hold"));
         assert!(refusal(&held(301)).contains("--hold"));
+    }
+
+    #[test]
+    fn a_committed_minimum_is_a_reserved_windows_term_within_the_window() {
+        let window = |committed| RentRequest {
+            window: Some((1_000_000, 1_600_000)),
+            committed_s: Some(committed),
+            ..spot(None)
+        };
+        let reserved = |committed| RentRequest {
+            spot: false,
+            resume: false,
+            ..window(committed)
+        };
+        let (_, _, workload) = parse(&reserved(300)).unwrap();
+        let term = workload
+            .terms
+            .get(gpux_protocol::EXT_COMMITTED_S)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        assert_eq!(term, Some(300));
+        assert!(refusal(&reserved(601)).contains("longer than the window"));
+        let on_demand = RentRequest {
+            window: None,
+            ..reserved(300)
+        };
+        assert!(refusal(&on_demand).contains("--start"));
     }
 }
