@@ -428,3 +428,72 @@ fn a_reserved_window_stopped_early_by_its_renter_pays_its_committed_minimum_and_
             if Signed::<LeaseEnd>::from_bytes(envelope.clone()).is_ok()
     )));
 }
+
+#[test]
+fn a_reserved_window_its_host_never_starts_is_refunded_whole() {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(
+        ledger_key(),
+        LedgerConfig {
+            release_grace_ms: 10_000,
+        },
+    );
+    let start = Timestamp(T0 + 60_000);
+    let kind = LeaseKind::Reserved {
+        start,
+        end: start.plus_secs(600),
+    };
+    let r = request(&spot_renter(), &o, T0, kind, PRICE);
+    let window = accept(&mut book, &r, T0).unwrap();
+    let mut host = window.lease;
+    let (mut renter, lock) = renter_lease(spot_renter(), &r, &window.accept, T0 + 10);
+    let (_, record) = lock_at_ledger(&mut host, &spot_renter(), Some(lock), &mut ledger, T0 + 20);
+    renter.handle(
+        Timestamp(T0 + 100),
+        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
+    );
+    // The host falls silent and never starts the window. Before the window, silence is
+    // expected; past its start and the loss bound, the renter counts the host gone.
+    let early = renter.handle(
+        start.plus_ms(1_000),
+        RenterInput::Timer(RenterTimer::Watchdog),
+    );
+    assert!(renter.record().end.is_none(), "{early:?}");
+    let silent_at = start.plus_ms(gpux_lease::Timing::default().loss_bound_ms() + 5_000);
+    renter.handle(silent_at, RenterInput::Timer(RenterTimer::Watchdog));
+    assert_eq!(renter.record().end, Some(End::HostSilent));
+    // It releases the escrow with no voucher once the hold and the ledger's grace are past:
+    // everything comes back.
+    let effects = renter.handle(
+        silent_at.plus_ms(2_000),
+        RenterInput::Timer(RenterTimer::Settle),
+    );
+    let release = effects
+        .iter()
+        .find_map(|e| match e {
+            RenterEffect::Ledger {
+                call: LedgerCall::Release,
+                envelope,
+            } => Some(envelope.clone()),
+            _ => None,
+        })
+        .expect("a release");
+    let verdict = LedgerVerdict::from_response(
+        submit(&mut ledger, &release, silent_at.0 + 2_000),
+        ledger_key().public(),
+    );
+    assert!(matches!(verdict, LedgerVerdict::Applied(_)), "{verdict:?}");
+    renter.handle(
+        silent_at.plus_ms(2_100),
+        RenterInput::Ledger {
+            call: LedgerCall::Release,
+            verdict,
+        },
+    );
+    assert_eq!(renter.phase(), RenterPhase::Settled);
+    assert_eq!(
+        ledger.ledger().balance(&spot_renter().public()),
+        MicroCredits(1_000_000)
+    );
+    assert_eq!(ledger.ledger().balance(&crate::rules::host().public()).0, 0);
+}
