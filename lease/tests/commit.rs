@@ -54,23 +54,34 @@ struct Held {
     renter: gpux_lease::RenterLease,
 }
 
-fn held_and_locked() -> Held {
-    let (mut book, o) = spot_market();
-    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
-    let r = held_request(&spot_renter(), &o, T0);
-    let mut held = accept(&mut book, &r, T0).unwrap();
-    let (mut renter, lock) = renter_lease(spot_renter(), &r, &held.accept, T0 + 10);
+/// `r` accepted by `book` at `T0`, its escrow locked at `ledger` (`T0 + 20 ms`) and the
+/// renter told so (`T0 + 100 ms`): the host's side and the renter's.
+fn agree_and_lock(
+    book: &mut gpux_lease::HostBook,
+    r: &Verified<LeaseRequest>,
+    ledger: &mut LedgerMachine,
+) -> (crate::preemption::Accepted, gpux_lease::RenterLease) {
+    let mut agreed = accept(book, r, T0).unwrap();
+    let (mut renter, lock) = renter_lease(spot_renter(), r, &agreed.accept, T0 + 10);
     let (_, record) = lock_at_ledger(
-        &mut held.lease,
+        &mut agreed.lease,
         &spot_renter(),
         Some(lock),
-        &mut ledger,
+        ledger,
         T0 + 20,
     );
     renter.handle(
         Timestamp(T0 + 100),
         RenterInput::Lock(LockOutcome::Record(Box::new(record))),
     );
+    (agreed, renter)
+}
+
+fn held_and_locked() -> Held {
+    let (mut book, o) = spot_market();
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let r = held_request(&spot_renter(), &o, T0);
+    let (held, renter) = agree_and_lock(&mut book, &r, &mut ledger);
     assert_eq!(renter.phase(), RenterPhase::Held);
     Held {
         ledger,
@@ -340,19 +351,7 @@ fn committed_window() -> (
         .unwrap();
     let r = Signed::sign(&spot_renter(), body).unwrap();
     assert_eq!(gpux_lease::bill::committed_gpu_seconds(&r), 300);
-    let mut window = accept(&mut book, &r, T0).unwrap();
-    let (mut renter, lock) = renter_lease(spot_renter(), &r, &window.accept, T0 + 10);
-    let (_, record) = lock_at_ledger(
-        &mut window.lease,
-        &spot_renter(),
-        Some(lock),
-        &mut ledger,
-        T0 + 20,
-    );
-    renter.handle(
-        Timestamp(T0 + 100),
-        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
-    );
+    let (mut window, renter) = agree_and_lock(&mut book, &r, &mut ledger);
     let effects = window
         .lease
         .handle(start, HostInput::Timer(HostTimer::StartAt));
@@ -444,14 +443,7 @@ fn a_reserved_window_its_host_never_starts_is_refunded_whole() {
         end: start.plus_secs(600),
     };
     let r = request(&spot_renter(), &o, T0, kind, PRICE);
-    let window = accept(&mut book, &r, T0).unwrap();
-    let mut host = window.lease;
-    let (mut renter, lock) = renter_lease(spot_renter(), &r, &window.accept, T0 + 10);
-    let (_, record) = lock_at_ledger(&mut host, &spot_renter(), Some(lock), &mut ledger, T0 + 20);
-    renter.handle(
-        Timestamp(T0 + 100),
-        RenterInput::Lock(LockOutcome::Record(Box::new(record))),
-    );
+    let (_host, mut renter) = agree_and_lock(&mut book, &r, &mut ledger);
     // The host falls silent and never starts the window. Before the window, silence is
     // expected; past its start and the loss bound, the renter counts the host gone.
     let early = renter.handle(

@@ -159,14 +159,20 @@ async fn ask<T: serde::Serialize>(
     }
 }
 
-/// A JSON body, or a bad-input error naming what is wrong with it.
-fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Box<Response>> {
-    body.map(|Json(b)| b).map_err(|e| {
-        Box::new(error(ApiError::bad_input(format!(
+/// [`ask`] with a JSON body; a body that does not read is a bad-input error naming what is
+/// wrong with it.
+async fn ask_body<B, T: serde::Serialize>(
+    state: &AppState,
+    body: Result<Json<B>, JsonRejection>,
+    make: impl FnOnce(B, Reply<T>) -> ApiCommand,
+) -> Response {
+    match body {
+        Ok(Json(body)) => ask(state, |reply| make(body, reply)).await,
+        Err(e) => error(ApiError::bad_input(format!(
             "the request body: {}",
             e.body_text()
-        ))))
-    })
+        ))),
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -203,16 +209,11 @@ async fn rent(
     State(state): State<AppState>,
     request: Result<Json<RentRequest>, JsonRejection>,
 ) -> Response {
-    match body(request) {
-        Ok(request) => {
-            ask(&state, |reply| ApiCommand::Rent {
-                request: Box::new(request),
-                reply,
-            })
-            .await
-        }
-        Err(e) => *e,
-    }
+    ask_body(&state, request, |request, reply| ApiCommand::Rent {
+        request: Box::new(request),
+        reply,
+    })
+    .await
 }
 
 async fn group(
@@ -220,16 +221,11 @@ async fn group(
     State(state): State<AppState>,
     request: Result<Json<RentRequest>, JsonRejection>,
 ) -> Response {
-    match body(request) {
-        Ok(request) => {
-            ask(&state, |reply| ApiCommand::Group {
-                request: Box::new(request),
-                reply,
-            })
-            .await
-        }
-        Err(e) => *e,
-    }
+    ask_body(&state, request, |request, reply| ApiCommand::Group {
+        request: Box::new(request),
+        reply,
+    })
+    .await
 }
 
 async fn scale_group(
@@ -238,17 +234,14 @@ async fn scale_group(
     UrlPath(group): UrlPath<String>,
     request: Result<Json<gpux_api::GroupScale>, JsonRejection>,
 ) -> Response {
-    match body(request) {
-        Ok(scale) => {
-            ask(&state, |reply| ApiCommand::ScaleGroup {
-                group,
-                delta: scale.delta,
-                reply,
-            })
-            .await
+    ask_body(&state, request, |scale: gpux_api::GroupScale, reply| {
+        ApiCommand::ScaleGroup {
+            group,
+            delta: scale.delta,
+            reply,
         }
-        Err(e) => *e,
-    }
+    })
+    .await
 }
 
 async fn bid(
@@ -256,10 +249,11 @@ async fn bid(
     State(state): State<AppState>,
     request: Result<Json<BidRequest>, JsonRejection>,
 ) -> Response {
-    match body(request) {
-        Ok(request) => ask(&state, |reply| ApiCommand::Bid { request, reply }).await,
-        Err(e) => *e,
-    }
+    ask_body(&state, request, |request, reply| ApiCommand::Bid {
+        request,
+        reply,
+    })
+    .await
 }
 
 #[derive(serde::Deserialize)]
@@ -310,10 +304,11 @@ async fn mint(
     State(state): State<AppState>,
     request: Result<Json<MintRequest>, JsonRejection>,
 ) -> Response {
-    match body(request) {
-        Ok(request) => ask(&state, |reply| ApiCommand::Mint { request, reply }).await,
-        Err(e) => *e,
-    }
+    ask_body(&state, request, |request, reply| ApiCommand::Mint {
+        request,
+        reply,
+    })
+    .await
 }
 
 async fn block(
@@ -321,10 +316,11 @@ async fn block(
     State(state): State<AppState>,
     request: Result<Json<BlockRequest>, JsonRejection>,
 ) -> Response {
-    match body(request) {
-        Ok(request) => ask(&state, |reply| ApiCommand::Block { request, reply }).await,
-        Err(e) => *e,
-    }
+    ask_body(&state, request, |request, reply| ApiCommand::Block {
+        request,
+        reply,
+    })
+    .await
 }
 
 async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
