@@ -75,7 +75,7 @@ pub(crate) fn challenge_and_group_round(
             gpus: 1,
             max_price: "10".into(),
             duration_s: 3,
-            command: vec!["sh".into(), "-c".into(), "echo challenged".into()],
+            command: vec!["sh".into(), "-c".into(), "echo challenged; sleep 1".into()],
             challenge: true,
             ..Default::default()
         })
