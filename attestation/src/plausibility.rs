@@ -139,7 +139,7 @@ mod tests {
         GpuFacts {
             index: 0,
             name: BoundedString::new(name).unwrap(),
-            uuid: GpuUuid([1; 16]),
+            uuid: GpuUuid::Gpu([1; 16]),
             serial: None,
             board_part_number: None,
             memory_total_bytes: mib << 20,

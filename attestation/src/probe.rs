@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use gpux_protocol::{
     Attestation, BoundedString, BoundedVec, ComputeCapability, EccFacts, Ext, GpuFacts, GpuUuid,
     MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MigFacts, MigInstance, PcieFacts, Timestamp, Version,
+    mig_compute_slices,
 };
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
@@ -337,12 +338,30 @@ impl Probe {
                                 });
                             }
                         };
-                        instances.push(MigInstance {
-                            uuid: bounded(
-                                required(mig.uuid(), index, "MIG UUID")?,
+                        let text = required(mig.uuid(), index, "MIG UUID")?;
+                        let uuid = text
+                            .parse::<GpuUuid>()
+                            .ok()
+                            .filter(GpuUuid::is_mig)
+                            .ok_or_else(|| ProbeError::Invalid {
                                 index,
-                                "MIG UUID",
-                            )?,
+                                field: "MIG UUID",
+                                value: text.clone(),
+                            })?;
+                        // The driver names a MIG device `<GPU name> MIG <profile>`.
+                        let name = required(mig.name(), index, "MIG name")?;
+                        let profile = name
+                            .rsplit_once(" MIG ")
+                            .map(|(_, p)| p.trim().to_string())
+                            .filter(|p| mig_compute_slices(p).is_some())
+                            .ok_or_else(|| ProbeError::Invalid {
+                                index,
+                                field: "MIG profile",
+                                value: name.clone(),
+                            })?;
+                        instances.push(MigInstance {
+                            uuid,
+                            profile: bounded(profile, index, "MIG profile")?,
                             memory_total_bytes: required(mig.memory_info(), index, "MIG memory")?
                                 .total,
                         });

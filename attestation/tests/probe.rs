@@ -25,8 +25,8 @@ compute_capability = [9, 0]
 serial = "1654922000777"
 mig_enabled = true
 mig = [
-  { uuid = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", memory_total_bytes = 10737418240 },
-  { uuid = "MIG-ffffffff-bbbb-cccc-dddd-eeeeeeeeeeee", memory_total_bytes = 10737418240 },
+  { uuid = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", profile = "1g.10gb", memory_total_bytes = 10737418240 },
+  { uuid = "MIG-ffffffff-bbbb-cccc-dddd-eeeeeeeeeeee", profile = "2g.20gb", memory_total_bytes = 21474836480 },
 ]
 unsupported = ["serial", "ecc"]
 "#;
@@ -61,7 +61,20 @@ fn the_probe_reads_every_gpu_and_records_unsupported_fields_as_absent() {
     let mig = b.mig.as_ref().unwrap();
     assert!(mig.enabled);
     assert_eq!(mig.instances.len(), 2);
-    assert!(mig.instances[0].uuid.starts_with("MIG-aaaaaaaa"));
+    // Each MIG device by its own UUID (a MIG device, not a GPU), its profile read from the
+    // name the driver gives it, and its own memory.
+    assert_eq!(
+        mig.instances[0].uuid.to_string(),
+        "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+    );
+    assert!(mig.instances[0].uuid.is_mig());
+    assert_eq!(
+        mig.instances
+            .iter()
+            .map(|i| (i.profile.as_str(), i.memory_total_bytes))
+            .collect::<Vec<_>>(),
+        [("1g.10gb", 10 << 30), ("2g.20gb", 20 << 30)]
+    );
     assert_eq!(check_gpu(a), Plausibility::Plausible);
     // The probed body signs and verifies like any message.
     let signed = Signed::sign(&Keypair::from_seed(&[1; 32]), att).unwrap();

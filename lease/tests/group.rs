@@ -118,7 +118,7 @@ fn request(renter: &Keypair, host: &Keypair, n: u8) -> Verified<LeaseRequest> {
             expires_at: Timestamp(T0 + 30_000),
             offer: ContentId([n; 32]),
             host: host.public(),
-            gpus: BoundedVec::new(vec![GpuUuid([n; 16])]).unwrap(),
+            gpus: BoundedVec::new(vec![GpuUuid::Gpu([n; 16])]).unwrap(),
             price_per_gpu_hour: MicroCredits(3_600_000),
             duration_s: 30,
             kind: LeaseKind::OnDemand,

@@ -11,7 +11,7 @@ use gpux_protocol::*;
 
 use crate::rules::{T0, host, ledger_key, offer, submit};
 
-const GPU: GpuUuid = GpuUuid([3; 16]);
+const GPU: GpuUuid = GpuUuid::Gpu([3; 16]);
 const PRICE: u64 = 3_600_000;
 const FLOOR: u64 = 1_000_000;
 

@@ -30,7 +30,7 @@ pub(crate) fn offer(t: u64) -> Verified<Offer> {
             expires_at: Timestamp(t + 600_000),
             attestation: ContentId([7; 32]),
             gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: GpuUuid([3; 16]),
+                uuid: GpuUuid::Gpu([3; 16]),
                 family: BoundedString::new("l4").unwrap(),
                 memory_bytes: 24_000_000_000,
                 compute_capability: ComputeCapability::new(8, 9),
@@ -60,7 +60,7 @@ fn request(offer: &Verified<Offer>, t: u64, kind: LeaseKind) -> Verified<LeaseRe
             expires_at: Timestamp(t + 30_000),
             offer: offer.id(),
             host: host().public(),
-            gpus: BoundedVec::new(vec![GpuUuid([3; 16])]).unwrap(),
+            gpus: BoundedVec::new(vec![GpuUuid::Gpu([3; 16])]).unwrap(),
             price_per_gpu_hour: MicroCredits(3_600_000),
             duration_s: 120,
             kind,
@@ -248,7 +248,7 @@ fn a_restarted_host_keeps_leased_gpus_out_of_the_market_even_with_no_offer_store
     );
     assert!(
         book.busy_gpus(Timestamp(T0 + 1000))
-            .contains(&GpuUuid([3; 16]))
+            .contains(&GpuUuid::Gpu([3; 16]))
     );
     let o = offer(T0 + 2000);
     book.add_offer(o.clone(), Timestamp(T0 + 2000));
@@ -314,11 +314,14 @@ fn reserved_windows_are_booked_ahead_and_start_at_their_start() {
     assert_eq!(gpux_lease::accept_starts_at(&accept), Some(start));
     assert_eq!(
         book.bookings_of(&r.id()),
-        vec![(GpuUuid([3; 16]), start, end)]
+        vec![(GpuUuid::Gpu([3; 16]), start, end)]
     );
     // The GPU stays offered until the window; during it, it is taken.
     assert!(book.unoffered_gpus(Timestamp(T0)).is_empty());
-    assert!(book.busy_gpus(start.plus_ms(1)).contains(&GpuUuid([3; 16])));
+    assert!(
+        book.busy_gpus(start.plus_ms(1))
+            .contains(&GpuUuid::Gpu([3; 16]))
+    );
     // An on-demand lease that would overlap the window is refused.
     let overlapping = request(&o, T0 + 1_000, LeaseKind::OnDemand);
     assert!(matches!(

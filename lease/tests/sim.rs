@@ -225,7 +225,7 @@ fn request(
             expires_at: Timestamp(t + 30_000),
             offer: ContentId([3; 32]),
             host: host.public(),
-            gpus: BoundedVec::new((0..gpus).map(|g| GpuUuid([g + 1; 16])).collect()).unwrap(),
+            gpus: BoundedVec::new((0..gpus).map(|g| GpuUuid::Gpu([g + 1; 16])).collect()).unwrap(),
             price_per_gpu_hour: price,
             duration_s,
             kind,

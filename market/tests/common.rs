@@ -70,7 +70,7 @@ impl O {
         u[..8].copy_from_slice(&self.host.to_le_bytes());
         u[8..10].copy_from_slice(&self.slot.to_le_bytes());
         u[15] = i;
-        GpuUuid(u)
+        GpuUuid::Gpu(u)
     }
 
     pub fn sign(&self) -> Verified<Offer> {

@@ -20,7 +20,7 @@ fn offer(host: &Keypair, t: Timestamp, gpus: u8) -> Verified<Offer> {
             gpus: BoundedVec::new(
                 (0..gpus)
                     .map(|g| OfferGpu {
-                        uuid: GpuUuid([g + 1; 16]),
+                        uuid: GpuUuid::Gpu([g + 1; 16]),
                         family: BoundedString::new("a100").unwrap(),
                         memory_bytes: 85_899_345_920,
                         compute_capability: ComputeCapability::new(8, 0),

@@ -112,7 +112,7 @@ fn host_messages_at(
     let gpu = GpuFacts {
         index: 0,
         name: BoundedString::new("NVIDIA H100 80GB HBM3").unwrap(),
-        uuid: GpuUuid([3; 16]),
+        uuid: GpuUuid::Gpu([3; 16]),
         serial: None,
         board_part_number: None,
         memory_total_bytes: 85_520_809_984,
@@ -149,7 +149,7 @@ fn host_messages_at(
             expires_at: offer_t.plus_secs(600),
             attestation: att.id(),
             gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: GpuUuid([3; 16]),
+                uuid: GpuUuid::Gpu([3; 16]),
                 family: BoundedString::new("h100").unwrap(),
                 memory_bytes: 85_520_809_984,
                 compute_capability: ComputeCapability::new(9, 0),

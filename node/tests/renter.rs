@@ -57,7 +57,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
             expires_at: t.plus_secs(30),
             offer: ContentId([1; 32]),
             host: host_key.public(),
-            gpus: BoundedVec::new(vec![GpuUuid([3; 16])]).unwrap(),
+            gpus: BoundedVec::new(vec![GpuUuid::Gpu([3; 16])]).unwrap(),
             price_per_gpu_hour: PRICE,
             duration_s: 120,
             kind: LeaseKind::OnDemand,

@@ -15,7 +15,7 @@ fn record(n: u8) -> (ContentId, HostRecord) {
             expires_at: Timestamp(31_000),
             offer: ContentId([n; 32]),
             host: host.public(),
-            gpus: BoundedVec::new(vec![GpuUuid([n; 16])]).unwrap(),
+            gpus: BoundedVec::new(vec![GpuUuid::Gpu([n; 16])]).unwrap(),
             price_per_gpu_hour: MicroCredits(3_600_000),
             duration_s: 60,
             kind: LeaseKind::OnDemand,

@@ -11,7 +11,7 @@ fn attestation(host: &Keypair, name: &str, memory: u64, cc: (u8, u8)) -> Verifie
     let gpu = GpuFacts {
         index: 0,
         name: BoundedString::new(name).unwrap(),
-        uuid: GpuUuid([3; 16]),
+        uuid: GpuUuid::Gpu([3; 16]),
         serial: None,
         board_part_number: None,
         memory_total_bytes: memory,

@@ -28,7 +28,7 @@ fn make_offers(hosts: usize) -> Vec<Vec<u8>> {
         let host = Keypair::from_seed(&seed);
         let gpus = (0..8u8)
             .map(|g| OfferGpu {
-                uuid: GpuUuid([g ^ (i as u8); 16]),
+                uuid: GpuUuid::Gpu([g ^ (i as u8); 16]),
                 family: BoundedString::new("h100").unwrap(),
                 memory_bytes: 81_559 * mib,
                 compute_capability: ComputeCapability::new(9, 0),

@@ -164,17 +164,39 @@ impl FromStr for ContentId {
 }
 serde_via_str!(ContentId);
 
-/// A GPU's UUID as NVML reports it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), held as its 16
-/// bytes.
+/// A GPU device as NVML names it: a whole GPU (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) or
+/// one MIG instance of a GPU (`MIG-` and a UUID of the same form, as drivers since R470 print
+/// it), held as its kind and 16 bytes. On the wire the kind comes first (0 GPU, 1 MIG), so a
+/// reader never takes a slice for a whole GPU.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, bincode::Encode, bincode::Decode)]
-pub struct GpuUuid(pub [u8; 16]);
+pub enum GpuUuid {
+    /// A whole GPU.
+    Gpu([u8; 16]),
+    /// A MIG instance (a slice of a GPU).
+    Mig([u8; 16]),
+}
+
+impl GpuUuid {
+    /// The 16 bytes of the UUID.
+    pub const fn bytes(&self) -> &[u8; 16] {
+        match self {
+            GpuUuid::Gpu(b) | GpuUuid::Mig(b) => b,
+        }
+    }
+
+    /// Whether this names a MIG instance.
+    pub const fn is_mig(&self) -> bool {
+        matches!(self, GpuUuid::Mig(_))
+    }
+}
 
 impl fmt::Display for GpuUuid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let h = hex(&self.0);
+        let h = hex(self.bytes());
+        let prefix = if self.is_mig() { "MIG" } else { "GPU" };
         write!(
             f,
-            "GPU-{}-{}-{}-{}-{}",
+            "{prefix}-{}-{}-{}-{}-{}",
             &h[0..8],
             &h[8..12],
             &h[12..16],
@@ -192,21 +214,42 @@ impl fmt::Debug for GpuUuid {
 
 impl FromStr for GpuUuid {
     type Err = ParseError;
-    /// Accepts `GPU-` followed by a UUID in 8-4-4-4-12 form (either case).
+    /// Accepts `GPU-` or `MIG-` followed by a UUID in 8-4-4-4-12 form (either case). The
+    /// MIG form of drivers before R470 (`MIG-GPU-.../gi/ci`) is refused.
     fn from_str(s: &str) -> Result<Self, ParseError> {
-        let rest = s
-            .strip_prefix("GPU-")
-            .ok_or_else(|| ParseError::new("GPU UUID", s, "it does not start with 'GPU-'"))?;
+        let (mig, rest) = if let Some(rest) = s.strip_prefix("GPU-") {
+            (false, rest)
+        } else if let Some(rest) = s.strip_prefix("MIG-") {
+            if rest.starts_with("GPU-") {
+                return Err(ParseError::new(
+                    "GPU UUID",
+                    s,
+                    "this is the MIG naming of drivers before R470; gpux needs R470 or later",
+                ));
+            }
+            (true, rest)
+        } else {
+            return Err(ParseError::new(
+                "GPU UUID",
+                s,
+                "it starts with neither 'GPU-' nor 'MIG-'",
+            ));
+        };
         let groups: Vec<&str> = rest.split('-').collect();
         let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
         if lens != [8, 4, 4, 4, 12] {
             return Err(ParseError::new(
                 "GPU UUID",
                 s,
-                "expected GPU-8-4-4-4-12 hex digits",
+                "expected GPU- or MIG- and 8-4-4-4-12 hex digits",
             ));
         }
-        unhex_array("GPU UUID", &groups.concat()).map(Self)
+        let bytes = unhex_array("GPU UUID", &groups.concat())?;
+        Ok(if mig {
+            GpuUuid::Mig(bytes)
+        } else {
+            GpuUuid::Gpu(bytes)
+        })
     }
 }
 serde_via_str!(GpuUuid);
@@ -433,9 +476,20 @@ mod tests {
                 .unwrap(),
             uuid
         );
+        // A MIG instance: same bytes, another device, never equal to the whole GPU.
+        let mig: GpuUuid = "MIG-8f6c1c2a-3b4d-4e5f-9a0b-1c2d3e4f5a6b".parse().unwrap();
+        assert!(mig.is_mig() && !uuid.is_mig());
+        assert_eq!(mig.bytes(), uuid.bytes());
+        assert_ne!(mig, uuid);
+        assert_eq!(mig.to_string(), "MIG-8f6c1c2a-3b4d-4e5f-9a0b-1c2d3e4f5a6b");
+        let wire = crate::codec::encode(&mig).unwrap();
+        assert_eq!(wire[0], 1, "the kind comes first");
+        assert_eq!(crate::codec::decode_exact::<GpuUuid>(&wire).unwrap(), mig);
         for bad in [
             "",
             "GPU-",
+            "MIG-GPU-8f6c1c2a-3b4d-4e5f-9a0b-1c2d3e4f5a6b/1/0",
+            "mig-8f6c1c2a-3b4d-4e5f-9a0b-1c2d3e4f5a6b",
             "8f6c1c2a-3b4d-4e5f-9a0b-1c2d3e4f5a6b",
             "GPU-8f6c1c2a3b4d4e5f9a0b1c2d3e4f5a6b",
             "GPU-zf6c1c2a-3b4d-4e5f-9a0b-1c2d3e4f5a6b",

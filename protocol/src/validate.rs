@@ -381,7 +381,8 @@ fn same_id(what: &'static str, named: ContentId, actual: ContentId) -> Result<()
 }
 
 /// An offer against the attestation it names: same signer, the right id, and every offered
-/// GPU present in it with the same memory, compute capability and family.
+/// GPU present in it with the same memory, compute capability and family (a MIG instance
+/// under its GPU, with MIG enabled, of the offer's profile and with its own memory).
 pub fn offer_matches_attestation(
     offer: &Verified<Offer>,
     attestation: &Verified<Attestation>,
@@ -389,16 +390,35 @@ pub fn offer_matches_attestation(
     same_signer("the attestation", offer.signer(), attestation.signer())?;
     same_id("offer.attestation", offer.attestation, attestation.id())?;
     for gpu in offer.gpus.iter() {
-        let facts = attestation
-            .gpus
-            .iter()
-            .find(|f| f.uuid == gpu.uuid)
-            .ok_or(RuleError::GpuNotAttested { uuid: gpu.uuid })?;
         let mismatch = |field| RuleError::GpuMismatch {
             uuid: gpu.uuid,
             field,
         };
-        if facts.memory_total_bytes != gpu.memory_bytes {
+        // A whole GPU is listed as itself; a MIG instance under the GPU it is a slice of,
+        // with MIG enabled, and the offer names its profile.
+        let (facts, memory) = if gpu.uuid.is_mig() {
+            let (facts, instance) = attestation
+                .gpus
+                .iter()
+                .filter(|f| f.mig.as_ref().is_some_and(|m| m.enabled))
+                .find_map(|f| {
+                    let m = f.mig.as_ref()?;
+                    Some((f, m.instances.iter().find(|i| i.uuid == gpu.uuid)?))
+                })
+                .ok_or(RuleError::GpuNotAttested { uuid: gpu.uuid })?;
+            if offer.mig_profile() != Some(instance.profile.as_str()) {
+                return Err(mismatch("MIG profile"));
+            }
+            (facts, instance.memory_total_bytes)
+        } else {
+            let facts = attestation
+                .gpus
+                .iter()
+                .find(|f| f.uuid == gpu.uuid)
+                .ok_or(RuleError::GpuNotAttested { uuid: gpu.uuid })?;
+            (facts, facts.memory_total_bytes)
+        };
+        if memory != gpu.memory_bytes {
             return Err(mismatch("memory_bytes"));
         }
         if facts.compute_capability != gpu.compute_capability {

@@ -269,6 +269,82 @@ fn offer_must_match_its_attestation() {
     ));
 }
 
+#[test]
+fn an_offer_of_mig_slices_names_attested_slices_of_one_profile() {
+    let (att, _, _) = chain();
+    let slice = |uuid: u8, memory_mib: u64| OfferGpu {
+        uuid: GpuUuid::Mig([uuid; 16]),
+        memory_bytes: memory_mib << 20,
+        ..att_gpu(&samples::offer_for(&att, 1))
+    };
+    let offer_of = |gpus: Vec<OfferGpu>, profile: Option<&str>| {
+        let mut offer = samples::offer_for(&att, 5);
+        offer.gpus = BoundedVec::new(gpus).unwrap();
+        if let Some(p) = profile {
+            offer
+                .ext
+                .insert(EXT_OFFER_MIG_PROFILE, p.as_bytes().to_vec())
+                .unwrap();
+        }
+        Signed::sign(&samples::host(), offer)
+    };
+    // The sample's second GPU has MIG on with a 1g.10gb slice (0xa1) and a 3g.40gb (0xa2).
+    let good = offer_of(vec![slice(0xa1, 9_984)], Some("1g.10gb")).unwrap();
+    assert_eq!(validate::offer_matches_attestation(&good, &att), Ok(()));
+    assert_eq!(good.mig_profile(), Some("1g.10gb"));
+    // Another profile than the slice's, another memory, a slice nobody attested.
+    let wrong_profile = offer_of(vec![slice(0xa2, 40_192)], Some("1g.10gb")).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&wrong_profile, &att),
+        Err(RuleError::GpuMismatch {
+            field: "MIG profile",
+            ..
+        })
+    ));
+    let bigger = offer_of(vec![slice(0xa1, 10_000)], Some("1g.10gb")).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&bigger, &att),
+        Err(RuleError::GpuMismatch {
+            field: "memory_bytes",
+            ..
+        })
+    ));
+    let unknown = offer_of(vec![slice(0xa9, 9_984)], Some("1g.10gb")).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&unknown, &att),
+        Err(RuleError::GpuNotAttested { .. })
+    ));
+    // A slice is not its GPU: the same bytes as a whole GPU are another device.
+    let as_gpu = OfferGpu {
+        uuid: GpuUuid::Gpu([0xa1; 16]),
+        ..slice(0xa1, 9_984)
+    };
+    let as_gpu = offer_of(vec![as_gpu], None).unwrap();
+    assert!(matches!(
+        validate::offer_matches_attestation(&as_gpu, &att),
+        Err(RuleError::GpuNotAttested { .. })
+    ));
+    // Whole GPUs and slices never share an offer; slices name their profile, GPUs none.
+    let whole = att_gpu(&samples::offer_for(&att, 1));
+    for (gpus, profile) in [
+        (vec![whole.clone(), slice(0xa1, 9_984)], Some("1g.10gb")),
+        (vec![slice(0xa1, 9_984)], None),
+        (vec![slice(0xa1, 9_984)], Some("big")),
+        (vec![whole], Some("1g.10gb")),
+    ] {
+        assert!(offer_of(gpus, profile).is_err());
+    }
+    // A slice with MIG off is not attested: the probe never lists one, and a forged
+    // attestation that does is refused.
+    let mut forged = samples::attestation();
+    let mut gpus = forged.gpus.to_vec();
+    if let Some(m) = gpus[1].mig.as_mut() {
+        m.enabled = false;
+    }
+    forged.gpus = BoundedVec::new(gpus).unwrap();
+    assert!(Signed::sign(&samples::host(), forged).is_err());
+}
+
 fn att_gpu(offer: &Offer) -> OfferGpu {
     offer.gpus[0].clone()
 }

@@ -16,7 +16,7 @@ pub fn ledger() -> Keypair {
 }
 
 pub fn uuid(n: u8) -> GpuUuid {
-    GpuUuid([n; 16])
+    GpuUuid::Gpu([n; 16])
 }
 
 pub fn image() -> ImageDigest {
@@ -73,7 +73,26 @@ pub fn attestation() -> Attestation {
         nvml_version: s("12.550.54.15"),
         gpus: BoundedVec::new(vec![
             gpu_facts(0, "NVIDIA H100 80GB HBM3", 81_559 * mib, (9, 0)),
-            gpu_facts(1, "NVIDIA H100 80GB HBM3", 81_559 * mib, (9, 0)),
+            GpuFacts {
+                // MIG on, two slices: pins the encoding of MIG devices.
+                mig: Some(MigFacts {
+                    enabled: true,
+                    instances: BoundedVec::new(vec![
+                        MigInstance {
+                            uuid: GpuUuid::Mig([0xa1; 16]),
+                            profile: s("1g.10gb"),
+                            memory_total_bytes: 9_984 * mib,
+                        },
+                        MigInstance {
+                            uuid: GpuUuid::Mig([0xa2; 16]),
+                            profile: s("3g.40gb"),
+                            memory_total_bytes: 40_192 * mib,
+                        },
+                    ])
+                    .unwrap(),
+                }),
+                ..gpu_facts(1, "NVIDIA H100 80GB HBM3", 81_559 * mib, (9, 0))
+            },
         ])
         .unwrap(),
         ext: Ext::new(),

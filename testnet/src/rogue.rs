@@ -257,7 +257,7 @@ pub fn fake_host(
     let id = ContentId::of(&key.peer_id().to_bytes());
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&id.0[..16]);
-    let uuid = GpuUuid(uuid);
+    let uuid = GpuUuid::Gpu(uuid);
     let gpu = GpuFacts {
         index: 0,
         name: BoundedString::new(L4_NAME)?,

@@ -130,6 +130,8 @@ fn yes() -> bool {
 pub struct Mig {
     /// `MIG-...`.
     pub uuid: String,
+    /// The profile (`1g.10gb`): the MIG device's name is the GPU's, then ` MIG ` and this.
+    pub profile: String,
     /// Memory, bytes.
     pub memory_total_bytes: u64,
 }

@@ -248,7 +248,27 @@ macro_rules! string_field {
     };
 }
 
-string_field!(nvmlDeviceGetName, "name", |g| &g.name);
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    device: nvmlDevice_t,
+    out: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    code(with_gpu(device, "name", |g| {
+        let (_, mig) = gpu_index(device).ok_or(INVALID_ARGUMENT)?;
+        // A MIG device is named as the driver names it: the GPU's name, `MIG`, the profile.
+        let name = match mig {
+            Some(m) => format!(
+                "{} MIG {}",
+                g.name,
+                g.mig.get(m).ok_or(INVALID_ARGUMENT)?.profile
+            ),
+            None => g.name.clone(),
+        };
+        // SAFETY: forwarded caller buffer.
+        Ok(unsafe { put_str(out, length, &name) })
+    }))
+}
 string_field!(nvmlDeviceGetSerial, "serial", |g| &g.serial);
 string_field!(nvmlDeviceGetBoardPartNumber, "board_part_number", |g| &g
     .board_part_number);

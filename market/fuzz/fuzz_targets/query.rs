@@ -28,7 +28,7 @@ fn book() -> &'static OrderBook {
                 gpus: BoundedVec::new(
                     (0..4u8)
                         .map(|g| OfferGpu {
-                            uuid: GpuUuid([g + 16 * i as u8; 16]),
+                            uuid: GpuUuid::Gpu([g + 16 * i as u8; 16]),
                             family: BoundedString::new(family).unwrap(),
                             memory_bytes: gb << 30,
                             compute_capability: ComputeCapability::new(8, 9),

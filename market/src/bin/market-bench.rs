@@ -125,7 +125,7 @@ fn make_offer(rng: &mut Rng, host: u64, slot: u16, now: Timestamp) -> Offer {
                     uuid[8..10].copy_from_slice(&slot.to_le_bytes());
                     uuid[15] = g;
                     OfferGpu {
-                        uuid: GpuUuid(uuid),
+                        uuid: GpuUuid::Gpu(uuid),
                         family: BoundedString::new(family).unwrap(),
                         memory_bytes: vram * (1 << 30) - (300 << 20),
                         compute_capability: ComputeCapability::new(cc.0, cc.1),

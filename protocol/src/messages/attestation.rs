@@ -158,9 +158,42 @@ pub struct MigFacts {
 )]
 pub struct MigInstance {
     /// Its UUID as NVML gives it (`MIG-...`).
-    pub uuid: BoundedString<64>,
+    pub uuid: GpuUuid,
+    /// Its profile as the driver names it (`1g.10gb`, `3g.40gb`, `1c.3g.40gb`), the part of
+    /// the MIG device's name after `MIG `.
+    pub profile: BoundedString<MAX_MIG_PROFILE>,
     /// Its memory in bytes.
     pub memory_total_bytes: u64,
+}
+
+/// The longest MIG profile name.
+pub const MAX_MIG_PROFILE: usize = 24;
+
+/// How many of the GPU's compute slices a MIG profile gets: the `N` of `Nc.` when the
+/// profile names a compute instance, else of `Ng.` (`3g.40gb` has 3, `1c.3g.40gb` 1). `None`
+/// when the profile does not start that way.
+pub fn mig_compute_slices(profile: &str) -> Option<u32> {
+    let (count, rest) = profile.split_once('.')?;
+    let n = count
+        .strip_suffix('c')
+        .or_else(|| count.strip_suffix('g'))?;
+    if rest.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok().filter(|&n| n > 0)
+}
+
+fn ensure_profile(profile: &str) -> Result<(), InvalidMessage> {
+    let charset = profile
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'+');
+    if !charset || mig_compute_slices(profile).is_none() {
+        return Err(InvalidMessage::Malformed {
+            field: "gpus.mig.instances.profile",
+            reason: "expected a MIG profile such as 1g.10gb or 1c.3g.40gb",
+        });
+    }
+    Ok(())
 }
 
 impl Message for Attestation {
@@ -170,7 +203,24 @@ impl Message for Attestation {
         ensure_nonempty("gpus", &self.gpus)?;
         ensure_unique("gpus.uuid", self.gpus.iter().map(|g| g.uuid))?;
         ensure_unique("gpus.index", self.gpus.iter().map(|g| g.index))?;
+        // Every device once: whole GPUs and MIG instances together.
+        ensure_unique(
+            "gpus.mig.instances.uuid",
+            self.gpus.iter().flat_map(|g| {
+                std::iter::once(g.uuid).chain(
+                    g.mig
+                        .iter()
+                        .flat_map(|m| m.instances.iter().map(|i| i.uuid)),
+                )
+            }),
+        )?;
         for gpu in self.gpus.iter() {
+            if gpu.uuid.is_mig() {
+                return Err(InvalidMessage::Malformed {
+                    field: "gpus.uuid",
+                    reason: "a GPU is named GPU-..., not MIG-...",
+                });
+            }
             if gpu.name.is_empty() {
                 return Err(InvalidMessage::Empty { field: "gpus.name" });
             }
@@ -181,6 +231,19 @@ impl Message for Attestation {
                         field: "gpus.mig.instances",
                         reason: "MIG instances listed while MIG mode is disabled",
                     });
+                }
+                for instance in mig.instances.iter() {
+                    if !instance.uuid.is_mig() {
+                        return Err(InvalidMessage::Malformed {
+                            field: "gpus.mig.instances.uuid",
+                            reason: "a MIG instance is named MIG-...",
+                        });
+                    }
+                    ensure_profile(&instance.profile)?;
+                    ensure_nonzero(
+                        "gpus.mig.instances.memory_total_bytes",
+                        instance.memory_total_bytes,
+                    )?;
                 }
                 let total: u64 = mig
                     .instances

@@ -103,6 +103,39 @@ impl Message for Offer {
         ensure_after("created_at", self.created_at, "expires_at", self.expires_at)?;
         ensure_nonempty("gpus", &self.gpus)?;
         ensure_unique("gpus.uuid", self.gpus.iter().map(|g| g.uuid))?;
+        let slices = self.gpus.iter().filter(|g| g.uuid.is_mig()).count();
+        if slices != 0 && slices != self.gpus.len() {
+            return Err(InvalidMessage::Inconsistent {
+                field: "gpus",
+                reason: "an offer lists whole GPUs or MIG instances, not both",
+            });
+        }
+        match (slices != 0, self.ext.get(EXT_OFFER_MIG_PROFILE)) {
+            (true, Some(profile)) => {
+                let profile = std::str::from_utf8(profile).unwrap_or("");
+                if profile.len() > crate::MAX_MIG_PROFILE
+                    || crate::mig_compute_slices(profile).is_none()
+                {
+                    return Err(InvalidMessage::Malformed {
+                        field: "ext",
+                        reason: "MIG profile: expected a profile such as 1g.10gb",
+                    });
+                }
+            }
+            (true, None) => {
+                return Err(InvalidMessage::Inconsistent {
+                    field: "ext",
+                    reason: "an offer of MIG instances names their profile",
+                });
+            }
+            (false, Some(_)) => {
+                return Err(InvalidMessage::Inconsistent {
+                    field: "ext",
+                    reason: "a MIG profile on an offer of whole GPUs",
+                });
+            }
+            (false, None) => {}
+        }
         for gpu in self.gpus.iter() {
             ensure_token("gpus.family", &gpu.family)?;
             ensure_nonzero("gpus.memory_bytes", gpu.memory_bytes)?;
@@ -183,6 +216,10 @@ pub const EXT_OFFER_WORKSPACE_PRICE: u16 = 5;
 /// bytes, each the GPU's index in `gpus` (u8) and the window's start and end (unix ms, u64
 /// little-endian each). A lease that would overlap one is refused anyway.
 pub const EXT_OFFER_BOOKED: u16 = 6;
+/// `Offer` ext key: the MIG profile of every device the offer lists (UTF-8, `1g.10gb`), when
+/// they are MIG instances (`MIG-...`). An offer lists whole GPUs or MIG instances of one
+/// profile, never both; with MIG instances this key is required, with whole GPUs absent.
+pub const EXT_OFFER_MIG_PROFILE: u16 = 7;
 /// The most booked windows an offer lists.
 pub const MAX_OFFER_BOOKED: usize = 8;
 /// The longest image tag an offer lists, bytes.
@@ -236,6 +273,14 @@ impl Offer {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The MIG profile of the instances this offer lists (`None` for whole GPUs); checked
+    /// with the offer.
+    pub fn mig_profile(&self) -> Option<&str> {
+        self.ext
+            .get(EXT_OFFER_MIG_PROFILE)
+            .and_then(|p| std::str::from_utf8(p).ok())
     }
 
     /// The windows booked ahead on the offer's GPUs: (index in `gpus`, start, end). A value

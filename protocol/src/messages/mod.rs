@@ -40,8 +40,8 @@ mod market;
 mod usage;
 
 pub use attestation::{
-    Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MigFacts, MigInstance,
-    PcieFacts,
+    Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MAX_MIG_PROFILE,
+    MigFacts, MigInstance, PcieFacts, mig_compute_slices,
 };
 pub use challenge::{
     ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_N,
@@ -60,9 +60,9 @@ pub use ledger::{
 };
 pub use market::{
     Bid, EXT_OFFER_BOOKED, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
-    EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES,
-    MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu,
-    OfferWithdrawal, is_image_tag,
+    EXT_OFFER_MIG_PROFILE, EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS,
+    MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES,
+    Offer, OfferGpu, OfferWithdrawal, is_image_tag,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,
@@ -188,18 +188,18 @@ macro_rules! message_kinds {
 }
 
 message_kinds! {
-    Attestation = 1, version 1, max 64 * KIB;
-    Offer = 2, version 1, max 4 * KIB;
+    Attestation = 1, version 2, max 64 * KIB;
+    Offer = 2, version 2, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 1, max 4 * KIB;
-    LeaseRequest = 5, version 1, max 32 * KIB;
+    LeaseRequest = 5, version 2, max 32 * KIB;
     LeaseAccept = 6, version 1, max 512;
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;
     PreemptionNotice = 9, version 2, max 34 * KIB;
     UsageReceipt = 10, version 1, max KIB;
     ReceiptAck = 11, version 1, max 512;
-    ChallengeRequest = 12, version 1, max 512;
+    ChallengeRequest = 12, version 2, max 512;
     ChallengeResponse = 13, version 1, max 160 * KIB;
     LogChunk = 14, version 1, max 66 * KIB;
     EscrowLock = 15, version 1, max KIB;

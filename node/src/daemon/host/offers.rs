@@ -261,7 +261,7 @@ mod tests {
             expires_at: Timestamp(2_000),
             attestation: ContentId([9; 32]),
             gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: gpux_protocol::GpuUuid([1; 16]),
+                uuid: gpux_protocol::GpuUuid::Gpu([1; 16]),
                 family: BoundedString::new("l4").unwrap(),
                 memory_bytes: 24 << 30,
                 compute_capability: ComputeCapability { major: 8, minor: 9 },
