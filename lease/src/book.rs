@@ -107,6 +107,9 @@ pub struct HostBook {
     /// (it waits for the preempting lease's escrow): if the preempting lease ends first,
     /// the spot leases are booked whole again.
     pending: BTreeMap<ContentId, Vec<ContentId>>,
+    /// Devices that share hardware: each MIG instance with its GPU, the GPU with each of its
+    /// instances. A lease on one makes the others unavailable for its window.
+    related: BTreeMap<GpuUuid, BTreeSet<GpuUuid>>,
 }
 
 impl HostBook {
@@ -124,7 +127,54 @@ impl HostBook {
             spot: BTreeMap::new(),
             preempting: BTreeSet::new(),
             pending: BTreeMap::new(),
+            related: BTreeMap::new(),
         }
+    }
+
+    /// The host's MIG layout: `(gpu, instance)` pairs, each instance a slice of that GPU. A
+    /// GPU is then not offered or leased while any of its slices is, nor a slice while its
+    /// GPU is. Replaces the layout set before.
+    pub fn set_mig_layout(&mut self, pairs: impl IntoIterator<Item = (GpuUuid, GpuUuid)>) {
+        self.related.clear();
+        for (gpu, slice) in pairs {
+            self.related.entry(gpu).or_default().insert(slice);
+            self.related.entry(slice).or_default().insert(gpu);
+        }
+    }
+
+    /// `devices` and every device sharing hardware with one of them.
+    fn with_related(&self, devices: impl IntoIterator<Item = GpuUuid>) -> BTreeSet<GpuUuid> {
+        let mut all = BTreeSet::new();
+        for d in devices {
+            all.insert(d);
+            all.extend(self.related.get(&d).into_iter().flatten().copied());
+        }
+        all
+    }
+
+    /// A device sharing hardware with one of `gpus` that is booked within `[start, end)` or
+    /// held: the first, with the device it shares with.
+    fn related_conflict(
+        &self,
+        gpus: &[GpuUuid],
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Option<(GpuUuid, GpuUuid)> {
+        let taken: BTreeSet<GpuUuid> = self
+            .book
+            .bookings()
+            .into_iter()
+            .filter(|b| b.3 < end && start < b.4)
+            .map(|b| b.1)
+            .chain(self.held.values().flatten().copied())
+            .collect();
+        gpus.iter().find_map(|g| {
+            self.related
+                .get(g)?
+                .iter()
+                .find(|r| taken.contains(r))
+                .map(|r| (*g, *r))
+        })
     }
 
     /// After a restart: the stored offers (still current); every lease that still holds its
@@ -216,25 +266,28 @@ impl HostBook {
     }
 
     /// GPUs booked for a lease running at `now` (or held by a restored one).
+    /// A GPU is busy while one of its MIG instances is, and an instance while its GPU is.
     pub fn busy_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
-        self.book
-            .bookings()
-            .into_iter()
-            .filter(|b| b.3 <= now && now < b.4)
-            .map(|b| b.1)
-            .chain(self.held.values().flatten().copied())
-            .collect()
+        self.with_related(
+            self.book
+                .bookings()
+                .into_iter()
+                .filter(|b| b.3 <= now && now < b.4)
+                .map(|b| b.1)
+                .chain(self.held.values().flatten().copied()),
+        )
     }
 
     /// GPUs a publication leaves out at `now`: those booked now by leases that are not
     /// spot, and those promised to a lease that preempts spot leases. GPUs under a spot
     /// lease alone stay offered, since an on-demand lease (or a higher spot bid) may preempt
     /// it; so do GPUs reserved for a window later on (a lease that would overlap the window
-    /// is refused).
+    /// is refused). A device sharing hardware with a leased one (a GPU and its MIG
+    /// instances) is left out too, spot or not: a lease on one never preempts the other.
     pub fn unoffered_gpus(&self, now: Timestamp) -> BTreeSet<GpuUuid> {
-        self.book
-            .bookings()
-            .into_iter()
+        let bookings = self.book.bookings();
+        let mut out: BTreeSet<GpuUuid> = bookings
+            .iter()
             .filter(|b| {
                 now < b.4
                     && ((b.3 <= now && !self.spot.contains_key(&b.2))
@@ -242,17 +295,28 @@ impl HostBook {
             })
             .map(|b| b.1)
             .chain(self.held.values().flatten().copied())
-            .collect()
+            .collect();
+        let running = bookings
+            .iter()
+            .filter(|b| b.3 <= now && now < b.4)
+            .map(|b| b.1)
+            .chain(self.held.values().flatten().copied());
+        for d in running {
+            out.extend(self.related.get(&d).into_iter().flatten().copied());
+        }
+        out
     }
 
     /// The windows booked ahead on `gpu` at `now` (leases that have not begun and no one
     /// preempts), earliest first: an offer lists them so that renters do not ask for them.
+    /// Windows booked on a device sharing its hardware count too.
     pub fn booked_ahead(&self, gpu: &GpuUuid, now: Timestamp) -> Vec<(Timestamp, Timestamp)> {
+        let devices = self.with_related([*gpu]);
         let mut windows: Vec<(Timestamp, Timestamp)> = self
             .book
             .bookings()
             .into_iter()
-            .filter(|b| b.1 == *gpu && now < b.3 && !self.spot.contains_key(&b.2))
+            .filter(|b| devices.contains(&b.1) && now < b.3 && !self.spot.contains_key(&b.2))
             .map(|b| (b.3, b.4))
             .collect();
         windows.sort();
@@ -454,6 +518,18 @@ impl HostBook {
             offer,
             ..allocation(&request, now)
         };
+        // A GPU and its MIG instances are one piece of hardware: a lease on either waits for
+        // no preemption of the other, it is refused.
+        if let Some((wanted, taken)) =
+            self.related_conflict(&request.gpus, direct.start, direct.end)
+        {
+            return self.reject(
+                id,
+                RejectReason::GpusUnavailable,
+                &format!("{wanted} shares its hardware with {taken}, which is leased"),
+                now,
+            );
+        }
         // Free GPUs are booked at once; GPUs under spot leases this request may preempt,
         // from the end of their notice.
         let booked = match self.book.reserve(&direct, id) {

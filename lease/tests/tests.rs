@@ -8,6 +8,7 @@
 mod commit;
 #[cfg(not(feature = "broken-rule"))]
 mod group;
+mod mig;
 #[cfg(not(feature = "broken-rule"))]
 mod preemption;
 mod rules;

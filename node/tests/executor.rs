@@ -79,7 +79,7 @@ fn spec(image: ImageDigest, lease: &str, script: &str) -> ContainerSpec {
         pids: 32,
         scratch_bytes: 8 << 20,
         network: false,
-        gpus: GpuBinding::Fake,
+        gpus: GpuBinding::Fake(Vec::new()),
         workspace: None,
         run_dir: None,
     }

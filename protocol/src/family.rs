@@ -151,6 +151,23 @@ impl GpuFamily {
         best.map_or(GpuFamily::Other, |(_, f)| f)
     }
 
+    /// How many compute slices a GPU of this family cuts into under MIG (7 for A100 and
+    /// the Hopper and Blackwell data-centre parts, 4 for the A30); `None` for families
+    /// without MIG. A MIG instance's share of the GPU is its profile's slices over this.
+    pub fn mig_compute_slices(self) -> Option<u32> {
+        match self {
+            GpuFamily::B200
+            | GpuFamily::Gh200
+            | GpuFamily::H200
+            | GpuFamily::H100
+            | GpuFamily::H800
+            | GpuFamily::A100
+            | GpuFamily::A800 => Some(7),
+            GpuFamily::A30 => Some(4),
+            _ => None,
+        }
+    }
+
     /// The GB figure a maker prints for a GPU of this family reporting `memory_bytes`
     /// (see the [module docs](self)).
     pub fn nominal_vram_gb(self, memory_bytes: u64) -> u16 {

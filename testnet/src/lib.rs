@@ -100,7 +100,7 @@ fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
                 pids: 256,
                 scratch_bytes: 1 << 28,
                 network: false,
-                gpus: GpuBinding::Fake,
+                gpus: GpuBinding::Fake(Vec::new()),
                 workspace: None,
                 run_dir: None,
             };

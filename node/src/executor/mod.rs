@@ -24,7 +24,7 @@
 //!         pids: 64,
 //!         scratch_bytes: 64 << 20,
 //!         network: false,
-//!         gpus: GpuBinding::Fake,
+//!         gpus: GpuBinding::Fake(Vec::new()),
 //!         workspace: None,
 //!         run_dir: None,
 //!     })
@@ -62,8 +62,8 @@ pub use exec::{ExecSession, RELAY_BIN, RELAY_DIR, check_env};
 pub use image::{BUSYBOX_PATH, WORKLOAD_TAG, build_workload_image};
 pub use logs::LogCursor;
 pub use spec::{
-    ContainerSpec, GpuBinding, LEASE_LABEL, NODE_LABEL, SCRATCH_DIR, WORKLOAD_USER,
-    container_config,
+    ContainerSpec, FAKE_DEVICES_ENV, GpuBinding, LEASE_LABEL, NODE_LABEL, SCRATCH_DIR,
+    WORKLOAD_USER, container_config,
 };
 pub use workspace::{DEFAULT_RETAIN_S, MIN_WORKSPACE_BYTES, WORKSPACE_DIR, Workspaces};
 

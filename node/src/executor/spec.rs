@@ -28,8 +28,10 @@ const LOG_MAX_FILES: &str = "3";
 /// Which GPUs a container gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GpuBinding {
-    /// Simulated GPUs (testnet): no device request, no NVIDIA environment.
-    Fake,
+    /// Simulated GPUs (testnet): no device request, no NVIDIA environment; the leased
+    /// devices' names (`GPU-...`, `MIG-...`) in `GPUX_DEVICES`, so a workload (and a test)
+    /// sees which it was given.
+    Fake(Vec<String>),
     /// Real GPUs, by UUID as NVML prints them (`GPU-xxxxxxxx-...`): only these are passed in.
     Real(Vec<String>),
 }
@@ -67,9 +69,13 @@ pub struct ContainerSpec {
 
 /// Whether an environment variable name is reserved for the host (`NVIDIA_*`, any case: the
 /// NVIDIA container toolkit reads these to decide which devices to mount).
+/// The variable naming a fake-GPU lease's devices.
+pub const FAKE_DEVICES_ENV: &str = "GPUX_DEVICES";
+
 pub(crate) fn reserved_env(name: &str) -> bool {
     name.get(..7)
         .is_some_and(|p| p.eq_ignore_ascii_case("NVIDIA_"))
+        || name.eq_ignore_ascii_case(FAKE_DEVICES_ENV)
 }
 
 impl ContainerSpec {
@@ -148,7 +154,13 @@ pub fn container_config(spec: &ContainerSpec, node: &str) -> ContainerCreateBody
         env.push(format!("HOME={SCRATCH_DIR}"));
     }
     let device_requests = match &spec.gpus {
-        GpuBinding::Fake => None,
+        GpuBinding::Fake(devices) => {
+            // No device to pass in; the names the lease was given, for the workload to see.
+            if !devices.is_empty() {
+                env.push(format!("{FAKE_DEVICES_ENV}={}", devices.join(",")));
+            }
+            None
+        }
         GpuBinding::Real(uuids) => {
             env.push(format!("NVIDIA_VISIBLE_DEVICES={}", uuids.join(",")));
             // Overrides whatever the image asks for (graphics, display): this is compute.
@@ -302,7 +314,7 @@ mod tests {
 
     #[test]
     fn every_container_is_hardened_and_labelled() {
-        let s = spec(GpuBinding::Fake);
+        let s = spec(GpuBinding::Fake(Vec::new()));
         let body = container_config(&s, "node-1");
         assert_eq!(body.image.as_deref(), Some(&*s.image.to_string()));
         assert_eq!(body.cmd.as_ref(), Some(&s.command));
@@ -345,7 +357,7 @@ mod tests {
 
     #[test]
     fn fake_gpus_get_no_device_and_no_nvidia_environment() {
-        let body = container_config(&spec(GpuBinding::Fake), "n");
+        let body = container_config(&spec(GpuBinding::Fake(Vec::new())), "n");
         let env = body.env.unwrap();
         assert_eq!(env, ["FOO=bar=baz", "HOME=/scratch"]);
         assert!(host_is_gpu_free(body.host_config.as_ref().unwrap()));
@@ -386,6 +398,27 @@ mod tests {
     }
 
     #[test]
+    fn a_mig_slice_is_requested_alone_by_its_own_uuid() {
+        let slice = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".to_string();
+        let body = container_config(&spec(GpuBinding::Real(vec![slice.clone()])), "n");
+        let requests = host(&body).device_requests.clone().unwrap();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].device_ids, Some(vec![slice.clone()]));
+        let env = body.env.unwrap();
+        assert!(env.contains(&format!("NVIDIA_VISIBLE_DEVICES={slice}")), "{env:?}");
+        // A fake GPU host passes no device, and names the slice for the workload.
+        let body = container_config(&spec(GpuBinding::Fake(vec![slice.clone()])), "n");
+        assert!(host_is_gpu_free(body.host_config.as_ref().unwrap()));
+        let env = body.env.unwrap();
+        assert!(env.contains(&format!("GPUX_DEVICES={slice}")), "{env:?}");
+        assert!(!env.iter().any(|e| e.starts_with("NVIDIA_")), "{env:?}");
+        // The renter cannot name devices itself.
+        let mut s = spec(GpuBinding::Fake(vec![slice]));
+        s.env.push(("GPUX_DEVICES".into(), "GPU-all".into()));
+        assert!(matches!(s.check(), Err(ExecError::ReservedEnv { .. })));
+    }
+
+    #[test]
     fn renter_nvidia_variables_are_refused_and_never_emitted() {
         for name in [
             "NVIDIA_VISIBLE_DEVICES",
@@ -407,7 +440,7 @@ mod tests {
             );
         }
         // Names that merely contain NVIDIA are the renter's.
-        let mut s = spec(GpuBinding::Fake);
+        let mut s = spec(GpuBinding::Fake(Vec::new()));
         s.env.push(("MY_NVIDIA_THING".into(), "1".into()));
         s.check().unwrap();
     }
@@ -418,18 +451,18 @@ mod tests {
         assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
         s.gpus = GpuBinding::Real(vec!["GPU-1,GPU-2".into()]);
         assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
-        s.gpus = GpuBinding::Fake;
+        s.gpus = GpuBinding::Fake(Vec::new());
         s.check().unwrap();
         s.lease.clear();
         assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
-        let mut s = spec(GpuBinding::Fake);
+        let mut s = spec(GpuBinding::Fake(Vec::new()));
         s.env.push(("A=B".into(), "c".into()));
         assert!(matches!(s.check(), Err(ExecError::InvalidSpec { .. })));
     }
 
     #[test]
     fn network_zero_scratch_default_command_and_home() {
-        let mut s = spec(GpuBinding::Fake);
+        let mut s = spec(GpuBinding::Fake(Vec::new()));
         s.network = true;
         s.scratch_bytes = 0;
         s.command.clear();
@@ -443,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_workspace_is_bound_read_write_at_slash_workspace() {
-        let mut s = spec(GpuBinding::Fake);
+        let mut s = spec(GpuBinding::Fake(Vec::new()));
         s.workspace = Some("/data/workspaces/ab/mnt".into());
         let body = container_config(&s, "n");
         let mounts = host(&body).mounts.clone().unwrap();
@@ -453,14 +486,14 @@ mod tests {
         assert_eq!(mounts[0].read_only, Some(false));
         assert_eq!(body.working_dir.as_deref(), Some("/workspace"));
         assert_eq!(
-            container_config(&spec(GpuBinding::Fake), "n").working_dir,
+            container_config(&spec(GpuBinding::Fake(Vec::new())), "n").working_dir,
             None
         );
     }
 
     #[test]
     fn the_relay_is_mounted_read_only_and_alone() {
-        let mut body = container_config(&spec(GpuBinding::Fake), "n");
+        let mut body = container_config(&spec(GpuBinding::Fake(Vec::new())), "n");
         mount_relay(&mut body, std::path::Path::new("/bin/busybox"));
         let mounts = host(&body).mounts.clone().unwrap();
         assert_eq!(mounts.len(), 1);
@@ -473,7 +506,7 @@ mod tests {
 
     #[test]
     fn a_spot_lease_sees_its_run_directory_read_only_with_the_relay_inside() {
-        let mut spot = spec(GpuBinding::Fake);
+        let mut spot = spec(GpuBinding::Fake(Vec::new()));
         spot.run_dir = Some("/data/run/ab".into());
         let mut body = container_config(&spot, "n");
         mount_relay(&mut body, std::path::Path::new("/bin/busybox"));
@@ -488,7 +521,7 @@ mod tests {
 
     #[test]
     fn image_volumes_are_covered_by_tmpfs() {
-        let mut body = container_config(&spec(GpuBinding::Fake), "n");
+        let mut body = container_config(&spec(GpuBinding::Fake(Vec::new())), "n");
         shadow_image_volumes(&mut body, ["/data".to_string(), "/tmp".into()], 1 << 20);
         let tmpfs = host(&body).tmpfs.clone().unwrap();
         assert_eq!(tmpfs.len(), 3);

@@ -1,11 +1,13 @@
 //! A host's publication: the attestation re-signed, one offer per GPU model of the GPUs that
-//! are free (each in its own slot), and withdrawals of slots whose GPUs are all leased.
+//! are free (each in its own slot; MIG instances in slots of their own, one per profile),
+//! and withdrawals of slots whose GPUs are all leased.
 
 use anyhow::Context;
 use gpux_lease::HostBook;
 use gpux_protocol::{
     Attestation, BoundedString, BoundedVec, ContentId, EvidenceTier, Ext, GpuFacts, GpuFamily,
-    Keypair, Offer, OfferGpu, OfferWithdrawal, Signed, Timestamp, Verified,
+    GpuUuid, Keypair, MicroCredits, MigInstance, Offer, OfferGpu, OfferWithdrawal, Signed,
+    Timestamp, Verified,
 };
 
 use crate::daemon::HostOptions;
@@ -69,16 +71,34 @@ pub(crate) fn sign(
     let mut body = att.body().clone();
     body.created_at = t;
     *att = Signed::sign(key, body).context("signing the attestation")?;
-    let mut groups: Vec<Vec<&GpuFacts>> = Vec::new();
-    for gpu in att.gpus.iter() {
-        match groups.iter_mut().find(|g| {
-            g.len() < gpux_protocol::MAX_OFFER_GPUS
-                && g[0].name == gpu.name
-                && g[0].memory_total_bytes == gpu.memory_total_bytes
-                && g[0].compute_capability == gpu.compute_capability
-        }) {
-            Some(group) => group.push(gpu),
-            None => groups.push(vec![gpu]),
+    // A GPU and its MIG instances are one piece of hardware: the book keeps a lease on
+    // one from overlapping a lease on the other.
+    book.set_mig_layout(
+        att.gpus
+            .iter()
+            .flat_map(|g| mig_instances(g).iter().map(move |i| (g.uuid, i.uuid))),
+    );
+    let mut groups: Vec<Vec<Unit<'_>>> = Vec::new();
+    let units = att
+        .gpus
+        .iter()
+        .map(|g| Unit {
+            gpu: g,
+            slice: None,
+        })
+        .chain(att.gpus.iter().flat_map(|g| {
+            mig_instances(g).iter().map(move |i| Unit {
+                gpu: g,
+                slice: Some(i),
+            })
+        }));
+    for unit in units {
+        match groups
+            .iter_mut()
+            .find(|g| g.len() < gpux_protocol::MAX_OFFER_GPUS && g[0].same_model(&unit))
+        {
+            Some(group) => group.push(unit),
+            None => groups.push(vec![unit]),
         }
     }
     // GPUs leased now are not offered: each publication lists what is free (or under a spot
@@ -90,7 +110,7 @@ pub(crate) fn sign(
         ..Published::default()
     };
     for (slot, group) in groups.iter().enumerate() {
-        let group: Vec<_> = group.iter().filter(|g| !busy.contains(&g.uuid)).collect();
+        let group: Vec<_> = group.iter().filter(|g| !busy.contains(&g.uuid())).collect();
         if group.is_empty() {
             if let Some(old) = book.retire_slot(slot as u16) {
                 let body = OfferWithdrawal {
@@ -110,12 +130,13 @@ pub(crate) fn sign(
         }
         let gpus = group
             .iter()
-            .map(|g| OfferGpu {
-                uuid: g.uuid,
-                family: BoundedString::new(GpuFamily::classify(&g.name).key()).unwrap_or_default(),
-                memory_bytes: g.memory_total_bytes,
-                compute_capability: g.compute_capability,
-                pcie_gen: g.pcie.max_gen.unwrap_or(0),
+            .map(|u| OfferGpu {
+                uuid: u.uuid(),
+                family: BoundedString::new(GpuFamily::classify(&u.gpu.name).key())
+                    .unwrap_or_default(),
+                memory_bytes: u.memory(),
+                compute_capability: u.gpu.compute_capability,
+                pcie_gen: u.gpu.pcie.max_gen.unwrap_or(0),
             })
             .collect();
         // Windows booked ahead on these GPUs, the earliest first: renters leave them alone.
@@ -123,13 +144,24 @@ pub(crate) fn sign(
             .iter()
             .enumerate()
             .flat_map(|(i, g)| {
-                book.booked_ahead(&g.uuid, t)
+                book.booked_ahead(&g.uuid(), t)
                     .into_iter()
                     .map(move |(start, end)| (i as u8, start, end))
             })
             .collect();
         booked.sort_by_key(|&(i, start, _)| (start, i));
         let mut ext = policy.clone();
+        // Slices are priced by their share of the GPU's compute.
+        let (mut price, mut spot_floor) = (options.price, options.spot_floor);
+        if let Some(slice) = group[0].slice {
+            let _ = ext.insert(
+                gpux_protocol::EXT_OFFER_MIG_PROFILE,
+                slice.profile.as_bytes().to_vec(),
+            );
+            let share = |p: MicroCredits| slice_price(p, &group[0]);
+            price = share(price);
+            spot_floor = spot_floor.map(share);
+        }
         if !booked.is_empty() {
             // At most 8 records of 17 bytes: within the ext map's limits.
             let _ = ext.insert(
@@ -145,8 +177,8 @@ pub(crate) fn sign(
             expires_at: t.plus_secs(options.offer_ttl_s),
             attestation: att.id(),
             gpus: BoundedVec::new(gpus).map_err(|e| anyhow::anyhow!("{e}"))?,
-            price_per_gpu_hour: options.price,
-            spot_floor_per_gpu_hour: options.spot_floor,
+            price_per_gpu_hour: price,
+            spot_floor_per_gpu_hour: spot_floor,
             min_duration_s: options.min_duration_s,
             max_duration_s: options.max_duration_s,
             region: BoundedString::new(options.region.clone())
@@ -165,6 +197,56 @@ pub(crate) fn sign(
         published.offers.push(signed);
     }
     Ok(published)
+}
+
+/// One unit a host offers: a whole GPU, or one MIG instance of it.
+#[derive(Debug, Clone, Copy)]
+struct Unit<'a> {
+    gpu: &'a GpuFacts,
+    slice: Option<&'a MigInstance>,
+}
+
+impl Unit<'_> {
+    fn uuid(&self) -> GpuUuid {
+        self.slice.map_or(self.gpu.uuid, |s| s.uuid)
+    }
+
+    fn memory(&self) -> u64 {
+        self.slice
+            .map_or(self.gpu.memory_total_bytes, |s| s.memory_total_bytes)
+    }
+
+    /// Whether one offer may list both: the same model and memory, and for slices the same
+    /// profile.
+    fn same_model(&self, other: &Unit<'_>) -> bool {
+        self.gpu.name == other.gpu.name
+            && self.memory() == other.memory()
+            && self.gpu.compute_capability == other.gpu.compute_capability
+            && self.slice.map(|s| &s.profile) == other.slice.map(|s| &s.profile)
+    }
+}
+
+/// The MIG instances of `gpu` that are offered (none unless MIG is on).
+fn mig_instances(gpu: &GpuFacts) -> &[MigInstance] {
+    match &gpu.mig {
+        Some(m) if m.enabled => &m.instances,
+        _ => &[],
+    }
+}
+
+/// A whole-GPU price scaled to a slice's share of the GPU's compute (its profile's slices
+/// over the family's, 7 when the family table does not say), at least one micro-credit.
+fn slice_price(price: MicroCredits, unit: &Unit<'_>) -> MicroCredits {
+    let Some(slice) = unit.slice else {
+        return price;
+    };
+    let of = GpuFamily::classify(&unit.gpu.name)
+        .mig_compute_slices()
+        .unwrap_or(7);
+    let n = gpux_protocol::mig_compute_slices(&slice.profile)
+        .unwrap_or(1)
+        .min(of);
+    MicroCredits((price.0 * u64::from(n) / u64::from(of)).max(1))
 }
 
 /// Offers stay under this many bytes, signed: image tags that would not fit are left out.

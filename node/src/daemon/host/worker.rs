@@ -88,10 +88,13 @@ pub(crate) fn spec(request: &LeaseRequest, lease: ContentId, fake: bool) -> Cont
         pids: request.limits.pids,
         scratch_bytes: request.limits.scratch_bytes,
         network: request.network,
-        gpus: if fake {
-            GpuBinding::Fake
-        } else {
-            GpuBinding::Real(request.gpus.iter().map(ToString::to_string).collect())
+        gpus: {
+            let devices = request.gpus.iter().map(ToString::to_string).collect();
+            if fake {
+                GpuBinding::Fake(devices)
+            } else {
+                GpuBinding::Real(devices)
+            }
         },
         workspace: None,
         run_dir: None,
