@@ -121,6 +121,56 @@ fn disk_finds_hosts_that_say_they_give_a_workspace_that_large() {
 }
 
 #[test]
+fn mig_finds_slices_by_their_profile_memory_and_whole_gpus_apart() {
+    let book = book_with(&[
+        // One A100 host: its whole GPUs in slot 0, 1g.10gb slices in slot 1, 3g.40gb in 2.
+        O {
+            family: "a100",
+            vram_gb: 80,
+            cc: (8, 0),
+            gpus: 1,
+            ..O::default()
+        },
+        O {
+            slot: 1,
+            family: "a100",
+            vram_gb: 10,
+            cc: (8, 0),
+            gpus: 7,
+            price: 285_714,
+            spot_floor: None,
+            mig_profile: Some("1g.10gb"),
+            ..O::default()
+        },
+        O {
+            slot: 2,
+            family: "a100",
+            vram_gb: 40,
+            cc: (8, 0),
+            gpus: 2,
+            price: 857_142,
+            spot_floor: None,
+            mig_profile: Some("3g.40gb"),
+            ..O::default()
+        },
+    ]);
+    let found = |q: &str| -> Vec<(u16, Option<String>)> {
+        search(&book, q)
+            .into_iter()
+            .map(|h| (h.vram_gb, h.mig_profile))
+            .collect()
+    };
+    // Slices are found as slices, cheapest first, with the memory their profile names.
+    assert_eq!(
+        found("mig=true"),
+        [(10, Some("1g.10gb".into())), (40, Some("3g.40gb".into()))]
+    );
+    assert_eq!(found("mig=true vram>=20"), [(40, Some("3g.40gb".into()))]);
+    assert_eq!(found("mig=false"), [(80, None)]);
+    assert_eq!(found("gpu=a100 vram>=10").len(), 3);
+}
+
+#[test]
 fn disk_price_finds_hosts_by_what_a_kept_workspace_costs() {
     let book = book_with(&[
         O {

@@ -35,6 +35,8 @@ pub struct O {
     pub disk_bytes: u64,
     /// What a kept workspace costs, micro-credits per GiB-hour (0: it says nothing).
     pub disk_price: u64,
+    /// The offer lists MIG instances of this profile (`vram_gb` their memory).
+    pub mig_profile: Option<&'static str>,
 }
 
 impl Default for O {
@@ -55,6 +57,7 @@ impl Default for O {
             max_duration_s: 86_400,
             disk_bytes: 0,
             disk_price: 0,
+            mig_profile: None,
         }
     }
 }
@@ -70,7 +73,11 @@ impl O {
         u[..8].copy_from_slice(&self.host.to_le_bytes());
         u[8..10].copy_from_slice(&self.slot.to_le_bytes());
         u[15] = i;
-        GpuUuid::Gpu(u)
+        if self.mig_profile.is_some() {
+            GpuUuid::Mig(u)
+        } else {
+            GpuUuid::Gpu(u)
+        }
     }
 
     pub fn sign(&self) -> Verified<Offer> {
@@ -107,6 +114,10 @@ impl O {
                         self.disk_bytes.to_le_bytes().to_vec(),
                     )
                     .unwrap();
+                }
+                if let Some(p) = self.mig_profile {
+                    ext.insert(EXT_OFFER_MIG_PROFILE, p.as_bytes().to_vec())
+                        .unwrap();
                 }
                 if self.disk_price > 0 {
                     ext.insert(

@@ -174,7 +174,7 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         return Ok(());
     }
     out!(
-        "{:<16} {:<10} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5} {:>5} {:<11}  host",
+        "{:<16} {:<14} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5} {:>5} {:<11}  host",
         "offer",
         "gpu",
         "vram",
@@ -189,9 +189,13 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
     for h in hits {
         let offer = h.offer.to_string();
         out!(
-            "{:<16} {:<10} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2} {:>5} {:<11}  {}",
+            "{:<16} {:<14} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2} {:>5} {:<11}  {}",
             &offer[..16.min(offer.len())],
-            h.family,
+            // A slice shows its profile: `a100 1g.10gb`.
+            match &h.mig_profile {
+                Some(p) => format!("{} {p}", h.family),
+                None => h.family.clone(),
+            },
             h.vram_gb,
             h.free,
             h.gpus,

@@ -77,6 +77,10 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
             clause,
             |v| matches!(v, Value::Bool(b) if *b == e.spot_floor.is_some()),
         ),
+        Field::Mig => holds(
+            clause,
+            |v| matches!(v, Value::Bool(b) if *b == e.mig_profile.is_some()),
+        ),
         Field::Host => holds(clause, |v| matches!(v, Value::Host(h) if *h == e.host_key)),
         Field::Image => holds(clause, |v| match v {
             Value::Image(d) => e.images.contains(d),

@@ -170,6 +170,8 @@ pub(crate) struct Entry {
     pub(crate) tags: Box<[(ImageDigest, Box<str>)]>,
     /// Windows the host has booked ahead on the offer's GPUs: (GPU index, start, end), ms.
     pub(crate) booked: Box<[(u8, u64, u64)]>,
+    /// The MIG profile, when the offer lists MIG instances.
+    pub(crate) mig_profile: Option<Box<str>>,
 }
 
 impl Entry {
@@ -409,7 +411,12 @@ impl OrderBook {
             bucket: 0,
             rel_inv: 1000 - self.hosts.reliability(host).min(1000),
             family,
-            vram_gb: family.nominal_vram_gb(first.memory_bytes),
+            // A slice's memory as its profile names it (`1g.10gb`: 10), a GPU's as the maker
+            // prints it.
+            vram_gb: offer
+                .mig_profile()
+                .and_then(gpux_protocol::mig_profile_gb)
+                .unwrap_or_else(|| family.nominal_vram_gb(first.memory_bytes)),
             cc: cc_key(first.compute_capability) as u16,
             pcie_gen: first.pcie_gen,
             tier: tier_key(offer.tier) as u8,
@@ -438,6 +445,7 @@ impl OrderBook {
                 .into_iter()
                 .map(|(g, s, e)| (g, s.0, e.0))
                 .collect(),
+            mig_profile: offer.mig_profile().map(Into::into),
         };
         let key = BucketKey {
             family,

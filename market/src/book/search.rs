@@ -23,6 +23,8 @@ pub struct Hit {
     pub family: GpuFamily,
     /// Memory per GPU, nominal GB.
     pub vram_gb: u16,
+    /// The MIG profile when the offer lists slices of GPUs (`1g.10gb`), not whole GPUs.
+    pub mig_profile: Option<String>,
     /// Compute capability.
     pub compute_capability: ComputeCapability,
     /// GPUs in the offer.
@@ -122,6 +124,7 @@ impl OrderBook {
             host: e.host_key,
             family: e.family,
             vram_gb: e.vram_gb,
+            mig_profile: e.mig_profile.as_deref().map(str::to_string),
             compute_capability: ComputeCapability::new((e.cc / 100) as u8, (e.cc % 100) as u8),
             gpus: e.gpus.len() as u16,
             free: self.free_at(e, now),

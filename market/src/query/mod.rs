@@ -66,11 +66,13 @@ pub enum Field {
     Stage,
     /// What a workspace kept after its workload costs, credits per GiB-hour (0: free).
     DiskPrice,
+    /// Whether the offer lists MIG instances (slices of a GPU) rather than whole GPUs.
+    Mig,
 }
 
 impl Field {
     /// Every field, with its name.
-    pub const ALL: [(Field, &'static str); 17] = [
+    pub const ALL: [(Field, &'static str); 18] = [
         (Field::Gpu, "gpu"),
         (Field::Vram, "vram"),
         (Field::Count, "count"),
@@ -88,6 +90,7 @@ impl Field {
         (Field::Disk, "disk"),
         (Field::Stage, "stage"),
         (Field::DiskPrice, "disk_price"),
+        (Field::Mig, "mig"),
     ];
 
     /// The field's name in queries.
@@ -102,7 +105,7 @@ impl Field {
     pub fn is_ordered(self) -> bool {
         !matches!(
             self,
-            Field::Gpu | Field::Region | Field::Spot | Field::Host | Field::Image
+            Field::Gpu | Field::Region | Field::Spot | Field::Host | Field::Image | Field::Mig
         )
     }
 }

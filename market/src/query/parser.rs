@@ -330,7 +330,7 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
                     "self-reported, challenged or cc-attested",
                 )
             }),
-        Field::Spot => match word.to_ascii_lowercase().as_str() {
+        Field::Spot | Field::Mig => match word.to_ascii_lowercase().as_str() {
             "true" | "yes" | "1" => Ok(Value::Bool(true)),
             "false" | "no" | "0" => Ok(Value::Bool(false)),
             _ => Err(bad(field, word, column, "true or false")),

@@ -91,6 +91,7 @@ fn every_field_parses_its_values() {
         ),
         ("tier=cc-attested".into(), Field::Tier, Value::Number(2)),
         ("spot=yes".into(), Field::Spot, Value::Bool(true)),
+        ("mig=true".into(), Field::Mig, Value::Bool(true)),
         (
             format!("host={}", host.peer_id()),
             Field::Host,
@@ -134,7 +135,7 @@ fn every_field_parses_its_values() {
         assert_eq!((c.field, &c.values[..]), (field, &[value][..]), "{text}");
     }
     // Every field is covered above.
-    assert_eq!(Field::ALL.len(), 17);
+    assert_eq!(Field::ALL.len(), 18);
 }
 
 #[test]

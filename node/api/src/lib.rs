@@ -147,6 +147,9 @@ pub struct OfferHit {
     pub family: String,
     /// Memory per GPU, nominal GB.
     pub vram_gb: u16,
+    /// The MIG profile (`1g.10gb`) when the offer lists slices of GPUs, not whole GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
     /// Compute capability.
     pub compute_capability: ComputeCapability,
     /// GPUs in the offer.

@@ -219,6 +219,7 @@ impl MarketView {
                 host: h.host,
                 family: h.family.key().to_string(),
                 vram_gb: h.vram_gb,
+                mig_profile: h.mig_profile,
                 compute_capability: h.compute_capability,
                 gpus: h.gpus,
                 free: h.free,

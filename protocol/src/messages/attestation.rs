@@ -183,6 +183,14 @@ pub fn mig_compute_slices(profile: &str) -> Option<u32> {
     n.parse().ok().filter(|&n| n > 0)
 }
 
+/// The memory a MIG profile names, GB as the maker prints it (`1g.10gb` has 10,
+/// `1g.10gb+me` 10, `1c.3g.40gb` 40). `None` when the profile does not end that way.
+pub fn mig_profile_gb(profile: &str) -> Option<u16> {
+    let base = profile.split('+').next()?;
+    let (_, last) = base.rsplit_once('.')?;
+    last.strip_suffix("gb")?.parse().ok()
+}
+
 fn ensure_profile(profile: &str) -> Result<(), InvalidMessage> {
     let charset = profile
         .bytes()

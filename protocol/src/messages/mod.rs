@@ -41,7 +41,7 @@ mod usage;
 
 pub use attestation::{
     Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MAX_MIG_PROFILE,
-    MigFacts, MigInstance, PcieFacts, mig_compute_slices,
+    MigFacts, MigInstance, PcieFacts, mig_compute_slices, mig_profile_gb,
 };
 pub use challenge::{
     ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_N,
