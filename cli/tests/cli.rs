@@ -315,6 +315,7 @@ mod group;
 mod leases;
 mod ledger;
 mod market;
+mod mig;
 mod orders;
 mod resume;
 mod workload;

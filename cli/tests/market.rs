@@ -232,10 +232,16 @@ impl Market {
     /// Starts (and funds) one more host whose fake GPUs say they are `name`.
     pub fn add_host_of(&mut self, name: &str, memory: u64, cc: (u8, u8)) {
         let h = self.hosts.len();
-        let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
         let toml: String = (0..self.gpus_per_host)
             .map(|g| format!("[[gpu]]\nname = \"{name}\"\nuuid = \"GPU-{h:08x}-{g:04x}-3333-4444-555555555555\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n", cc.0, cc.1))
             .collect();
+        self.add_host_config(&toml);
+    }
+
+    /// Starts (and funds) one more host whose fake driver reads `toml` (`[[gpu]]` tables).
+    pub fn add_host_config(&mut self, toml: &str) {
+        let h = self.hosts.len();
+        let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
         std::fs::write(&gpus, toml).unwrap();
         let mut args = self.common();
         args.extend(

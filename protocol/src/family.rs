@@ -168,6 +168,15 @@ impl GpuFamily {
         }
     }
 
+    /// A MIG instance's share of a GPU of this family, as (its compute slices, the GPU's):
+    /// `1g.10gb` on an A100 is (1, 7). A family the table gives no MIG slices counts 7
+    /// (every MIG part so far has 7 or 4). `None` when the profile names no slices.
+    pub fn mig_share(self, profile: &str) -> Option<(u32, u32)> {
+        let of = self.mig_compute_slices().unwrap_or(7);
+        let n = crate::mig_compute_slices(profile)?.min(of);
+        Some((n, of))
+    }
+
     /// The GB figure a maker prints for a GPU of this family reporting `memory_bytes`
     /// (see the [module docs](self)).
     pub fn nominal_vram_gb(self, memory_bytes: u64) -> u16 {

@@ -675,6 +675,12 @@ impl OrderBook {
         Some(e.family)
     }
 
+    /// The MIG profile of an offer of slices (`None` for whole GPUs or an unknown offer).
+    pub fn offer_mig_profile(&self, offer: &ContentId) -> Option<&str> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        e.mig_profile.as_deref()
+    }
+
     /// The image an offer lists under a tag matching `pattern` (see
     /// [`crate::query::tag_matches`]), if any.
     pub fn offer_image_tagged(&self, offer: &ContentId, pattern: &str) -> Option<ImageDigest> {

@@ -668,17 +668,26 @@ impl Daemon {
                         .book
                         .offer_retention(&allocation.offer)
                         .unwrap_or((MicroCredits::ZERO, None));
-                    let reference_gops =
-                        self.market
-                            .book
-                            .offer_family(&allocation.offer)
-                            .and_then(|family| {
-                                self.challenge_references.get(&family).copied().or_else(|| {
+                    let book = &self.market.book;
+                    let reference_gops = book.offer_family(&allocation.offer).and_then(|family| {
+                        let whole =
+                            self.challenge_references
+                                .get(&family)
+                                .copied()
+                                .or_else(|| {
                                     gpux_attestation::spec::specs_of(family)
                                         .next()
                                         .map(|s| s.challenge_gops)
-                                })
-                            });
+                                })?;
+                        // A MIG slice's reference is its share of the GPU's compute.
+                        match book.offer_mig_profile(&allocation.offer) {
+                            Some(profile) => {
+                                let (n, of) = family.mig_share(profile)?;
+                                Some(whole * f64::from(n) / f64::from(of))
+                            }
+                            None => Some(whole),
+                        }
+                    });
                     found.push(Candidate {
                         allocation,
                         image,

@@ -405,7 +405,10 @@ mod tests {
         assert_eq!(requests.len(), 1);
         assert_eq!(requests[0].device_ids, Some(vec![slice.clone()]));
         let env = body.env.unwrap();
-        assert!(env.contains(&format!("NVIDIA_VISIBLE_DEVICES={slice}")), "{env:?}");
+        assert!(
+            env.contains(&format!("NVIDIA_VISIBLE_DEVICES={slice}")),
+            "{env:?}"
+        );
         // A fake GPU host passes no device, and names the slice for the workload.
         let body = container_config(&spec(GpuBinding::Fake(vec![slice.clone()])), "n");
         assert!(host_is_gpu_free(body.host_config.as_ref().unwrap()));

@@ -240,12 +240,9 @@ fn slice_price(price: MicroCredits, unit: &Unit<'_>) -> MicroCredits {
     let Some(slice) = unit.slice else {
         return price;
     };
-    let of = GpuFamily::classify(&unit.gpu.name)
-        .mig_compute_slices()
-        .unwrap_or(7);
-    let n = gpux_protocol::mig_compute_slices(&slice.profile)
-        .unwrap_or(1)
-        .min(of);
+    let (n, of) = GpuFamily::classify(&unit.gpu.name)
+        .mig_share(&slice.profile)
+        .unwrap_or((1, 7));
     MicroCredits((price.0 * u64::from(n) / u64::from(of)).max(1))
 }
 
