@@ -382,14 +382,15 @@ mod testnet {
         );
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
-        // A ledger, 2 hosts and 2 renters.
+        // A ledger, 2 hosts and 2 renters; host-1 offers its A100s whole and, apart, the
+        // MIG slices of its first one.
         assert_eq!(report["nodes"], 5);
         assert!(
-            report["offers_published"].as_u64().unwrap() <= 2,
+            report["offers_published"].as_u64().unwrap() <= 3,
             "{report}"
         );
-        assert_eq!(report["offers_before_renting"], 2, "{report}");
-        assert_eq!(report["offers_seen_min_before_renting"], 2, "{report}");
+        assert_eq!(report["offers_before_renting"], 3, "{report}");
+        assert_eq!(report["offers_seen_min_before_renting"], 3, "{report}");
         assert_eq!(report["double_allocations"], 0);
         // The gossip budgets never throttle an honest market.
         assert_eq!(report["over_budget_messages"], 0, "{report}");
@@ -426,6 +427,7 @@ mod testnet {
         assert_eq!(report["challenges_passed"], 1, "{report}");
         assert_eq!(report["challenges_failed"], 1, "{report}");
         assert_eq!(report["groups"], 1, "{report}");
+        assert_eq!(report["mig_leases"], 1, "{report}");
         // The spot lease was rented with --resume: its work ran again after the preemption.
         assert_eq!(report["resumed_leases"], 1, "{report}");
         let preempted: Vec<_> = report["leases"]

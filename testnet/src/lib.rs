@@ -263,11 +263,24 @@ pub fn up(
             let (model, memory, cc, price) = MODELS[h % MODELS.len()];
             let count = 1 + h % 4;
             let mut toml = String::new();
+            // One offer per host, and one more for an A100 host's MIG slices.
+            expected_offers += 1 + usize::from(model.contains("A100"));
             for g in 0..count {
                 toml.push_str(&format!(
-                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n\n",
+                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n",
                     cc.0, cc.1
                 ));
+                // An A100 host's first GPU runs MIG: two 1g.5gb slices, offered apart.
+                if g == 0 && model.contains("A100") {
+                    toml.push_str("mig_enabled = true\nmig = [\n");
+                    for s in 1..=2 {
+                        toml.push_str(&format!(
+                            "  {{ uuid = \"MIG-{h:08x}-0001-4000-8000-{s:012x}\", profile = \"1g.5gb\", memory_total_bytes = 5100273664 }},\n"
+                        ));
+                    }
+                    toml.push_str("]\n");
+                }
+                toml.push('\n');
             }
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let gpus = dir.join("gpus.toml");
@@ -298,7 +311,6 @@ pub fn up(
                 ]
                 .map(String::from),
             );
-            expected_offers += 1;
             host_dirs.push(dir.clone());
         } else {
             // The fake GPUs prove on the CPU: renters judge them against it.
@@ -523,6 +535,7 @@ pub fn up(
                     report.orders.challenges_passed = f.challenges_passed;
                     report.orders.challenges_failed = f.challenges_failed;
                     report.orders.groups = f.groups;
+                    report.orders.mig_leases = f.mig_leases;
                 }
                 Err(e) => report.errors.push(format!("orders: {e:#}")),
             }

@@ -27,6 +27,8 @@ pub struct OrderFigures {
     pub resumed_leases: usize,
     /// Group orders placed over several hosts and started together.
     pub groups: usize,
+    /// Leases of a MIG slice whose container was given exactly that slice.
+    pub mig_leases: usize,
     /// Performance challenges passed before the work (the honest host's).
     pub challenges_passed: usize,
     /// Performance challenges failed: hosts caught claiming a faster model than their
@@ -62,7 +64,8 @@ pub fn challenge_references(rate: f64) -> Vec<String> {
 }
 
 /// The second half of the round, with two hosts or more: `renter` challenges host-1's A100
-/// (honest) and host-0's claimed H100 (caught), then places a group over both hosts.
+/// (honest) and host-0's claimed H100 (caught), places a group over both hosts, and
+/// rents a MIG slice of host-1's first A100.
 pub(crate) fn challenge_and_group_round(
     renter: &harness::Node,
     progress: &dyn Fn(&str),
@@ -71,7 +74,7 @@ pub(crate) fn challenge_and_group_round(
     let api = ApiClient::for_data_dir(&renter.dir)?;
     let challenged = |family: &str| {
         api.rent(&gpux_api::RentRequest {
-            query: format!("gpu={family}"),
+            query: format!("gpu={family} mig=false"),
             gpus: 1,
             max_price: "10".into(),
             duration_s: 3,
@@ -81,7 +84,7 @@ pub(crate) fn challenge_and_group_round(
         })
     };
     wait("host-0's GPU to be offered", 30, || {
-        api.offers("gpu=h100", 5)
+        api.offers("gpu=h100 mig=false", 5)
             .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
     })?;
     let honest = challenged("a100").context("the honest host's challenge")?;
@@ -103,12 +106,12 @@ pub(crate) fn challenge_and_group_round(
     }
     // A group of 3 GPUs: 2 on host-1, 1 on host-0, started together.
     wait("every GPU to be offered again", 30, || {
-        api.offers("", 10)
+        api.offers("mig=false", 10)
             .is_ok_and(|hits| hits.iter().map(|h| u64::from(h.free)).sum::<u64>() >= 3)
     })?;
     let placed = api
         .rent_group(&gpux_api::RentRequest {
-            query: String::new(),
+            query: "mig=false".into(),
             gpus: 3,
             max_price: "10".into(),
             duration_s: 4,
@@ -129,6 +132,43 @@ pub(crate) fn challenge_and_group_round(
         "orders: group {} placed 3 GPUs over {} hosts, started together",
         placed.group,
         placed.leases.len()
+    ));
+    // A MIG slice of host-1's A100: its container is given that slice and no other. The
+    // group may still hold the slice's GPU, whose slices stay listed until the host's next
+    // publication: its refusal is the book working, so the rent is tried again.
+    let mut rented = None;
+    wait("a MIG slice to be rented", 30, || {
+        rented = api
+            .rent(&gpux_api::RentRequest {
+                query: "mig=true".into(),
+                gpus: 1,
+                max_price: "10".into(),
+                duration_s: 3,
+                command: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "echo devices=$GPUX_DEVICES; sleep 1".into(),
+                ],
+                ..Default::default()
+            })
+            .ok();
+        rented.is_some()
+    })?;
+    let slice = rented.context("renting a MIG slice")?;
+    let [device] = &slice.gpus[..] else {
+        bail!("a slice lease was given {:?}", slice.gpus);
+    };
+    if !device.starts_with("MIG-") {
+        bail!("a slice lease was given {device}, not a MIG device");
+    }
+    let wanted = format!("devices={device}\n");
+    wait("the slice's container to name its device", 20, || {
+        api.logs(&slice.lease, 0)
+            .is_ok_and(|p| p.text.contains(&wanted))
+    })?;
+    figures.mig_leases = 1;
+    progress(&format!(
+        "orders: a MIG slice lease ran on exactly {device}"
     ));
     Ok(figures)
 }

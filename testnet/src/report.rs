@@ -11,7 +11,8 @@ pub struct Report {
     pub offers_published: usize,
     /// The fewest of those any renter's book holds.
     pub offers_seen_min: usize,
-    /// Offers published before anyone rented (one per host).
+    /// Offers published before anyone rented (one per host, one more for an A100 host's
+    /// MIG slices).
     pub offers_before_renting: usize,
     /// The fewest of those any renter's book held before renting began.
     pub offers_seen_min_before_renting: usize,
