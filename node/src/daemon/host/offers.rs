@@ -158,9 +158,8 @@ pub(crate) fn sign(
                 gpux_protocol::EXT_OFFER_MIG_PROFILE,
                 slice.profile.as_bytes().to_vec(),
             );
-            let share = |p: MicroCredits| slice_price(p, &group[0]);
-            price = share(price);
-            spot_floor = spot_floor.map(share);
+            price = slice_price(price, group[0]);
+            spot_floor = spot_floor.map(|p| slice_price(p, group[0]));
         }
         if !booked.is_empty() {
             // At most 8 records of 17 bytes: within the ext map's limits.
@@ -358,6 +357,51 @@ mod tests {
             images: BoundedVec::new(options.images.clone()).unwrap(),
             ext: Ext::new(),
         }
+    }
+
+    #[test]
+    fn a_slice_costs_its_share_of_the_gpus_compute() {
+        let gpu = |name: &str| GpuFacts {
+            index: 0,
+            name: BoundedString::new(name).unwrap(),
+            uuid: GpuUuid::Gpu([1; 16]),
+            serial: None,
+            board_part_number: None,
+            memory_total_bytes: 80 << 30,
+            compute_capability: ComputeCapability { major: 8, minor: 0 },
+            pcie: Default::default(),
+            power_limit_mw: None,
+            max_sm_clock_mhz: None,
+            max_memory_clock_mhz: None,
+            ecc: None,
+            mig: None,
+            confidential_compute: None,
+        };
+        let slice = |profile: &str| MigInstance {
+            uuid: GpuUuid::Mig([2; 16]),
+            profile: BoundedString::new(profile).unwrap(),
+            memory_total_bytes: 10 << 30,
+        };
+        let price = MicroCredits(3_600_000);
+        let (a100, a30) = (gpu("NVIDIA A100-SXM4-80GB"), gpu("NVIDIA A30"));
+        let (one, three, two) = (slice("1g.10gb"), slice("3g.40gb"), slice("2g.12gb"));
+        let unit = |gpu, slice| Unit {
+            gpu,
+            slice: Some(slice),
+        };
+        assert_eq!(slice_price(price, &unit(&a100, &one)).0, 3_600_000 / 7);
+        assert_eq!(
+            slice_price(price, &unit(&a100, &three)).0,
+            3_600_000 * 3 / 7
+        );
+        // An A30 cuts into 4.
+        assert_eq!(slice_price(price, &unit(&a30, &two)).0, 1_800_000);
+        // A whole GPU keeps its price.
+        let whole = Unit {
+            gpu: &a100,
+            slice: None,
+        };
+        assert_eq!(slice_price(price, &whole), price);
     }
 
     #[test]
