@@ -249,7 +249,7 @@ impl gpux_node::plane::copy::Progress for Bar {
 
 /// Copies files and directories in or out of a lease's workspace.
 pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result<()> {
-    use gpux_node::plane::copy::{self, Place};
+    use gpux_node::plane::copy::Place;
     let api = ApiClient::for_data_dir(dir)?;
     let src = Place::parse(src).map_err(anyhow::Error::msg)?;
     let dst = Place::parse(dst).map_err(anyhow::Error::msg)?;
@@ -263,7 +263,8 @@ pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result
     );
     let bar = Bar(bar);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let report = runtime.block_on(copy::copy(&api, &src, &dst, &bar));
+    // The node reads and writes the local side itself; only progress crosses to here.
+    let report = runtime.block_on(gpux_node::plane::delegate::copy(&api, &src, &dst, &bar));
     bar.0.finish_and_clear();
     let report = report?;
     if json {

@@ -388,6 +388,51 @@ async fn files(
 }
 
 #[derive(serde::Deserialize)]
+struct CopyParams {
+    /// base64url of the JSON `CopyOrder`.
+    request: String,
+}
+
+/// `gpux cp`: this node copies between its own filesystem and the lease's workspace, and
+/// tells the CLI how far it got (see `plane::delegate`).
+async fn copy(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    params: Result<Query<CopyParams>, QueryRejection>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    use base64::Engine;
+    let order = params
+        .map_err(|e| e.body_text())
+        .and_then(|Query(p)| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p.request)
+                .map_err(|e| e.to_string())
+        })
+        .and_then(|json| {
+            serde_json::from_slice::<crate::plane::delegate::CopyOrder>(&json)
+                .map_err(|e| e.to_string())
+        });
+    let order = match order {
+        Ok(o) if o.local.is_absolute() => o,
+        Ok(o) => {
+            return error(ApiError::bad_input(format!(
+                "the copy's local path {} is not absolute",
+                o.local.display()
+            )));
+        }
+        Err(e) => return error(ApiError::bad_input(format!("the copy request: {e}"))),
+    };
+    match state.bridge.open_files(&lease).await {
+        Ok(stream) => {
+            ws.on_upgrade(move |socket| crate::plane::delegate::serve(socket, stream, order))
+        }
+        Err(e) => error(e),
+    }
+}
+
+#[derive(serde::Deserialize)]
 struct ForwardParams {
     port: u16,
 }
@@ -479,6 +524,7 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/exec", get(exec))
         .route("/v1/leases/{lease}/forward", get(forward))
         .route("/v1/leases/{lease}/files", get(files))
+        .route("/v1/leases/{lease}/copy", get(copy))
         .route("/v1/balance", get(balance))
         .route("/v1/ledger", get(ledger))
         .route("/v1/ledger/mint", post(mint))

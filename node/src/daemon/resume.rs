@@ -125,7 +125,7 @@ impl ResumeTask {
         let mut last = String::new();
         for _ in 0..FETCH_ATTEMPTS {
             match self.bridge.open_files(&lease).await {
-                Ok(stream) => match download_over(stream, dir, &self.local).await {
+                Ok(stream) => match download_over(stream, dir, &self.local, &()).await {
                     Ok(report) => {
                         tracing::info!(
                             "lease {}: its checkpoint came out ({} files, {} bytes)",
@@ -179,7 +179,7 @@ impl ResumeTask {
         let mut last = String::new();
         for _ in 0..FETCH_ATTEMPTS {
             match self.bridge.open_files(lease).await {
-                Ok(stream) => match upload_over(stream, from, dir, false).await {
+                Ok(stream) => match upload_over(stream, from, dir, false, &()).await {
                     Ok(_) => return Ok(()),
                     Err(e) => last = e.to_string(),
                 },

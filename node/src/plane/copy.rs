@@ -76,7 +76,7 @@ impl Place {
 }
 
 /// What a copy did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CopyReport {
     /// Files copied (or found already there, unchanged).
     pub files: u64,
@@ -137,6 +137,9 @@ pub enum CopyError {
     /// A copy that cannot be done as asked.
     #[error("{0}")]
     Usage(String),
+    /// The node, copying for the CLI, failed (its own words).
+    #[error("{0}")]
+    ByNode(String),
 }
 
 fn local(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
@@ -492,8 +495,9 @@ pub(crate) async fn upload_over(
     from: &Path,
     to: &str,
     into: bool,
+    progress: &dyn Progress,
 ) -> Result<CopyReport, CopyError> {
-    upload(&mut Session::over(stream), from, to, into, &()).await
+    upload(&mut Session::over(stream), from, to, into, progress).await
 }
 
 /// Copies `/workspace/{from}` to local `to` over `stream`, as [`copy`] does for the CLI.
@@ -501,8 +505,9 @@ pub(crate) async fn download_over(
     stream: super::FramedStream,
     from: &str,
     to: &Path,
+    progress: &dyn Progress,
 ) -> Result<CopyReport, CopyError> {
-    download(&mut Session::over(stream), from, to, &()).await
+    download(&mut Session::over(stream), from, to, progress).await
 }
 
 /// What is under a local directory, relative to it, sorted.

@@ -5,7 +5,8 @@
 //!   container runs, bounded in number, idle time and the lease's end.
 //! - `bridge` is the renter node's side: the local API's WebSocket endpoints that the CLI
 //!   talks to, each bridged to one stream to the host.
-//! - [`client`] and [`copy`] are the CLI's side of those endpoints.
+//! - [`client`] and [`copy`] are the CLI's side of those endpoints; [`delegate`] has the
+//!   node itself do a copy's file I/O, the CLI only showing progress (what `gpux cp` uses).
 //! - `files` serves a lease's workspace from its filesystem on the host, through `confined`
 //!   (every path resolved by `openat2` beneath the workspace, through no link).
 //!
@@ -20,6 +21,7 @@ mod chunks;
 pub mod client;
 mod confined;
 pub mod copy;
+pub mod delegate;
 mod files;
 pub(crate) mod host;
 pub(crate) mod stage;
