@@ -89,6 +89,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Challenge a running lease's GPUs: a seeded matrix product, checked with Freivalds
+    /// and timed by your node, while the host pauses your workload. A host below 90% of
+    /// its model's reference rate, or with a wrong product, ends the lease at once.
+    Challenge {
+        /// The lease id.
+        lease: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop a lease you rent: the host stops the container, bills the time used and
     /// returns the rest of the escrow.
     Stop {
@@ -452,6 +462,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
         Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
         Command::Commit { lease, json } => cmd::lease::commit(&dir, &lease, json)?,
+        Command::Challenge { lease, json } => cmd::lease::challenge(&dir, &lease, json)?,
         Command::Group {
             action: GroupAction::Scale { group, delta, json },
         } => cmd::market::scale_group(&dir, &group, delta, json)?,

@@ -3,7 +3,9 @@
 //! The fake GPUs' reference rates are calibrated against the CPU prover in this same run: an
 //! honest fake L4 passes and its work starts; a host whose fake GPUs claim to be H100s, three
 //! times faster than its prover sustains, is caught, ends `challenge-failed` and is paid
-//! nothing.
+//! nothing. Challenged again while it runs (`gpux challenge LEASE`), the honest host pauses
+//! the workload while it proves and passes; the slow one, rented without a challenge, is
+//! caught while running and its lease ends at once.
 
 use std::time::Instant;
 
@@ -24,6 +26,36 @@ fn cpu_prover_gops(n: usize) -> f64 {
     rates[2]
 }
 
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// What Docker did to `lease`'s container since `since` (unix seconds): `pause`,
+/// `unpause`, ...
+fn docker_actions(lease: &str, since: u64) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "events",
+            "--since",
+            &since.saturating_sub(1).to_string(),
+            "--until",
+            &(unix_now() + 1).to_string(),
+            "--filter",
+            &format!("label=gpux.lease={lease}"),
+            "--format",
+            "{{.Action}}",
+        ])
+        .output()
+        .expect("running docker events");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught_unpaid() {
     let rate = cpu_prover_gops(128);
@@ -41,7 +73,7 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
     let before = market.balance(renter);
     let rent = |query: &str| {
         let options = ["--challenge", "--max-price", "5", "--duration", "60"];
-        market.rent_output(renter, query, &options, "echo challenged work; sleep 2")
+        market.rent_output(renter, query, &options, "echo challenged work; sleep 8")
     };
 
     let out = rent("gpu=l4");
@@ -69,6 +101,29 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
             .is_ok_and(|p| p.text.contains("challenged work"))
     });
 
+    // Challenged again while it runs: the host freezes the workload while it proves.
+    let since = unix_now();
+    let out = renter.gpux(&["challenge", &rented.lease, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again: gpux_api::ChallengePassed = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        again.achieved_gops >= 0.9 * again.reference_gops,
+        "{again:?}"
+    );
+    let actions = docker_actions(&rented.lease, since);
+    assert!(
+        actions.contains(&"pause".to_string()) && actions.contains(&"unpause".to_string()),
+        "{actions:?}"
+    );
+    assert!(
+        renter.lease(&rented.lease).end.is_none(),
+        "a passed challenge ended the lease"
+    );
+
     // The H100 host answers right but at a third of its model's rate: caught.
     let out = rent("gpu=h100");
     assert!(!out.status.success(), "the slow H100 was accepted");
@@ -92,12 +147,54 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
         Some("challenge-failed")
     );
 
-    // The renter paid the honest lease only.
+    // Rented without a challenge, the slow host's lease runs; challenged while running, it
+    // is caught and ends at once, paid for what ran (not its 60 s).
+    wait_for("the slow host's GPU offered again", 30, || {
+        renter
+            .api()
+            .offers("gpu=h100", 5)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    });
+    let out = market.rent_output(
+        renter,
+        "gpu=h100",
+        &["--max-price", "5", "--duration", "60"],
+        "echo slow work; sleep 50",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let running: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    wait_for("the slow host's work to run", 30, || {
+        renter
+            .api()
+            .logs(&running.lease, 0)
+            .is_ok_and(|p| p.text.contains("slow work"))
+    });
+    let out = renter.gpux(&["challenge", &running.lease]);
+    assert!(!out.status.success(), "the slow H100 passed while running");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("failed the performance challenge"), "{err}");
+    wait_for("the caught running lease to settle", 40, || {
+        slow.lease(&running.lease).settled
+    });
+    let ended = slow.lease(&running.lease);
+    assert_eq!(ended.end.as_deref(), Some("challenge-failed"), "{ended:?}");
+    assert_eq!(
+        renter.lease(&running.lease).end.as_deref(),
+        Some("challenge-failed")
+    );
+    let slow_paid = ended.redeemed;
+    assert!(slow_paid > 0, "{ended:?}");
+
+    // The renter paid the honest lease, and the slow one's time until it was caught.
     wait_for("the honest lease to settle", 60, || {
         market.hosts[0].lease(&rented.lease).settled
     });
-    let paid = market.hosts[0].lease(&rented.lease).redeemed;
-    assert!(paid > 0);
+    let paid = market.hosts[0].lease(&rented.lease).redeemed + slow_paid;
+    assert!(paid > slow_paid);
     wait_for("the renter's escrows to close", 30, || {
         market.ledger_state().open_escrows == 0
     });

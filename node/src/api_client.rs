@@ -236,6 +236,11 @@ impl ApiClient {
         self.post(&format!("/v1/leases/{lease}/commit"), &())
     }
 
+    /// `POST /v1/leases/{lease}/challenge`: the performance challenge of a running lease.
+    pub fn challenge(&self, lease: &str) -> Result<gpux_api::ChallengePassed, ClientError> {
+        self.post(&format!("/v1/leases/{lease}/challenge"), &())
+    }
+
     /// `GET /v1/leases/{lease}/receipts`.
     pub fn receipts(&self, lease: &str) -> Result<gpux_api::Receipts, ClientError> {
         self.get(&format!("/v1/leases/{lease}/receipts"), &[])

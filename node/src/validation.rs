@@ -219,6 +219,34 @@ impl Validator {
         self.attestations.get(id)
     }
 
+    /// What `host` attested `device` to be, from its newest attestation known here that
+    /// lists it: the GPU's name and, for a MIG instance, its profile.
+    pub fn attested_device(
+        &self,
+        host: &PublicKey,
+        device: &gpux_protocol::GpuUuid,
+    ) -> Option<(String, Option<String>)> {
+        self.attestation_order
+            .iter()
+            .rev()
+            .filter_map(|id| self.attestations.get(id))
+            .filter(|a| a.signer() == *host)
+            .find_map(|a| {
+                a.gpus.iter().find_map(|g| {
+                    if g.uuid == *device {
+                        return Some((g.name.to_string(), None));
+                    }
+                    let slice = g
+                        .mig
+                        .as_ref()?
+                        .instances
+                        .iter()
+                        .find(|i| i.uuid == *device)?;
+                    Some((g.name.to_string(), Some(slice.profile.to_string())))
+                })
+            })
+    }
+
     /// Remembers an attestation (one this node made, or one read from disk).
     pub fn remember_attestation(&mut self, att: Verified<Attestation>) {
         if self.attestations.insert(att.id(), att.clone()).is_none() {

@@ -69,6 +69,22 @@ pub(crate) fn commit(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
+pub(crate) fn challenge(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> {
+    let passed = ApiClient::for_data_dir(dir)?.challenge(lease)?;
+    if json {
+        return super::print_json(&passed);
+    }
+    out!(
+        "lease {lease}: passed at {:.2} Gop/s ({:.0}% of the reference {:.2}; n = {}, round trip {:.1} ms)",
+        passed.achieved_gops,
+        passed.achieved_gops / passed.reference_gops * 100.0,
+        passed.reference_gops,
+        passed.n,
+        passed.round_trip_ms
+    )?;
+    Ok(())
+}
+
 pub(crate) fn stop(dir: &Path, lease: &str) -> anyhow::Result<()> {
     ApiClient::for_data_dir(dir)?.stop(lease)?;
     out!("lease {lease}: the host is stopping it; `gpux receipts {lease}` shows the bill")?;

@@ -277,15 +277,21 @@ impl RenterLease {
         ])
     }
 
-    /// The renter's performance challenge of a held lease failed: the lease ends now,
-    /// before its work, and the host is told why (it ends it unpaid and releases the
-    /// escrow).
+    /// The renter's performance challenge failed. A held lease ends now, before its work,
+    /// and the host is told why (it ends it unpaid and releases the escrow). A running one
+    /// is stopped as a renter's stop is (receipts billing past now and the grace are
+    /// disputed), its end saying why: it pays what ran, never the window's committed
+    /// minimum.
     pub fn fail_challenge(&mut self, now: Timestamp) -> Result<Vec<RenterEffect>, CommitError> {
-        if self.rec.phase != RenterPhase::Held {
-            return Err(CommitError::NotHeld);
-        }
         let mut out = Vec::new();
-        self.end(now, End::ChallengeFailed, &mut out);
+        match self.rec.phase {
+            RenterPhase::Held => self.end(now, End::ChallengeFailed, &mut out),
+            RenterPhase::Running => {
+                self.rec.stop_requested_at.get_or_insert(now);
+                out.push(RenterEffect::Persist);
+            }
+            _ => return Err(CommitError::NotHeld),
+        }
         self.send_end(now, gpux_protocol::EndReason::ChallengeFailed, &mut out);
         Ok(out)
     }

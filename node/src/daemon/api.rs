@@ -79,6 +79,10 @@ pub(crate) enum ApiCommand {
         lease: String,
         reply: Reply<gpux_api::Committed>,
     },
+    Challenge {
+        lease: String,
+        reply: Reply<gpux_api::ChallengePassed>,
+    },
     Balance {
         reply: Reply<Balance>,
     },
@@ -293,6 +297,14 @@ async fn commit(
     UrlPath(lease): UrlPath<String>,
 ) -> Response {
     ask(&state, |reply| ApiCommand::Commit { lease, reply }).await
+}
+
+async fn challenge(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::Challenge { lease, reply }).await
 }
 
 async fn balance(_: Authorized, State(state): State<AppState>) -> Response {
@@ -519,6 +531,7 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/receipts", get(receipts))
         .route("/v1/leases/{lease}/stop", post(stop))
         .route("/v1/leases/{lease}/commit", post(commit))
+        .route("/v1/leases/{lease}/challenge", post(challenge))
         .route("/v1/groups", post(group))
         .route("/v1/groups/{group}/scale", post(scale_group))
         .route("/v1/leases/{lease}/exec", get(exec))

@@ -92,6 +92,14 @@ impl RenterRole {
     }
 
     /// The stored record of every rented lease, settled or not.
+    /// The request of this node's lease `id`, while it runs.
+    pub(crate) fn running_lease(&self, id: &ContentId) -> Option<&LeaseRequest> {
+        self.leases
+            .get(id)
+            .filter(|l| l.phase() == gpux_lease::RenterPhase::Running)
+            .map(|l| &**l.request())
+    }
+
     pub(crate) fn records(&self) -> Vec<(ContentId, gpux_lease::RenterRecord)> {
         self.state.renter_leases().unwrap_or_default()
     }

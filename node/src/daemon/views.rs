@@ -383,6 +383,12 @@ impl Daemon {
             ApiCommand::Commit { lease, reply } => {
                 let _ = reply.send(parse_lease(&lease).and_then(|id| self.renter.commit(id)));
             }
+            ApiCommand::Challenge { lease, reply } => match parse_lease(&lease) {
+                Ok(id) => self.challenge_running(id, reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             ApiCommand::Balance { reply } => {
                 let ledger = self.ledger.clone();
                 let account = self.key.public();

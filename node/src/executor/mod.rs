@@ -484,6 +484,25 @@ impl Executor {
         }
     }
 
+    /// Freezes every process of the container (cgroup freezer), so that a performance
+    /// challenge measures the GPU without the workload on it.
+    pub async fn pause(&self, id: &str) -> Result<(), ExecError> {
+        self.docker
+            .pause_container(id)
+            .await
+            .map_err(docker_err("pause container"))
+    }
+
+    /// Lets a paused container's processes run again. Fine when it is not paused.
+    pub async fn unpause(&self, id: &str) -> Result<(), ExecError> {
+        match self.docker.unpause_container(id).await {
+            Ok(()) => Ok(()),
+            // 409: not paused; 404: gone.
+            Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+            Err(e) => Err(docker_err("unpause container")(e)),
+        }
+    }
+
     /// Removes the container (killing it if needed) with its volumes, then checks that the
     /// container and every volume it had are really gone, and that no volume labelled with
     /// its lease remains. Fine when the container was already gone.

@@ -1,5 +1,7 @@
-//! The performance challenge on a held lease's GPUs (`gpux rent --challenge`), over
-//! `/gpux/challenge/1`.
+//! The performance challenge on a lease's GPUs, over `/gpux/challenge/1`: on a held lease
+//! before its work (`gpux rent --challenge`), or on a running one (`gpux challenge LEASE`),
+//! whose container the host pauses while it proves, so that a GPU busy with the renter's
+//! own work is not taken for a slow one.
 //!
 //! Before the work starts, the renter's node times one exchange with the host (the round
 //! trip), sizes a seeded matrix product so that its compute at the claimed model's
@@ -30,6 +32,7 @@ use libp2p::{PeerId, StreamProtocol};
 
 use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
 use crate::attest::now;
+use crate::executor::Executor;
 use crate::p2p::Client;
 use crate::store::{NodeState, SledStore};
 
@@ -199,9 +202,29 @@ pub(crate) async fn run(
 pub(crate) struct ChallengeHost {
     pub(crate) key: Keypair,
     pub(crate) state: NodeState<SledStore>,
+    /// Pauses a running lease's container while its challenge proves.
+    pub(crate) exec: Executor,
     pub(crate) fake_gpus: bool,
     /// One challenge at a time per host: the prover has the machine's cores.
     pub(crate) busy: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// Lets a paused container run again when dropped, on every way out of a challenge.
+struct Unpause {
+    exec: Executor,
+    container: String,
+}
+
+impl Drop for Unpause {
+    fn drop(&mut self) {
+        let exec = self.exec.clone();
+        let container = std::mem::take(&mut self.container);
+        tokio::spawn(async move {
+            if let Err(e) = exec.unpause(&container).await {
+                tracing::warn!("unpausing {container} after a challenge: {e}");
+            }
+        });
+    }
 }
 
 async fn refuse(framed: &mut FramedStream, code: PlaneRefusal, detail: &str) {
@@ -221,16 +244,18 @@ impl ChallengeHost {
         Ok(())
     }
 
-    /// Whether `peer` may challenge `lease` now: its renter, while it is held.
-    fn admit(&self, peer: PeerId, lease: ContentId) -> Result<(), (PlaneRefusal, String)> {
+    /// Whether `peer` may challenge `lease` now: its renter, while it is held or running.
+    /// `Ok(true)`: it runs, and its container is paused while the host proves.
+    fn admit(&self, peer: PeerId, lease: ContentId) -> Result<bool, (PlaneRefusal, String)> {
         let (record, request) = super::renters_lease(&self.state, peer, lease)?;
         let held = record.phase == HostPhase::Starting
             && record.committed_at.is_none()
             && matches!(request.commit_wait_ms(), Ok(Some(_)));
-        if !held {
+        let running = record.phase == HostPhase::Running;
+        if !held && !running {
             return Err((
                 PlaneRefusal::NotRunning,
-                "a challenge runs on a held lease, before its commit".into(),
+                "a challenge runs on a held lease, before its commit, or on a running one".into(),
             ));
         }
         if !self.fake_gpus {
@@ -239,7 +264,28 @@ impl ChallengeHost {
                 "this host has no GPU prover yet (the CUDA prover is pending)".into(),
             ));
         }
-        Ok(())
+        Ok(running)
+    }
+
+    /// The container of a running lease, paused: `None` when it could not be found or
+    /// frozen (the challenge is then refused rather than measured against the workload).
+    async fn pause(&self, lease: ContentId) -> Option<String> {
+        let hex = gpux_protocol::hex(&lease.0);
+        let container = self
+            .exec
+            .containers()
+            .await
+            .ok()?
+            .into_iter()
+            .find(|(l, _)| *l == hex)
+            .map(|(_, c)| c)?;
+        match self.exec.pause(&container).await {
+            Ok(()) => Some(container),
+            Err(e) => {
+                tracing::warn!("lease {}: pausing for a challenge: {e}", lease.short());
+                None
+            }
+        }
     }
 
     async fn serve(self, peer: PeerId, mut framed: FramedStream) {
@@ -249,11 +295,28 @@ impl ChallengeHost {
                 return refuse(&mut framed, PlaneRefusal::Malformed, &e.to_string()).await;
             }
         };
-        if let Err((code, detail)) = self.admit(peer, open.lease) {
-            return refuse(&mut framed, code, &detail).await;
-        }
+        let running = match self.admit(peer, open.lease) {
+            Ok(running) => running,
+            Err((code, detail)) => return refuse(&mut framed, code, &detail).await,
+        };
         let Ok(_permit) = self.busy.clone().try_acquire_owned() else {
             return refuse(&mut framed, PlaneRefusal::Busy, "another challenge runs").await;
+        };
+        // A running lease's workload is frozen from before the renter's clock starts until
+        // the host's answer is sent (when it stops): Docker's latency is never timed.
+        let paused = if running {
+            match self.pause(open.lease).await {
+                Some(container) => Some(Unpause {
+                    exec: self.exec.clone(),
+                    container,
+                }),
+                None => {
+                    let why = "the workload could not be paused for the challenge";
+                    return refuse(&mut framed, PlaneRefusal::Unavailable, why).await;
+                }
+            }
+        } else {
+            None
         };
         if send(&mut framed, &Opened::Yes).await.is_err() {
             return;
@@ -304,6 +367,7 @@ impl ChallengeHost {
         {
             return;
         }
+        drop(paused);
         let mut chunk = Vec::with_capacity(MAX_FILE_DATA);
         for i in 0..n {
             for v in proof.product.row(i) {

@@ -122,6 +122,7 @@ impl HostRole {
         crate::plane::challenge::ChallengeHost {
             key: key.clone(),
             state: state.clone(),
+            exec: exec.clone(),
             fake_gpus: options.fake_gpus,
             busy: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
         }
@@ -181,6 +182,12 @@ impl HostRole {
                 .iter()
                 .find(|(l, _)| *l == hex)
                 .map(|(_, c)| c.clone());
+            // A challenge cut short by the restart may have left the workload frozen.
+            if let Some(c) = &container {
+                if let Err(e) = exec.unpause(c).await {
+                    tracing::warn!("lease {}: unpausing after restart: {e}", id.short());
+                }
+            }
             let observed = match &container {
                 Some(c) => match exec.inspect(c).await.ok().flatten() {
                     Some(info) if info.running => ContainerState::Running {

@@ -1,13 +1,100 @@
 //! A rent with `--challenge`: the lease is agreed held, the renter's node challenges the
 //! leased GPUs (`crate::plane::challenge`), and only a host that passes gets the commit; one
 //! that fails is told so and paid nothing, and the next offer is tried.
+//!
+//! `gpux challenge LEASE` challenges a running lease the same way (the host pauses its
+//! container while it proves); a host that fails ends the lease at once
+//! (`challenge-failed`), paid for what ran.
 
-use gpux_api::{ChallengePassed, Rented};
+use gpux_api::{ApiError, ChallengePassed, ErrorCode, Rented};
 use gpux_protocol::{ContentId, PublicKey, RejectReason};
 
 use super::{Refusal, RentTask};
-use crate::daemon::{LeaseAct, act};
-use crate::plane::challenge::{self, ChallengeFailure};
+use crate::daemon::{Daemon, LeaseAct, act};
+use crate::plane::challenge::{self, ChallengeFailure, Measured};
+
+fn passed(measured: Measured) -> ChallengePassed {
+    ChallengePassed {
+        n: measured.n,
+        achieved_gops: measured.achieved_gops,
+        reference_gops: measured.reference_gops,
+        round_trip_ms: measured.round_trip.as_secs_f64() * 1000.0,
+    }
+}
+
+impl Daemon {
+    /// Challenges this node's running lease `id` (`POST /v1/leases/{id}/challenge`): the
+    /// answer is what it measured, or why it did not pass (the lease then ends).
+    pub(crate) fn challenge_running(
+        &self,
+        id: ContentId,
+        reply: tokio::sync::oneshot::Sender<Result<ChallengePassed, ApiError>>,
+    ) {
+        let Some((host, offer, device)) = self
+            .renter
+            .running_lease(&id)
+            .map(|r| (r.host, r.offer, r.gpus.first().copied()))
+        else {
+            let _ = reply.send(Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!("lease {id} is not running here"),
+            )
+            .with_hint("`gpux leases` lists this node's leases; a held lease is challenged with `gpux rent --challenge`")));
+            return;
+        };
+        // The offer the lease was agreed on, while the book has it; else what the host's
+        // attestation says the leased device is.
+        let reference = self.challenge_reference(&offer).or_else(|| {
+            let (name, profile) = self.market.validator.attested_device(&host, &device?)?;
+            self.reference_of(
+                gpux_protocol::GpuFamily::classify(&name),
+                profile.as_deref(),
+            )
+        });
+        let Some(reference) = reference else {
+            let _ = reply.send(Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!("no challenge reference rate is known for lease {id}'s GPU model"),
+            )));
+            return;
+        };
+        let (net, key, events) = (self.net.clone(), self.key.clone(), self.events_tx.clone());
+        tokio::spawn(async move {
+            let peer = host.peer_id();
+            let answer = match challenge::run(&net, &key, host, id, reference).await {
+                Ok(measured) => {
+                    tracing::info!(
+                        "lease {}: {peer} passed a challenge while running ({:.2} of {:.2} Gop/s)",
+                        id.short(),
+                        measured.achieved_gops,
+                        measured.reference_gops
+                    );
+                    Ok(passed(measured))
+                }
+                Err(ChallengeFailure::Failed(why)) => {
+                    tracing::warn!("lease {}: {peer} failed the challenge: {why}", id.short());
+                    let ended = act(&events, id, LeaseAct::FailChallenge).await;
+                    Err(ApiError::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "{peer} failed the performance challenge ({why}); the lease ends{}",
+                            if ended.is_ok() {
+                                ""
+                            } else {
+                                " (could not be ended now)"
+                            }
+                        ),
+                    ))
+                }
+                Err(ChallengeFailure::NotRun(why)) => Err(ApiError::new(
+                    ErrorCode::Unavailable,
+                    format!("{peer}: the challenge did not run ({why})"),
+                )),
+            };
+            let _ = reply.send(answer);
+        });
+    }
+}
 
 impl RentTask {
     /// Challenges the held lease `rented` on `host` against `reference_gops`: committed
@@ -32,12 +119,7 @@ impl RentTask {
         };
         match challenge::run(&self.net, &self.key, host, lease, reference).await {
             Ok(measured) => {
-                let passed = ChallengePassed {
-                    n: measured.n,
-                    achieved_gops: measured.achieved_gops,
-                    reference_gops: measured.reference_gops,
-                    round_trip_ms: measured.round_trip.as_secs_f64() * 1000.0,
-                };
+                let passed = passed(measured);
                 tracing::info!(
                     "lease {}: {peer} passed the challenge ({:.2} of {:.2} Gop/s, n = {})",
                     lease.short(),
