@@ -183,10 +183,10 @@ impl HostRole {
                 .find(|(l, _)| *l == hex)
                 .map(|(_, c)| c.clone());
             // A challenge cut short by the restart may have left the workload frozen.
-            if let Some(c) = &container {
-                if let Err(e) = exec.unpause(c).await {
-                    tracing::warn!("lease {}: unpausing after restart: {e}", id.short());
-                }
+            if let Some(c) = &container
+                && let Err(e) = exec.unpause(c).await
+            {
+                tracing::warn!("lease {}: unpausing after restart: {e}", id.short());
             }
             let observed = match &container {
                 Some(c) => match exec.inspect(c).await.ok().flatten() {
