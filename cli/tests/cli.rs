@@ -317,6 +317,7 @@ mod ledger;
 mod market;
 mod mig;
 mod orders;
+mod reputation;
 mod resume;
 mod workload;
 

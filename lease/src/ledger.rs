@@ -325,6 +325,9 @@ impl LedgerMachine {
             LedgerRequest::Balance(account) => {
                 answer(LedgerResponse::Balance(self.ledger.balance(&account).0))
             }
+            LedgerRequest::History(host) => {
+                answer(LedgerResponse::History(self.ledger.history(&host)))
+            }
             LedgerRequest::Escrow(id) => {
                 answer(LedgerResponse::Escrow(self.ledger.escrow(&id).map(|e| {
                     EscrowView {

@@ -221,6 +221,50 @@ impl Ledger {
         self.escrows.iter()
     }
 
+    /// Who has paid `host`: per payer, its closed escrows to the host that paid something
+    /// and those that paid nothing, and how many other accounts it has paid; at most
+    /// [`MAX_HISTORY_PAYERS`](gpux_protocol::ledger_wire::MAX_HISTORY_PAYERS) payers, the
+    /// most paid escrows first. A scan of every escrow (an index comes with scale).
+    pub fn history(&self, host: &PublicKey) -> gpux_protocol::ledger_wire::HostHistory {
+        use gpux_protocol::ledger_wire::{HostHistory, MAX_HISTORY_PAYERS, PayerRecord};
+        use std::collections::BTreeSet;
+        let mut by_payer: BTreeMap<PublicKey, (u32, u32)> = BTreeMap::new();
+        let mut paid_to: BTreeMap<PublicKey, BTreeSet<PublicKey>> = BTreeMap::new();
+        for e in self.escrows.values() {
+            if e.redeemed.0 > 0 {
+                paid_to.entry(e.payer).or_default().insert(e.payee);
+            }
+            if e.payee == *host && e.released {
+                let counts = by_payer.entry(e.payer).or_default();
+                if e.redeemed.0 > 0 {
+                    counts.0 = counts.0.saturating_add(1);
+                } else {
+                    counts.1 = counts.1.saturating_add(1);
+                }
+            }
+        }
+        let mut payers: Vec<PayerRecord> = by_payer
+            .into_iter()
+            .map(|(payer, (paid, unpaid))| PayerRecord {
+                payer,
+                paid,
+                unpaid,
+                other_payees: paid_to
+                    .get(&payer)
+                    .map_or(0, |p| p.iter().filter(|&&p| p != *host).count())
+                    .try_into()
+                    .unwrap_or(u32::MAX),
+            })
+            .collect();
+        let payers_total = u32::try_from(payers.len()).unwrap_or(u32::MAX);
+        payers.sort_by(|a, b| b.paid.cmp(&a.paid).then(a.payer.cmp(&b.payer)));
+        payers.truncate(MAX_HISTORY_PAYERS);
+        HostHistory {
+            payers,
+            payers_total,
+        }
+    }
+
     /// All credits ever minted.
     pub fn minted(&self) -> MicroCredits {
         MicroCredits(self.minted)

@@ -18,9 +18,19 @@
 //! Apart from the score, each host's **interruption rate**: of the spot leases with it that
 //! ended, the share it preempted (decayed the same way). A preemption is within the spot
 //! contract, so it does not lower the score; spot buyers weigh the rate themselves.
+//!
+//! **What others paid for.** Besides what this node saw, the ledger's record of who paid a
+//! host (`/gpux/ledger/2` `History`, records anyone can ask for) counts as good evidence:
+//! each paid, closed escrow is worth a settled lease, but only from a payer that is not the
+//! host itself and that has paid someone else too (a witness with a history of its own),
+//! and at most [`ReputationConfig::ledger_cap`] escrows per payer, so a host that leases to
+//! itself, or to identities made for it, gains nothing, and one generous renter cannot
+//! make a reputation alone. This evidence is replaced at each fetch (the ledger holds the
+//! whole history), not decayed.
 
 use std::collections::BTreeMap;
 
+use gpux_protocol::ledger_wire::HostHistory;
 use gpux_protocol::{PublicKey, Timestamp};
 
 /// Something observed about a host.
@@ -57,6 +67,8 @@ pub struct ReputationConfig {
     pub failure: f64,
     /// Weight of one uptime probe.
     pub uptime: f64,
+    /// The most paid escrows one payer's record counts for, in the ledger's history.
+    pub ledger_cap: u32,
 }
 
 impl Default for ReputationConfig {
@@ -67,6 +79,7 @@ impl Default for ReputationConfig {
             acked: 0.2,
             failure: 6.0,
             uptime: 0.05,
+            ledger_cap: 3,
         }
     }
 }
@@ -86,6 +99,20 @@ struct Record {
 pub struct Reputation {
     config: ReputationConfig,
     hosts: BTreeMap<PublicKey, Record>,
+    /// Good evidence from the ledger's history of each host (see the module docs).
+    ledger: BTreeMap<PublicKey, f64>,
+}
+
+/// The good evidence the ledger's `history` of `host` gives (see the [module docs](self)):
+/// each payer other than the host that has paid someone else counts for its paid escrows,
+/// at most `config.ledger_cap` of them, each worth a settled lease.
+pub fn ledger_evidence(host: &PublicKey, history: &HostHistory, config: &ReputationConfig) -> f64 {
+    history
+        .payers
+        .iter()
+        .filter(|p| p.payer != *host && p.other_payees > 0)
+        .map(|p| f64::from(p.paid.min(config.ledger_cap)) * config.settled)
+        .sum()
 }
 
 impl Reputation {
@@ -94,7 +121,20 @@ impl Reputation {
         Self {
             config,
             hosts: BTreeMap::new(),
+            ledger: BTreeMap::new(),
         }
+    }
+
+    /// Takes the ledger's history of `host` as its evidence from others (replacing the one
+    /// held). Returns that evidence's weight.
+    pub fn set_ledger_history(&mut self, host: PublicKey, history: &HostHistory) -> f64 {
+        let good = ledger_evidence(&host, history, &self.config);
+        if good > 0.0 {
+            self.ledger.insert(host, good);
+        } else {
+            self.ledger.remove(&host);
+        }
+        good
     }
 
     fn decay(&self, record: Record, now: u64) -> Record {
@@ -147,13 +187,19 @@ impl Reputation {
         (r.spot > 0.0).then(|| ((r.preempted / r.spot) * 1000.0).round().clamp(0.0, 1000.0) as u16)
     }
 
-    /// The host's score at `now`, thousandths (500 for a host never observed).
+    /// The host's score at `now`, thousandths (500 for a host never observed, here or in
+    /// the ledger's history).
     pub fn score(&self, host: &PublicKey, now: Timestamp) -> u16 {
-        let Some(&r) = self.hosts.get(host) else {
-            return 500;
+        let paid = self.ledger.get(host).copied().unwrap_or(0.0);
+        let (good, bad) = match self.hosts.get(host) {
+            Some(&r) => {
+                let r = self.decay(r, now.0);
+                (r.good, r.bad)
+            }
+            None => (0.0, 0.0),
         };
-        let r = self.decay(r, now.0);
-        let score = (1.0 + r.good) / (2.0 + r.good + r.bad);
+        let good = good + paid;
+        let score = (1.0 + good) / (2.0 + good + bad);
         (score * 1000.0).round().clamp(0.0, 1000.0) as u16
     }
 }
@@ -161,6 +207,56 @@ impl Reputation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpux_protocol::ledger_wire::PayerRecord;
+
+    fn payer(n: u8, paid: u32, other_payees: u32) -> PayerRecord {
+        PayerRecord {
+            payer: PublicKey([n; 32]),
+            paid,
+            unpaid: 0,
+            other_payees,
+        }
+    }
+
+    #[test]
+    fn the_ledgers_history_counts_witnesses_with_histories_capped_and_never_the_host() {
+        let config = ReputationConfig::default();
+        let h = host();
+        let history = |payers: Vec<PayerRecord>| HostHistory {
+            payers_total: payers.len() as u32,
+            payers,
+        };
+        // The host paying itself, and payers that paid nobody else, count for nothing.
+        let selfish = history(vec![
+            PayerRecord {
+                payer: h,
+                ..payer(0, 50, 9)
+            },
+            payer(2, 40, 0),
+            payer(3, 40, 0),
+        ]);
+        assert_eq!(ledger_evidence(&h, &selfish, &config), 0.0);
+        let mut rep = Reputation::new(config);
+        rep.set_ledger_history(h, &selfish);
+        assert_eq!(rep.score(&h, Timestamp(0)), 500);
+        // Two witnesses with histories: one capped at 3 escrows, one with 1.
+        let witnessed = history(vec![payer(4, 100, 2), payer(5, 1, 1), payer(6, 0, 5)]);
+        assert_eq!(
+            ledger_evidence(&h, &witnessed, &config),
+            (3.0 + 1.0) * config.settled
+        );
+        rep.set_ledger_history(h, &witnessed);
+        let vouched = rep.score(&h, Timestamp(0));
+        assert_eq!(
+            vouched,
+            ((1.0 + 12.0) / (2.0 + 12.0) * 1000.0_f64).round() as u16
+        );
+        // It adds to what this node saw, and a new history replaces the old one.
+        rep.record(h, HostEvent::HostFailure, Timestamp(0));
+        assert!(rep.score(&h, Timestamp(0)) < vouched);
+        rep.set_ledger_history(h, &selfish);
+        assert!(rep.score(&h, Timestamp(0)) < 500);
+    }
 
     fn host() -> PublicKey {
         PublicKey([1; 32])

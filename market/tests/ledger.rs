@@ -196,6 +196,63 @@ fn a_lease_settles_exactly_once() {
 }
 
 #[test]
+fn a_hosts_history_names_each_payer_with_what_it_paid_and_whom_else() {
+    let (host, other) = (key(20), key(21));
+    let (a, b, c) = (key(1), key(2), key(3));
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    for who in [&a, &b, &c, &host] {
+        minted(&mut ledger, who, 10_000);
+    }
+    // a pays the host twice and the other host once; b pays the host once; c's escrow to
+    // the host closes unpaid; one of a's escrows is still open. (A host cannot lock an
+    // escrow to itself: the lock is refused as a message.)
+    let mut n = 0;
+    let mut lease = |renter: &Keypair, payee: &Keypair, paid: u64, close: bool| {
+        n += 1;
+        let l = Lease::new(n, renter.clone(), payee.clone());
+        ledger.apply(LedgerOp::Lock(&l.lock(500)), T0).unwrap();
+        if paid > 0 {
+            ledger
+                .apply(LedgerOp::Redeem(&l.redeem(1, paid)), T0)
+                .unwrap();
+        }
+        if close {
+            ledger
+                .apply(LedgerOp::Release(&l.release(&l.host)), T0)
+                .unwrap();
+        }
+    };
+    lease(&a, &host, 100, true);
+    lease(&a, &host, 50, true);
+    lease(&a, &host, 50, false);
+    lease(&a, &other, 10, true);
+    lease(&b, &host, 20, true);
+    lease(&c, &host, 0, true);
+    let history = ledger.history(&host.public());
+    let rows: Vec<_> = history
+        .payers
+        .iter()
+        .map(|p| (p.payer, p.paid, p.unpaid, p.other_payees))
+        .collect();
+    let mut want = vec![
+        (a.public(), 2, 0, 1),
+        (b.public(), 1, 0, 0),
+        (c.public(), 0, 1, 0),
+    ];
+    // The most paid first, then by key.
+    want.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+    assert_eq!(rows, want);
+    assert_eq!(history.payers_total, 3);
+    // Only a counts for the host's reputation: b paid nobody else, c paid nothing.
+    let config = reputation::ReputationConfig::default();
+    assert_eq!(
+        reputation::ledger_evidence(&host.public(), &history, &config),
+        2.0 * config.settled
+    );
+    assert!(ledger.history(&key(99).public()).payers.is_empty());
+}
+
+#[test]
 fn refusals_leave_the_ledger_unchanged() {
     let l = Lease::new(1, key(1), key(2));
     let stranger = key(3);

@@ -46,6 +46,37 @@ pub enum LedgerRequest {
     Balance(PublicKey),
     /// An escrow's state.
     Escrow(EscrowId),
+    /// Who has paid a host (appended in this version: a member that predates it answers
+    /// `Malformed`).
+    History(PublicKey),
+}
+
+/// The most payers a [`HostHistory`] lists (those with the most paid escrows first).
+pub const MAX_HISTORY_PAYERS: usize = 128;
+
+/// A host's record at the ledger: every payer that locked an escrow to it, what became of
+/// those escrows, and whether the payer has paid anyone else. Anyone may ask; nodes weigh it
+/// into their reliability scores (docs/market.md, "Reputation").
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct HostHistory {
+    /// The payers, at most [`MAX_HISTORY_PAYERS`], the most paid escrows first.
+    pub payers: Vec<PayerRecord>,
+    /// How many distinct payers there are in all.
+    pub payers_total: u32,
+}
+
+/// One payer's escrows to a host, as the ledger holds them.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct PayerRecord {
+    /// The payer.
+    pub payer: PublicKey,
+    /// Its escrows to the host that are closed and paid the host something.
+    pub paid: u32,
+    /// Its escrows to the host that closed with nothing paid (the lease never ran).
+    pub unpaid: u32,
+    /// Distinct other accounts this payer has paid (a payer with no history of its own is
+    /// worth little as a witness).
+    pub other_payees: u32,
 }
 
 /// An escrow as the ledger reports it.
@@ -136,6 +167,8 @@ pub enum LedgerResponse {
         /// The leader's addresses (multiaddr text), when known.
         addrs: Vec<String>,
     },
+    /// A host's history (appended in this version; empty for a host nobody paid).
+    History(HostHistory),
 }
 
 impl LedgerResponse {

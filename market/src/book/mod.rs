@@ -629,6 +629,20 @@ impl OrderBook {
             .count() as u16
     }
 
+    /// The hosts with an offer in the book now, in key order.
+    pub fn hosts_offering(&self) -> Vec<PublicKey> {
+        let mut hosts: Vec<PublicKey> = self
+            .hosts
+            .keys
+            .iter()
+            .zip(&self.hosts.offers)
+            .filter(|(_, offers)| !offers.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        hosts.sort();
+        hosts
+    }
+
     /// Sets this node's reliability score of a host (0..=1000 thousandths), re-filing its
     /// offers in priority order.
     pub fn set_reliability(&mut self, host: PublicKey, permille: u16) {

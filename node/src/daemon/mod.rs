@@ -132,6 +132,11 @@ pub(crate) enum Event {
     Resume(resume::ResumeEvent),
     /// A step of a group order.
     Group(group::GroupEvent),
+    /// The ledger's history of a host (who paid it), fetched for its reliability.
+    History {
+        host: gpux_protocol::PublicKey,
+        history: gpux_protocol::ledger_wire::HostHistory,
+    },
     /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
     /// group or a resume decided).
     Act {
@@ -204,6 +209,11 @@ pub(crate) struct Daemon {
     /// Challenge reference rates by family, in place of the spec table's (fake GPUs).
     challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
 }
+
+/// How often a node asks the ledger who paid the hosts in its book (their reliability).
+const HISTORY_EVERY: Duration = Duration::from_secs(10);
+/// Hosts asked about per round.
+const HISTORIES_PER_ROUND: usize = 32;
 
 /// Runs the node until `shutdown` resolves or the API asks it to stop.
 pub async fn run(
@@ -309,6 +319,8 @@ pub async fn run(
     republish_tick.tick().await;
     let mut expire_tick = tokio::time::interval(Duration::from_secs(10));
     let mut pending_tick = tokio::time::interval(Duration::from_millis(250));
+    let mut history_tick = tokio::time::interval(HISTORY_EVERY);
+    let mut history_from = 0;
     tokio::pin!(shutdown);
     daemon.restart_resumes();
     loop {
@@ -326,6 +338,7 @@ pub async fn run(
             _ = republish_tick.tick() => daemon.publish_offers(),
             _ = pending_tick.tick() => daemon.publish_if_due(),
             _ = expire_tick.tick() => daemon.market.expire(now()),
+            _ = history_tick.tick() => history_from = daemon.fetch_histories(history_from),
         }
         // A lease of this renter that is over (stopped, preempted, or early) gives its GPUs
         // back in this node's view of the market.
@@ -396,6 +409,10 @@ impl Daemon {
             Event::Rent(step) => self.on_rent_event(step),
             Event::Resume(step) => self.on_resume_event(step),
             Event::Group(step) => self.on_group_event(step),
+            Event::History { host, history } => {
+                let score = self.reach.ledger_history(host, &history, now());
+                self.market.book.set_reliability(host, score);
+            }
             Event::Act { lease, act, reply } => {
                 let done = match act {
                     LeaseAct::Commit => self.renter.commit(lease).map(drop),
@@ -405,6 +422,39 @@ impl Daemon {
                 let _ = reply.send(done);
             }
         }
+    }
+
+    /// Asks the ledger for the histories of up to [`HISTORIES_PER_ROUND`] hosts with offers
+    /// in the book, from the `from`-th on (round robin); returns where the next round starts.
+    fn fetch_histories(&self, from: usize) -> usize {
+        let Some(ledger) = self.ledger.clone() else {
+            return 0;
+        };
+        let hosts = self.market.book.hosts_offering();
+        if hosts.is_empty() {
+            return 0;
+        }
+        let from = from % hosts.len();
+        let round: Vec<_> = hosts
+            .iter()
+            .cycle()
+            .skip(from)
+            .take(HISTORIES_PER_ROUND.min(hosts.len()))
+            .copied()
+            .collect();
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            for host in round {
+                match ledger.history(host).await {
+                    Ok(history) => report(&events, Event::History { host, history }).await,
+                    Err(e) => {
+                        tracing::debug!("the ledger's history of {}: {e}", host.peer_id());
+                        return;
+                    }
+                }
+            }
+        });
+        from + HISTORIES_PER_ROUND
     }
 
     fn publish_offers_soon(&mut self) {

@@ -107,6 +107,18 @@ impl Reach {
         self.reputation.score(&host, now)
     }
 
+    /// The ledger's history of `host` (who paid it): weighed into its reliability, which is
+    /// returned.
+    pub(crate) fn ledger_history(
+        &mut self,
+        host: PublicKey,
+        history: &gpux_protocol::ledger_wire::HostHistory,
+        now: Timestamp,
+    ) -> u16 {
+        self.reputation.set_ledger_history(host, history);
+        self.reputation.score(&host, now)
+    }
+
     /// A spot lease with `host` ended, preempted or not (its interruption rate).
     pub(crate) fn spot_ended(&mut self, host: PublicKey, preempted: bool, now: Timestamp) {
         self.reputation

@@ -500,6 +500,20 @@ impl LedgerClient {
         }
     }
 
+    /// Who has paid `host`, as the ledger holds it.
+    pub async fn history(
+        &self,
+        host: PublicKey,
+    ) -> Result<gpux_protocol::ledger_wire::HostHistory, LedgerCallError> {
+        match self.call(&LedgerRequest::History(host)).await? {
+            LedgerResponse::History(h) => Ok(h),
+            LedgerResponse::Refused { code, detail, .. } => {
+                Err(LedgerCallError::Refused { code, detail })
+            }
+            _ => Err(self.unreachable("an unexpected answer")),
+        }
+    }
+
     /// An escrow's state.
     pub async fn escrow(&self, id: EscrowId) -> Result<Option<EscrowView>, LedgerCallError> {
         match self.call(&LedgerRequest::Escrow(id)).await? {

@@ -32,6 +32,8 @@ use crate::store::{NodeState, SledStore};
 pub(crate) const MAX_STREAMS: usize = 256;
 /// Plane streams served at once for one lease.
 pub(crate) const MAX_STREAMS_PER_LEASE: usize = 32;
+/// How long a files stream waits for a held lease's workspace to be mounted.
+const WORKSPACE_WAIT: Duration = Duration::from_secs(30);
 
 /// What the plane's tasks share.
 #[derive(Clone)]
@@ -49,6 +51,8 @@ struct Served {
     container: Option<String>,
     /// How long until the lease's end (or its workspace's erasure).
     left: Duration,
+    /// The lease has a workspace by its terms (it may still be being made).
+    workspace: bool,
 }
 
 impl Served {
@@ -149,10 +153,10 @@ impl PlaneHost {
                     format!("lease {lease} has no container now"),
                 ))?;
             (Some(container), ends)
-        } else if let (HostPhase::Starting, Ok(Some(wait)), true) = (
+        } else if let (HostPhase::Starting, Ok(Some(wait)), Ok(Some(1..))) = (
             record.phase,
             request.commit_wait_ms(),
-            self.workspaces.bytes(&hex) > 0,
+            request.workspace_bytes(),
         ) {
             // Held for the renter's commit: its files go in before the work starts (the
             // workspace only; nothing with GPU access runs yet).
@@ -199,7 +203,15 @@ impl PlaneHost {
             per_lease: self.per_lease.clone(),
             _all: all,
         };
-        Ok((Served { container, left }, slot))
+        let workspace = matches!(request.workspace_bytes(), Ok(Some(1..)));
+        Ok((
+            Served {
+                container,
+                left,
+                workspace,
+            },
+            slot,
+        ))
     }
 
     /// Reads a stream's open frame and admits its lease (see [`Self::authorize`]); on any
@@ -283,9 +295,15 @@ impl PlaneHost {
         let dir = self
             .workspaces
             .mount_point(&gpux_protocol::hex(&open.lease.0));
-        if !self.workspaces.is_mounted(&dir) {
-            let detail = "this lease has no workspace (rent with --disk)".to_string();
-            return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
+        // A held lease's workspace is made just after its lock (its disk formatted, then
+        // mounted): a copy that comes first waits for it, briefly.
+        let deadline = tokio::time::Instant::now() + WORKSPACE_WAIT;
+        while !self.workspaces.is_mounted(&dir) {
+            if !served.workspace || tokio::time::Instant::now() >= deadline {
+                let detail = "this lease has no workspace (rent with --disk)".to_string();
+                return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if send(&mut framed, &Opened::Yes).await.is_err() {
             return;
