@@ -484,8 +484,12 @@ impl Daemon {
         };
         host.shutdown_all();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_SETTLE;
+        // Leases settle by events; workers end (their erasures done) without one: looked at
+        // every 100 ms.
+        let mut recheck = tokio::time::interval(Duration::from_millis(100));
         while self.host.as_ref().is_some_and(|h| h.busy()) {
             tokio::select! {
+                _ = recheck.tick() => {}
                 () = tokio::time::sleep_until(deadline) => {
                     let open = self.host.as_ref().map_or(0, |h| h.open_count());
                     tracing::warn!("{open} lease(s) did not settle before shutdown; they resume at the next start");

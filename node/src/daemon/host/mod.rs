@@ -139,6 +139,7 @@ impl HostRole {
             max_retain_s: options.max_retain_s,
             staged,
             run_root: options.run_root.clone(),
+            live: Arc::default(),
         };
         let mut role = Self {
             book: HostBook::new(key.clone(), timing),
@@ -299,6 +300,11 @@ impl HostRole {
         self.leases
             .values()
             .any(|l| !matches!(l.phase(), HostPhase::Settled))
+            || self
+                .worker_ctx
+                .live
+                .load(std::sync::atomic::Ordering::SeqCst)
+                > 0
     }
 
     /// Leases not settled.

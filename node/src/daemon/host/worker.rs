@@ -70,6 +70,18 @@ pub(crate) struct WorkerCtx {
     pub(crate) staged: crate::plane::staged::StagedImages,
     /// Where each spot lease's `/run/gpux` is written (`<data-dir>/run/<lease>`).
     pub(crate) run_root: std::path::PathBuf,
+    /// Workers still running: a lease settles before its worker has always finished
+    /// erasing its container, so a stopping host waits for them too.
+    pub(crate) live: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a worker as live until it ends.
+struct Live(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The container spec of a lease.
@@ -124,7 +136,15 @@ pub(crate) fn spawn(
         logs: Arc::new(Mutex::new(logs)),
         stop_watch: None,
     };
-    tokio::spawn(worker.run(rx));
+    worker
+        .ctx
+        .live
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let live = Live(worker.ctx.live.clone());
+    tokio::spawn(async move {
+        let _live = live;
+        worker.run(rx).await;
+    });
     tx
 }
 
