@@ -186,6 +186,91 @@ memory_total_bytes = 48305799168
 compute_capability = [8, 6]
 "#;
 
+    /// `gpux host check --json` as (exit ok, check name -> (status, found, fix)).
+    fn host_check(
+        dir: &Path,
+        config: Option<&str>,
+        lib: &str,
+    ) -> (
+        bool,
+        std::collections::BTreeMap<String, (String, String, String)>,
+    ) {
+        let out = run(dir, config, &["host", "check", "--json", "--nvml-lib", lib]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let field = |c: &serde_json::Value, f: &str| c[f].as_str().unwrap_or("").to_string();
+        let checks = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    field(c, "check"),
+                    (field(c, "status"), field(c, "found"), field(c, "fix")),
+                )
+            })
+            .collect();
+        (out.status.success(), checks)
+    }
+
+    #[test]
+    fn host_check_names_each_missing_piece_with_its_fix_and_the_gpus_it_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        // What this machine's Docker has: the NVIDIA runtime's check must say the same.
+        let runtimes = Command::new("docker")
+            .args(["info", "--format", "{{json .Runtimes}}"])
+            .output()
+            .expect("docker info (the tests need a Docker daemon)");
+        assert!(runtimes.status.success(), "no Docker daemon answers");
+        let has_nvidia = String::from_utf8_lossy(&runtimes.stdout).contains("\"nvidia\"");
+
+        // No NVIDIA driver: a failure, with its fix; Docker answers.
+        let (ok, checks) = host_check(dir.path(), None, "/nonexistent/libnvidia-ml.so.1");
+        assert!(!ok, "{checks:?}");
+        let (status, _, fix) = &checks["NVIDIA driver (NVML)"];
+        assert_eq!(status, "fail");
+        assert!(fix.contains("nvidia-driver"), "{fix}");
+        assert_eq!(checks["Docker"].0, "ok", "{checks:?}");
+        let (status, found, fix) = &checks["NVIDIA container runtime"];
+        if has_nvidia {
+            assert_eq!(status, "ok");
+        } else {
+            assert_eq!(status, "fail", "{found}");
+            assert!(fix.contains("nvidia-ctk runtime configure"), "{fix}");
+        }
+        // cgroup v1 (this machine's Docker 20.10) is said, as a warning: gpux works there.
+        let (status, found, _) = &checks["cgroups"];
+        assert!(
+            status == "ok" || (status == "warn" && found.contains("gpux works")),
+            "{found}"
+        );
+        for name in ["free disk (data directory)", "clock in sync"] {
+            assert!(checks.contains_key(name), "{name}: {checks:?}");
+        }
+
+        // With the fake driver, the GPUs are read and named.
+        let lib = fake_lib().to_str().unwrap().to_string();
+        let (_, checks) = host_check(dir.path(), Some(TWO), &lib);
+        let (status, found, _) = &checks["NVIDIA driver (NVML)"];
+        assert_eq!(status, "ok", "{found}");
+        assert!(
+            found.contains("2 GPU(s)") && found.contains("NVIDIA L4"),
+            "{found}"
+        );
+
+        // The human form: each failure with its fix, and the exit status says so.
+        let out = run(
+            dir.path(),
+            None,
+            &["host", "check", "--nvml-lib", "/nonexistent"],
+        );
+        assert!(!out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("FAIL") && text.contains("fix: "), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("check(s) failed"), "{err}");
+    }
+
     fn report(dir: &Path, config: &str) -> String {
         let lib = fake_lib().to_str().unwrap().to_string();
         let out = run(dir, Some(config), &["attest", "--json", "--nvml-lib", &lib]);
@@ -427,6 +512,7 @@ mod testnet {
         // match, was caught; a group of 3 GPUs started over both hosts.
         assert_eq!(report["challenges_passed"], 1, "{report}");
         assert_eq!(report["challenges_failed"], 1, "{report}");
+        assert_eq!(report["challenges_in_lease_passed"], 1, "{report}");
         assert_eq!(report["groups"], 1, "{report}");
         assert_eq!(report["mig_leases"], 1, "{report}");
         // The spot lease was rented with --resume: its work ran again after the preemption.

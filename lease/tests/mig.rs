@@ -4,7 +4,7 @@
 use gpux_lease::{Answer, HostBook, Timing};
 use gpux_protocol::*;
 
-use crate::rules::{T0, host};
+use crate::rules::{T0, host, request_by};
 
 const GPU: GpuUuid = GpuUuid::Gpu([3; 16]);
 const SLICE_A: GpuUuid = GpuUuid::Mig([0xa1; 16]);
@@ -57,34 +57,7 @@ fn request(
     kind: LeaseKind,
     n: u8,
 ) -> Verified<LeaseRequest> {
-    Signed::sign(
-        &Keypair::from_seed(&[n; 32]),
-        LeaseRequest {
-            created_at: Timestamp(T0),
-            expires_at: Timestamp(T0 + 30_000),
-            offer: offer.id(),
-            host: host().public(),
-            gpus: BoundedVec::new(vec![gpu]).unwrap(),
-            price_per_gpu_hour: MicroCredits(3_600_000),
-            duration_s: 120,
-            kind,
-            image: ImageDigest([4; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-            },
-            network: false,
-            escrow: EscrowId([n; 16]),
-            escrow_amount: MicroCredits(120_000),
-            bid: None,
-            ext: Ext::new(),
-        },
-    )
-    .unwrap()
+    request_by(&Keypair::from_seed(&[n; 32]), offer, gpu, T0, kind)
 }
 
 fn book() -> (HostBook, Verified<Offer>, Verified<Offer>) {

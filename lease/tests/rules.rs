@@ -53,14 +53,25 @@ pub(crate) fn offer(t: u64) -> Verified<Offer> {
 }
 
 fn request(offer: &Verified<Offer>, t: u64, kind: LeaseKind) -> Verified<LeaseRequest> {
+    request_by(&renter(), offer, GpuUuid::Gpu([3; 16]), t, kind)
+}
+
+/// A request by `renter` for `gpu` of `offer` at `t`: 120 s at 3.60 credits per GPU-hour.
+pub(crate) fn request_by(
+    renter: &Keypair,
+    offer: &Verified<Offer>,
+    gpu: GpuUuid,
+    t: u64,
+    kind: LeaseKind,
+) -> Verified<LeaseRequest> {
     Signed::sign(
-        &renter(),
+        renter,
         LeaseRequest {
             created_at: Timestamp(t),
             expires_at: Timestamp(t + 30_000),
             offer: offer.id(),
             host: host().public(),
-            gpus: BoundedVec::new(vec![GpuUuid::Gpu([3; 16])]).unwrap(),
+            gpus: BoundedVec::new(vec![gpu]).unwrap(),
             price_per_gpu_hour: MicroCredits(3_600_000),
             duration_s: 120,
             kind,

@@ -534,6 +534,7 @@ pub fn up(
                 Ok(f) => {
                     report.orders.challenges_passed = f.challenges_passed;
                     report.orders.challenges_failed = f.challenges_failed;
+                    report.orders.challenges_in_lease_passed = f.challenges_in_lease_passed;
                     report.orders.groups = f.groups;
                     report.orders.mig_leases = f.mig_leases;
                 }

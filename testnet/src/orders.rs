@@ -31,6 +31,8 @@ pub struct OrderFigures {
     pub mig_leases: usize,
     /// Performance challenges passed before the work (the honest host's).
     pub challenges_passed: usize,
+    /// Challenges passed again while the lease ran (`gpux challenge`, the workload paused).
+    pub challenges_in_lease_passed: usize,
     /// Performance challenges failed: hosts caught claiming a faster model than their
     /// prover sustains (and paid nothing).
     pub challenges_failed: usize,
@@ -77,8 +79,8 @@ pub(crate) fn challenge_and_group_round(
             query: format!("gpu={family} mig=false"),
             gpus: 1,
             max_price: "10".into(),
-            duration_s: 3,
-            command: vec!["sh".into(), "-c".into(), "echo challenged; sleep 1".into()],
+            duration_s: 8,
+            command: vec!["sh".into(), "-c".into(), "echo challenged; sleep 4".into()],
             challenge: true,
             ..Default::default()
         })
@@ -95,6 +97,19 @@ pub(crate) fn challenge_and_group_round(
         passed.achieved_gops,
         passed.achieved_gops / passed.reference_gops * 100.0,
         passed.n
+    ));
+    // Challenged again while it runs: the host pauses the workload while it proves.
+    wait("the challenged work to run", 20, || {
+        api.logs(&honest.lease, 0)
+            .is_ok_and(|p| p.text.contains("challenged"))
+    })?;
+    let again = api
+        .challenge(&honest.lease)
+        .context("the honest host's challenge while its lease runs")?;
+    figures.challenges_in_lease_passed = 1;
+    progress(&format!(
+        "orders: host-1 passed again while its lease ran, at {:.2} Gop/s",
+        again.achieved_gops
     ));
     match challenged("h100") {
         Ok(_) => bail!("host-0, claiming H100s its prover cannot match, passed the challenge"),
