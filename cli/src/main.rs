@@ -212,6 +212,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hosting GPUs: `gpux host check` says what sharing real GPUs needs on this machine.
+    Host {
+        #[command(subcommand)]
+        action: HostAction,
+    },
     /// Read every GPU through NVML, sign what was read with the node key, and print it
     /// (creates the node key on first use). `gpux attest verify FILE` checks a report.
     Attest {
@@ -221,6 +226,21 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         nvml_lib: Option<PathBuf>,
         /// Print the signed report as one JSON document (envelope and decoded content).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum HostAction {
+    /// Check what sharing real GPUs needs: the NVIDIA driver (NVML), Docker, the NVIDIA
+    /// container runtime, cgroups, free disk, the clock. Each failure says how to fix it;
+    /// the exit status is non-zero while any check fails. Changes nothing.
+    Check {
+        /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
+        #[arg(long, value_name = "PATH")]
+        nvml_lib: Option<PathBuf>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -489,6 +509,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 },
         } => cmd::node::restore_ledger(&dir, from.as_deref(), ledger_release_grace_s)?,
         Command::Mint { account, amount } => cmd::market::mint(&dir, account, amount)?,
+        Command::Host {
+            action: HostAction::Check { nvml_lib, json },
+        } => cmd::host::check(&dir, nvml_lib.as_deref(), json)?,
         Command::Attest { nvml_lib, json, .. } => {
             cmd::attest::attest(&dir, nvml_lib.as_deref(), json)?
         }

@@ -2,6 +2,7 @@
 //! and prints.
 
 pub(crate) mod attest;
+pub(crate) mod host;
 pub(crate) mod lease;
 pub(crate) mod market;
 pub(crate) mod node;

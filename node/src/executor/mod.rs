@@ -212,6 +212,21 @@ pub struct Sample {
     pub pids: u64,
 }
 
+/// What a Docker daemon says about itself (see [`Executor::facts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerFacts {
+    /// The daemon's version (`20.10.24`).
+    pub version: String,
+    /// The API version agreed with it (`1.41`).
+    pub api_version: String,
+    /// The container runtimes it has (`runc`, `nvidia`).
+    pub runtimes: Vec<String>,
+    /// The cgroup version it runs containers under (1 or 2), when it says.
+    pub cgroup_version: Option<u8>,
+    /// Where it keeps images and containers.
+    pub root_dir: Option<PathBuf>,
+}
+
 /// Runs leases' containers on the local Docker daemon. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Executor {
@@ -265,6 +280,29 @@ impl Executor {
             docker,
             node: node.into(),
             relay,
+        })
+    }
+
+    /// What the Docker daemon says about itself, for `gpux host check`.
+    pub async fn facts(&self) -> Result<DockerFacts, ExecError> {
+        use bollard::models::SystemInfoCgroupVersionEnum as Cgroup;
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(docker_err("read the daemon's info"))?;
+        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        runtimes.sort();
+        Ok(DockerFacts {
+            version: info.server_version.unwrap_or_default(),
+            api_version: self.docker.client_version().to_string(),
+            runtimes,
+            cgroup_version: match info.cgroup_version {
+                Some(Cgroup::_1) => Some(1),
+                Some(Cgroup::_2) => Some(2),
+                _ => None,
+            },
+            root_dir: info.docker_root_dir.map(PathBuf::from),
         })
     }
 
