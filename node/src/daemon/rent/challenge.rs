@@ -23,6 +23,39 @@ fn passed(measured: Measured) -> ChallengePassed {
 }
 
 impl Daemon {
+    /// The challenge reference rate of `offer`'s GPUs, Gop/s: this node's for the family
+    /// (`--challenge-reference`), else the spec table's; a MIG slice's is its share of the
+    /// GPU's. `None` when the offer is not in the book or no rate is known.
+    pub(crate) fn challenge_reference(&self, offer: &gpux_protocol::ContentId) -> Option<f64> {
+        let book = &self.market.book;
+        self.reference_of(book.offer_family(offer)?, book.offer_mig_profile(offer))
+    }
+
+    /// The challenge reference of a GPU of `family`, or of a MIG slice of one with
+    /// `profile` (its share of the GPU's).
+    pub(crate) fn reference_of(
+        &self,
+        family: gpux_protocol::GpuFamily,
+        profile: Option<&str>,
+    ) -> Option<f64> {
+        let whole = self
+            .challenge_references
+            .get(&family)
+            .copied()
+            .or_else(|| {
+                gpux_attestation::spec::specs_of(family)
+                    .next()
+                    .map(|s| s.challenge_gops)
+            })?;
+        match profile {
+            Some(profile) => {
+                let (n, of) = family.mig_share(profile)?;
+                Some(whole * f64::from(n) / f64::from(of))
+            }
+            None => Some(whole),
+        }
+    }
+
     /// Challenges this node's running lease `id` (`POST /v1/leases/{id}/challenge`): the
     /// answer is what it measured, or why it did not pass (the lease then ends).
     pub(crate) fn challenge_running(
