@@ -343,10 +343,22 @@ async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response
     ask(&state, |reply| ApiCommand::Shutdown { reply }).await
 }
 
+/// A WebSocket endpoint's request, in its query string: `?request=` base64url of JSON.
 #[derive(serde::Deserialize)]
-struct ExecParams {
-    /// base64url of the JSON `ExecRequest`.
+struct RequestParams {
     request: String,
+}
+
+/// Decodes a [`RequestParams`] into `T`, or says why it could not.
+fn decode_request<T: serde::de::DeserializeOwned>(
+    params: Result<Query<RequestParams>, QueryRejection>,
+) -> Result<T, String> {
+    use base64::Engine;
+    let Query(p) = params.map_err(|e| e.body_text())?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(p.request)
+        .map_err(|e| e.to_string())?;
+    serde_json::from_slice(&json).map_err(|e| e.to_string())
 }
 
 /// The largest WebSocket message the plane endpoints take: one plane frame.
@@ -359,19 +371,10 @@ async fn exec(
     _: Authorized,
     State(state): State<AppState>,
     UrlPath(lease): UrlPath<String>,
-    params: Result<Query<ExecParams>, QueryRejection>,
+    params: Result<Query<RequestParams>, QueryRejection>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    use base64::Engine;
-    let request = params
-        .map_err(|e| e.body_text())
-        .and_then(|Query(p)| {
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(p.request)
-                .map_err(|e| e.to_string())
-        })
-        .and_then(|json| serde_json::from_slice::<ExecRequest>(&json).map_err(|e| e.to_string()));
-    let request = match request {
+    let request = match decode_request::<ExecRequest>(params) {
         Ok(r) => r,
         Err(e) => return error(ApiError::bad_input(format!("the exec request: {e}"))),
     };
@@ -399,33 +402,16 @@ async fn files(
     }
 }
 
-#[derive(serde::Deserialize)]
-struct CopyParams {
-    /// base64url of the JSON `CopyOrder`.
-    request: String,
-}
-
 /// `gpux cp`: this node copies between its own filesystem and the lease's workspace, and
 /// tells the CLI how far it got (see `plane::delegate`).
 async fn copy(
     _: Authorized,
     State(state): State<AppState>,
     UrlPath(lease): UrlPath<String>,
-    params: Result<Query<CopyParams>, QueryRejection>,
+    params: Result<Query<RequestParams>, QueryRejection>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    use base64::Engine;
-    let order = params
-        .map_err(|e| e.body_text())
-        .and_then(|Query(p)| {
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(p.request)
-                .map_err(|e| e.to_string())
-        })
-        .and_then(|json| {
-            serde_json::from_slice::<crate::plane::delegate::CopyOrder>(&json)
-                .map_err(|e| e.to_string())
-        });
+    let order = decode_request::<crate::plane::delegate::CopyOrder>(params);
     let order = match order {
         Ok(o) if o.local.is_absolute() => o,
         Ok(o) => {
