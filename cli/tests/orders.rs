@@ -4,7 +4,8 @@
 //! notice file and SIGTERM, its container is gone by the notice's end, it pays the seconds
 //! it ran at its bid with no minimum, and the on-demand lease starts on the freed GPU once
 //! the notice has run out. Reserved: a window booked ahead starts and ends on time, and no
-//! other lease gets its GPU meanwhile.
+//! other lease gets its GPU meanwhile; one cancelled before its start pays the host's
+//! published share of its committed minimum.
 
 use gpux_protocol::{MicroCredits, money};
 
@@ -216,6 +217,53 @@ fn a_reserved_window_booked_ahead_runs_from_its_start_to_its_end_and_no_one_else
     wait_for("the reserved lease to settle", 30, || {
         host.lease(&rented.lease).settled
     });
+    market.assert_conserved();
+
+    // A window committed to for 10 s and cancelled before its start pays the host's
+    // published share of that minimum (the default schedule: all of it within 10 minutes
+    // of the start), and nothing runs.
+    let before = market.balance(other);
+    let mut out = None;
+    // (Once the renter's book has the GPU free again.)
+    wait_for("a window to be booked", 20, || {
+        let o = market.rent_output(
+            other,
+            "gpu=l4",
+            &[
+                "--max-price",
+                "5",
+                "--start",
+                "+20s",
+                "--end",
+                "+40s",
+                "--committed",
+                "10s",
+            ],
+            "sleep 60",
+        );
+        let ok = o.status.success();
+        if !ok {
+            eprintln!("rent: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        out = Some(o);
+        ok
+    });
+    let window: gpux_api::Rented = serde_json::from_slice(&out.unwrap().stdout).unwrap();
+    assert!(other.gpux(&["stop", &window.lease]).status.success());
+    wait_for("the cancelled window to settle", 30, || {
+        let view = other.lease(&window.lease);
+        view.settled && host.lease(&window.lease).settled
+    });
+    let cancelled = host.lease(&window.lease);
+    assert_eq!(
+        cancelled.end.as_deref(),
+        Some("renter-stopped"),
+        "{cancelled:?}"
+    );
+    assert!(cancelled.started_at.is_none(), "{cancelled:?}");
+    let price: MicroCredits = window.price_per_gpu_hour.parse().unwrap();
+    let fee = money::cost(10, price).unwrap();
+    assert_eq!(before - market.balance(other), fee.0);
     market.assert_conserved();
 }
 

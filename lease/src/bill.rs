@@ -8,7 +8,7 @@
 //! size for the agreed retention at the agreed price per GiB-hour, owed from the first
 //! receipt on (the host sets the disk aside from the acceptance).
 
-use gpux_protocol::{LeaseKind, LeaseRequest, MicroCredits, money};
+use gpux_protocol::{LeaseKind, LeaseRequest, MicroCredits, Timestamp, money};
 
 /// Billed GPU-seconds for `runtime_ms` of work on `gpus` GPUs under a lease of
 /// `duration_s` seconds.
@@ -42,6 +42,21 @@ pub fn committed_gpu_seconds(request: &LeaseRequest) -> u64 {
         .unwrap_or(0)
         .min(u64::from(request.duration_s));
     (request.gpus.len() as u64).saturating_mul(secs)
+}
+
+/// What cancelling a reserved window at `at`, before its start, bills in GPU-seconds: the
+/// share of its committed minimum its fee schedule sets for that lead (zero without a
+/// schedule or a committed minimum, for any other kind of lease, and from the start on: a
+/// window its host has not started by then owes nothing).
+pub fn cancel_gpu_seconds(request: &LeaseRequest, at: Timestamp) -> u64 {
+    let LeaseKind::Reserved { start, .. } = request.kind else {
+        return 0;
+    };
+    if at >= start {
+        return 0;
+    }
+    let fees = request.cancel_fees().unwrap_or_default();
+    fees.fee_gpu_seconds(committed_gpu_seconds(request), start.ms_since(at))
 }
 
 /// The workspace's retention, a fixed sum of the terms (zero without a priced workspace;

@@ -320,6 +320,20 @@ impl World {
         // the window early).
         let committed_s = (matches!(kind, LeaseKind::Reserved { .. }) && rng.chance(50))
             .then(|| rng.range(1, u64::from(duration_s)));
+        // Half of those publish a cancellation fee schedule (steps within the 20 s ahead).
+        let fees = (committed_s.is_some() && rng.chance(50)).then(|| {
+            gpux_protocol::CancelFees::new(vec![
+                gpux_protocol::FeeTier {
+                    within_s: rng.range(9, 16) as u32,
+                    percent: rng.range(10, 60) as u8,
+                },
+                gpux_protocol::FeeTier {
+                    within_s: rng.range(1, 7) as u32,
+                    percent: 100,
+                },
+            ])
+            .unwrap()
+        });
         // (Signed again with the terms: the helper's arguments are enough already.)
         let request = match (commit_wait_ms, committed_s) {
             (None, None) => request,
@@ -332,6 +346,11 @@ impl World {
                     if let Some(v) = value {
                         body.ext.insert(key, v.to_le_bytes().to_vec()).unwrap();
                     }
+                }
+                if let Some(fees) = &fees {
+                    body.ext
+                        .insert(gpux_protocol::EXT_CANCEL_FEES, fees.to_bytes())
+                        .unwrap();
                 }
                 Signed::sign(&renter_key, body).unwrap()
             }
@@ -425,6 +444,13 @@ impl World {
         }
         if world.rng.chance(30) {
             let at = world.rng.range(1_000, span);
+            world.at(at, Ev::RenterStop);
+        } else if let (Some(_), LeaseKind::Reserved { start, .. }) = (&fees, kind)
+            && start.0 > t0 + 1_000
+            && world.rng.chance(60)
+        {
+            // A window with a fee schedule is often cancelled before its start.
+            let at = world.rng.range(1_000, start.0 - t0);
             world.at(at, Ev::RenterStop);
         }
         if world.rng.chance(20) {
@@ -1157,6 +1183,8 @@ struct Summary {
     receipts: u64,
     ran: bool,
     outage_over_grace: bool,
+    /// A window cancelled before its start paid a fee.
+    cancel_fee: bool,
 }
 
 /// The rules every schedule must keep.
@@ -1206,10 +1234,26 @@ fn check(w: &World) -> Result<Summary, String> {
     } else {
         0
     };
+    // A window that never ran is paid for only when its renter cancelled it before its
+    // start, and then at most its fee schedule's share of the committed minimum for the
+    // time the stop was due at the host (with the grace), or just before the start.
+    let cancelled_by = match (w.renter.as_ref(), w.request.kind) {
+        (Some(r), LeaseKind::Reserved { start, .. }) => r
+            .record()
+            .stop_requested_at
+            .filter(|stop| *stop < start)
+            .map(|stop| {
+                stop.plus_ms(w.timing.ack_grace_ms)
+                    .min(Timestamp(start.0 - 1))
+            }),
+        _ => None,
+    };
     let most = if ran {
         gpux_lease::bill::request_gpu_seconds(&w.request, runtime_ms).max(committed)
             * PER_GPU_SECOND
             + retention
+    } else if let Some(late) = cancelled_by {
+        gpux_lease::bill::cancel_gpu_seconds(&w.request, late) * PER_GPU_SECOND + retention
     } else {
         0
     };
@@ -1337,6 +1381,7 @@ fn check(w: &World) -> Result<Summary, String> {
         receipts: host.record().last_seq,
         ran,
         outage_over_grace: w.faults.outages.iter().any(|&(a, b)| b - a > grace),
+        cancel_fee: !ran && host_paid > 0,
     })
 }
 
@@ -1403,8 +1448,9 @@ fn every_schedule_keeps_the_rules_of_a_lease() {
     let receipts: u64 = summaries.iter().map(|s| s.receipts).sum();
     let ran = summaries.iter().filter(|s| s.ran).count();
     let long_outages = summaries.iter().filter(|s| s.outage_over_grace).count();
+    let fees = summaries.iter().filter(|s| s.cancel_fee).count();
     println!(
-        "lease simulator: {n} schedules in {:.1} s ({receipts} receipts; {ran} ran a container; {long_outages} with a ledger outage longer than the release grace); {} failed",
+        "lease simulator: {n} schedules in {:.1} s ({receipts} receipts; {ran} ran a container; {long_outages} with a ledger outage longer than the release grace; {fees} windows cancelled for a fee); {} failed",
         took.as_secs_f64(),
         failures.len()
     );
@@ -1420,6 +1466,10 @@ fn every_schedule_keeps_the_rules_of_a_lease() {
     assert!(
         n < 100 || long_outages > 0,
         "no schedule had a long ledger outage"
+    );
+    assert!(
+        n < 1000 || fees > 0,
+        "no schedule cancelled a window for a fee"
     );
 }
 

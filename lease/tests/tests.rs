@@ -5,6 +5,8 @@
 // Exact bills: not under the broken rule (a host billing a second too many), which the
 // simulator must catch instead.
 #[cfg(not(feature = "broken-rule"))]
+mod cancel;
+#[cfg(not(feature = "broken-rule"))]
 mod commit;
 #[cfg(not(feature = "broken-rule"))]
 mod group;

@@ -32,6 +32,7 @@
 //! disk_price = "0.01"                   # host: credits per GiB-hour of a kept workspace
 //! max_image = "20GiB"                   # host: the largest renter image staged (0: none)
 //! stage_quota = "64GiB"                 # host: renters' staged images together
+//! cancel_fees = "24h:10%,1h:50%,10m:100%" # host: a reserved window's cancellation fees
 //! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rate, Gop/s (fake GPUs)
 //! ```
 
@@ -136,6 +137,11 @@ pub struct Options {
     /// Host: the disk renters' staged images may take together, kept or arriving (`64GiB`).
     #[arg(long = "stage-quota", value_name = "SIZE")]
     pub stage_quota: Option<String>,
+    /// Host: what a renter that cancels a reserved window before its start pays, as shares
+    /// of the window's committed minimum by how close to the start it cancels
+    /// (`24h:10%,1h:50%,10m:100%`; `none`: cancelling is free). Published in the offers.
+    #[arg(long = "cancel-fees", value_name = "SCHEDULE")]
+    pub cancel_fees: Option<String>,
     /// Renter: the performance challenge's reference rate of a GPU family, `FAMILY=GOPS`
     /// (repeatable), in place of the spec table's; for fake GPUs, whose CPU prover is
     /// measured on the machine.
@@ -252,6 +258,7 @@ macro_rules! each_setting {
             disk_price,
             max_image,
             stage_quota,
+            cancel_fees,
             challenge_reference
         )
     };
@@ -288,6 +295,7 @@ impl Options {
             disk_price: Some("0".into()),
             max_image: Some("20GiB".into()),
             stage_quota: Some("64GiB".into()),
+            cancel_fees: Some("24h:10%,1h:50%,10m:100%".into()),
             challenge_reference: Some(Vec::new()),
         }
     }
@@ -425,6 +433,13 @@ impl Effective {
             };
             let max_image_bytes = size("max_image", o.max_image.clone().or(d.max_image))?;
             let stage_quota_bytes = size("stage_quota", o.stage_quota.clone().or(d.stage_quota))?;
+            let fees = o.cancel_fees.clone().or(d.cancel_fees).unwrap_or_default();
+            let cancel_fees = fees.parse().map_err(|e| {
+                self.bad(
+                    "cancel_fees",
+                    format!("'{fees}': {e} (e.g. 24h:10%,1h:50%,10m:100%, or none)"),
+                )
+            })?;
             Some(HostOptions {
                 nvml_lib: o.nvml_lib.clone(),
                 price: price
@@ -454,6 +469,7 @@ impl Effective {
                 })?,
                 max_image_bytes,
                 stage_quota_bytes,
+                cancel_fees,
                 staging_root: data_dir.join("staging"),
                 run_root: data_dir.join("run"),
             })

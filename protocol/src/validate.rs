@@ -194,6 +194,15 @@ pub enum RuleError {
     /// A lease term (an ext field) is malformed.
     #[error("a lease term: {0}")]
     BadTerm(String),
+    /// A reserved window with a committed minimum states a cancellation fee schedule other
+    /// than its offer's.
+    #[error("the cancellation fees are {asked}; the offer's are {offered}")]
+    CancelFeesNotOffered {
+        /// The request's schedule.
+        asked: String,
+        /// The offer's.
+        offered: String,
+    },
     /// A lease request contradicts the bid it answers.
     #[error("the lease's {field} does not match the bid")]
     BidMismatch {
@@ -436,7 +445,8 @@ pub fn offer_matches_attestation(
 
 /// A lease request against the offer it names: addressed to the offer's host, GPUs from the
 /// offer, price at least the offer's (or the spot floor for spot), duration in bounds, a
-/// workspace retention priced at least at the offer's and no longer than it keeps one, an
+/// workspace retention priced at least at the offer's and no longer than it keeps one, a
+/// committed window's cancellation fees exactly the offer's, an
 /// image the offer lists, or one the renter staged on the host (`staged`: the host holds
 /// it for this renter) when the offer says it stages renters' images.
 pub fn lease_request_matches_offer(
@@ -484,6 +494,19 @@ pub fn lease_request_matches_offer(
             && retain_s > max_s
         {
             return Err(RuleError::RetentionAboveOffer { retain_s, max_s });
+        }
+    }
+    // A window its renter committed to carries the offer's cancellation fees, unchanged.
+    if request.committed_s().map_err(term)? > 0 {
+        let (asked, offered) = (
+            request.cancel_fees().map_err(term)?,
+            offer.cancel_fees().map_err(term)?,
+        );
+        if asked != offered {
+            return Err(RuleError::CancelFeesNotOffered {
+                asked: asked.to_string(),
+                offered: offered.to_string(),
+            });
         }
     }
     let listed = offer.images.contains(&request.image);

@@ -368,7 +368,13 @@ impl HostLease {
     /// the end of the time billed.
     fn billed_until(&self, until: Timestamp) -> (u64, Timestamp) {
         let Some(started) = self.rec.started_at else {
-            return (0, until);
+            // A reserved window its renter cancelled before it began pays its fee schedule's
+            // share of the committed minimum, at the time the cancellation came.
+            let fee = match (self.rec.end, self.rec.ended_at) {
+                (Some(End::RenterStopped), Some(at)) => bill::cancel_gpu_seconds(&self.request, at),
+                _ => 0,
+            };
+            return (fee, until);
         };
         let mut end = until.min(self.deadline());
         if let Some(finished) = self.rec.finished_at {

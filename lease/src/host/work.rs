@@ -243,8 +243,9 @@ impl HostLease {
                 self.settle(now, out);
             }
             HostPhase::Starting if self.start_deferred => {
-                // Never started: nothing ran, so nothing is owed; the escrow goes back. A
-                // workspace made for the commit goes too.
+                // Never started: nothing ran, so nothing is owed but a reserved window's
+                // cancellation fee (when its renter cancelled it); the rest of the escrow
+                // goes back. A workspace made for the commit goes too.
                 self.start_deferred = false;
                 self.rec.phase = HostPhase::Ended;
                 let prepared = self.commit_wait_ms().is_some();
@@ -253,6 +254,17 @@ impl HostLease {
                 out.push(HostEffect::FreeGpus);
                 if prepared {
                     out.push(HostEffect::EraseContainer);
+                }
+                let (fee, _) = self.billed_until(now);
+                if fee > 0 {
+                    self.rec.phase = HostPhase::FinalReceipt;
+                    if self.send_receipt(now, now, out) {
+                        out.push(HostEffect::Schedule {
+                            at: now.plus_ms(FINAL_RECEIPT_WAIT_MS),
+                            timer: HostTimer::FinalReceiptWait,
+                        });
+                        return;
+                    }
                 }
                 self.finish(now, out);
             }

@@ -15,8 +15,9 @@
 use gpux_protocol::ledger_wire::RefusalCode;
 use gpux_protocol::validate::{notice_matches_lease, receipt_matches_lease};
 use gpux_protocol::{
-    ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd, LeaseRequest, LedgerEntry,
-    PreemptionNotice, PublicKey, ReceiptAck, Release, Signed, Timestamp, UsageReceipt, Verified,
+    ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseEnd, LeaseKind, LeaseRequest,
+    LedgerEntry, PreemptionNotice, PublicKey, ReceiptAck, Release, Signed, Timestamp, UsageReceipt,
+    Verified,
 };
 
 use crate::{
@@ -546,9 +547,20 @@ impl RenterLease {
         }
         let own_s = (until.ms_since(started) / 1000 + 1).min(u64::from(self.request.duration_s));
         let mut max = crate::bill::most_gpu_seconds(&self.request, own_s);
-        // A reserved window this node stopped early owes its committed minimum.
-        if self.rec.stop_requested_at.is_some() {
-            max = max.max(crate::bill::committed_gpu_seconds(&self.request));
+        match self.rec.stop_requested_at {
+            // A reserved window this node cancelled before it could begin (the stop reached
+            // the host, with the grace, before the window's start) owes its fee schedule's
+            // share of the committed minimum for that time, and nothing else.
+            Some(stop)
+                if matches!(self.request.kind, LeaseKind::Reserved { start, .. }
+                    if stop.plus_ms(self.rec.timing.ack_grace_ms) < start) =>
+            {
+                let late = stop.plus_ms(self.rec.timing.ack_grace_ms);
+                max = crate::bill::cancel_gpu_seconds(&self.request, late);
+            }
+            // A reserved window this node stopped early owes its committed minimum.
+            Some(_) => max = max.max(crate::bill::committed_gpu_seconds(&self.request)),
+            None => {}
         }
         if receipt.gpu_seconds > max {
             return self.dispute(now, out);

@@ -172,6 +172,8 @@ pub(crate) struct Entry {
     pub(crate) booked: Box<[(u8, u64, u64)]>,
     /// The MIG profile, when the offer lists MIG instances.
     pub(crate) mig_profile: Option<Box<str>>,
+    /// The host's cancellation fee schedule for reserved windows (empty: free).
+    pub(crate) cancel_fees: gpux_protocol::CancelFees,
 }
 
 impl Entry {
@@ -446,6 +448,8 @@ impl OrderBook {
                 .map(|(g, s, e)| (g, s.0, e.0))
                 .collect(),
             mig_profile: offer.mig_profile().map(Into::into),
+            // (Checked when the offer was verified.)
+            cancel_fees: offer.cancel_fees().unwrap_or_default(),
         };
         let key = BucketKey {
             family,
@@ -681,6 +685,13 @@ impl OrderBook {
     pub fn offer_retention(&self, offer: &ContentId) -> Option<(MicroCredits, Option<u64>)> {
         let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
         Some((MicroCredits(e.disk_price), e.max_retain_s))
+    }
+
+    /// The cancellation fee schedule an offer publishes for reserved windows (`None` for
+    /// an unknown offer; empty: free).
+    pub fn offer_cancel_fees(&self, offer: &ContentId) -> Option<gpux_protocol::CancelFees> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        Some(e.cancel_fees.clone())
     }
 
     /// The GPU family of an offer (its first GPU's).

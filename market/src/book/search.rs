@@ -25,6 +25,9 @@ pub struct Hit {
     pub vram_gb: u16,
     /// The MIG profile when the offer lists slices of GPUs (`1g.10gb`), not whole GPUs.
     pub mig_profile: Option<String>,
+    /// What cancelling a reserved window before its start costs (`1h:50%,10m:100%`;
+    /// `None`: free).
+    pub cancel_fees: Option<String>,
     /// Compute capability.
     pub compute_capability: ComputeCapability,
     /// GPUs in the offer.
@@ -125,6 +128,7 @@ impl OrderBook {
             family: e.family,
             vram_gb: e.vram_gb,
             mig_profile: e.mig_profile.as_deref().map(str::to_string),
+            cancel_fees: (!e.cancel_fees.is_free()).then(|| e.cancel_fees.to_string()),
             compute_capability: ComputeCapability::new((e.cc / 100) as u8, (e.cc % 100) as u8),
             gpus: e.gpus.len() as u16,
             free: self.free_at(e, now),

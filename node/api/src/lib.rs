@@ -150,6 +150,10 @@ pub struct OfferHit {
     /// The MIG profile (`1g.10gb`) when the offer lists slices of GPUs, not whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_profile: Option<String>,
+    /// What cancelling a reserved window before its start costs, as shares of its committed
+    /// minimum (`1h:50%,10m:100%`); absent: free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_fees: Option<String>,
     /// Compute capability.
     pub compute_capability: ComputeCapability,
     /// GPUs in the offer.

@@ -220,6 +220,7 @@ impl MarketView {
                 family: h.family.key().to_string(),
                 vram_gb: h.vram_gb,
                 mig_profile: h.mig_profile,
+                cancel_fees: h.cancel_fees,
                 compute_capability: h.compute_capability,
                 gpus: h.gpus,
                 free: h.free,

@@ -84,6 +84,9 @@ pub struct HostOptions {
     pub max_image_bytes: u64,
     /// The disk renters' staged images may take together, bytes.
     pub stage_quota_bytes: u64,
+    /// What cancelling a reserved window before its start costs (published in the offers;
+    /// empty: free).
+    pub cancel_fees: gpux_protocol::CancelFees,
     /// Where staged layers arrive (`<data-dir>/staging`), and the record of staged images.
     pub staging_root: PathBuf,
     /// Where each spot lease's `/run/gpux` is written (`<data-dir>/run/<lease>`).

@@ -39,6 +39,8 @@ pub(crate) struct Candidate {
     pub(crate) image: Option<ImageDigest>,
     /// Its price of a kept workspace per GiB-hour, and the longest it keeps one.
     pub(crate) retention: (MicroCredits, Option<u64>),
+    /// Its cancellation fees for a reserved window (a committed window signs them).
+    pub(crate) cancel_fees: gpux_protocol::CancelFees,
     /// The performance challenge's reference rate of its model, Gop/s (none known: the
     /// offer cannot be challenged).
     pub(crate) reference_gops: Option<f64>,
@@ -333,10 +335,11 @@ impl RentTask {
                     allocation,
                     image: offered_image,
                     retention,
+                    cancel_fees,
                     reference_gops,
                 } = candidate;
                 let host = allocation.host;
-                let terms = match self.workload.terms_for(retention) {
+                let terms = match self.workload.terms_for(retention, &cancel_fees) {
                     Ok(terms) => terms,
                     Err(why) => {
                         refusals.push(format!("{}: {why}", host.peer_id()));
@@ -669,10 +672,16 @@ impl Daemon {
                         .offer_retention(&allocation.offer)
                         .unwrap_or((MicroCredits::ZERO, None));
                     let reference_gops = self.challenge_reference(&allocation.offer);
+                    let cancel_fees = self
+                        .market
+                        .book
+                        .offer_cancel_fees(&allocation.offer)
+                        .unwrap_or_default();
                     found.push(Candidate {
                         allocation,
                         image,
                         retention,
+                        cancel_fees,
                         reference_gops,
                     });
                     if found.len() >= n {

@@ -191,6 +191,12 @@ pub const EXT_GROUP: u16 = 6;
 /// window early, since the host turned others away for it. It replaces the 60-second
 /// minimum only then; a window the host ends early pays its runtime.
 pub const EXT_COMMITTED_S: u16 = 7;
+/// `LeaseRequest` ext key: the reserved window's cancellation fee schedule
+/// ([`CancelFees`](crate::CancelFees)' bytes), copied from the offer's
+/// [`EXT_OFFER_CANCEL_FEES`](crate::EXT_OFFER_CANCEL_FEES): a renter that stops the window
+/// before its start pays that share of the committed minimum. Only with a committed
+/// minimum; without it, cancelling is free.
+pub const EXT_CANCEL_FEES: u16 = 8;
 /// The longest a lease may wait for its commit, ms (its GPUs are held, unpaid, meanwhile).
 pub const MAX_COMMIT_WAIT_MS: u64 = 300_000;
 /// How long a workspace outlives its workload when the request does not say, seconds.
@@ -259,6 +265,14 @@ impl LeaseRequest {
     /// A reserved window's committed minimum, seconds of each GPU (0: none).
     pub fn committed_s(&self) -> Result<u64, InvalidMessage> {
         Ok(self.ext_u64(EXT_COMMITTED_S)?.unwrap_or(0))
+    }
+
+    /// The reserved window's cancellation fee schedule (empty: cancelling is free).
+    pub fn cancel_fees(&self) -> Result<crate::CancelFees, InvalidMessage> {
+        self.ext.get(EXT_CANCEL_FEES).map_or(
+            Ok(crate::CancelFees::default()),
+            crate::CancelFees::from_bytes,
+        )
     }
 
     /// The group order the lease belongs to (`None`: none). A value that is not 16 bytes is
@@ -333,6 +347,12 @@ impl Message for LeaseRequest {
                 });
             }
             ensure_at_most("committed minimum", committed, self.duration_s.into())?;
+        }
+        if !self.cancel_fees()?.tiers().is_empty() && committed == 0 {
+            return Err(InvalidMessage::Inconsistent {
+                field: "ext",
+                reason: "a cancellation fee is a share of a reserved window's committed minimum",
+            });
         }
         if let Some(wait) = self.commit_wait_ms()? {
             ensure_nonzero("commit wait", wait)?;

@@ -136,6 +136,7 @@ impl Message for Offer {
             }
             (false, None) => {}
         }
+        self.cancel_fees()?;
         for gpu in self.gpus.iter() {
             ensure_token("gpus.family", &gpu.family)?;
             ensure_nonzero("gpus.memory_bytes", gpu.memory_bytes)?;
@@ -220,6 +221,11 @@ pub const EXT_OFFER_BOOKED: u16 = 6;
 /// they are MIG instances (`MIG-...`). An offer lists whole GPUs or MIG instances of one
 /// profile, never both; with MIG instances this key is required, with whole GPUs absent.
 pub const EXT_OFFER_MIG_PROFILE: u16 = 7;
+/// `Offer` ext key: the host's cancellation fee schedule for reserved windows
+/// ([`CancelFees`](crate::CancelFees)' bytes). A reserved request with a committed minimum
+/// carries it unchanged ([`EXT_CANCEL_FEES`](crate::EXT_CANCEL_FEES)). Without it,
+/// cancelling a window before its start is free.
+pub const EXT_OFFER_CANCEL_FEES: u16 = 8;
 /// The most booked windows an offer lists.
 pub const MAX_OFFER_BOOKED: usize = 8;
 /// The longest image tag an offer lists, bytes.
@@ -281,6 +287,15 @@ impl Offer {
         self.ext
             .get(EXT_OFFER_MIG_PROFILE)
             .and_then(|p| std::str::from_utf8(p).ok())
+    }
+
+    /// The host's cancellation fee schedule for reserved windows (empty: free); checked
+    /// with the offer.
+    pub fn cancel_fees(&self) -> Result<crate::CancelFees, InvalidMessage> {
+        self.ext.get(EXT_OFFER_CANCEL_FEES).map_or(
+            Ok(crate::CancelFees::default()),
+            crate::CancelFees::from_bytes,
+        )
     }
 
     /// The windows booked ahead on the offer's GPUs: (index in `gpus`, start, end). A value

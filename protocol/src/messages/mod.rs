@@ -33,6 +33,7 @@ use crate::money::MoneyError;
 use crate::types::Timestamp;
 
 mod attestation;
+mod cancel;
 mod challenge;
 mod lease;
 mod ledger;
@@ -43,14 +44,15 @@ pub use attestation::{
     Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MAX_MIG_PROFILE,
     MigFacts, MigInstance, PcieFacts, mig_compute_slices, mig_profile_gb,
 };
+pub use cancel::{CancelFees, FeeTier, MAX_FEE_TIERS};
 pub use challenge::{
     ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_N,
     MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S, EXT_GROUP,
-    EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar, LeaseAccept,
-    LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS,
+    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,
+    EXT_GROUP, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar,
+    LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS,
     MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason,
     ResourceLimits,
 };
@@ -59,10 +61,10 @@ pub use ledger::{
     LedgerRecord, Redeem, Release,
 };
 pub use market::{
-    Bid, EXT_OFFER_BOOKED, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S,
-    EXT_OFFER_MIG_PROFILE, EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS,
-    MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_QUERY_BYTES,
-    Offer, OfferGpu, OfferWithdrawal, is_image_tag,
+    Bid, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES,
+    EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_MIG_PROFILE, EXT_OFFER_WORKSPACE_BYTES,
+    EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS,
+    MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal, is_image_tag,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,

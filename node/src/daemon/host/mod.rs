@@ -384,10 +384,18 @@ impl HostRole {
     }
 
     /// What this host's offers say of its workspaces (the largest it gives now, and the
-    /// longest it keeps one after its lease; nothing when it offers none) and of renters'
-    /// images (the largest it stages; nothing when it stages none).
+    /// longest it keeps one after its lease; nothing when it offers none), of renters'
+    /// images (the largest it stages; nothing when it stages none) and of cancelling a
+    /// reserved window (its fee schedule).
     fn offer_policy(&self) -> Ext {
         let mut ext = Ext::new();
+        if !self.options.cancel_fees.tiers().is_empty() {
+            // At most 40 bytes: within the ext map's limits.
+            let _ = ext.insert(
+                gpux_protocol::EXT_OFFER_CANCEL_FEES,
+                self.options.cancel_fees.to_bytes(),
+            );
+        }
         let max_image = self
             .options
             .max_image_bytes

@@ -326,6 +326,7 @@ mod tests {
             disk_price: MicroCredits::ZERO,
             max_image_bytes: 1 << 30,
             stage_quota_bytes: 1 << 30,
+            cancel_fees: Default::default(),
             staging_root: "/nonexistent".into(),
             run_root: "/nonexistent".into(),
         }

@@ -1,8 +1,9 @@
 //! The lease terms a rent asks of one offer: the workspace kept after the workload, for as
 //! long as the renter asked (or the default, shortened to what the offer keeps), at the
-//! offer's price.
+//! offer's price; and, for a reserved window with a committed minimum, the offer's
+//! cancellation fees.
 
-use gpux_protocol::{Ext, MicroCredits, money};
+use gpux_protocol::{CancelFees, Ext, MicroCredits, money};
 
 use super::Workload;
 
@@ -27,8 +28,16 @@ impl Workload {
     pub(super) fn terms_for(
         &self,
         (price, max_retain_s): (MicroCredits, Option<u64>),
+        cancel_fees: &CancelFees,
     ) -> Result<Terms, String> {
         let mut ext = self.terms.clone();
+        // A window the renter commits to signs the offer's cancellation fees, unchanged.
+        if term_u64(&ext, gpux_protocol::EXT_COMMITTED_S).is_some_and(|c| c > 0)
+            && !cancel_fees.tiers().is_empty()
+        {
+            ext.insert(gpux_protocol::EXT_CANCEL_FEES, cancel_fees.to_bytes())
+                .map_err(|e| e.to_string())?;
+        }
         let Some(bytes) = term_u64(&ext, gpux_protocol::EXT_WORKSPACE_BYTES) else {
             return Ok(Terms {
                 ext,
@@ -91,12 +100,14 @@ mod tests {
     fn the_retention_is_stated_priced_and_within_what_the_offer_keeps() {
         let price = MicroCredits(100_000);
         // No workspace: nothing kept, nothing added.
-        let none = workload(None, None).terms_for((price, Some(60))).unwrap();
+        let none = workload(None, None)
+            .terms_for((price, Some(60)), &CancelFees::default())
+            .unwrap();
         assert_eq!((none.charge, none.retention), (MicroCredits::ZERO, None));
         assert!(none.ext.get(gpux_protocol::EXT_RETAIN_S).is_none());
         // The default 10 minutes, shortened to the offer's 5, and stated.
         let short = workload(Some(4 << 30), None)
-            .terms_for((price, Some(300)))
+            .terms_for((price, Some(300)), &CancelFees::default())
             .unwrap();
         assert_eq!(term_u64(&short.ext, gpux_protocol::EXT_RETAIN_S), Some(300));
         assert_eq!(
@@ -108,19 +119,44 @@ mod tests {
         assert_eq!(short.retention.unwrap().charge, "0.033333");
         // What the renter asked, when the offer keeps it that long; refused otherwise.
         let asked = workload(Some(4 << 30), Some(1800))
-            .terms_for((price, Some(3600)))
+            .terms_for((price, Some(3600)), &CancelFees::default())
             .unwrap();
         assert_eq!(asked.charge, MicroCredits(200_000));
         let err = workload(Some(4 << 30), Some(1800))
-            .terms_for((price, Some(900)))
+            .terms_for((price, Some(900)), &CancelFees::default())
             .err()
             .unwrap();
         assert!(err.contains("at most 900 s"), "{err}");
         // A free retention carries no price term.
         let free = workload(Some(4 << 30), Some(60))
-            .terms_for((MicroCredits::ZERO, None))
+            .terms_for((MicroCredits::ZERO, None), &CancelFees::default())
             .unwrap();
         assert!(free.ext.get(gpux_protocol::EXT_WORKSPACE_PRICE).is_none());
         assert_eq!(free.charge, MicroCredits::ZERO);
+    }
+
+    #[test]
+    fn a_committed_window_signs_the_offers_cancellation_fees_and_only_then() {
+        let fees: CancelFees = "1h:50%,10m:100%".parse().unwrap();
+        let mut committed = workload(None, None);
+        committed
+            .terms
+            .insert(
+                gpux_protocol::EXT_COMMITTED_S,
+                600u64.to_le_bytes().to_vec(),
+            )
+            .unwrap();
+        let terms = committed
+            .terms_for((MicroCredits::ZERO, None), &fees)
+            .unwrap();
+        assert_eq!(
+            terms.ext.get(gpux_protocol::EXT_CANCEL_FEES),
+            Some(fees.to_bytes().as_slice())
+        );
+        // Without a committed minimum there is nothing to take a share of.
+        let plain = workload(None, None)
+            .terms_for((MicroCredits::ZERO, None), &fees)
+            .unwrap();
+        assert!(plain.ext.get(gpux_protocol::EXT_CANCEL_FEES).is_none());
     }
 }
