@@ -5,7 +5,9 @@
 //! times faster than its prover sustains, is caught, ends `challenge-failed` and is paid
 //! nothing. Challenged again while it runs (`gpux challenge LEASE`), the honest host pauses
 //! the workload while it proves and passes; the slow one, rented without a challenge, is
-//! caught while running and its lease ends at once.
+//! caught while running and its lease ends at once. The honest host's passed challenge,
+//! once its lease has paid, is published: its offers claim the `challenged` tier, which a
+//! node that never rented grants on the evidence.
 
 use std::time::Instant;
 
@@ -200,4 +202,25 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
     });
     assert_eq!(market.balance(renter), before - paid);
     market.assert_conserved();
+
+    // The passed challenge, once its lease paid the host, is published with the ledger's
+    // records: the honest host's offer claims the challenged tier, and a third node (the
+    // ledger's, which never rented) holds the evidence for it. The slow host earns nothing.
+    let challenged = |node: &super::market::Node, query: &str| {
+        node.api().offers(query, 5).is_ok_and(|hits| {
+            hits.iter()
+                .any(|h| h.tier == gpux_protocol::EvidenceTier::Challenged)
+        })
+    };
+    wait_for(
+        "the honest host's offer to be challenged, for the renter",
+        60,
+        || challenged(renter, "gpu=l4 tier>=challenged"),
+    );
+    wait_for(
+        "the honest host's offer to be challenged, for a third node",
+        30,
+        || challenged(&market.ledger, "gpu=l4 tier>=challenged"),
+    );
+    assert!(!challenged(renter, "gpu=h100"));
 }

@@ -90,6 +90,8 @@ pub struct LedgerMachine {
     /// Each escrow's lock (its envelope id) and the signed record it got, returned again
     /// when that very lock is retried.
     locks: BTreeMap<EscrowId, (ContentId, Vec<u8>)>,
+    /// Each escrow's newest redemption's signed record (a challenger's proof that it paid).
+    paid: BTreeMap<EscrowId, Vec<u8>>,
 }
 
 impl std::fmt::Debug for LedgerMachine {
@@ -149,6 +151,7 @@ impl LedgerMachine {
             ledger: Ledger::new(config),
             next: 1,
             locks: BTreeMap::new(),
+            paid: BTreeMap::new(),
         }
     }
 
@@ -189,10 +192,26 @@ impl LedgerMachine {
                         .map_err(|e| fail(e.to_string()))?;
                     let op =
                         op_of(&verified).ok_or_else(|| fail("not a ledger operation".into()))?;
-                    machine
+                    let applied = machine
                         .ledger
                         .apply(op, entry.at)
                         .map_err(|e| fail(e.to_string()))?;
+                    if let (AnyVerified::Redeem(redeem), Applied::Redeemed { .. }) =
+                        (&verified, &applied)
+                    {
+                        // Signing is deterministic: the same record as first returned.
+                        let (escrow, entry_of) = machine.redeemed_entry(redeem, &applied);
+                        if let Some(record) = machine.record(
+                            position,
+                            entry.at,
+                            verified_id(&verified),
+                            escrow,
+                            entry_of,
+                            Ext::new(),
+                        ) {
+                            machine.paid.insert(escrow, record.as_bytes().to_vec());
+                        }
+                    }
                     if let AnyVerified::EscrowLock(lock) = &verified {
                         // Signing is deterministic: the same record as first returned.
                         let record = machine.lock_record(position, entry.at, lock);
@@ -267,6 +286,35 @@ impl LedgerMachine {
         )
     }
 
+    /// The escrow and record entry of an applied redemption.
+    fn redeemed_entry(
+        &self,
+        redeem: &Verified<gpux_protocol::Redeem>,
+        applied: &Applied,
+    ) -> (EscrowId, LedgerEntry) {
+        let payee = self
+            .ledger
+            .escrow(&redeem.escrow)
+            .map_or(redeem.signer(), |e| e.payee);
+        let (amount, cumulative, seq) = match *applied {
+            Applied::Redeemed {
+                amount,
+                cumulative,
+                seq,
+            } => (amount, cumulative, seq),
+            _ => (MicroCredits::ZERO, MicroCredits::ZERO, 0),
+        };
+        (
+            redeem.escrow,
+            LedgerEntry::Redeemed {
+                payee,
+                amount,
+                cumulative,
+                receipt_seq: seq,
+            },
+        )
+    }
+
     fn encode_entry(entry: &LogEntry) -> Vec<u8> {
         bincode::encode_to_vec(entry, bincode::config::standard()).unwrap_or_default()
     }
@@ -328,6 +376,16 @@ impl LedgerMachine {
             LedgerRequest::History(host) => {
                 answer(LedgerResponse::History(self.ledger.history(&host)))
             }
+            LedgerRequest::Proof(escrow) => answer(match self.locks.get(&escrow) {
+                Some((_, locked)) => LedgerResponse::Proof {
+                    locked: locked.clone(),
+                    paid: self.paid.get(&escrow).cloned(),
+                },
+                None => LedgerResponse::refused(
+                    RefusalCode::UnknownEscrow,
+                    format!("no escrow {escrow} is locked here"),
+                ),
+            }),
             LedgerRequest::Escrow(id) => {
                 answer(LedgerResponse::Escrow(self.ledger.escrow(&id).map(|e| {
                     EscrowView {
@@ -447,27 +505,8 @@ impl LedgerMachine {
                     amount,
                 },
             ),
-            (
-                AnyVerified::Redeem(redeem),
-                Applied::Redeemed {
-                    amount,
-                    cumulative,
-                    seq,
-                },
-            ) => {
-                let payee = self
-                    .ledger
-                    .escrow(&redeem.escrow)
-                    .map_or(redeem.signer(), |e| e.payee);
-                (
-                    redeem.escrow,
-                    LedgerEntry::Redeemed {
-                        payee,
-                        amount,
-                        cumulative,
-                        receipt_seq: seq,
-                    },
-                )
+            (AnyVerified::Redeem(redeem), applied @ Applied::Redeemed { .. }) => {
+                self.redeemed_entry(redeem, &applied)
             }
             (
                 AnyVerified::Release(release),
@@ -515,9 +554,15 @@ impl LedgerMachine {
                 ),
             };
         };
-        if let AnyVerified::EscrowLock(lock) = &verified {
-            self.locks
-                .insert(lock.escrow, (lock.id(), record.as_bytes().to_vec()));
+        match &verified {
+            AnyVerified::EscrowLock(lock) => {
+                self.locks
+                    .insert(lock.escrow, (lock.id(), record.as_bytes().to_vec()));
+            }
+            AnyVerified::Redeem(redeem) => {
+                self.paid.insert(redeem.escrow, record.as_bytes().to_vec());
+            }
+            _ => {}
         }
         LedgerOutput {
             append: Some(append),

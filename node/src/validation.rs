@@ -11,8 +11,11 @@
 //! **Evidence tiers are derived, never claimed.** An offer's `tier` is a claim the node checks
 //! against the evidence it holds: `self-reported` needs the host's signed attestation (every
 //! offer needs it); `challenged` needs a [`ChallengeResult`] with a passed verdict, for that
-//! host and attestation, from a challenger whose paid lease with the host this node's ledger
-//! signed ([`challenge_result_holds`]); `cc-attested` needs NVIDIA confidential-computing
+//! host and one of the offer's devices (the GPU or MIG instance its challenge request
+//! names), at most 30 days old, from a challenger whose paid lease with the host this
+//! node's ledger signed ([`challenge_result_holds`]). Results bind devices, not
+//! attestations: a host re-signs its attestation with every publication, and the GPU it
+//! attests stays the same. `cc-attested` needs NVIDIA confidential-computing
 //! evidence verified against NVIDIA's certificate chain, which nothing here verifies, so it
 //! is never granted and an offer claiming it is rejected (provably unbacked). An offer
 //! claiming `challenged` without a result this node holds is ignored: the result may still
@@ -26,7 +29,7 @@ use gpux_protocol::validate::{
 };
 use gpux_protocol::{
     AnySigned, AnyVerified, Attestation, ChallengeResult, ChallengeVerdict, ContentId,
-    EvidenceTier, PublicKey, Timestamp, Verified,
+    EvidenceTier, GpuUuid, PublicKey, Timestamp, Verified,
 };
 use libp2p::gossipsub::MessageAcceptance;
 
@@ -42,6 +45,15 @@ pub const MAX_ATTESTATIONS: usize = 10_000;
 pub const MAX_CHALLENGE_RESULTS: usize = 100_000;
 /// How long a challenge result counts as evidence, ms (30 days).
 pub const CHALLENGE_RESULT_TTL_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// The device a challenge result's request names (`None`: none, or a request that does
+/// not open).
+fn challenged_device(result: &Verified<ChallengeResult>) -> Option<GpuUuid> {
+    gpux_protocol::Signed::<gpux_protocol::ChallengeRequest>::from_bytes(result.request.to_vec())
+        .and_then(gpux_protocol::Signed::verify)
+        .ok()?
+        .gpu
+}
 
 /// The verdict on one gossip message.
 #[derive(Debug)]
@@ -99,8 +111,8 @@ pub struct Validator {
     rate: RateLimiter,
     /// The ledger whose records this node trusts (None: no `challenged` tier can be judged).
     ledger: Option<PublicKey>,
-    /// Passed challenge results by (host, attestation): when each was made.
-    challenged: BTreeMap<(PublicKey, ContentId), Timestamp>,
+    /// Passed challenge results by (host, device challenged): when each was made.
+    challenged: BTreeMap<(PublicKey, GpuUuid), Timestamp>,
 }
 
 impl Validator {
@@ -118,18 +130,51 @@ impl Validator {
         self
     }
 
-    /// The tier the evidence this node holds supports for an offer of `host` naming
-    /// `attestation` (never `cc-attested`: see the module's notes).
+    /// The tier the evidence this node holds supports for an offer of `host` listing
+    /// `devices`: `challenged` when any of them passed a challenge in the last 30 days
+    /// (never `cc-attested`: see the module's notes).
     pub fn evidence_tier(
         &self,
         host: PublicKey,
-        attestation: ContentId,
+        devices: impl IntoIterator<Item = GpuUuid>,
         now: Timestamp,
     ) -> EvidenceTier {
-        match self.challenged.get(&(host, attestation)) {
-            Some(at) if now.ms_since(*at) <= CHALLENGE_RESULT_TTL_MS => EvidenceTier::Challenged,
-            _ => EvidenceTier::SelfReported,
+        let fresh = |at: &Timestamp| now.ms_since(*at) <= CHALLENGE_RESULT_TTL_MS;
+        if devices
+            .into_iter()
+            .any(|d| self.challenged.get(&(host, d)).is_some_and(fresh))
+        {
+            EvidenceTier::Challenged
+        } else {
+            EvidenceTier::SelfReported
         }
+    }
+
+    /// The devices of `host` that passed a challenge in the last 30 days, by the results
+    /// held here (a host claims `challenged` in the offers listing them).
+    pub fn challenged_devices(
+        &self,
+        host: PublicKey,
+        now: Timestamp,
+    ) -> std::collections::BTreeSet<GpuUuid> {
+        self.challenged
+            .iter()
+            .filter(|((h, _), at)| *h == host && now.ms_since(**at) <= CHALLENGE_RESULT_TTL_MS)
+            .map(|((_, d), _)| *d)
+            .collect()
+    }
+
+    /// The newest attestation of `host` known here.
+    pub fn latest_attestation(&self, host: &PublicKey) -> Option<ContentId> {
+        self.attestation_order
+            .iter()
+            .rev()
+            .find(|id| {
+                self.attestations
+                    .get(id)
+                    .is_some_and(|a| a.signer() == *host)
+            })
+            .copied()
     }
 
     /// Whether an offer's claimed tier stands on the evidence held: `Err` with the verdict
@@ -145,7 +190,14 @@ impl Validator {
                  that no node verifies yet"
                     .into(),
             )),
-            claimed if claimed > self.evidence_tier(offer.signer(), offer.attestation, now) => {
+            claimed
+                if claimed
+                    > self.evidence_tier(
+                        offer.signer(),
+                        offer.gpus.iter().map(|g| g.uuid),
+                        now,
+                    ) =>
+            {
                 Err(Verdict::Ignore(format!(
                     "the offer claims {claimed}; no challenge result for it has been seen"
                 )))
@@ -154,12 +206,16 @@ impl Validator {
         }
     }
 
-    /// Remembers a passed challenge result (one read from disk, or checked here).
+    /// Remembers a passed challenge result (one read from disk, or checked here) for the
+    /// device its request names (one naming none is evidence of nothing in particular).
     pub fn remember_challenge(&mut self, result: &Verified<ChallengeResult>) {
         if !matches!(result.verdict, ChallengeVerdict::Passed { .. }) {
             return;
         }
-        let key = (result.host, result.attestation);
+        let Some(device) = challenged_device(result) else {
+            return;
+        };
+        let key = (result.host, device);
         let at = self.challenged.entry(key).or_insert(result.created_at);
         *at = (*at).max(result.created_at);
         if self.challenged.len() > MAX_CHALLENGE_RESULTS
@@ -197,7 +253,8 @@ impl Validator {
                 "no ledger to judge the challenge result by".into(),
             ));
         };
-        if self.challenged.get(&(result.host, result.attestation)) >= Some(&result.created_at) {
+        let held = challenged_device(result).and_then(|d| self.challenged.get(&(result.host, d)));
+        if held >= Some(&result.created_at) {
             return Err(Verdict::Ignore(
                 "a challenge result no newer than one held".into(),
             ));

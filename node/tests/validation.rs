@@ -219,7 +219,7 @@ fn challenge_result(
             created_at: T0,
             seed: [9; 32],
             n: 2,
-            gpu: None,
+            gpu: Some(att.gpus[0].uuid),
             ext: Ext::new(),
         },
     )
@@ -318,8 +318,9 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
         at(&mut v, topics::ATTESTATIONS, selfie.as_bytes()),
         "reject"
     );
+    let device = att.gpus[0].uuid;
     assert_eq!(
-        v.evidence_tier(host.public(), att.id(), T0),
+        v.evidence_tier(host.public(), [device], T0),
         EvidenceTier::SelfReported
     );
 
@@ -327,22 +328,57 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
     let real = challenge_result(&host, &att, &renter, &ledger);
     assert_eq!(at(&mut v, topics::ATTESTATIONS, real.as_bytes()), "accept");
     assert_eq!(
-        v.evidence_tier(host.public(), att.id(), T0),
+        v.evidence_tier(host.public(), [device], T0),
         EvidenceTier::Challenged
+    );
+    assert_eq!(
+        v.challenged_devices(host.public(), T0)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![device]
     );
     assert_eq!(at(&mut v, &h100(), ch.as_bytes()), "accept");
     // Still never cc-attested.
     let cc = claiming(&host, &att, 3, EvidenceTier::CcAttested);
     assert_eq!(at(&mut v, &h100(), cc.as_bytes()), "reject");
-    // The result binds one attestation: the host's GPUs attested another time are not
-    // covered, nor is it after 30 days.
+    // The result binds the device challenged: the host's other GPUs are not covered (nor
+    // another host's), nor is it after 30 days. The same GPU attested again is.
     assert_eq!(
-        v.evidence_tier(host.public(), ContentId([0; 32]), T0),
+        v.evidence_tier(host.public(), [GpuUuid::Gpu([8; 16])], T0),
+        EvidenceTier::SelfReported
+    );
+    assert_eq!(
+        v.evidence_tier(renter.public(), [device], T0),
         EvidenceTier::SelfReported
     );
     let later = T0.plus_secs(31 * 24 * 3600);
     assert_eq!(
-        v.evidence_tier(host.public(), att.id(), later),
+        v.evidence_tier(host.public(), [device], later),
         EvidenceTier::SelfReported
+    );
+    let again = {
+        let mut body = att.body().clone();
+        body.created_at = T0.plus_secs(60);
+        Signed::sign(&host, body).unwrap()
+    };
+    assert_ne!(again.id(), att.id());
+    let mut body = claiming(&host, &att, 4, EvidenceTier::Challenged)
+        .body()
+        .clone();
+    body.attestation = again.id();
+    body.created_at = T0.plus_secs(60);
+    body.expires_at = T0.plus_secs(600);
+    let anew = Signed::sign(&host, body).unwrap();
+    assert_eq!(
+        label(&v.validate(
+            topics::ATTESTATIONS,
+            again.as_bytes().to_vec(),
+            T0.plus_secs(60)
+        )),
+        "accept"
+    );
+    assert_eq!(
+        label(&v.validate(&h100(), anew.as_bytes().to_vec(), T0.plus_secs(60))),
+        "accept"
     );
 }

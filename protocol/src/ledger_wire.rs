@@ -49,6 +49,10 @@ pub enum LedgerRequest {
     /// Who has paid a host (appended in this version: a member that predates it answers
     /// `Malformed`).
     History(PublicKey),
+    /// The ledger's signed records that an escrow was locked and paid from (its lock's
+    /// record and its newest redemption's): what a [`ChallengeResult`](crate::ChallengeResult)
+    /// carries to show the challenger paid the host (appended, as `History`).
+    Proof(EscrowId),
 }
 
 /// The most payers a [`HostHistory`] lists (those with the most paid escrows first).
@@ -169,6 +173,14 @@ pub enum LedgerResponse {
     },
     /// A host's history (appended in this version; empty for a host nobody paid).
     History(HostHistory),
+    /// An escrow's signed records (appended): the lock's, and the newest redemption's when
+    /// the payee has redeemed anything. An unknown escrow is refused (`UnknownEscrow`).
+    Proof {
+        /// The signed `LedgerRecord` of the lock (`Locked`).
+        locked: Vec<u8>,
+        /// The signed `LedgerRecord` of the newest redemption (`Redeemed`), if any.
+        paid: Option<Vec<u8>>,
+    },
 }
 
 impl LedgerResponse {

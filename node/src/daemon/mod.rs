@@ -13,6 +13,7 @@ pub mod api;
 mod group;
 mod host;
 mod market;
+mod proof;
 mod reach;
 mod rent;
 mod renter;
@@ -140,6 +141,18 @@ pub(crate) enum Event {
         host: gpux_protocol::PublicKey,
         history: gpux_protocol::ledger_wire::HostHistory,
     },
+    /// The renter's performance challenge of one of its leases passed (to publish once the
+    /// lease has paid the host).
+    ChallengePassed {
+        lease: ContentId,
+        measured: Box<crate::plane::challenge::Measured>,
+    },
+    /// The ledger's records of a passed challenge's escrow (its lock's, its newest
+    /// redemption's).
+    Proof {
+        lease: ContentId,
+        proof: Result<(Vec<u8>, Option<Vec<u8>>), String>,
+    },
     /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
     /// group or a resume decided).
     Act {
@@ -211,6 +224,8 @@ pub(crate) struct Daemon {
     data_dir: std::path::PathBuf,
     /// Challenge reference rates by family, in place of the spec table's (fake GPUs).
     challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
+    /// Passed challenges waiting for their lease to pay the host, to be published.
+    pending_results: Vec<proof::Pending>,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -285,6 +300,7 @@ pub async fn run(
         peers: std::collections::BTreeSet::new(),
         data_dir: config.data_dir.clone(),
         challenge_references: config.challenge_references.clone(),
+        pending_results: Vec::new(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -341,7 +357,10 @@ pub async fn run(
             _ = republish_tick.tick() => daemon.publish_offers(),
             _ = pending_tick.tick() => daemon.publish_if_due(),
             _ = expire_tick.tick() => daemon.market.expire(now()),
-            _ = history_tick.tick() => history_from = daemon.fetch_histories(history_from),
+            _ = history_tick.tick() => {
+                history_from = daemon.fetch_histories(history_from);
+                daemon.fetch_proofs();
+            }
         }
         // A lease of this renter that is over (stopped, preempted, or early) gives its GPUs
         // back in this node's view of the market.
@@ -382,6 +401,10 @@ impl Daemon {
         let Some(host) = self.host.as_mut() else {
             return;
         };
+        host.challenged = self
+            .market
+            .validator
+            .challenged_devices(self.key.public(), now());
         match host.publish_offers(now()) {
             Ok(published) => {
                 for offer in &published.offers {
@@ -416,6 +439,8 @@ impl Daemon {
                 let score = self.reach.ledger_history(host, &history, now());
                 self.market.book.set_reliability(host, score);
             }
+            Event::ChallengePassed { lease, measured } => self.challenge_passed(lease, &measured),
+            Event::Proof { lease, proof } => self.on_proof(lease, proof),
             Event::Act { lease, act, reply } => {
                 let done = match act {
                     LeaseAct::Commit => self.renter.commit(lease).map(drop),

@@ -100,6 +100,11 @@ impl RenterRole {
             .map(|l| &**l.request())
     }
 
+    /// The request of one of this node's leases, in any phase.
+    pub(crate) fn lease_request(&self, id: &ContentId) -> Option<&LeaseRequest> {
+        self.leases.get(id).map(|l| &**l.request())
+    }
+
     pub(crate) fn records(&self) -> Vec<(ContentId, gpux_lease::RenterRecord)> {
         self.state.renter_leases().unwrap_or_default()
     }

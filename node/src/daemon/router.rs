@@ -83,6 +83,18 @@ impl Daemon {
             } => {
                 let (acceptance, fill, score) = self.market.on_gossip(&topic, data, source, now());
                 self.net.report_nowait(id, source, acceptance);
+                // A renter's passed challenge of this host: its offers claim the tier now.
+                if topic == topics::ATTESTATIONS
+                    && let Some(host) = &self.host
+                    && host.challenged
+                        != self
+                            .market
+                            .validator
+                            .challenged_devices(self.key.public(), now())
+                {
+                    self.publish_offers_soon();
+                    self.publish_if_due();
+                }
                 if let Some(score) = score {
                     self.net.set_app_score_nowait(source, score);
                 }

@@ -514,6 +514,18 @@ impl LedgerClient {
         }
     }
 
+    /// An escrow's signed records: its lock's, and its newest redemption's when the payee
+    /// has redeemed anything.
+    pub async fn proof(&self, id: EscrowId) -> Result<(Vec<u8>, Option<Vec<u8>>), LedgerCallError> {
+        match self.call(&LedgerRequest::Proof(id)).await? {
+            LedgerResponse::Proof { locked, paid } => Ok((locked, paid)),
+            LedgerResponse::Refused { code, detail, .. } => {
+                Err(LedgerCallError::Refused { code, detail })
+            }
+            _ => Err(self.unreachable("an unexpected answer")),
+        }
+    }
+
     /// An escrow's state.
     pub async fn escrow(&self, id: EscrowId) -> Result<Option<EscrowView>, LedgerCallError> {
         match self.call(&LedgerRequest::Escrow(id)).await? {

@@ -48,13 +48,23 @@ const RTT_FACTOR: f64 = 20.0;
 /// How long the host may take, all told.
 const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 
-/// What a passed challenge measured.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What a passed challenge measured, and its evidence: the renter's signed request and the
+/// host's signed answer (what a `ChallengeResult` carries).
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Measured {
     pub(crate) n: u32,
     pub(crate) achieved_gops: f64,
     pub(crate) reference_gops: f64,
     pub(crate) round_trip: Duration,
+    pub(crate) request: Vec<u8>,
+    pub(crate) response: Vec<u8>,
+}
+
+impl Measured {
+    /// The speed measured against the reference, per mille (at most 10,000).
+    pub(crate) fn speed_permille(&self) -> u16 {
+        (self.achieved_gops / self.reference_gops * 1000.0).clamp(0.0, 10_000.0) as u16
+    }
 }
 
 /// Why a challenge did not pass.
@@ -79,11 +89,12 @@ pub(crate) fn size_for(reference_gops: f64, round_trip: Duration) -> u32 {
     n
 }
 
-/// Runs the challenge of `lease` on `host` (the renter's side).
+/// Runs the challenge of `lease` on `host` (the renter's side); the request names `device`
+/// (the lease's first), which a published result binds.
 pub(crate) async fn run(
     net: &Client,
     key: &Keypair,
-    host: gpux_protocol::PublicKey,
+    (host, device): (gpux_protocol::PublicKey, Option<gpux_protocol::GpuUuid>),
     lease: ContentId,
     reference_gops: f64,
 ) -> Result<Measured, ChallengeFailure> {
@@ -119,7 +130,7 @@ pub(crate) async fn run(
             created_at: now(),
             seed,
             n,
-            gpu: None,
+            gpu: device,
             ext: Ext::new(),
         },
     )
@@ -138,7 +149,8 @@ pub(crate) async fn run(
         Err(e) => return Err(failed(format!("no answer: {e}"))),
     };
     let observed = sent.elapsed();
-    let response = Signed::<ChallengeResponse>::from_bytes(response.into_inner())
+    let response_bytes = response.into_inner();
+    let response = Signed::<ChallengeResponse>::from_bytes(response_bytes.clone())
         .and_then(Signed::verify)
         .map_err(|e| failed(format!("the host's response does not verify: {e}")))?;
     if response.signer() != host || response.request != request.id() {
@@ -193,6 +205,8 @@ pub(crate) async fn run(
         achieved_gops: verdict.achieved_gops,
         reference_gops,
         round_trip,
+        request: request.as_bytes().to_vec(),
+        response: response_bytes,
     })
 }
 

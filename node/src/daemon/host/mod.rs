@@ -47,6 +47,9 @@ pub(crate) struct HostRole {
     workers: BTreeMap<ContentId, mpsc::UnboundedSender<ExecOp>>,
     worker_ctx: WorkerCtx,
     pub(crate) publish_pending: bool,
+    /// This host's devices with a passed challenge held by this node's validator: their
+    /// offers claim the `challenged` tier (set by the daemon before each publication).
+    pub(crate) challenged: std::collections::BTreeSet<gpux_protocol::GpuUuid>,
     pub(crate) last_publish: Timestamp,
 }
 
@@ -155,6 +158,7 @@ impl HostRole {
             workers: BTreeMap::new(),
             worker_ctx,
             publish_pending: false,
+            challenged: Default::default(),
             last_publish: Timestamp(0),
         };
         role.recover(&exec, &workspaces).await?;
@@ -688,7 +692,14 @@ impl HostRole {
         let Some(att) = self.attestation.as_mut() else {
             return Ok(Published::default());
         };
-        let published = offers::sign(&self.key, att, &mut self.book, &self.options, policy, t)?;
+        let published = offers::sign(
+            &self.key,
+            att,
+            &mut self.book,
+            &self.options,
+            (policy, &self.challenged),
+            t,
+        )?;
         for (id, bytes) in &published.stored {
             let _ = self.state.save_own_offer(id, bytes);
         }

@@ -59,13 +59,15 @@ impl Published {
 /// Signs a publication at `t`. The attestation is re-signed with every publication: a new
 /// message, so peers that joined since receive it (they ignore offers whose attestation they
 /// have not seen). Publications are paced by the caller, which keeps a host well under the
-/// per-signer gossip rate limit.
+/// per-signer gossip rate limit. An offer listing a device in `challenged` (a renter's
+/// passed challenge that this node holds, on the ledger's records of a paid lease) claims
+/// the `challenged` tier; renters check the claim against the results they hold.
 pub(crate) fn sign(
     key: &Keypair,
     att: &mut Verified<Attestation>,
     book: &mut HostBook,
     options: &HostOptions,
-    policy: Ext,
+    (policy, challenged): (Ext, &std::collections::BTreeSet<GpuUuid>),
     t: Timestamp,
 ) -> anyhow::Result<Published> {
     let mut body = att.body().clone();
@@ -182,7 +184,11 @@ pub(crate) fn sign(
             max_duration_s: options.max_duration_s,
             region: BoundedString::new(options.region.clone())
                 .map_err(|e| anyhow::anyhow!("region: {e}"))?,
-            tier: EvidenceTier::SelfReported,
+            tier: if group.iter().any(|u| challenged.contains(&u.uuid())) {
+                EvidenceTier::Challenged
+            } else {
+                EvidenceTier::SelfReported
+            },
             driver: att.driver_version.parse().unwrap_or_default(),
             cuda: att.cuda_driver_version.unwrap_or_default(),
             images: BoundedVec::new(options.images.clone())

@@ -4,13 +4,14 @@
 //!
 //! `gpux challenge LEASE` challenges a running lease the same way (the host pauses its
 //! container while it proves); a host that fails ends the lease at once
-//! (`challenge-failed`), paid for what ran.
+//! (`challenge-failed`), paid for what ran. A passed challenge is published once the lease
+//! has paid the host (`super::super::proof`).
 
 use gpux_api::{ApiError, ChallengePassed, ErrorCode, Rented};
 use gpux_protocol::{ContentId, PublicKey, RejectReason};
 
 use super::{Refusal, RentTask};
-use crate::daemon::{Daemon, LeaseAct, act};
+use crate::daemon::{Daemon, Event, LeaseAct, act, report};
 use crate::plane::challenge::{self, ChallengeFailure, Measured};
 
 fn passed(measured: Measured) -> ChallengePassed {
@@ -94,8 +95,16 @@ impl Daemon {
         let (net, key, events) = (self.net.clone(), self.key.clone(), self.events_tx.clone());
         tokio::spawn(async move {
             let peer = host.peer_id();
-            let answer = match challenge::run(&net, &key, host, id, reference).await {
+            let answer = match challenge::run(&net, &key, (host, device), id, reference).await {
                 Ok(measured) => {
+                    report(
+                        &events,
+                        Event::ChallengePassed {
+                            lease: id,
+                            measured: Box::new(measured.clone()),
+                        },
+                    )
+                    .await;
                     tracing::info!(
                         "lease {}: {peer} passed a challenge while running ({:.2} of {:.2} Gop/s)",
                         id.short(),
@@ -150,8 +159,17 @@ impl RentTask {
                 "{peer}: no challenge reference rate is known for its GPU model"
             )));
         };
-        match challenge::run(&self.net, &self.key, host, lease, reference).await {
+        let device = rented.gpus.first().and_then(|g| g.parse().ok());
+        match challenge::run(&self.net, &self.key, (host, device), lease, reference).await {
             Ok(measured) => {
+                report(
+                    &self.events,
+                    Event::ChallengePassed {
+                        lease,
+                        measured: Box::new(measured.clone()),
+                    },
+                )
+                .await;
                 let passed = passed(measured);
                 tracing::info!(
                     "lease {}: {peer} passed the challenge ({:.2} of {:.2} Gop/s, n = {})",
