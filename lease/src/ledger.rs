@@ -376,6 +376,7 @@ impl LedgerMachine {
             LedgerRequest::History(host) => {
                 answer(LedgerResponse::History(self.ledger.history(&host)))
             }
+            LedgerRequest::Ends(host) => answer(LedgerResponse::Ends(self.ledger.ends(&host))),
             LedgerRequest::Proof(escrow) => answer(match self.locks.get(&escrow) {
                 Some((_, locked)) => LedgerResponse::Proof {
                     locked: locked.clone(),

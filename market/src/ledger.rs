@@ -67,6 +67,9 @@ pub struct Escrow {
     pub hold_until: Timestamp,
     /// Whether the remainder has been returned (the escrow is closed).
     pub released: bool,
+    /// How the lease ended, as the closing release stated it, and whether the payee (the
+    /// host) stated it.
+    pub outcome: Option<(gpux_protocol::LeaseOutcome, bool)>,
 }
 
 /// An operation on the ledger.
@@ -265,6 +268,52 @@ impl Ledger {
         }
     }
 
+    /// How `host`'s leases ended, per payer: the outcomes the closing releases stated,
+    /// counted (the most stated first, at most
+    /// [`MAX_HISTORY_PAYERS`](gpux_protocol::ledger_wire::MAX_HISTORY_PAYERS) payers).
+    pub fn ends(&self, host: &PublicKey) -> gpux_protocol::ledger_wire::HostEnds {
+        use gpux_protocol::ledger_wire::{EndCount, HostEnds, MAX_HISTORY_PAYERS, PayerEnds};
+        use std::collections::BTreeSet;
+        let mut by_payer: BTreeMap<PublicKey, Vec<EndCount>> = BTreeMap::new();
+        let mut paid_to: BTreeMap<PublicKey, BTreeSet<PublicKey>> = BTreeMap::new();
+        for e in self.escrows.values() {
+            if e.redeemed.0 > 0 {
+                paid_to.entry(e.payer).or_default().insert(e.payee);
+            }
+            let Some((outcome, by_host)) = e.outcome.filter(|_| e.payee == *host) else {
+                continue;
+            };
+            let ends = by_payer.entry(e.payer).or_default();
+            match ends
+                .iter_mut()
+                .find(|c| c.outcome == outcome && c.by_host == by_host)
+            {
+                Some(c) => c.count = c.count.saturating_add(1),
+                None => ends.push(EndCount {
+                    outcome,
+                    by_host,
+                    count: 1,
+                }),
+            }
+        }
+        let mut payers: Vec<PayerEnds> = by_payer
+            .into_iter()
+            .map(|(payer, ends)| PayerEnds {
+                payer,
+                other_payees: paid_to
+                    .get(&payer)
+                    .map_or(0, |p| p.iter().filter(|&&p| p != *host).count())
+                    .try_into()
+                    .unwrap_or(u32::MAX),
+                ends,
+            })
+            .collect();
+        let stated = |p: &PayerEnds| p.ends.iter().map(|c| u64::from(c.count)).sum::<u64>();
+        payers.sort_by(|a, b| stated(b).cmp(&stated(a)).then(a.payer.cmp(&b.payer)));
+        payers.truncate(MAX_HISTORY_PAYERS);
+        HostEnds { payers }
+    }
+
     /// All credits ever minted.
     pub fn minted(&self) -> MicroCredits {
         MicroCredits(self.minted)
@@ -337,6 +386,7 @@ impl Ledger {
                 last_activity: now,
                 hold_until,
                 released: false,
+                outcome: None,
             },
         );
         Ok(Applied::Locked {
@@ -501,10 +551,13 @@ impl Ledger {
         };
         self.balances.insert(payee, payee_balance);
         self.balances.insert(payer, payer_balance);
+        // (A release that states a malformed outcome does not verify; none here is `None`.)
+        let outcome = release.outcome().ok().flatten();
         if let Some(escrow) = self.escrows.get_mut(&release.escrow) {
             escrow.redeemed = cumulative;
             escrow.last_seq = last_seq;
             escrow.released = true;
+            escrow.outcome = outcome.map(|o| (o, signer == payee));
         }
         Ok(Applied::Released {
             refunded: MicroCredits(refund),

@@ -27,11 +27,18 @@
 //! itself, or to identities made for it, gains nothing, and one generous renter cannot
 //! make a reputation alone. This evidence is replaced at each fetch (the ledger holds the
 //! whole history), not decayed.
+//!
+//! **How others' leases ended.** The ledger also keeps, with each closed escrow, the
+//! outcome its closing release stated (`Ends`): the end reason, whether the lease was spot,
+//! and whether the host or the renter stated it. From the same witnesses, with the same cap
+//! per payer and per kind of outcome, an end the host caused counts as a host-caused
+//! failure ([`host_at_fault`]), and spot leases that ended, and those the host preempted,
+//! join the interruption rate.
 
 use std::collections::BTreeMap;
 
-use gpux_protocol::ledger_wire::HostHistory;
-use gpux_protocol::{PublicKey, Timestamp};
+use gpux_protocol::ledger_wire::{HostEnds, HostHistory};
+use gpux_protocol::{EndReason, LeaseOutcome, PublicKey, Timestamp};
 
 /// Something observed about a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +108,64 @@ pub struct Reputation {
     hosts: BTreeMap<PublicKey, Record>,
     /// Good evidence from the ledger's history of each host (see the module docs).
     ledger: BTreeMap<PublicKey, f64>,
+    /// Evidence from how the host's leases with others ended, by the ledger's records.
+    ledger_ends: BTreeMap<PublicKey, EndEvidence>,
+}
+
+/// What the ledger's `Ends` of a host weigh (see [`ledger_end_evidence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EndEvidence {
+    /// Host-caused failures, weighted as [`ReputationConfig::failure`] each.
+    pub bad: f64,
+    /// Spot leases that ended.
+    pub spot: f64,
+    /// Of those, the ones the host preempted.
+    pub preempted: f64,
+}
+
+/// Whether a lease's end, as stated by the host (`by_host`) or its renter, was the host's
+/// doing: it shut down, its container failed, it failed the renter's challenge, or (by the
+/// renter's word) it fell silent or billed more than ran. A preemption is within the spot
+/// contract and is not a fault.
+pub fn host_at_fault(outcome: &LeaseOutcome, by_host: bool) -> bool {
+    match outcome.reason {
+        EndReason::HostShutdown | EndReason::ContainerFailed | EndReason::ChallengeFailed => true,
+        EndReason::ReceiptNotAcknowledged | EndReason::ReceiptDisputed => !by_host,
+        _ => false,
+    }
+}
+
+/// The evidence the ledger's `Ends` of `host` gives: from the same witnesses as
+/// [`ledger_evidence`] (not the host, and a payer that has paid someone else), each payer
+/// counting for at most `config.ledger_cap` escrows of each kind (faults, spot leases
+/// ended, preemptions).
+pub fn ledger_end_evidence(
+    host: &PublicKey,
+    ends: &HostEnds,
+    config: &ReputationConfig,
+) -> EndEvidence {
+    let cap = |n: u32| f64::from(n.min(config.ledger_cap));
+    let mut total = EndEvidence::default();
+    for p in ends
+        .payers
+        .iter()
+        .filter(|p| p.payer != *host && p.other_payees > 0)
+    {
+        let count = |f: &dyn Fn(&gpux_protocol::ledger_wire::EndCount) -> bool| {
+            p.ends
+                .iter()
+                .filter(|c| f(c))
+                .map(|c| c.count)
+                .fold(0u32, u32::saturating_add)
+        };
+        total.bad += cap(count(&|c| host_at_fault(&c.outcome, c.by_host))) * config.failure;
+        total.spot += cap(count(&|c| c.outcome.spot));
+        total.preempted += cap(count(&|c| {
+            c.outcome.spot && c.outcome.reason == EndReason::Preempted
+        }));
+    }
+    total.preempted = total.preempted.min(total.spot);
+    total
 }
 
 /// The good evidence the ledger's `history` of `host` gives (see the [module docs](self)):
@@ -122,6 +187,7 @@ impl Reputation {
             config,
             hosts: BTreeMap::new(),
             ledger: BTreeMap::new(),
+            ledger_ends: BTreeMap::new(),
         }
     }
 
@@ -135,6 +201,18 @@ impl Reputation {
             self.ledger.remove(&host);
         }
         good
+    }
+
+    /// Takes the ledger's `Ends` of `host` as its evidence from others (replacing the one
+    /// held).
+    pub fn set_ledger_ends(&mut self, host: PublicKey, ends: &HostEnds) -> EndEvidence {
+        let evidence = ledger_end_evidence(&host, ends, &self.config);
+        if evidence == EndEvidence::default() {
+            self.ledger_ends.remove(&host);
+        } else {
+            self.ledger_ends.insert(host, evidence);
+        }
+        evidence
     }
 
     fn decay(&self, record: Record, now: u64) -> Record {
@@ -181,10 +259,17 @@ impl Reputation {
     }
 
     /// The host's interruption rate at `now`, thousandths: of the spot leases with it that
-    /// ended, the (decayed) share it preempted; `None` before any ended.
+    /// ended (this node's, decayed, and others' by the ledger's records), the share it
+    /// preempted; `None` before any ended.
     pub fn interruption(&self, host: &PublicKey, now: Timestamp) -> Option<u16> {
-        let r = self.decay(*self.hosts.get(host)?, now.0);
-        (r.spot > 0.0).then(|| ((r.preempted / r.spot) * 1000.0).round().clamp(0.0, 1000.0) as u16)
+        let own = self
+            .hosts
+            .get(host)
+            .map(|r| self.decay(*r, now.0))
+            .map_or((0.0, 0.0), |r| (r.spot, r.preempted));
+        let others = self.ledger_ends.get(host).copied().unwrap_or_default();
+        let (spot, preempted) = (own.0 + others.spot, own.1 + others.preempted);
+        (spot > 0.0).then(|| ((preempted / spot) * 1000.0).round().clamp(0.0, 1000.0) as u16)
     }
 
     /// The host's score at `now`, thousandths (500 for a host never observed, here or in
@@ -199,6 +284,7 @@ impl Reputation {
             None => (0.0, 0.0),
         };
         let good = good + paid;
+        let bad = bad + self.ledger_ends.get(host).map_or(0.0, |e| e.bad);
         let score = (1.0 + good) / (2.0 + good + bad);
         (score * 1000.0).round().clamp(0.0, 1000.0) as u16
     }
@@ -216,6 +302,64 @@ mod tests {
             unpaid: 0,
             other_payees,
         }
+    }
+
+    #[test]
+    fn how_others_leases_ended_counts_faults_and_preemptions_from_witnesses_capped() {
+        use gpux_protocol::ledger_wire::{EndCount, PayerEnds};
+        let config = ReputationConfig::default();
+        let h = host();
+        let end = |reason, spot, by_host, count| EndCount {
+            outcome: LeaseOutcome { reason, spot },
+            by_host,
+            count,
+        };
+        let ends = HostEnds {
+            payers: vec![
+                // A witness: two spot leases preempted of five, one shutdown, and one
+                // silence by its own word.
+                PayerEnds {
+                    payer: PublicKey([4; 32]),
+                    other_payees: 2,
+                    ends: vec![
+                        end(EndReason::Preempted, true, true, 2),
+                        end(EndReason::DurationReached, true, true, 3),
+                        end(EndReason::HostShutdown, false, true, 1),
+                        end(EndReason::ReceiptNotAcknowledged, false, false, 1),
+                        // The host saying its renter did not acknowledge: not its fault.
+                        end(EndReason::ReceiptNotAcknowledged, false, true, 9),
+                    ],
+                },
+                // No history of its own, or the host itself: nothing.
+                PayerEnds {
+                    payer: PublicKey([5; 32]),
+                    other_payees: 0,
+                    ends: vec![end(EndReason::HostShutdown, false, false, 50)],
+                },
+                PayerEnds {
+                    payer: h,
+                    other_payees: 7,
+                    ends: vec![end(EndReason::DurationReached, true, true, 50)],
+                },
+            ],
+        };
+        let e = ledger_end_evidence(&h, &ends, &config);
+        // Capped at 3 per payer and kind: 5 spot leases count 3, 2 faults count 2.
+        assert_eq!(e.spot, 3.0);
+        assert_eq!(e.preempted, 2.0);
+        assert_eq!(e.bad, 2.0 * config.failure);
+        let mut rep = Reputation::new(config);
+        assert_eq!(rep.interruption(&h, Timestamp(0)), None);
+        rep.set_ledger_ends(h, &ends);
+        assert_eq!(rep.interruption(&h, Timestamp(0)), Some(667));
+        assert!(rep.score(&h, Timestamp(0)) < 500);
+        // Added to what this node saw itself: one spot lease, not preempted.
+        rep.record(h, HostEvent::SpotEnded { preempted: false }, Timestamp(0));
+        assert_eq!(rep.interruption(&h, Timestamp(0)), Some(500));
+        // Replaced by the next fetch.
+        rep.set_ledger_ends(h, &HostEnds { payers: vec![] });
+        assert_eq!(rep.interruption(&h, Timestamp(0)), Some(0));
+        assert_eq!(rep.score(&h, Timestamp(0)), 500);
     }
 
     #[test]

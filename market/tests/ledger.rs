@@ -253,6 +253,81 @@ fn a_hosts_history_names_each_payer_with_what_it_paid_and_whom_else() {
 }
 
 #[test]
+fn the_closing_release_states_how_the_lease_ended_and_the_host_s_ends_count_it() {
+    let (host, other) = (key(20), key(21));
+    let (a, b) = (key(1), key(2));
+    let mut ledger = Ledger::new(LedgerConfig::default());
+    for who in [&a, &b] {
+        minted(&mut ledger, who, 10_000);
+    }
+    let outcome = |reason, spot| LeaseOutcome { reason, spot };
+    let mut n = 0;
+    // `closer` closes each escrow, stating `stated` (or nothing).
+    let mut lease =
+        |renter: &Keypair, payee: &Keypair, by_host: bool, stated: Option<LeaseOutcome>| {
+            n += 1;
+            let l = Lease::new(n, renter.clone(), payee.clone());
+            ledger.apply(LedgerOp::Lock(&l.lock(500)), T0).unwrap();
+            ledger
+                .apply(LedgerOp::Redeem(&l.redeem(1, 10)), T0)
+                .unwrap();
+            let closer = if by_host { &l.host } else { &l.renter };
+            let mut body = l.release(closer).body().clone();
+            if let Some(o) = stated {
+                body.set_outcome(o).unwrap();
+            }
+            let release = Signed::sign(closer, body).unwrap();
+            assert_eq!(release.outcome().unwrap(), stated);
+            let at = Timestamp(T0.0 + 3_600_000);
+            ledger.apply(LedgerOp::Release(&release), at).unwrap();
+        };
+    let preempted = outcome(EndReason::Preempted, true);
+    let silent = outcome(EndReason::ReceiptNotAcknowledged, false);
+    lease(&a, &host, true, Some(preempted));
+    lease(&a, &host, true, Some(preempted));
+    lease(&a, &host, false, Some(silent));
+    lease(&a, &host, true, None);
+    lease(
+        &a,
+        &other,
+        true,
+        Some(outcome(EndReason::DurationReached, false)),
+    );
+    lease(
+        &b,
+        &host,
+        true,
+        Some(outcome(EndReason::DurationReached, true)),
+    );
+    let ends = ledger.ends(&host.public());
+    // The payer with the most stated outcomes first; the other host's lease is not counted;
+    // an escrow closed without a statement counts for nothing.
+    assert_eq!(ends.payers.len(), 2);
+    let first = &ends.payers[0];
+    assert_eq!((first.payer, first.other_payees), (a.public(), 1));
+    let counts: Vec<_> = first
+        .ends
+        .iter()
+        .map(|c| (c.outcome, c.by_host, c.count))
+        .collect();
+    assert_eq!(counts.len(), 2);
+    assert!(counts.contains(&(preempted, true, 2)));
+    assert!(counts.contains(&(silent, false, 1)));
+    assert_eq!(ends.payers[1].payer, b.public());
+    // a is a witness (it paid another host): two spot leases preempted of two, and one
+    // silence by its word; b paid nobody else and counts for nothing.
+    let config = reputation::ReputationConfig::default();
+    let e = reputation::ledger_end_evidence(&host.public(), &ends, &config);
+    assert_eq!((e.spot, e.preempted), (2.0, 2.0));
+    assert_eq!(e.bad, config.failure);
+    // A malformed statement does not verify at all.
+    let l = Lease::new(99, a.clone(), host.clone());
+    let mut body = l.release(&a).body().clone();
+    body.ext.insert(EXT_RELEASE_END, vec![200, 7]).unwrap();
+    assert!(Signed::sign(&a, body).is_err());
+}
+
+#[test]
 fn refusals_leave_the_ledger_unchanged() {
     let l = Lease::new(1, key(1), key(2));
     let stranger = key(3);

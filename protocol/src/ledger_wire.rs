@@ -53,6 +53,8 @@ pub enum LedgerRequest {
     /// record and its newest redemption's): what a [`ChallengeResult`](crate::ChallengeResult)
     /// carries to show the challenger paid the host (appended, as `History`).
     Proof(EscrowId),
+    /// How a host's leases ended, by payer, as the closing releases stated it (appended).
+    Ends(PublicKey),
 }
 
 /// The most payers a [`HostHistory`] lists (those with the most paid escrows first).
@@ -81,6 +83,37 @@ pub struct PayerRecord {
     /// Distinct other accounts this payer has paid (a payer with no history of its own is
     /// worth little as a witness).
     pub other_payees: u32,
+}
+
+/// How a host's leases ended, as the ledger holds it: per payer (at most
+/// [`MAX_HISTORY_PAYERS`], those with the most stated outcomes first), the outcomes the
+/// closing releases stated, counted.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct HostEnds {
+    /// The payers.
+    pub payers: Vec<PayerEnds>,
+}
+
+/// One payer's closed escrows to a host, by the outcome stated when each closed.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct PayerEnds {
+    /// The payer.
+    pub payer: PublicKey,
+    /// Distinct other accounts this payer has paid (as in [`PayerRecord`]).
+    pub other_payees: u32,
+    /// Each outcome stated, who stated it, and how many escrows closed with it.
+    pub ends: Vec<EndCount>,
+}
+
+/// Escrows that closed with one stated outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+pub struct EndCount {
+    /// The outcome.
+    pub outcome: crate::LeaseOutcome,
+    /// Whether the host (the payee) stated it; else the payer did.
+    pub by_host: bool,
+    /// How many.
+    pub count: u32,
 }
 
 /// An escrow as the ledger reports it.
@@ -181,6 +214,8 @@ pub enum LedgerResponse {
         /// The signed `LedgerRecord` of the newest redemption (`Redeemed`), if any.
         paid: Option<Vec<u8>>,
     },
+    /// How a host's leases ended (appended).
+    Ends(HostEnds),
 }
 
 impl LedgerResponse {

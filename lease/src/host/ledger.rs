@@ -323,6 +323,13 @@ impl HostLease {
         {
             let _ = body.set_voucher(&v.ack);
         }
+        // How it ended, for the ledger's record of this host (a few bytes).
+        if let Some(end) = self.rec.end {
+            let _ = body.set_outcome(gpux_protocol::LeaseOutcome {
+                reason: end.wire(),
+                spot: matches!(self.request.kind, gpux_protocol::LeaseKind::Spot),
+            });
+        }
         if let Ok(release) = Signed::sign(&self.key, body) {
             self.submit(LedgerCall::Release, release.as_bytes().to_vec(), out);
         }

@@ -672,6 +672,13 @@ impl RenterLease {
         if let Some(v) = &self.rec.acked {
             let _ = body.set_voucher(&v.ack);
         }
+        // How it ended, as this node saw it, for the ledger's record of the host.
+        if let Some(end) = self.rec.end {
+            let _ = body.set_outcome(gpux_protocol::LeaseOutcome {
+                reason: end.wire(),
+                spot: matches!(self.request.kind, LeaseKind::Spot),
+            });
+        }
         let Ok(release) = Signed::sign(&self.key, body) else {
             return;
         };

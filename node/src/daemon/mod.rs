@@ -136,10 +136,12 @@ pub(crate) enum Event {
     Resume(resume::ResumeEvent),
     /// A step of a group order.
     Group(group::GroupEvent),
-    /// The ledger's history of a host (who paid it), fetched for its reliability.
+    /// The ledger's history of a host (who paid it, and how its leases ended), fetched for
+    /// its reliability and interruption rate.
     History {
         host: gpux_protocol::PublicKey,
         history: gpux_protocol::ledger_wire::HostHistory,
+        ends: gpux_protocol::ledger_wire::HostEnds,
     },
     /// The renter's performance challenge of one of its leases passed (to publish once the
     /// lease has paid the host).
@@ -435,8 +437,12 @@ impl Daemon {
             Event::Rent(step) => self.on_rent_event(step),
             Event::Resume(step) => self.on_resume_event(step),
             Event::Group(step) => self.on_group_event(step),
-            Event::History { host, history } => {
-                let score = self.reach.ledger_history(host, &history, now());
+            Event::History {
+                host,
+                history,
+                ends,
+            } => {
+                let score = self.reach.ledger_history(host, &history, &ends, now());
                 self.market.book.set_reliability(host, score);
             }
             Event::ChallengePassed { lease, measured } => self.challenge_passed(lease, &measured),
@@ -473,8 +479,22 @@ impl Daemon {
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             for host in round {
-                match ledger.history(host).await {
-                    Ok(history) => report(&events, Event::History { host, history }).await,
+                let both = match ledger.history(host).await {
+                    Ok(history) => ledger.ends(host).await.map(|ends| (history, ends)),
+                    Err(e) => Err(e),
+                };
+                match both {
+                    Ok((history, ends)) => {
+                        report(
+                            &events,
+                            Event::History {
+                                host,
+                                history,
+                                ends,
+                            },
+                        )
+                        .await
+                    }
                     Err(e) => {
                         tracing::debug!("the ledger's history of {}: {e}", host.peer_id());
                         return;

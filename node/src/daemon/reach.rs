@@ -107,15 +107,17 @@ impl Reach {
         self.reputation.score(&host, now)
     }
 
-    /// The ledger's history of `host` (who paid it): weighed into its reliability, which is
-    /// returned.
+    /// The ledger's history of `host` (who paid it, and how its leases ended): weighed into
+    /// its reliability, which is returned, and its interruption rate.
     pub(crate) fn ledger_history(
         &mut self,
         host: PublicKey,
         history: &gpux_protocol::ledger_wire::HostHistory,
+        ends: &gpux_protocol::ledger_wire::HostEnds,
         now: Timestamp,
     ) -> u16 {
         self.reputation.set_ledger_history(host, history);
+        self.reputation.set_ledger_ends(host, ends);
         self.reputation.score(&host, now)
     }
 

@@ -514,6 +514,20 @@ impl LedgerClient {
         }
     }
 
+    /// How a host's leases ended, per payer, as the closing releases stated it.
+    pub async fn ends(
+        &self,
+        host: PublicKey,
+    ) -> Result<gpux_protocol::ledger_wire::HostEnds, LedgerCallError> {
+        match self.call(&LedgerRequest::Ends(host)).await? {
+            LedgerResponse::Ends(e) => Ok(e),
+            LedgerResponse::Refused { code, detail, .. } => {
+                Err(LedgerCallError::Refused { code, detail })
+            }
+            _ => Err(self.unreachable("an unexpected answer")),
+        }
+    }
+
     /// An escrow's signed records: its lock's, and its newest redemption's when the payee
     /// has redeemed anything.
     pub async fn proof(&self, id: EscrowId) -> Result<(Vec<u8>, Option<Vec<u8>>), LedgerCallError> {

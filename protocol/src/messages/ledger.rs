@@ -151,6 +151,29 @@ pub struct Release {
 
 /// `Release` ext key: a voucher, the payer's latest `ReceiptAck` envelope for the lease.
 pub const EXT_RELEASE_ACK: u16 = 1;
+/// `Release` ext key: how the lease ended, as the signer's node recorded it (a
+/// [`LeaseOutcome`], bincode). The ledger keeps the closing release's outcome with the
+/// escrow and reports it in a host's `Ends` (reputation from records anyone can ask for).
+pub const EXT_RELEASE_END: u16 = 2;
+
+/// How a lease ended, as one side states it when it closes the escrow.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseOutcome {
+    /// Why it ended.
+    pub reason: crate::EndReason,
+    /// Whether it was a spot lease (its interruptions count towards the host's rate).
+    pub spot: bool,
+}
 /// `LedgerRecord` ext key, on a `Released` record: what the release's voucher paid the payee
 /// before the refund (u64 little endian, micro-credits).
 pub const EXT_RECORD_VOUCHER_PAID: u16 = 1;
@@ -167,13 +190,35 @@ impl Release {
     pub fn set_voucher(&mut self, ack: &[u8]) -> Result<(), crate::LimitError> {
         self.ext.insert(EXT_RELEASE_ACK, ack.to_vec())
     }
+
+    /// How the lease ended, as the signer states it (`None`: not stated). A value that is
+    /// not one canonical [`LeaseOutcome`] is malformed.
+    pub fn outcome(&self) -> Result<Option<LeaseOutcome>, InvalidMessage> {
+        self.ext
+            .get(EXT_RELEASE_END)
+            .map(|bytes| {
+                crate::codec::decode_exact::<LeaseOutcome>(bytes).map_err(|_| {
+                    InvalidMessage::Malformed {
+                        field: "ext",
+                        reason: "a lease's outcome: an end reason and a spot flag",
+                    }
+                })
+            })
+            .transpose()
+    }
+
+    /// States how the lease ended (see [`Release::outcome`]).
+    pub fn set_outcome(&mut self, outcome: LeaseOutcome) -> Result<(), crate::LimitError> {
+        let bytes = crate::codec::encode(&outcome).unwrap_or_default();
+        self.ext.insert(EXT_RELEASE_END, bytes)
+    }
 }
 
 impl Message for Release {
     const KIND: MessageKind = MessageKind::Release;
 
     fn check(&self) -> Result<(), InvalidMessage> {
-        Ok(())
+        self.outcome().map(drop)
     }
 
     fn created_at(&self) -> Timestamp {

@@ -57,8 +57,8 @@ pub use lease::{
     ResourceLimits,
 };
 pub use ledger::{
-    EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EscrowLock, LedgerEntry,
-    LedgerRecord, Redeem, Release,
+    EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_END, EscrowLock,
+    LeaseOutcome, LedgerEntry, LedgerRecord, Redeem, Release,
 };
 pub use market::{
     Bid, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES,
