@@ -34,6 +34,11 @@
 //! per payer and per kind of outcome, an end the host caused counts as a host-caused
 //! failure ([`host_at_fault`]), and spot leases that ended, and those the host preempted,
 //! join the interruption rate.
+//!
+//! **Challenges passed.** Each of the host's devices with a passed performance challenge
+//! this node holds (a published `ChallengeResult`, which shows the challenger paid the host
+//! for a lease) counts as a settled lease, at most [`ReputationConfig::ledger_cap`] of
+//! them.
 
 use std::collections::BTreeMap;
 
@@ -110,6 +115,8 @@ pub struct Reputation {
     ledger: BTreeMap<PublicKey, f64>,
     /// Evidence from how the host's leases with others ended, by the ledger's records.
     ledger_ends: BTreeMap<PublicKey, EndEvidence>,
+    /// Good evidence from the host's devices with a passed challenge.
+    challenged: BTreeMap<PublicKey, f64>,
 }
 
 /// What the ledger's `Ends` of a host weigh (see [`ledger_end_evidence`]).
@@ -188,6 +195,7 @@ impl Reputation {
             hosts: BTreeMap::new(),
             ledger: BTreeMap::new(),
             ledger_ends: BTreeMap::new(),
+            challenged: BTreeMap::new(),
         }
     }
 
@@ -213,6 +221,20 @@ impl Reputation {
             self.ledger_ends.insert(host, evidence);
         }
         evidence
+    }
+
+    /// Takes the number of `host`'s devices with a passed challenge held here as evidence
+    /// (replacing the one held): each worth a settled lease, at most
+    /// [`ReputationConfig::ledger_cap`].
+    pub fn set_challenged(&mut self, host: PublicKey, devices: usize) -> f64 {
+        let cap = usize::try_from(self.config.ledger_cap).unwrap_or(usize::MAX);
+        let good = devices.min(cap) as f64 * self.config.settled;
+        if good > 0.0 {
+            self.challenged.insert(host, good);
+        } else {
+            self.challenged.remove(&host);
+        }
+        good
     }
 
     fn decay(&self, record: Record, now: u64) -> Record {
@@ -283,7 +305,7 @@ impl Reputation {
             }
             None => (0.0, 0.0),
         };
-        let good = good + paid;
+        let good = good + paid + self.challenged.get(host).copied().unwrap_or(0.0);
         let bad = bad + self.ledger_ends.get(host).map_or(0.0, |e| e.bad);
         let score = (1.0 + good) / (2.0 + good + bad);
         (score * 1000.0).round().clamp(0.0, 1000.0) as u16
@@ -359,6 +381,14 @@ mod tests {
         // Replaced by the next fetch.
         rep.set_ledger_ends(h, &HostEnds { payers: vec![] });
         assert_eq!(rep.interruption(&h, Timestamp(0)), Some(0));
+        assert_eq!(rep.score(&h, Timestamp(0)), 500);
+        // Passed challenges of its devices count as settled leases, capped.
+        assert_eq!(rep.set_challenged(h, 8), 3.0 * config.settled);
+        assert_eq!(
+            rep.score(&h, Timestamp(0)),
+            ((1.0 + 9.0) / (2.0 + 9.0) * 1000.0_f64).round() as u16
+        );
+        rep.set_challenged(h, 0);
         assert_eq!(rep.score(&h, Timestamp(0)), 500);
     }
 

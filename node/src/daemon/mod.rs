@@ -442,7 +442,12 @@ impl Daemon {
                 history,
                 ends,
             } => {
-                let score = self.reach.ledger_history(host, &history, &ends, now());
+                // With its devices that passed a published challenge.
+                let t = now();
+                let challenged = self.market.validator.challenged_devices(host, t).len();
+                let score = self
+                    .reach
+                    .ledger_history(host, &history, &ends, challenged, t);
                 self.market.book.set_reliability(host, score);
             }
             Event::ChallengePassed { lease, measured } => self.challenge_passed(lease, &measured),

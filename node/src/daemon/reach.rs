@@ -114,10 +114,12 @@ impl Reach {
         host: PublicKey,
         history: &gpux_protocol::ledger_wire::HostHistory,
         ends: &gpux_protocol::ledger_wire::HostEnds,
+        challenged: usize,
         now: Timestamp,
     ) -> u16 {
         self.reputation.set_ledger_history(host, history);
         self.reputation.set_ledger_ends(host, ends);
+        self.reputation.set_challenged(host, challenged);
         self.reputation.score(&host, now)
     }
 

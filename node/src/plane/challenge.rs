@@ -14,7 +14,7 @@
 //!
 //! The prover is pluggable; this host serves fake GPUs with the CPU prover
 //! (`gpux_attestation::challenge::prove_cpu`). A CUDA prover for real GPUs is pending (see
-//! DEVELOPERS.md): a host with real GPUs refuses a challenge (`Unavailable`).
+//! docs/attestation.md): a host with real GPUs refuses a challenge (`Unavailable`).
 
 use std::time::{Duration, Instant};
 
