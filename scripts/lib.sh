@@ -61,6 +61,24 @@ ensure_busybox() {
     fi
 }
 
+# ensure_promtool: Prometheus' promtool checks the /metrics output, the alert rules and their
+# unit tests (Debian's prometheus package; its service is not started).
+ensure_promtool() {
+    if command -v promtool >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing Debian's prometheus (for promtool)"
+    local sudo=
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=sudo
+    fi
+    local install="$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus"
+    if ! $install; then
+        $sudo apt-get update
+        $install
+    fi
+}
+
 # ensure_workspace_tools: a lease's workspace is a loop-mounted ext4 image (mkfs.ext4 from
 # e2fsprogs, fallocate and mount from util-linux); installs e2fsprogs when it is missing.
 ensure_workspace_tools() {

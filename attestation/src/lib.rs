@@ -18,5 +18,5 @@ pub mod probe;
 pub mod spec;
 
 pub use plausibility::{Implausible, Plausibility, check_gpu};
-pub use probe::{DEFAULT_NVML_LIB, GpuUsage, Probe, ProbeError};
+pub use probe::{DEFAULT_NVML_LIB, GpuTelemetry, GpuUsage, Probe, ProbeError};
 pub use spec::{GpuSpec, SPECS, spec_for_name};

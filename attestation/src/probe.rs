@@ -92,6 +92,34 @@ pub struct GpuUsage {
     pub memory_used_bytes: u64,
 }
 
+/// One GPU's telemetry now, what NVIDIA's DCGM exporter reports of it. A reading the
+/// driver does not support is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuTelemetry {
+    /// NVML's index.
+    pub index: u32,
+    /// `GPU-...`.
+    pub uuid: String,
+    /// The model's name.
+    pub name: String,
+    /// Utilisation, percent.
+    pub util_percent: Option<u32>,
+    /// Memory in use, bytes.
+    pub memory_used_bytes: u64,
+    /// Memory free, bytes.
+    pub memory_free_bytes: u64,
+    /// Temperature, °C.
+    pub temperature_c: Option<u32>,
+    /// Power draw, mW.
+    pub power_mw: Option<u32>,
+    /// Energy since the driver loaded, mJ.
+    pub energy_mj: Option<u64>,
+    /// PCIe throughput transmitted, KB/s.
+    pub pcie_tx_kbps: Option<u32>,
+    /// PCIe throughput received, KB/s.
+    pub pcie_rx_kbps: Option<u32>,
+}
+
 /// An open NVML library.
 pub struct Probe {
     nvml: Nvml,
@@ -205,6 +233,46 @@ impl Probe {
             util_permille: u16::try_from(util_sum * 10 / found.max(1)).unwrap_or(1000),
             memory_used_bytes: memory_used,
         })
+    }
+
+    /// Every GPU's telemetry now (for `/metrics`). A reading the driver does not support is
+    /// `None`; one that fails is an error.
+    pub fn telemetry(&self) -> Result<Vec<GpuTelemetry>, ProbeError> {
+        use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TemperatureSensor};
+        let sys = |field, source| ProbeError::System { field, source };
+        let count = self.nvml.device_count().map_err(|e| sys("GPU count", e))?;
+        (0..count)
+            .map(|index| {
+                let device = required(self.nvml.device_by_index(index), index, "handle")?;
+                let memory = required(device.memory_info(), index, "memory")?;
+                Ok(GpuTelemetry {
+                    index,
+                    uuid: required(device.uuid(), index, "UUID")?,
+                    name: required(device.name(), index, "name")?,
+                    util_percent: optional(device.utilization_rates(), index, "utilization")?
+                        .map(|u| u.gpu.min(100)),
+                    memory_used_bytes: memory.used,
+                    memory_free_bytes: memory.free,
+                    temperature_c: optional(
+                        device.temperature(TemperatureSensor::Gpu),
+                        index,
+                        "temperature",
+                    )?,
+                    power_mw: optional(device.power_usage(), index, "power")?,
+                    energy_mj: optional(device.total_energy_consumption(), index, "energy")?,
+                    pcie_tx_kbps: optional(
+                        device.pcie_throughput(PcieUtilCounter::Send),
+                        index,
+                        "PCIe throughput",
+                    )?,
+                    pcie_rx_kbps: optional(
+                        device.pcie_throughput(PcieUtilCounter::Receive),
+                        index,
+                        "PCIe throughput",
+                    )?,
+                })
+            })
+            .collect()
     }
 
     /// The library this probe opened.

@@ -85,6 +85,56 @@ fn the_probe_reads_every_gpu_and_records_unsupported_fields_as_absent() {
 }
 
 #[test]
+fn telemetry_reads_what_dcgm_exports_and_it_moves_over_time() {
+    let config = r#"
+[[gpu]]
+name = "NVIDIA L4"
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+memory_total_bytes = 24000000000
+compute_capability = [8, 9]
+utilization_gpu = 35
+memory_used_bytes = 4000000000
+temperature_c = 60
+power_usage_mw = 50000
+vary_percent = 20
+
+[[gpu]]
+name = "NVIDIA L4"
+uuid = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+memory_total_bytes = 24000000000
+compute_capability = [8, 9]
+unsupported = ["temperature", "power", "energy", "pcie_throughput"]
+"#;
+    let (_lock, _dir) = fake::configure(config);
+    let probe = Probe::open(Some(fake::lib())).unwrap();
+    let first = probe.telemetry().unwrap();
+    assert_eq!(first.len(), 2);
+    let (a, b) = (&first[0], &first[1]);
+    assert_eq!(a.uuid, "GPU-11111111-2222-3333-4444-555555555555");
+    assert_eq!((a.name.as_str(), a.util_percent), ("NVIDIA L4", Some(35)));
+    assert_eq!(a.memory_used_bytes, 4_000_000_000);
+    assert_eq!(
+        a.memory_used_bytes + a.memory_free_bytes,
+        24_000_000_000 - 240_000_000 // (1% reserved for the driver)
+    );
+    // Within the configured swing of 20%.
+    let t = a.temperature_c.unwrap();
+    assert!((48..=72).contains(&t), "{t}");
+    let p = a.power_mw.unwrap();
+    assert!((40_000..=60_000).contains(&p), "{p}");
+    assert!(a.pcie_tx_kbps.is_some() && a.pcie_rx_kbps.is_some());
+    // Unsupported readings are absent, not errors.
+    assert_eq!(
+        (b.temperature_c, b.power_mw, b.energy_mj, b.pcie_tx_kbps),
+        (None, None, None, None)
+    );
+    // The energy counter only grows.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let later = probe.telemetry().unwrap();
+    assert!(later[0].energy_mj.unwrap() > a.energy_mj.unwrap());
+}
+
+#[test]
 fn a_driver_error_mid_probe_stops_it_with_the_gpu_and_field() {
     let (_lock, _dir) = fake::configure(&TWO.replace(
         r#"unsupported = ["serial", "ecc"]"#,

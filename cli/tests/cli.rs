@@ -400,6 +400,7 @@ mod group;
 mod leases;
 mod ledger;
 mod market;
+mod metrics;
 mod mig;
 mod orders;
 mod reputation;

@@ -9,6 +9,7 @@
 //! listen = ["/ip4/0.0.0.0/tcp/4001"]   # libp2p listen addresses
 //! bootstrap = []                        # peers to join through, with /p2p/<peer id>
 //! api = "127.0.0.1:0"                   # local API (loopback only; port 0 picks one)
+//! metrics_listen = "127.0.0.1:0"        # Prometheus /metrics (port 0 picks one; "off": none)
 //! mdns = false                          # discover peers on the LAN
 //! ledger = "/ip4/.../tcp/.../p2p/12D3..." # the ledger node this node settles with
 //! serve_ledger = false                  # run the ledger node here
@@ -62,6 +63,11 @@ pub struct Options {
     /// The API address, loopback only.
     #[arg(long, value_name = "ADDR")]
     pub api: Option<SocketAddr>,
+    /// Where Prometheus `/metrics` listens (`127.0.0.1:9400`; port 0 picks one and writes it
+    /// to `<data-dir>/metrics.addr`; `off`: nowhere). It needs no token: keep it on loopback
+    /// unless the network it listens on is yours.
+    #[arg(long = "metrics-listen", value_name = "ADDR|off")]
+    pub metrics_listen: Option<String>,
     /// Discover peers on the local network with mDNS.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub mdns: Option<bool>,
@@ -235,6 +241,7 @@ macro_rules! each_setting {
             listen,
             bootstrap,
             api,
+            metrics_listen,
             mdns,
             ledger,
             serve_ledger,
@@ -272,6 +279,7 @@ impl Options {
             listen: Some(vec!["/ip4/0.0.0.0/tcp/4001".into()]),
             bootstrap: Some(Vec::new()),
             api: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            metrics_listen: Some("127.0.0.1:0".into()),
             mdns: Some(false),
             ledger: None,
             serve_ledger: Some(false),
@@ -494,6 +502,20 @@ impl Effective {
         if !api.ip().is_loopback() {
             return Err(self.bad("api", format!("{api}: the API listens on loopback only")));
         }
+        let metrics_text = o
+            .metrics_listen
+            .clone()
+            .or(d.metrics_listen.clone())
+            .unwrap_or_default();
+        let metrics = match metrics_text.trim() {
+            "off" | "none" => None,
+            text => Some(text.parse::<SocketAddr>().map_err(|e| {
+                self.bad(
+                    "metrics_listen",
+                    format!("'{text}': {e} (e.g. 127.0.0.1:9400, or off)"),
+                )
+            })?),
+        };
         let mut challenge_references = std::collections::BTreeMap::new();
         for pair in o.challenge_reference.as_deref().unwrap_or_default() {
             let parsed = pair.split_once('=').and_then(|(family, gops)| {
@@ -517,6 +539,7 @@ impl Effective {
             listen: self.addrs("listen", o.listen.as_deref().unwrap_or_default())?,
             bootstrap: self.addrs("bootstrap", o.bootstrap.as_deref().unwrap_or_default())?,
             api,
+            metrics,
             mdns: o.mdns.unwrap_or(false),
             host,
             ledger: o

@@ -117,6 +117,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
         listen: vec![listen.clone()],
         bootstrap: vec![],
         api: "127.0.0.1:0".parse().unwrap(),
+        metrics: None,
         mdns: false,
         host: None,
         ledger: None,

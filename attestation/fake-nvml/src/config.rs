@@ -89,8 +89,28 @@ pub struct Gpu {
     /// GPU utilisation, percent.
     #[serde(default)]
     pub utilization_gpu: u32,
+    /// Memory in use, bytes (at most what is not reserved).
+    #[serde(default)]
+    pub memory_used_bytes: u64,
+    /// GPU temperature, °C (varies by `vary_percent`).
+    #[serde(default = "default_temperature")]
+    pub temperature_c: u32,
+    /// Power draw, mW (varies by `vary_percent`; the energy counter integrates it).
+    #[serde(default = "default_power_usage")]
+    pub power_usage_mw: u32,
+    /// PCIe transmit throughput, KB/s (varies by `vary_percent`).
+    #[serde(default = "default_pcie_tx")]
+    pub pcie_tx_kbps: u32,
+    /// PCIe receive throughput, KB/s (varies by `vary_percent`).
+    #[serde(default = "default_pcie_rx")]
+    pub pcie_rx_kbps: u32,
+    /// How far temperature, power and PCIe throughput swing around their values, percent,
+    /// over a 60 s period (0: constant).
+    #[serde(default = "default_vary")]
+    pub vary_percent: u32,
     /// Fields that answer NOT_SUPPORTED: any of `serial`, `board_part_number`, `pcie`,
-    /// `power_limit`, `clocks`, `ecc`, `mig`, `utilization`.
+    /// `power_limit`, `clocks`, `ecc`, `mig`, `utilization`, `temperature`, `power`,
+    /// `energy`, `pcie_throughput`.
     #[serde(default)]
     pub unsupported: BTreeSet<String>,
     /// Fields that answer UNKNOWN (a driver error), same names plus `name`, `uuid`, `memory`,
@@ -122,6 +142,21 @@ fn default_mem() -> u32 {
 }
 fn yes() -> bool {
     true
+}
+fn default_temperature() -> u32 {
+    45
+}
+fn default_power_usage() -> u32 {
+    70_000
+}
+fn default_pcie_tx() -> u32 {
+    2_000
+}
+fn default_pcie_rx() -> u32 {
+    8_000
+}
+fn default_vary() -> u32 {
+    10
 }
 
 /// One MIG device.

@@ -112,6 +112,7 @@ fn code(r: Result<nvmlReturn_t, nvmlReturn_t>) -> nvmlReturn_t {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    LOADED.get_or_init(std::time::Instant::now);
     match config::load() {
         Ok(config) => match STATE.lock() {
             Ok(mut state) => {
@@ -310,8 +311,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         unsafe {
             (*memory).total = total;
             (*memory).reserved = reserved;
-            (*memory).used = 0;
-            (*memory).free = total - reserved;
+            let used = g.memory_used_bytes.min(total - reserved);
+            (*memory).used = used;
+            (*memory).free = total - reserved - used;
         }
         Ok(SUCCESS)
     }))
@@ -460,5 +462,88 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
                 },
             )
         })
+    }))
+}
+
+/// When this library was loaded (the energy counter counts from here, as NVML's from the
+/// driver's load).
+static LOADED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// `base` swung by `vary` percent around itself over a 60 s period, each GPU in its own
+/// phase, so scraped values move as a real GPU's do.
+fn swing(base: u32, vary: u32, phase: usize) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let angle = t / 60.0 * std::f64::consts::TAU + phase as f64;
+    let factor = 1.0 + f64::from(vary.min(100)) / 100.0 * angle.sin();
+    (f64::from(base) * factor).round().max(0.0) as u32
+}
+
+fn phase(device: nvmlDevice_t) -> usize {
+    gpu_index(device).map_or(0, |(g, _)| g)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: nvmlDevice_t,
+    sensor: nvml_wrapper_sys::bindings::nvmlTemperatureSensors_t,
+    temp: *mut c_uint,
+) -> nvmlReturn_t {
+    code(with_gpu(device, "temperature", |g| {
+        // Only the GPU die's sensor (NVML_TEMPERATURE_GPU = 0) exists.
+        if sensor != 0 {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: forwarded caller pointer.
+        Ok(unsafe { put(temp, swing(g.temperature_c, g.vary_percent, phase(device))) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
+    device: nvmlDevice_t,
+    power: *mut c_uint,
+) -> nvmlReturn_t {
+    code(with_gpu(device, "power", |g| {
+        // SAFETY: forwarded caller pointer.
+        Ok(unsafe {
+            put(
+                power,
+                swing(g.power_usage_mw, g.vary_percent, phase(device)),
+            )
+        })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    code(with_gpu(device, "energy", |g| {
+        // The base power over the time since the library loaded, mJ: always increasing.
+        let since = LOADED.get_or_init(std::time::Instant::now).elapsed();
+        let mj = u64::from(g.power_usage_mw) * since.as_millis() as u64 / 1000;
+        // SAFETY: forwarded caller pointer.
+        Ok(unsafe { put(energy, mj) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
+    device: nvmlDevice_t,
+    counter: nvml_wrapper_sys::bindings::nvmlPcieUtilCounter_t,
+    value: *mut c_uint,
+) -> nvmlReturn_t {
+    code(with_gpu(device, "pcie_throughput", |g| {
+        // NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1.
+        let base = match counter {
+            0 => g.pcie_tx_kbps,
+            1 => g.pcie_rx_kbps,
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        // SAFETY: forwarded caller pointer.
+        Ok(unsafe { put(value, swing(base, g.vary_percent, phase(device))) })
     }))
 }

@@ -335,6 +335,15 @@ impl OrderBook {
         self.by_id.len()
     }
 
+    /// Offers in the book by GPU family key (for metrics: a few dozen families at most).
+    pub fn count_by_family(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for e in self.entries.iter().flatten() {
+            *counts.entry(e.family.key()).or_insert(0) += 1;
+        }
+        counts
+    }
+
     /// True when the book holds no offer.
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()

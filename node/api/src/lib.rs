@@ -134,6 +134,9 @@ pub struct Status {
     /// Peers connected now (peer ids, sorted).
     #[serde(default)]
     pub peers: Vec<String>,
+    /// Where `/metrics` listens (`127.0.0.1:PORT`), when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// One offer found by `GET /v1/offers?q=QUERY&limit=N`.

@@ -33,6 +33,8 @@ pub(crate) struct MarketView {
     pub(crate) arrivals_ms: VecDeque<u64>,
     pub(crate) accepted: u64,
     pub(crate) rejected: u64,
+    /// Gossip ignored (innocent but not taken: expired, duplicate, over the rate, ...).
+    pub(crate) ignored: u64,
     /// Messages ignored for a relaying peer's budget.
     pub(crate) over_budget: u64,
     /// Gossip budgets per relaying peer and IP group.
@@ -61,6 +63,7 @@ impl MarketView {
             arrivals_ms: VecDeque::new(),
             accepted: 0,
             rejected: 0,
+            ignored: 0,
             over_budget: 0,
             budgets: Budgets::default(),
             known_signers: BTreeSet::new(),
@@ -169,7 +172,10 @@ impl MarketView {
                 self.rejected += 1;
                 tracing::debug!("rejected gossip: {why}");
             }
-            Verdict::Ignore(why) => tracing::trace!("ignored gossip: {why}"),
+            Verdict::Ignore(why) => {
+                self.ignored += 1;
+                tracing::trace!("ignored gossip: {why}")
+            }
         }
         for gone in self.validator.take_evicted() {
             let _ = self.state.forget_offer(&gone);

@@ -105,6 +105,8 @@ pub struct DaemonConfig {
     pub bootstrap: Vec<Multiaddr>,
     /// The API address (loopback only; port 0 picks one).
     pub api: SocketAddr,
+    /// Where `/metrics` listens (None: nowhere).
+    pub metrics: Option<SocketAddr>,
     /// mDNS discovery.
     pub mdns: bool,
     /// Set for a host.
@@ -228,6 +230,10 @@ pub(crate) struct Daemon {
     challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
     /// Passed challenges waiting for their lease to pay the host, to be published.
     pending_results: Vec<proof::Pending>,
+    /// What `/metrics` accumulates.
+    recorder: crate::metrics::Recorder,
+    /// Where `/metrics` listens, once bound.
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -303,6 +309,8 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         challenge_references: config.challenge_references.clone(),
         pending_results: Vec::new(),
+        recorder: crate::metrics::Recorder::default(),
+        metrics_addr: None,
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -315,7 +323,7 @@ pub async fn run(
             events_tx.clone(),
             ledger,
             options,
-            config.timing,
+            (config.timing, daemon.recorder.clone()),
         )
         .await?;
         daemon.host = Some(role);
@@ -334,6 +342,24 @@ pub async fn run(
         .await
         .with_context(|| format!("starting the API on {}", config.api))?;
     tracing::info!("peer id {}, API on http://{api_addr}", key.peer_id());
+    let (snapshot_tx, mut snapshot_rx) = mpsc::channel::<crate::metrics::SnapshotRequest>(8);
+    let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let metrics_task = match config.metrics {
+        Some(addr) => {
+            let (bound, task) =
+                crate::metrics::serve(addr, snapshot_tx, daemon.recorder.clone(), async {
+                    let _ = metrics_stop_rx.await;
+                })
+                .await
+                .with_context(|| format!("starting /metrics on {addr}"))?;
+            crate::metrics::write_addr(&config.data_dir, bound)
+                .context("writing the metrics address")?;
+            tracing::info!("metrics on http://{bound}/metrics");
+            daemon.metrics_addr = Some(bound);
+            Some(task)
+        }
+        None => None,
+    };
 
     let republish = daemon.host.as_ref().map_or(3600, |h| h.republish_s());
     let mut republish_tick = tokio::time::interval(Duration::from_secs(republish));
@@ -356,6 +382,9 @@ pub async fn run(
                 daemon.on_api(command);
             }
             Some(event) = events_rx.recv() => daemon.on_event(event),
+            Some(reply) = snapshot_rx.recv() => {
+                let _ = reply.send(daemon.metrics_snapshot());
+            }
             _ = republish_tick.tick() => daemon.publish_offers(),
             _ = pending_tick.tick() => daemon.publish_if_due(),
             _ = expire_tick.tick() => daemon.market.expire(now()),
@@ -380,6 +409,10 @@ pub async fn run(
     daemon.stop_hosting(&mut events_rx).await;
     let _ = api_stop_tx.send(());
     let _ = api_task.await;
+    let _ = metrics_stop_tx.send(());
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
     net.shutdown().await.ok();
     {
         use crate::store::Store;
@@ -519,6 +552,7 @@ impl Daemon {
     fn status(&self) -> gpux_api::Status {
         gpux_api::Status {
             peer_id: self.key.peer_id().to_string(),
+            metrics: self.metrics_addr.map(|a| a.to_string()),
             offers_in_book: self.market.book.len(),
             own_offers: self.host.as_ref().map(|h| h.offer_count()),
             gossip_accepted: self.market.accepted,

@@ -651,6 +651,9 @@ impl Daemon {
                 reply,
             } => {
                 let t = now();
+                // (Measured for /metrics, never asserted.)
+                #[allow(clippy::disallowed_methods)]
+                let matching = std::time::Instant::now();
                 let mut hosts = BTreeSet::new();
                 let mut found = Vec::new();
                 for _ in 0..MAX_SCAN {
@@ -688,6 +691,9 @@ impl Daemon {
                         break;
                     }
                 }
+                self.recorder
+                    .match_latency
+                    .observe(matching.elapsed().as_secs_f64());
                 let _ = reply.send(found);
             }
             RentEvent::Reached(host) => {
@@ -739,8 +745,17 @@ impl Daemon {
         }
         let rent = self.rent_context();
         let events = self.events_tx.clone();
+        let recorder = self.recorder.clone();
         tokio::spawn(async move {
+            // (Measured for /metrics, never asserted.)
+            #[allow(clippy::disallowed_methods)]
+            let asked = std::time::Instant::now();
             let result = rent.run(&request).await;
+            if result.is_ok() {
+                recorder
+                    .rent_to_running
+                    .observe(asked.elapsed().as_secs_f64());
+            }
             // A resumable lease is watched from now: its record is stored before the
             // renter hears it runs.
             if let (Ok(rented), true) = (&result, request.resume)

@@ -130,7 +130,12 @@ impl Daemon {
         match inbound {
             Inbound::Ledger(frame) => {
                 let response = match self.ledger_service.as_mut() {
-                    Some(service) => service.handle(&frame, now()),
+                    Some(service) => {
+                        let response = service.handle(&frame, now());
+                        let (op, outcome) = crate::metrics::ledger_op_of(&frame, &response);
+                        self.recorder.ledger_op(op, outcome);
+                        response
+                    }
                     None => LedgerResponse::refused(
                         RefusalCode::NotServed,
                         "this node does not serve a ledger",

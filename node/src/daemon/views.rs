@@ -447,3 +447,42 @@ pub(super) fn blocked_hosts(
         })
         .collect()
 }
+
+impl Daemon {
+    /// What `/metrics` reports of this node now (the leases from the store: a scrape is
+    /// rare next to the loop's work).
+    pub(super) fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        let mut leases = std::collections::BTreeMap::new();
+        let (mut earned_micro, mut spent_micro) = (0u64, 0u64);
+        let hosted = self.state.host_leases().unwrap_or_default();
+        for view in hosted.iter().filter_map(|(id, r)| host_view(*id, r)) {
+            *leases.entry(("host", view.phase, view.kind)).or_insert(0) += 1;
+            earned_micro = earned_micro.saturating_add(view.redeemed);
+        }
+        let rented = self.renter.records();
+        for view in rented.iter().filter_map(|(id, r)| renter_view(*id, r)) {
+            *leases.entry(("renter", view.phase, view.kind)).or_insert(0) += 1;
+            spent_micro = spent_micro.saturating_add(view.acked_amount);
+        }
+        crate::metrics::Snapshot {
+            peers: self.peers.len(),
+            offers: self
+                .market
+                .book
+                .count_by_family()
+                .into_iter()
+                .map(|(f, n)| (f.to_string(), n))
+                .collect(),
+            gossip: vec![
+                ("accepted", self.market.accepted),
+                ("rejected", self.market.rejected),
+                ("ignored", self.market.ignored),
+                ("over-budget", self.market.over_budget),
+            ],
+            leases,
+            earned_micro,
+            spent_micro,
+            gpus: self.host.as_ref().and_then(|h| h.metrics_gpus()),
+        }
+    }
+}

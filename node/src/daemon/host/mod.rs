@@ -51,6 +51,8 @@ pub(crate) struct HostRole {
     /// offers claim the `challenged` tier (set by the daemon before each publication).
     pub(crate) challenged: std::collections::BTreeSet<gpux_protocol::GpuUuid>,
     pub(crate) last_publish: Timestamp,
+    /// Counts for `/metrics`.
+    recorder: crate::metrics::Recorder,
 }
 
 fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Option<Verified<T>> {
@@ -69,7 +71,7 @@ impl HostRole {
         events: mpsc::Sender<Event>,
         ledger: LedgerClient,
         mut options: HostOptions,
-        timing: Timing,
+        (timing, recorder): (Timing, crate::metrics::Recorder),
     ) -> anyhow::Result<Self> {
         let exec = Executor::connect(&key.peer_id().to_string())
             .await
@@ -160,6 +162,7 @@ impl HostRole {
             publish_pending: false,
             challenged: Default::default(),
             last_publish: Timestamp(0),
+            recorder,
         };
         role.recover(&exec, &workspaces).await?;
         Ok(role)
@@ -652,10 +655,12 @@ impl HostRole {
         envelope: Vec<u8>,
     ) {
         let _ = self.state.save_receipt(&id, seq, &envelope, None);
+        self.recorder.receipt("sent");
         let Some(renter) = peer_of(request) else {
             return;
         };
         let (net, events, state) = (self.net.clone(), self.events.clone(), self.state.clone());
+        let recorder = self.recorder.clone();
         tokio::spawn(async move {
             let sent = tokio::time::timeout(
                 PEER_TIMEOUT,
@@ -666,9 +671,13 @@ impl HostRole {
                 Ok(Ok(bytes)) => match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
                     Ok(AnyVerified::ReceiptAck(ack)) => {
                         let _ = state.save_receipt(&id, seq, &envelope, Some(ack.as_bytes()));
+                        recorder.receipt("acked");
                         RenterAnswer::Ack(ack)
                     }
-                    Ok(AnyVerified::LeaseEnd(end)) => RenterAnswer::Dispute(end),
+                    Ok(AnyVerified::LeaseEnd(end)) => {
+                        recorder.receipt("disputed");
+                        RenterAnswer::Dispute(end)
+                    }
                     _ => RenterAnswer::Nothing,
                 },
                 _ => RenterAnswer::Nothing,
@@ -682,6 +691,29 @@ impl HostRole {
             )
             .await;
         });
+    }
+
+    /// This host's GPUs for `/metrics`: the NVML library it meters with (none: no GPU
+    /// series), and the lease holding each device now.
+    pub(crate) fn metrics_gpus(&self) -> Option<crate::metrics::HostGpus> {
+        let probe = self.worker_ctx.nvml.clone()?;
+        let leases = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.holds_gpus())
+            .flat_map(|(id, l)| {
+                l.request()
+                    .gpus
+                    .iter()
+                    .map(|g| (g.to_string(), id.to_string()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Some(crate::metrics::HostGpus {
+            probe,
+            hostname: crate::metrics::hostname(),
+            leases,
+        })
     }
 
     /// Signs fresh offers of the free GPUs and the attestation, to publish.
