@@ -472,6 +472,15 @@ mod testnet {
         // A ledger, 2 hosts and 2 renters; host-1 offers its A100s whole and, apart, the
         // MIG slices of its first one.
         assert_eq!(report["nodes"], 5);
+        // Every node's /metrics, on loopback, listed for Prometheus.
+        let targets = report["scrape_targets"].as_object().unwrap();
+        assert_eq!(targets.len(), 5, "{report}");
+        assert!(
+            targets
+                .values()
+                .all(|a| a.as_str().is_some_and(|a| a.starts_with("127.0.0.1:"))),
+            "{report}"
+        );
         assert!(
             report["offers_published"].as_u64().unwrap() <= 3,
             "{report}"

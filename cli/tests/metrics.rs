@@ -1,7 +1,13 @@
 //! `/metrics` with real processes: a host exports its fake GPU under DCGM's names and labels
 //! (read through the real NVML path, the lease that holds it named while it runs), every
 //! node exports gpux's own series, and `promtool check metrics` parses all of it with lint
-//! findings only from the documented allow-list (DCGM's own names).
+//! findings only from the documented allow-list (DCGM's own names). The shipped alert rules
+//! pass `promtool check rules` and their unit tests (`promtool test rules`: the idle-GPU
+//! alert fires after 30 minutes of low utilisation, not before), and every metric the rules
+//! and the Grafana dashboard name is one a node exports.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use super::market::{Market, Node, wait_for};
 
@@ -68,6 +74,73 @@ fn promtool(text: &str) -> Vec<String> {
     findings
 }
 
+/// The repository's `deploy/` directory.
+fn deploy() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// The metric families a scrape declares (`# TYPE name ...`).
+fn families(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// gpux's and DCGM's metric names in a PromQL text (histogram series by their family).
+fn names_in(promql: &str) -> BTreeSet<String> {
+    promql
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|t| t.starts_with("DCGM_") || t.starts_with("gpux_"))
+        .map(|t| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| t.strip_suffix(s).filter(|b| b.ends_with("_seconds")))
+                .unwrap_or(t)
+                .to_string()
+        })
+        .collect()
+}
+
+/// Every metric the shipped rules and dashboard name.
+fn named_by_rules_and_dashboard() -> BTreeSet<String> {
+    let rules = std::fs::read_to_string(deploy().join("prometheus/gpux-alerts.yml")).unwrap();
+    let mut names = names_in(&rules);
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy().join("grafana/gpux-dashboard.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("targets") {
+            names.extend(names_in(target["expr"].as_str().expect("an expr")));
+        }
+    }
+    names
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_the_idle_alert_fires_after_30_minutes() {
+    for args in [
+        vec!["check", "rules", "prometheus/gpux-alerts.yml"],
+        vec!["test", "rules", "prometheus/gpux-alerts.test.yml"],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(&args)
+            .current_dir(deploy())
+            .output()
+            .expect("promtool (Debian's prometheus package; scripts/test installs it)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn every_node_exports_dcgm_and_gpux_series_that_promtool_parses() {
     let market = Market::start(1, 1, 10);
@@ -131,6 +204,7 @@ fn every_node_exports_dcgm_and_gpux_series_that_promtool_parses() {
     );
     assert!(!text.contains("DCGM_"), "a renter shares no GPU");
     promtool(&text);
+    let mut exported = families(&text);
     let text = scrape(&market.ledger);
     assert!(
         value(
@@ -141,4 +215,12 @@ fn every_node_exports_dcgm_and_gpux_series_that_promtool_parses() {
         "{text}"
     );
     promtool(&text);
+    exported.extend(families(&text));
+    exported.extend(families(&scrape(host)));
+
+    // Whatever the alert rules and the dashboard read, some node exports.
+    let named = named_by_rules_and_dashboard();
+    assert!(named.len() >= 10, "{named:?}");
+    let missing: Vec<_> = named.difference(&exported).collect();
+    assert!(missing.is_empty(), "named but not exported: {missing:?}");
 }

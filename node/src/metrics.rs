@@ -12,9 +12,9 @@
 //! The endpoint answers Prometheus' text format (0.0.4), converted from the OpenMetrics text
 //! prometheus-client writes, so that `promtool` and every scraper read it alike.
 //!
-//! What changes at every scrape is read then: the daemon's loop answers a [`Snapshot`]
+//! What changes at every scrape is read then: the daemon's loop answers a `Snapshot`
 //! and NVML is read on a blocking thread. What accumulates (histograms of rent latencies,
-//! the ledger's operations) lives in a [`Recorder`] shared with the loop.
+//! the ledger's operations) lives in a `Recorder` shared with the loop.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -337,6 +337,29 @@ pub fn up(
         config.renters,
         base.display()
     ));
+    // Where Prometheus scrapes each node (docs/metrics.md has the scrape configuration).
+    for node in &nodes {
+        if let Some(addr) = gpux_node::metrics::read_addr(&node.dir) {
+            report
+                .scrape_targets
+                .insert(node.name.clone(), addr.to_string());
+        }
+    }
+    let targets = |prefix: &str| {
+        report
+            .scrape_targets
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, addr)| addr.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    progress(&format!(
+        "scrape targets: gpux-ledger [{}], gpux-hosts [{}], gpux-renters [{}] (http://ADDR/metrics)",
+        targets("ledger"),
+        targets("host"),
+        targets("renter")
+    ));
 
     let clients = |dirs: &[PathBuf]| -> anyhow::Result<Vec<ApiClient>> {
         Ok(dirs

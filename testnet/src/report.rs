@@ -7,6 +7,8 @@ use crate::{orders, workload};
 pub struct Report {
     /// Processes started.
     pub nodes: usize,
+    /// Each node's Prometheus `/metrics` address, by node name (`host-0`: `127.0.0.1:PORT`).
+    pub scrape_targets: std::collections::BTreeMap<String, String>,
     /// Distinct offers live at the end (all hosts' own offers).
     pub offers_published: usize,
     /// The fewest of those any renter's book holds.
