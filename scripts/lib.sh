@@ -79,6 +79,24 @@ ensure_promtool() {
     fi
 }
 
+# ensure_systemd_analyze: the tests check `gpux host install`'s unit with systemd-analyze
+# verify (Debian's systemd package; nothing is started).
+ensure_systemd_analyze() {
+    if command -v systemd-analyze >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing Debian's systemd (for systemd-analyze verify)"
+    local sudo=
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=sudo
+    fi
+    local install="$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd"
+    if ! $install; then
+        $sudo apt-get update
+        $install
+    fi
+}
+
 # ensure_workspace_tools: a lease's workspace is a loop-mounted ext4 image (mkfs.ext4 from
 # e2fsprogs, fallocate and mount from util-linux); installs e2fsprogs when it is missing.
 ensure_workspace_tools() {

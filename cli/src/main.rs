@@ -244,6 +244,11 @@ enum HostAction {
         #[arg(long)]
         json: bool,
     },
+    /// Set this machine up as a host: write the node's config.toml (host = true, the
+    /// ledger, the price) in the data directory and a systemd unit that runs the node
+    /// (gpux-node.service). Starts nothing; prints what to run next. Existing files are kept
+    /// unless --force.
+    Install(cmd::install::InstallArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -512,6 +517,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Host {
             action: HostAction::Check { nvml_lib, json },
         } => cmd::host::check(&dir, nvml_lib.as_deref(), json)?,
+        Command::Host {
+            action: HostAction::Install(args),
+        } => cmd::install::install(&dir, &args)?,
         Command::Attest { nvml_lib, json, .. } => {
             cmd::attest::attest(&dir, nvml_lib.as_deref(), json)?
         }

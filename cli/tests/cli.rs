@@ -271,6 +271,83 @@ compute_capability = [8, 6]
         assert!(err.contains("check(s) failed"), "{err}");
     }
 
+    #[test]
+    fn host_install_writes_a_config_the_node_reads_and_a_unit_systemd_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let units = dir.path().join("units");
+        let ledger =
+            "/ip4/127.0.0.1/tcp/4000/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN";
+        let install = |extra: &[&str]| {
+            let mut args = vec![
+                "host",
+                "install",
+                "--json",
+                "--unit-dir",
+                units.to_str().unwrap(),
+                "--price",
+                "2.10",
+                "--region",
+                "eu-west",
+            ];
+            args.extend_from_slice(extra);
+            run(dir.path(), None, &args)
+        };
+        // A ledger that is no multiaddr: refused, nothing written.
+        let out = install(&["--ledger", "not-an-address"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("ledger") && err.contains("multiaddr"), "{err}");
+        assert!(!dir.path().join("node/config.toml").exists());
+        assert!(!units.join("gpux-node.service").exists());
+
+        let out = install(&["--ledger", ledger, "--spot-floor", "0.90"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let installed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let unit = PathBuf::from(installed["unit"].as_str().unwrap());
+        // The node reads the configuration back as a host with those settings.
+        let printed = run(dir.path(), None, &["node", "run", "--print-config"]);
+        let text = String::from_utf8_lossy(&printed.stdout);
+        for want in [
+            "host = true",
+            "price = \"2.10\"",
+            "region = \"eu-west\"",
+            "spot_floor = \"0.90\"",
+            ledger,
+        ] {
+            assert!(text.contains(want), "{want} not in\n{text}");
+        }
+        // The unit runs this very binary for this data directory, and systemd accepts it
+        // (nothing is started: systemd is not PID 1 here).
+        let unit_text = std::fs::read_to_string(&unit).unwrap();
+        let binary = std::fs::canonicalize(env!("CARGO_BIN_EXE_gpux")).unwrap();
+        assert!(
+            unit_text.contains(&format!(
+                "ExecStart={} node run --data-dir ",
+                binary.display()
+            )),
+            "{unit_text}"
+        );
+        let verify = Command::new("systemd-analyze")
+            .args(["verify"])
+            .arg(&unit)
+            .output()
+            .expect("systemd-analyze (Debian's systemd package)");
+        assert!(
+            verify.status.success(),
+            "{}",
+            String::from_utf8_lossy(&verify.stderr)
+        );
+        // Run again, nothing is replaced without --force.
+        let out = install(&["--ledger", ledger]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+        assert!(install(&["--ledger", ledger, "--force"]).status.success());
+    }
+
     fn report(dir: &Path, config: &str) -> String {
         let lib = fake_lib().to_str().unwrap().to_string();
         let out = run(dir, Some(config), &["attest", "--json", "--nvml-lib", &lib]);

@@ -3,6 +3,7 @@
 
 pub(crate) mod attest;
 pub(crate) mod host;
+pub(crate) mod install;
 pub(crate) mod lease;
 pub(crate) mod market;
 pub(crate) mod node;
