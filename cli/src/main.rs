@@ -51,6 +51,23 @@ enum Command {
     },
     /// The running node's status.
     Status,
+    /// What GPUS GPUs of a model cost a month at HOURS a month, rented on-demand, spot or
+    /// reserved from the live book, against buying and running them, and the hours above
+    /// which buying is cheaper (docs/estimate.md).
+    Estimate {
+        /// The GPU model (family: h100, a100, l4, ...).
+        #[arg(long)]
+        gpu: String,
+        /// How many GPUs.
+        #[arg(long, default_value_t = 1)]
+        gpus: u32,
+        /// Hours a month they are used.
+        #[arg(long)]
+        hours_per_month: f64,
+        /// Print JSON (every figure with the inputs it was computed from).
+        #[arg(long)]
+        json: bool,
+    },
     /// Offers in the running node's view of the market.
     Offers {
         #[command(subcommand)]
@@ -473,6 +490,12 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 },
         } => cmd::testnet::plane_bench(bytes, echo_samples)?,
         Command::Status => cmd::market::status(&dir)?,
+        Command::Estimate {
+            gpu,
+            gpus,
+            hours_per_month,
+            json,
+        } => cmd::estimate::run(&dir, &gpu, gpus, hours_per_month, json)?,
         Command::Offers {
             action: OffersAction::Search { query, limit, json },
         } => cmd::market::search(&dir, &query, limit, json)?,

@@ -19,6 +19,7 @@ pub use book::{
     Allocation, BidError, BidSpec, BookConfig, Hit, InsertError, Inserted, MatchError, OrderBook,
     ReserveError, WithdrawError,
 };
+pub mod estimate;
 pub mod ledger;
 pub mod reputation;
 
