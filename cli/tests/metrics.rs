@@ -4,7 +4,8 @@
 //! findings only from the documented allow-list (DCGM's own names). The shipped alert rules
 //! pass `promtool check rules` and their unit tests (`promtool test rules`: the idle-GPU
 //! alert fires after 30 minutes of low utilisation, not before), and every metric the rules
-//! and the Grafana dashboard name is one a node exports.
+//! and the Grafana dashboard name is one a node exports. From another network namespace
+//! (over a veth pair the test makes) neither `/metrics` nor the API is reachable.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -121,6 +122,77 @@ fn named_by_rules_and_dashboard() -> BTreeSet<String> {
     names
 }
 
+/// A network namespace joined to this one by a veth pair (`10.213.N.1` here, `.2` there),
+/// removed on drop.
+struct OtherNamespace {
+    name: String,
+    link: String,
+    here: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl OtherNamespace {
+    fn new() -> Self {
+        let n = std::process::id() % 250 + 1;
+        let (name, link) = (format!("gpuxm{n}"), format!("vgm{n}a"));
+        let peer = format!("vgm{n}b");
+        let (here, there) = (format!("10.213.{n}.1"), format!("10.213.{n}.2"));
+        ip(&["netns", "add", &name]);
+        let ns = Self {
+            name: name.clone(),
+            link: link.clone(),
+            here: here.clone(),
+        };
+        ip(&["link", "add", &link, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &name]);
+        ip(&["addr", "add", &format!("{here}/30"), "dev", &link]);
+        ip(&["link", "set", &link, "up"]);
+        let cidr = format!("{there}/30");
+        for args in [
+            ["addr", "add", cidr.as_str(), "dev", peer.as_str()],
+            ["link", "set", peer.as_str(), "up", ""],
+            ["link", "set", "lo", "up", ""],
+        ] {
+            let mut full = vec!["netns", "exec", name.as_str(), "ip"];
+            full.extend(args.iter().copied().filter(|a| !a.is_empty()));
+            ip(&full);
+        }
+        ns
+    }
+
+    /// Whether a TCP connection from the other namespace to `host:port` succeeds.
+    fn connects(&self, host: &str, port: u16) -> bool {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, "timeout", "5", "bash", "-c"])
+            .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
+            .status()
+            .expect("ip netns exec")
+            .success()
+    }
+}
+
+impl Drop for OtherNamespace {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.link])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
 #[test]
 fn the_alert_rules_pass_promtool_and_the_idle_alert_fires_after_30_minutes() {
     for args in [
@@ -217,6 +289,28 @@ fn every_node_exports_dcgm_and_gpux_series_that_promtool_parses() {
     promtool(&text);
     exported.extend(families(&text));
     exported.extend(families(&scrape(host)));
+
+    // From another network namespace neither /metrics nor the API can be reached (they
+    // listen on loopback), while a port listening on the shared link can: the check can
+    // tell the two apart.
+    let other = OtherNamespace::new();
+    let control = std::net::TcpListener::bind((other.here.as_str(), 0)).unwrap();
+    let control_port = control.local_addr().unwrap().port();
+    assert!(
+        other.connects(&other.here, control_port),
+        "the control port"
+    );
+    let metrics = gpux_node::metrics::read_addr(&host.dir).unwrap().port();
+    let api: std::net::SocketAddr = std::fs::read_to_string(host.dir.join("api.addr"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for port in [metrics, api.port()] {
+        assert!(!other.connects(&other.here, port), "port {port} reached");
+        assert!(!other.connects("127.0.0.1", port), "port {port} reached");
+    }
+    drop(other);
 
     // Whatever the alert rules and the dashboard read, some node exports.
     let named = named_by_rules_and_dashboard();
