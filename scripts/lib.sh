@@ -44,6 +44,19 @@ ensure_cargo_tool() {
     fi
 }
 
+# apt_install PACKAGE...: Debian packages, with sudo when not root; the package lists are
+# refreshed once if the first try fails.
+apt_install() {
+    local sudo=
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=sudo
+    fi
+    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; then
+        $sudo apt-get update
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+    fi
+}
+
 # ensure_busybox: the testnet's workload image is `FROM scratch` with Debian's static busybox
 # at /bin/busybox; installs busybox-static when it is missing or dynamically linked.
 ensure_busybox() {
@@ -51,14 +64,7 @@ ensure_busybox() {
         return 0
     fi
     say "installing Debian's busybox-static (for the workload image)"
-    local sudo=
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=sudo
-    fi
-    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y busybox-static; then
-        $sudo apt-get update
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y busybox-static
-    fi
+    apt_install busybox-static
 }
 
 # ensure_promtool: Prometheus' promtool checks the /metrics output, the alert rules and their
@@ -68,15 +74,7 @@ ensure_promtool() {
         return 0
     fi
     say "installing Debian's prometheus (for promtool)"
-    local sudo=
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=sudo
-    fi
-    local install="$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus"
-    if ! $install; then
-        $sudo apt-get update
-        $install
-    fi
+    apt_install prometheus
 }
 
 # ensure_systemd_analyze: the tests check `gpux host install`'s unit with systemd-analyze
@@ -86,15 +84,7 @@ ensure_systemd_analyze() {
         return 0
     fi
     say "installing Debian's systemd (for systemd-analyze verify)"
-    local sudo=
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=sudo
-    fi
-    local install="$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd"
-    if ! $install; then
-        $sudo apt-get update
-        $install
-    fi
+    apt_install systemd
 }
 
 # ensure_workspace_tools: a lease's workspace is a loop-mounted ext4 image (mkfs.ext4 from
@@ -104,14 +94,7 @@ ensure_workspace_tools() {
         return 0
     fi
     say "installing e2fsprogs (mkfs.ext4, for lease workspaces)"
-    local sudo=
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=sudo
-    fi
-    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y e2fsprogs; then
-        $sudo apt-get update
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y e2fsprogs
-    fi
+    apt_install e2fsprogs
 }
 
 # The lease tests and the testnet run containers: a Docker daemon must be running.

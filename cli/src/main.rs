@@ -229,7 +229,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Hosting GPUs: `gpux host check` says what sharing real GPUs needs on this machine.
+    /// Hosting GPUs: `gpux host check` says what sharing real GPUs needs on this machine;
+    /// `gpux host install` writes the node's configuration and a systemd unit.
     Host {
         #[command(subcommand)]
         action: HostAction,
