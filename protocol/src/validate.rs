@@ -13,12 +13,14 @@ use crate::envelope::{Message, Verified};
 use crate::family::GpuFamily;
 use crate::key::PublicKey;
 use crate::messages::{
-    Attestation, Bid, ChallengeRequest, ChallengeResponse, ChallengeResult, EscrowLock,
-    LeaseAccept, LeaseKind, LeaseRequest, LedgerEntry, MessageKind, Offer, PreemptionNotice,
-    ReceiptAck, UsageReceipt,
+    Attestation, Bid, EscrowLock, LeaseAccept, LeaseKind, LeaseRequest, MessageKind, Offer,
+    PreemptionNotice, ReceiptAck, UsageReceipt,
 };
 use crate::money::MicroCredits;
 use crate::types::{ContentId, GpuUuid, Timestamp};
+
+mod challenge;
+pub use challenge::{challenge_response_matches_request, challenge_result_holds};
 
 /// Limits for the time rules. [`Rules::default`] gives the protocol's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -734,90 +736,6 @@ pub fn escrow_lock_matches_request(
     }
     if lock.price_per_gpu_hour != request.price_per_gpu_hour {
         return mismatch("price_per_gpu_hour");
-    }
-    Ok(())
-}
-
-/// A challenge response against its request: from the challenged host, naming the request,
-/// with one row commitment per row.
-pub fn challenge_response_matches_request(
-    response: &Verified<ChallengeResponse>,
-    request: &Verified<ChallengeRequest>,
-) -> Result<(), RuleError> {
-    same_signer("the challenge response", request.host, response.signer())?;
-    same_id("response.request", response.request, request.id())?;
-    if response.row_commitments.len() as u64 != u64::from(request.n) {
-        return Err(RuleError::ChallengeMismatch {
-            field: "row_commitments",
-        });
-    }
-    Ok(())
-}
-
-/// A challenge result against the ledger the caller trusts: the challenger's own request
-/// (its seed) for this host, the host's signed answer to it, and that ledger's records of an
-/// escrow the challenger locked to the host and of a redemption from it, so the challenger
-/// paid the host for a lease. It does not look at the verdict (a failed challenge is valid
-/// evidence too; only a passed one earns the `challenged` tier). A record signed by another
-/// ledger is [`RuleError::SignerMismatch`] with `what` = "the ledger record": the caller
-/// cannot judge it, which is no fault of whoever relayed it.
-pub fn challenge_result_holds(
-    result: &Verified<ChallengeResult>,
-    ledger: PublicKey,
-) -> Result<(), RuleError> {
-    let challenger = result.signer();
-    if challenger == result.host {
-        return Err(RuleError::Evidence {
-            what: "challenger",
-            why: "a host cannot challenge itself".into(),
-        });
-    }
-    fn open<T: Message>(what: &'static str, bytes: &[u8]) -> Result<Verified<T>, RuleError> {
-        Signed::<T>::from_bytes(bytes.to_vec())
-            .and_then(Signed::verify)
-            .map_err(|e| RuleError::Evidence {
-                what,
-                why: e.to_string(),
-            })
-    }
-    let request: Verified<ChallengeRequest> = open("request", &result.request)?;
-    same_signer("the challenge request", challenger, request.signer())?;
-    if request.host != result.host {
-        return Err(RuleError::ChallengeMismatch { field: "host" });
-    }
-    let response: Verified<ChallengeResponse> = open("response", &result.response)?;
-    challenge_response_matches_request(&response, &request)?;
-    let locked: Verified<crate::LedgerRecord> = open("locked record", &result.locked)?;
-    let paid: Verified<crate::LedgerRecord> = open("paid record", &result.paid)?;
-    same_signer("the ledger record", ledger, locked.signer())?;
-    same_signer("the ledger record", ledger, paid.signer())?;
-    let evidence = |what, why: &str| RuleError::Evidence {
-        what,
-        why: why.into(),
-    };
-    match locked.entry {
-        LedgerEntry::Locked { payer, payee, .. } if payer == challenger && payee == result.host => {
-        }
-        _ => {
-            return Err(evidence(
-                "locked record",
-                "not an escrow the challenger locked to this host",
-            ));
-        }
-    }
-    if paid.escrow != locked.escrow {
-        return Err(evidence("paid record", "not from the locked escrow"));
-    }
-    match paid.entry {
-        LedgerEntry::Redeemed {
-            payee, cumulative, ..
-        } if payee == result.host && cumulative.0 > 0 => {}
-        _ => {
-            return Err(evidence(
-                "paid record",
-                "not a redemption paid to this host",
-            ));
-        }
     }
     Ok(())
 }
