@@ -70,6 +70,7 @@ impl Node {
     /// instead is an error with the last line it logged.
     pub fn spawn(&mut self) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(self.dir.join("api.addr"));
+        let _ = std::fs::remove_file(self.dir.join(gpux_node::metrics::ADDR_FILE));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

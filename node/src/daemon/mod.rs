@@ -329,19 +329,8 @@ pub async fn run(
         daemon.host = Some(role);
         daemon.publish_offers();
     }
-    let (api_tx, mut api_rx) = mpsc::channel(API_CAPACITY);
-    let (api_stop_tx, api_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let bridge = crate::plane::bridge::Bridge {
-        net: net.clone(),
-        state: state.clone(),
-    };
-    let (api_addr, api_task) =
-        api::serve(config.api, token, api_tx, bridge, &config.data_dir, async {
-            let _ = api_stop_rx.await;
-        })
-        .await
-        .with_context(|| format!("starting the API on {}", config.api))?;
-    tracing::info!("peer id {}, API on http://{api_addr}", key.peer_id());
+    // /metrics binds before the API, whose address file tells the harness (and
+    // scripts) that the node is up: by then `metrics.addr` is there too.
     let (snapshot_tx, mut snapshot_rx) = mpsc::channel::<crate::metrics::SnapshotRequest>(8);
     let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let metrics_task = match config.metrics {
@@ -360,6 +349,19 @@ pub async fn run(
         }
         None => None,
     };
+    let (api_tx, mut api_rx) = mpsc::channel(API_CAPACITY);
+    let (api_stop_tx, api_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let bridge = crate::plane::bridge::Bridge {
+        net: net.clone(),
+        state: state.clone(),
+    };
+    let (api_addr, api_task) =
+        api::serve(config.api, token, api_tx, bridge, &config.data_dir, async {
+            let _ = api_stop_rx.await;
+        })
+        .await
+        .with_context(|| format!("starting the API on {}", config.api))?;
+    tracing::info!("peer id {}, API on http://{api_addr}", key.peer_id());
 
     let republish = daemon.host.as_ref().map_or(3600, |h| h.republish_s());
     let mut republish_tick = tokio::time::interval(Duration::from_secs(republish));
