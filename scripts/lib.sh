@@ -87,6 +87,16 @@ ensure_systemd_analyze() {
     apt_install systemd
 }
 
+# ensure_chromium: the console's tests drive Debian's chromium headless over WebDriver
+# (chromedriver, from chromium-driver).
+ensure_chromium() {
+    if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing Debian's chromium and chromium-driver (for the console's browser tests)"
+    apt_install chromium chromium-driver
+}
+
 # ensure_workspace_tools: a lease's workspace is a loop-mounted ext4 image (mkfs.ext4 from
 # e2fsprogs, fallocate and mount from util-linux); installs e2fsprogs when it is missing.
 ensure_workspace_tools() {

@@ -229,6 +229,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a one-time link into the web console (this node's state in a browser, on its
+    /// loopback API address): it signs one browser in, once, within two minutes.
+    Console {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The node's settings: `gpux config set spend-cap 250` refuses rents, group orders and
+    /// bid fills whose worst case would take what open leases commit past 250 credits
+    /// (`off` lifts it); `gpux config get` shows them.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Hosting GPUs: `gpux host check` says what sharing real GPUs needs on this machine;
     /// `gpux host install` writes the node's configuration and a systemd unit.
     Host {
@@ -267,6 +281,26 @@ enum HostAction {
     /// (gpux-node.service). Starts nothing; prints what to run next. Existing files are kept
     /// unless --force.
     Install(cmd::install::InstallArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigAction {
+    /// Show the settings.
+    Get {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change one: `spend-cap CREDITS` (or `off`).
+    Set {
+        /// The setting (spend-cap).
+        name: String,
+        /// Its value.
+        value: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -538,6 +572,13 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 },
         } => cmd::node::restore_ledger(&dir, from.as_deref(), ledger_release_grace_s)?,
         Command::Mint { account, amount } => cmd::market::mint(&dir, account, amount)?,
+        Command::Console { json } => cmd::console::console(&dir, json)?,
+        Command::Config {
+            action: ConfigAction::Get { json },
+        } => cmd::console::get(&dir, json)?,
+        Command::Config {
+            action: ConfigAction::Set { name, value, json },
+        } => cmd::console::set(&dir, &name, &value, json)?,
         Command::Host {
             action: HostAction::Check { nvml_lib, json },
         } => cmd::host::check(&dir, nvml_lib.as_deref(), json)?,

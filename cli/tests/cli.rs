@@ -473,6 +473,7 @@ compute_capability = [8, 6]
 
 mod attack;
 mod challenge;
+mod console;
 mod estimate;
 mod group;
 mod leases;

@@ -307,6 +307,7 @@ fn every_node_exports_dcgm_and_gpux_series_that_promtool_parses() {
         .parse()
         .unwrap();
     for port in [metrics, api.port()] {
+        // (The web console is served on the API's port.)
         assert!(!other.connects(&other.here, port), "port {port} reached");
         assert!(!other.connects("127.0.0.1", port), "port {port} reached");
     }

@@ -241,6 +241,25 @@ impl ApiClient {
         self.post(&format!("/v1/leases/{lease}/challenge"), &())
     }
 
+    /// `POST /v1/console/login`: a one-time link into the web console.
+    pub fn console_login(&self) -> Result<gpux_api::ConsoleLogin, ClientError> {
+        self.post("/v1/console/login", &())
+    }
+
+    /// `GET /v1/settings`.
+    pub fn settings(&self) -> Result<gpux_api::Settings, ClientError> {
+        self.get("/v1/settings", &[])
+    }
+
+    /// `POST /v1/settings`: sets `name` to `value`.
+    pub fn set_setting(&self, name: &str, value: &str) -> Result<gpux_api::Settings, ClientError> {
+        let change = gpux_api::SettingChange {
+            name: name.into(),
+            value: value.into(),
+        };
+        self.post("/v1/settings", &change)
+    }
+
     /// `GET /v1/leases/{lease}/receipts`.
     pub fn receipts(&self, lease: &str) -> Result<gpux_api::Receipts, ClientError> {
         self.get(&format!("/v1/leases/{lease}/receipts"), &[])

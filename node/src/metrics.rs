@@ -196,31 +196,41 @@ pub(crate) async fn serve(
     Ok((bound, task))
 }
 
-async fn scrape(State(app): State<AppState>) -> Response {
-    let unavailable =
-        |why: &str| (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response();
+/// A host's GPUs with what NVML read of them.
+pub(crate) type Readings = (HostGpus, Vec<gpux_attestation::GpuTelemetry>);
+
+/// A snapshot from the loop and, on a host, its GPUs read through NVML now (off the
+/// runtime's threads: NVML calls block). `None`: the node is shutting down.
+pub(crate) async fn take(
+    snapshots: &mpsc::Sender<SnapshotRequest>,
+) -> Option<(Snapshot, Option<Readings>)> {
     let (tx, rx) = oneshot::channel();
-    if app.snapshots.send(tx).await.is_err() {
-        return unavailable("the node is shutting down");
-    }
-    let Ok(mut snapshot) = rx.await else {
-        return unavailable("the node is shutting down");
-    };
-    // NVML calls block: off the runtime's threads.
-    let gpus = snapshot.gpus.take();
-    let telemetry = match gpus {
+    snapshots.send(tx).await.ok()?;
+    let mut snapshot = rx.await.ok()?;
+    let telemetry = match snapshot.gpus.take() {
         Some(gpus) => {
             let probe = gpus.probe.clone();
             match tokio::task::spawn_blocking(move || probe.telemetry()).await {
                 Ok(Ok(t)) => Some((gpus, t)),
                 Ok(Err(e)) => {
-                    tracing::warn!("reading the GPUs for /metrics: {e}");
+                    tracing::warn!("reading the GPUs: {e}");
                     None
                 }
                 Err(_) => None,
             }
         }
         None => None,
+    };
+    Some((snapshot, telemetry))
+}
+
+async fn scrape(State(app): State<AppState>) -> Response {
+    let Some((snapshot, telemetry)) = take(&app.snapshots).await else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node is shutting down\n",
+        )
+            .into_response();
     };
     match render(&snapshot, telemetry.as_ref(), &app.recorder) {
         Ok(text) => (
@@ -308,7 +318,7 @@ fn prometheus_text(openmetrics: &str) -> String {
 
 fn render(
     snapshot: &Snapshot,
-    gpus: Option<&(HostGpus, Vec<gpux_attestation::GpuTelemetry>)>,
+    gpus: Option<&Readings>,
     recorder: &Recorder,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();

@@ -2,6 +2,7 @@
 //! and prints.
 
 pub(crate) mod attest;
+pub(crate) mod console;
 pub(crate) mod estimate;
 pub(crate) mod host;
 pub(crate) mod install;

@@ -710,3 +710,31 @@ mod tests {
         );
     }
 }
+
+/// `POST /v1/console/login`: a one-time link into the web console.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsoleLogin {
+    /// Open it in a browser on this machine: it signs the browser in once and lapses.
+    pub url: String,
+    /// Seconds the link stays usable.
+    pub expires_in_s: u64,
+}
+
+/// `GET /v1/settings`: this node's settings that the API changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The most credits this node's open leases (as a renter) may commit at once, micro-
+    /// credits; `None`: no cap.
+    pub spend_cap_micro: Option<u64>,
+    /// What its open leases commit now (their escrows), micro-credits.
+    pub committed_micro: u64,
+}
+
+/// `POST /v1/settings`: change one setting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingChange {
+    /// The setting's name (`spend-cap`).
+    pub name: String,
+    /// Its new value (`spend-cap`: credits, or `off`).
+    pub value: String,
+}

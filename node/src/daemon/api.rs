@@ -2,7 +2,8 @@
 //!
 //! The token is 32 random bytes (hex) in `<data-dir>/api.token`, mode 0600; the address the
 //! API listens on is written to `<data-dir>/api.addr` (0600). Only the user who can read the
-//! data directory can use the API. Every request without the token gets 401.
+//! data directory can use the API. Every request without the token gets 401. The web
+//! console (`/console/`, `console/`) is served here too, behind sessions of its own.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -97,22 +98,31 @@ pub(crate) enum ApiCommand {
         request: BlockRequest,
         reply: Reply<Blocked>,
     },
+    Settings {
+        /// None: only read them.
+        change: Option<gpux_api::SettingChange>,
+        reply: Reply<gpux_api::Settings>,
+    },
     Shutdown {
         reply: Reply<ShuttingDown>,
     },
 }
 
 #[derive(Clone)]
-struct AppState {
+pub(crate) struct AppState {
     token: String,
     commands: mpsc::Sender<ApiCommand>,
     bridge: Bridge,
+    /// The web console's sessions.
+    pub(crate) console: super::console::Console,
+    /// Asks the loop for what `/metrics` shows (the console's host view).
+    pub(crate) snapshots: mpsc::Sender<crate::metrics::SnapshotRequest>,
 }
 
 /// A request that carried the right token.
 struct Authorized;
 
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     // Constant time in the token's length: no early exit on the first differing byte.
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -148,18 +158,25 @@ fn stopping() -> ApiError {
     ApiError::new(ErrorCode::Unavailable, "the node is shutting down")
 }
 
+/// Asks the loop and waits for its answer.
+pub(crate) async fn call<T>(
+    state: &AppState,
+    make: impl FnOnce(Reply<T>) -> ApiCommand,
+) -> Result<T, ApiError> {
+    let (reply, rx) = oneshot::channel();
+    if state.commands.send(make(reply)).await.is_err() {
+        return Err(stopping());
+    }
+    rx.await.unwrap_or_else(|_| Err(stopping()))
+}
+
 async fn ask<T: serde::Serialize>(
     state: &AppState,
     make: impl FnOnce(Reply<T>) -> ApiCommand,
 ) -> Response {
-    let (reply, rx) = oneshot::channel();
-    if state.commands.send(make(reply)).await.is_err() {
-        return error(stopping());
-    }
-    match rx.await {
-        Ok(Ok(value)) => Json(value).into_response(),
-        Ok(Err(e)) => error(e),
-        Err(_) => error(stopping()),
+    match call(state, make).await {
+        Ok(value) => Json(value).into_response(),
+        Err(e) => error(e),
     }
 }
 
@@ -339,6 +356,34 @@ async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Ledger { reply }).await
 }
 
+async fn settings(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Settings {
+        change: None,
+        reply,
+    })
+    .await
+}
+
+async fn change_setting(
+    _: Authorized,
+    State(state): State<AppState>,
+    request: Result<Json<gpux_api::SettingChange>, JsonRejection>,
+) -> Response {
+    ask_body(&state, request, |change, reply| ApiCommand::Settings {
+        change: Some(change),
+        reply,
+    })
+    .await
+}
+
+/// `gpux console`: a one-time link that signs a browser into the console.
+async fn console_login(_: Authorized, State(state): State<AppState>) -> Response {
+    match state.console.issue_login() {
+        Ok(login) => Json(login).into_response(),
+        Err(e) => error(e),
+    }
+}
+
 async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Shutdown { reply }).await
 }
@@ -497,6 +542,7 @@ pub(crate) async fn serve(
     token: String,
     commands: mpsc::Sender<ApiCommand>,
     bridge: Bridge,
+    snapshots: mpsc::Sender<crate::metrics::SnapshotRequest>,
     data_dir: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
@@ -531,11 +577,16 @@ pub(crate) async fn serve(
         .route("/v1/bid", post(bid))
         .route("/v1/block", post(block))
         .route("/v1/shutdown", post(shutdown_node))
+        .route("/v1/settings", get(settings).post(change_setting))
+        .route("/v1/console/login", post(console_login))
+        .merge(super::console::routes())
         .fallback(not_found)
         .with_state(AppState {
             token,
             commands,
             bridge,
+            console: super::console::Console::new(bound),
+            snapshots,
         });
     // Interactive streams (exec, forwards) go through here: no Nagle delay on replies.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {

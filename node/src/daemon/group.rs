@@ -199,6 +199,10 @@ impl Daemon {
             )));
             return;
         }
+        if let Err(e) = super::spend::worst_of(&request).and_then(|w| self.within_cap(w)) {
+            let _ = reply.send(Err(e));
+            return;
+        }
         let mut group = [0u8; 16];
         if let Err(e) = getrandom::fill(&mut group) {
             let _ = reply.send(Err(ApiError::internal(e.to_string())));

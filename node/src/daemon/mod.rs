@@ -10,6 +10,7 @@
 //! of its own and reports back as an event, so no two tasks can wait on each other.
 
 pub mod api;
+mod console;
 mod group;
 mod host;
 mod market;
@@ -19,6 +20,7 @@ mod rent;
 mod renter;
 mod resume;
 mod router;
+mod spend;
 mod views;
 
 use std::net::SocketAddr;
@@ -157,6 +159,8 @@ pub(crate) enum Event {
         lease: ContentId,
         proof: Result<(Vec<u8>, Option<Vec<u8>>), String>,
     },
+    /// A rent that counted against the spend cap while it was matched is over.
+    SpendDone(u64),
     /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
     /// group or a resume decided).
     Act {
@@ -234,6 +238,8 @@ pub(crate) struct Daemon {
     recorder: crate::metrics::Recorder,
     /// Where `/metrics` listens, once bound.
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The worst cases of the rents being matched now (they count against the spend cap).
+    spend_pending: u64,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -311,6 +317,7 @@ pub async fn run(
         pending_results: Vec::new(),
         recorder: crate::metrics::Recorder::default(),
         metrics_addr: None,
+        spend_pending: 0,
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -333,6 +340,7 @@ pub async fn run(
     // scripts) that the node is up: by then `metrics.addr` is there too.
     let (snapshot_tx, mut snapshot_rx) = mpsc::channel::<crate::metrics::SnapshotRequest>(8);
     let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let console_snapshots = snapshot_tx.clone();
     let metrics_task = match config.metrics {
         Some(addr) => {
             let (bound, task) =
@@ -355,12 +363,19 @@ pub async fn run(
         net: net.clone(),
         state: state.clone(),
     };
-    let (api_addr, api_task) =
-        api::serve(config.api, token, api_tx, bridge, &config.data_dir, async {
+    let (api_addr, api_task) = api::serve(
+        config.api,
+        token,
+        api_tx,
+        bridge,
+        console_snapshots,
+        &config.data_dir,
+        async {
             let _ = api_stop_rx.await;
-        })
-        .await
-        .with_context(|| format!("starting the API on {}", config.api))?;
+        },
+    )
+    .await
+    .with_context(|| format!("starting the API on {}", config.api))?;
     tracing::info!("peer id {}, API on http://{api_addr}", key.peer_id());
 
     let republish = daemon.host.as_ref().map_or(3600, |h| h.republish_s());
@@ -487,6 +502,9 @@ impl Daemon {
             }
             Event::ChallengePassed { lease, measured } => self.challenge_passed(lease, &measured),
             Event::Proof { lease, proof } => self.on_proof(lease, proof),
+            Event::SpendDone(worst) => {
+                self.spend_pending = self.spend_pending.saturating_sub(worst);
+            }
             Event::Act { lease, act, reply } => {
                 let done = match act {
                     LeaseAct::Commit => self.renter.commit(lease).map(drop),

@@ -743,6 +743,17 @@ impl Daemon {
             .with_hint("start it with --ledger, or set `ledger` in config.toml")));
             return;
         }
+        let worst = match super::spend::worst_of(&request).and_then(|w| {
+            self.within_cap(w)?;
+            Ok(w)
+        }) {
+            Ok(worst) => worst.0,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        self.spend_pending = self.spend_pending.saturating_add(worst);
         let rent = self.rent_context();
         let events = self.events_tx.clone();
         let recorder = self.recorder.clone();
@@ -765,6 +776,7 @@ impl Daemon {
                 let started = super::resume::ResumeEvent::Started { lease, request };
                 report(&events, Event::Resume(started)).await;
             }
+            report(&events, Event::SpendDone(worst)).await;
             let _ = reply.send(result);
         });
     }
@@ -775,6 +787,12 @@ impl Daemon {
             return;
         };
         if self.ledger.is_none() {
+            return;
+        }
+        if let Err(e) = super::spend::worst_case(spec.gpus, spec.duration_s, spec.max_price)
+            .and_then(|worst| self.within_cap(worst))
+        {
+            tracing::info!("a standing bid is not filled: {e}");
             return;
         }
         let task = RentTask::new(

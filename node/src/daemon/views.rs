@@ -18,7 +18,7 @@ fn kebab<T: serde::Serialize>(value: &T) -> String {
         .unwrap_or_default()
 }
 
-fn request_of(bytes: &[u8]) -> Option<Verified<LeaseRequest>> {
+pub(super) fn request_of(bytes: &[u8]) -> Option<Verified<LeaseRequest>> {
     Signed::<LeaseRequest>::from_bytes(bytes.to_vec())
         .and_then(Signed::verify)
         .ok()
@@ -420,6 +420,13 @@ impl Daemon {
             }
             ApiCommand::Block { request, reply } => {
                 let _ = reply.send(self.block(&request));
+            }
+            ApiCommand::Settings { change, reply } => {
+                let result = match change {
+                    Some(change) => self.change_setting(&change),
+                    None => Ok(self.settings()),
+                };
+                let _ = reply.send(result);
             }
             // Handled by the loop.
             ApiCommand::Shutdown { .. } => {}
