@@ -32,7 +32,11 @@ struct Cli {
 enum Command {
     /// Create the node key (mode 0600) in the data directory and print the peer id.
     /// Running it again keeps the existing key.
-    Init,
+    Init {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print this node's peer id (and, with --json, its public key and data directory).
     Id {
         /// Print one JSON object instead of the bare peer id.
@@ -50,7 +54,11 @@ enum Command {
         action: TestnetAction,
     },
     /// The running node's status.
-    Status,
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// What GPUS GPUs of a model cost a month at HOURS a month, rented on-demand, spot or
     /// reserved from the live book, against buying and running them, and the hours above
     /// which buying is cheaper (docs/estimate.md).
@@ -92,6 +100,10 @@ enum Command {
         /// Keep printing new output until the lease ends.
         #[arg(long, short)]
         follow: bool,
+        /// Print each piece of output as a JSON object (`{"text", "next", "ended"}`), one
+        /// per line.
+        #[arg(long)]
+        json: bool,
     },
     /// Group orders (`gpux rent --gpus N --spread`).
     Group {
@@ -121,6 +133,9 @@ enum Command {
     Stop {
         /// The lease id.
         lease: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a command in a lease's container (while it runs), as its unprivileged user;
     /// exits with the command's exit code.
@@ -199,6 +214,9 @@ enum Command {
         /// Credits (more than zero).
         #[arg(value_parser = cmd::parse_credits)]
         amount: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Skip a host in this node's rents and bids (kept across restarts); `--undo` lifts it.
     /// `gpux offers search` shows blocked and unreachable hosts as such.
@@ -208,6 +226,9 @@ enum Command {
         /// Lift the block instead.
         #[arg(long)]
         undo: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// The ledger this node serves, offline (the node stopped).
     Ledger {
@@ -222,6 +243,9 @@ enum Command {
         /// How long the bid stands (at most 1h).
         #[arg(long, default_value = "10m", value_parser = cmd::parse_duration)]
         ttl: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Leases this node is part of.
     Leases {
@@ -468,9 +492,24 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
     }
     let dir = data_dir(&cli)?;
     match cli.command {
-        Command::Init => {
+        Command::Init { json } => {
             let (key, created) = gpux_node::init_key(&dir)?;
             let path = gpux_node::key_path(&dir);
+            if json {
+                /// `gpux init --json`.
+                #[derive(serde::Serialize)]
+                struct Initialized {
+                    peer_id: String,
+                    key_file: PathBuf,
+                    created: bool,
+                }
+                cmd::print_json(&Initialized {
+                    peer_id: key.peer_id().to_string(),
+                    key_file: path,
+                    created,
+                })?;
+                return Ok(true);
+            }
             if created {
                 cmd::out!("created node key {}", path.display())?;
             } else {
@@ -524,7 +563,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     echo_samples,
                 },
         } => cmd::testnet::plane_bench(bytes, echo_samples)?,
-        Command::Status => cmd::market::status(&dir)?,
+        Command::Status { json } => cmd::market::status(&dir, json)?,
         Command::Estimate {
             gpu,
             gpus,
@@ -540,10 +579,14 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             run,
             json,
         } => cmd::market::rent(&dir, want, kind, run, json)?,
-        Command::Bid { want, ttl } => cmd::market::bid(&dir, want, ttl)?,
+        Command::Bid { want, ttl, json } => cmd::market::bid(&dir, want, ttl, json)?,
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
-        Command::Logs { lease, follow } => cmd::lease::logs(&dir, &lease, follow)?,
-        Command::Stop { lease } => cmd::lease::stop(&dir, &lease)?,
+        Command::Logs {
+            lease,
+            follow,
+            json,
+        } => cmd::lease::logs(&dir, &lease, follow, json)?,
+        Command::Stop { lease, json } => cmd::lease::stop(&dir, &lease, json)?,
         Command::Commit { lease, json } => cmd::lease::commit(&dir, &lease, json)?,
         Command::Challenge { lease, json } => cmd::lease::challenge(&dir, &lease, json)?,
         Command::Group {
@@ -563,7 +606,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Exec { .. } => return Ok(false),
         Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,
         Command::Balance { json } => cmd::market::balance(&dir, json)?,
-        Command::Block { host, undo } => cmd::market::block(&dir, host, undo)?,
+        Command::Block { host, undo, json } => cmd::market::block(&dir, host, undo, json)?,
         Command::Ledger {
             action:
                 LedgerAction::Restore {
@@ -571,7 +614,11 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     ledger_release_grace_s,
                 },
         } => cmd::node::restore_ledger(&dir, from.as_deref(), ledger_release_grace_s)?,
-        Command::Mint { account, amount } => cmd::market::mint(&dir, account, amount)?,
+        Command::Mint {
+            account,
+            amount,
+            json,
+        } => cmd::market::mint(&dir, account, amount, json)?,
         Command::Console { json } => cmd::console::console(&dir, json)?,
         Command::Config {
             action: ConfigAction::Get { json },

@@ -467,4 +467,63 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
     assert_eq!(renter.api().settings().unwrap().spend_cap_micro, None);
     let out = renter.gpux(&["config", "set", "spend-cap", "lots"]);
     assert!(!out.status.success());
+
+    // The command line's conventions: the commands that answer something answer JSON with
+    // --json, human tables name their units, and a wait draws no spinner when piped.
+    for args in [
+        &["status", "--json"][..],
+        &["init", "--json"],
+        &["config", "get", "--json"],
+        &["leases", "--json"],
+        &["balance", "--json"],
+        &["block", &market.hosts[1].peer, "--json"],
+        &["block", &market.hosts[1].peer, "--undo", "--json"],
+    ] {
+        let out = renter.gpux(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    }
+    let status = String::from_utf8(renter.gpux(&["status"]).stdout).unwrap();
+    assert!(
+        status.contains("peer id") && status.contains(" offers"),
+        "{status}"
+    );
+    let table = String::from_utf8(renter.gpux(&["leases"]).stdout).unwrap();
+    assert!(
+        table.contains("cr per GPU-h") && table.contains("acked (cr)"),
+        "{table}"
+    );
+    let offers = String::from_utf8(renter.gpux(&["offers", "search", ""]).stdout).unwrap();
+    assert!(
+        offers.contains("vram GB") && offers.contains("cr per GPU-h"),
+        "{offers}"
+    );
+    let out = market.rent_output(
+        renter,
+        "gpu=l4",
+        &["--max-price", "5", "--duration", "60"],
+        "true",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rented: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("renting:"),
+        "a spinner drawn into a pipe"
+    );
+    let out = renter.gpux(&["stop", &rented.lease, "--json"]);
+    let stopping: gpux_api::Stopping = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stopping.lease, rented.lease);
+    let out = renter.gpux(&["logs", &rented.lease, "--json"]);
+    let page: gpux_api::LogsPage =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert!(page.next <= 1, "{page:?}");
 }

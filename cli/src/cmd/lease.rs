@@ -9,13 +9,19 @@ use gpux_node::api_client::ApiClient;
 use super::{out, print_json};
 
 /// Prints a lease's output; with `follow`, keeps polling until the lease has ended.
-pub(crate) fn logs(dir: &Path, lease: &str, follow: bool) -> anyhow::Result<()> {
+pub(crate) fn logs(dir: &Path, lease: &str, follow: bool, json: bool) -> anyhow::Result<()> {
     let client = ApiClient::for_data_dir(dir)?;
     let mut from = 0u64;
     let mut stdout = std::io::stdout().lock();
     loop {
         let page = client.logs(lease, from)?;
-        stdout.write_all(page.text.as_bytes())?;
+        if json {
+            // One object per line (JSON Lines), so a follower reads each as it comes.
+            serde_json::to_writer(&mut stdout, &page)?;
+            stdout.write_all(b"\n")?;
+        } else {
+            stdout.write_all(page.text.as_bytes())?;
+        }
         stdout.flush()?;
         from = page.next;
         if !follow || (page.ended && page.text.is_empty()) {
@@ -32,15 +38,15 @@ pub(crate) fn receipts(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()
         return print_json(&doc);
     }
     out!(
-        "{:>4}  {:>11}  {:>14}  {:>5}",
+        "{:>4}  {:>11}  {:>16}  {:>5}",
         "seq",
         "gpu-seconds",
-        "amount due",
+        "due (credits)",
         "acked"
     )?;
     for r in &doc.receipts {
         out!(
-            "{:>4}  {:>11}  {:>14}  {:>5}",
+            "{:>4}  {:>11}  {:>16}  {:>5}",
             r.seq,
             r.gpu_seconds,
             r.amount_due,
@@ -61,7 +67,10 @@ pub(crate) fn receipts(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()
 
 /// Asks the host to stop a lease this node rents.
 pub(crate) fn commit(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> {
-    let committed = ApiClient::for_data_dir(dir)?.commit(lease)?;
+    let client = ApiClient::for_data_dir(dir)?;
+    let committed = super::waiting("committing: the host starts the work", || {
+        client.commit(lease)
+    })?;
     if json {
         return super::print_json(&committed);
     }
@@ -70,7 +79,11 @@ pub(crate) fn commit(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> 
 }
 
 pub(crate) fn challenge(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> {
-    let passed = ApiClient::for_data_dir(dir)?.challenge(lease)?;
+    let client = ApiClient::for_data_dir(dir)?;
+    let passed = super::waiting(
+        "challenging the lease's GPUs (the host pauses the workload meanwhile)",
+        || client.challenge(lease),
+    )?;
     if json {
         return super::print_json(&passed);
     }
@@ -85,8 +98,11 @@ pub(crate) fn challenge(dir: &Path, lease: &str, json: bool) -> anyhow::Result<(
     Ok(())
 }
 
-pub(crate) fn stop(dir: &Path, lease: &str) -> anyhow::Result<()> {
-    ApiClient::for_data_dir(dir)?.stop(lease)?;
+pub(crate) fn stop(dir: &Path, lease: &str, json: bool) -> anyhow::Result<()> {
+    let stopping = ApiClient::for_data_dir(dir)?.stop(lease)?;
+    if json {
+        return print_json(&stopping);
+    }
     out!("lease {lease}: the host is stopping it; `gpux receipts {lease}` shows the bill")?;
     Ok(())
 }

@@ -156,8 +156,28 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|e| format!("'{text}': {e} (e.g. 10GiB)"))
 }
 
-pub(crate) fn status(dir: &Path) -> anyhow::Result<()> {
-    print_json(&ApiClient::for_data_dir(dir)?.status()?)
+pub(crate) fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let status = ApiClient::for_data_dir(dir)?.status()?;
+    if json {
+        return print_json(&status);
+    }
+    out!("peer id        {}", status.peer_id)?;
+    out!("up             {} s", status.uptime_s)?;
+    out!("peers          {} connected", status.peers.len())?;
+    out!("book           {} offers", status.offers_in_book)?;
+    if let Some(own) = status.own_offers {
+        out!("own offers     {own}")?;
+    }
+    out!(
+        "gossip         {} accepted, {} rejected, {} over a relay's budget",
+        status.gossip_accepted,
+        status.gossip_rejected,
+        status.gossip_over_budget
+    )?;
+    if let Some(metrics) = &status.metrics {
+        out!("metrics        http://{metrics}/metrics")?;
+    }
+    Ok(())
 }
 
 pub(crate) fn search(dir: &Path, query: &str, limit: usize, json: bool) -> anyhow::Result<()> {
@@ -174,22 +194,22 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         return Ok(());
     }
     out!(
-        "{:<16} {:<14} {:>5} {:>5} {:>10} {:<12} {:<14} {:>5} {:>5} {:<11}  host",
+        "{:<16} {:<14} {:>7} {:>5} {:>14} {:<12} {:<14} {:>6} {:>5} {:<11}  host",
         "offer",
         "gpu",
-        "vram",
+        "vram GB",
         "free",
-        "price/h",
+        "cr per GPU-h",
         "region",
         "tier",
-        "rel",
+        "rel 0-1",
         "intr",
         "reach"
     )?;
     for h in hits {
         let offer = h.offer.to_string();
         out!(
-            "{:<16} {:<14} {:>5} {:>2}/{:<2} {:>10} {:<12} {:<14} {:>5.2} {:>5} {:<11}  {}",
+            "{:<16} {:<14} {:>7} {:>2}/{:<2} {:>14} {:<12} {:<14} {:>7.2} {:>5} {:<11}  {}",
             &offer[..16.min(offer.len())],
             // A slice shows its profile: `a100 1g.10gb`.
             match &h.mig_profile {
@@ -250,7 +270,10 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         committed_s: kind.committed,
     };
     if request.spread {
-        let placed = ApiClient::for_data_dir(dir)?.rent_group(&request)?;
+        let client = ApiClient::for_data_dir(dir)?;
+        let placed = super::waiting("placing the group: matching, agreeing, starting", || {
+            client.rent_group(&request)
+        })?;
         if json {
             return print_json(&placed);
         }
@@ -271,7 +294,11 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         }
         return Ok(());
     }
-    let lease = ApiClient::for_data_dir(dir)?.rent(&request)?;
+    let client = ApiClient::for_data_dir(dir)?;
+    let lease = super::waiting(
+        "renting: matching offers, staging the image, starting the container",
+        || client.rent(&request),
+    )?;
     if json {
         return print_json(&lease);
     }
@@ -335,7 +362,8 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
 
 /// `gpux group scale GROUP +K|-K`.
 pub(crate) fn scale_group(dir: &Path, group: &str, delta: i32, json: bool) -> anyhow::Result<()> {
-    let scaled = ApiClient::for_data_dir(dir)?.scale_group(group, delta)?;
+    let client = ApiClient::for_data_dir(dir)?;
+    let scaled = super::waiting("scaling the group", || client.scale_group(group, delta))?;
     if json {
         return print_json(&scaled);
     }
@@ -354,7 +382,7 @@ pub(crate) fn scale_group(dir: &Path, group: &str, delta: i32, json: bool) -> an
     Ok(())
 }
 
-pub(crate) fn bid(dir: &Path, want: Want, ttl_s: u32) -> anyhow::Result<()> {
+pub(crate) fn bid(dir: &Path, want: Want, ttl_s: u32, json: bool) -> anyhow::Result<()> {
     let request = BidRequest {
         query: want.query,
         gpus: want.gpus,
@@ -363,6 +391,9 @@ pub(crate) fn bid(dir: &Path, want: Want, ttl_s: u32) -> anyhow::Result<()> {
         ttl_s: u64::from(ttl_s),
     };
     let bid = ApiClient::for_data_dir(dir)?.bid(&request)?;
+    if json {
+        return print_json(&bid);
+    }
     out!(
         "standing bid {} placed; see `gpux leases` once it is filled",
         bid.bid
@@ -374,6 +405,20 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
     let leases = ApiClient::for_data_dir(dir)?.leases()?;
     if json {
         return print_json(&leases);
+    }
+    if leases.is_empty() {
+        out!("no leases yet")?;
+    } else {
+        out!(
+            "{:<64}  {:<6}  {:<9}  {:<14}  {:>4}  {:>12}  {:>12}  end",
+            "lease",
+            "role",
+            "kind",
+            "state",
+            "GPUs",
+            "cr per GPU-h",
+            "acked (cr)"
+        )?;
     }
     for l in &leases {
         let role = serde_json::to_value(l.role)?;
@@ -401,11 +446,14 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
             .map_or(String::new(), |g| format!("  (group {})", short(g)));
         let note = note + &chain + &group;
         out!(
-            "{}  {:<6}  {:<9}  {:<14}  {}{note}",
+            "{:<64}  {:<6}  {:<9}  {:<14}  {:>4}  {:>12}  {:>12}  {}{note}",
             l.lease,
             role.as_str().unwrap_or("?"),
             l.kind,
             l.phase,
+            l.gpus.len(),
+            gpux_protocol::MicroCredits(l.price_per_gpu_hour_micro).amount_text(),
+            gpux_protocol::MicroCredits(l.acked_amount).amount_text(),
             l.end.as_deref().unwrap_or("")
         )?;
     }
@@ -446,17 +494,31 @@ pub(crate) fn balance(dir: &Path, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn mint(dir: &Path, account: String, amount: String) -> anyhow::Result<()> {
-    let minted = ApiClient::for_data_dir(dir)?.mint(&MintRequest { account, amount })?;
-    print_json(&minted)
+pub(crate) fn mint(dir: &Path, account: String, amount: String, json: bool) -> anyhow::Result<()> {
+    let minted = ApiClient::for_data_dir(dir)?.mint(&MintRequest {
+        account,
+        amount: amount.clone(),
+    })?;
+    if json {
+        return print_json(&minted);
+    }
+    out!(
+        "minted {amount} credits to {}; its balance is {} credits",
+        minted.account,
+        gpux_protocol::MicroCredits(minted.balance_micro).amount_text()
+    )?;
+    Ok(())
 }
 
 /// `gpux block HOST` (and `--undo`).
-pub(crate) fn block(dir: &Path, host: String, undo: bool) -> anyhow::Result<()> {
+pub(crate) fn block(dir: &Path, host: String, undo: bool, json: bool) -> anyhow::Result<()> {
     let blocked = ApiClient::for_data_dir(dir)?.block(&gpux_api::BlockRequest {
         host: host.clone(),
         blocked: !undo,
     })?;
+    if json {
+        return print_json(&blocked);
+    }
     match (undo, blocked.changed) {
         (false, true) => out!("blocked {host}: this node's rents and bids skip it")?,
         (false, false) => out!("{host} was already blocked")?,

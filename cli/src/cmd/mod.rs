@@ -40,6 +40,22 @@ pub(crate) fn parse_env(
 }
 
 /// Prints a value as pretty JSON.
+/// Runs `f`, a wait on the node, under a spinner with the time so far on standard error
+/// (drawn only on a terminal: nothing when standard error is piped or redirected).
+pub(crate) fn waiting<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let out = f();
+    bar.finish_and_clear();
+    out
+}
+
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)?;
     let mut stdout = std::io::stdout().lock();
