@@ -284,6 +284,14 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             "it came without a live update"
         );
         shoot(&browser, "overview-live-lease").await;
+        let spent = browser
+            .find(Locator::Css("#spent"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(spent.contains("spent so far"), "{spent}");
 
         // Forgeries: another origin, or no anti-forgery token, stop nothing.
         let stop = format!("/console/leases/{lease}/stop");
@@ -368,6 +376,10 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             "{row}"
         );
         assert!(appears(&browser, "#earnings", 1).await);
+        // Utilisation over the last hour: sampled since the host started (every 15 s).
+        let samples = attrs(&browser, "#host-gpus svg.util", "data-samples").await;
+        assert_eq!(samples.len(), 1);
+        assert!(samples[0].parse::<u32>().unwrap() >= 1, "{samples:?}");
         shoot(&browser, "host-overview").await;
         let host_addr = api_addr(hosting);
         browser
@@ -503,9 +515,10 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
         offers.contains("vram GB") && offers.contains("cr per GPU-h"),
         "{offers}"
     );
+    // (On the A100 host: the L4's offer may not be back yet after the stop above.)
     let out = market.rent_output(
         renter,
-        "gpu=l4",
+        "gpu=a100",
         &["--max-price", "5", "--duration", "60"],
         "true",
     );

@@ -542,7 +542,7 @@ pub(crate) async fn serve(
     token: String,
     commands: mpsc::Sender<ApiCommand>,
     bridge: Bridge,
-    snapshots: mpsc::Sender<crate::metrics::SnapshotRequest>,
+    feeds: super::console::Feeds,
     data_dir: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
@@ -585,8 +585,8 @@ pub(crate) async fn serve(
             token,
             commands,
             bridge,
-            console: super::console::Console::new(bound),
-            snapshots,
+            console: super::console::Console::new(bound, feeds.history),
+            snapshots: feeds.snapshots,
         });
     // Interactive streams (exec, forwards) go through here: no Nagle delay on replies.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {

@@ -340,7 +340,14 @@ pub async fn run(
     // scripts) that the node is up: by then `metrics.addr` is there too.
     let (snapshot_tx, mut snapshot_rx) = mpsc::channel::<crate::metrics::SnapshotRequest>(8);
     let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let console_snapshots = snapshot_tx.clone();
+    let history = console::History::default();
+    if daemon.host.is_some() {
+        tokio::spawn(history.clone().sample(snapshot_tx.clone()));
+    }
+    let feeds = console::Feeds {
+        snapshots: snapshot_tx.clone(),
+        history,
+    };
     let metrics_task = match config.metrics {
         Some(addr) => {
             let (bound, task) =
@@ -368,7 +375,7 @@ pub async fn run(
         token,
         api_tx,
         bridge,
-        console_snapshots,
+        feeds,
         &config.data_dir,
         async {
             let _ = api_stop_rx.await;

@@ -55,6 +55,40 @@ pub(crate) fn prices(hits: &[OfferHit]) -> Markup {
     }
 }
 
+/// A GPU's utilisation over the last hour (0-100 %, newest on the right).
+pub(crate) fn utilisation(samples: &[(u64, u32)], now_ms: u64) -> Markup {
+    const W: f64 = 180.0;
+    const H: f64 = 30.0;
+    let hour = 3_600_000.0;
+    let points: Vec<String> = samples
+        .iter()
+        .map(|(at, util)| {
+            let age = now_ms.saturating_sub(*at) as f64;
+            let x = (W * (1.0 - age / hour)).clamp(0.0, W);
+            let y = H - 2.0 - (H - 4.0) * f64::from(*util) / 100.0;
+            format!("{x:.1},{y:.1}")
+        })
+        .collect();
+    let last = samples
+        .last()
+        .map_or(String::new(), |(_, u)| format!("{u}% now"));
+    html! {
+        svg.util xmlns="http://www.w3.org/2000/svg" width=(W) height=(H)
+            viewBox={ "0 0 " (W) " " (H) } role="img"
+            aria-label={ "utilisation over the last hour, " (samples.len()) " samples" }
+            data-samples=(samples.len()) {
+            line x1="0" x2=(W) y1=(H - 2.0) y2=(H - 2.0) class="axis" {}
+            @if points.len() == 1 {
+                @let (x, y) = points[0].split_once(',').unwrap_or(("0", "0"));
+                circle class="offer" cx=(x) cy=(y) r="2" {}
+            } @else {
+                polyline class="util" points=(points.join(" ")) {}
+            }
+            title { (last) }
+        }
+    }
+}
+
 /// The estimate's monthly costs side by side.
 pub(crate) fn estimate(e: &gpux_market::estimate::Estimate) -> Markup {
     let mut bars = vec![("on-demand", e.on_demand.monthly)];

@@ -12,7 +12,10 @@
 //! console only), are never framed and never cached.
 
 mod chart;
+mod history;
 mod pages;
+
+pub(crate) use history::History;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,6 +29,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use gpux_api::{ApiError, ConsoleLogin, ErrorCode};
+use tokio::sync::mpsc;
 
 use super::api::{ApiCommand, AppState, call, same};
 
@@ -64,11 +68,21 @@ impl Sessions {
     }
 }
 
+/// What the console reads besides the API's commands.
+pub(crate) struct Feeds {
+    /// Asks the loop for what `/metrics` shows (the host's GPUs).
+    pub(crate) snapshots: mpsc::Sender<crate::metrics::SnapshotRequest>,
+    /// The host's GPU utilisation over the last hour.
+    pub(crate) history: History,
+}
+
 /// The console's sessions and where it is served.
 #[derive(Clone)]
 pub(crate) struct Console {
     addr: SocketAddr,
     sessions: Arc<Mutex<Sessions>>,
+    /// A host's GPU utilisation over the last hour.
+    history: History,
 }
 
 fn secret() -> Result<String, ApiError> {
@@ -78,10 +92,11 @@ fn secret() -> Result<String, ApiError> {
 }
 
 impl Console {
-    pub(crate) fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr, history: History) -> Self {
         Self {
             addr,
             sessions: Arc::default(),
+            history,
         }
     }
 
@@ -399,6 +414,10 @@ async fn read_overview(state: &AppState) -> Result<Overview, ApiError> {
         .await
         .and_then(|(snapshot, gpus)| {
             gpus.map(|(host, readings)| pages::HostView {
+                history: readings
+                    .iter()
+                    .map(|r| (r.uuid.clone(), state.console.history.of(&r.uuid)))
+                    .collect(),
                 gpus: readings,
                 leases: host.leases,
                 earned_micro: snapshot.earned_micro,

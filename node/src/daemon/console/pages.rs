@@ -33,13 +33,15 @@ pub(crate) struct HostView {
     /// The lease holding each GPU, by UUID.
     pub(crate) leases: BTreeMap<String, String>,
     pub(crate) earned_micro: u64,
+    /// Each GPU's utilisation samples over the last hour, by UUID.
+    pub(crate) history: BTreeMap<String, Vec<(u64, u32)>>,
 }
 
 fn credits(micro: u64) -> String {
     MicroCredits(micro).amount_text()
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -164,6 +166,13 @@ pub(crate) fn lease_rows(leases: &[LeaseView], _csrf: &str) -> Page {
 }
 
 pub(crate) fn overview(view: &Overview, csrf: &str) -> Page {
+    // What this node's renter leases have cost so far (acknowledged receipts).
+    let spent: u64 = view
+        .leases
+        .iter()
+        .filter(|l| l.role == Role::Renter)
+        .map(|l| l.acked_amount)
+        .fold(0, u64::saturating_add);
     let body = html! {
         section.cards {
             div.card #balance {
@@ -181,8 +190,9 @@ pub(crate) fn overview(view: &Overview, csrf: &str) -> Page {
                             Some(cap) => p.big { (credits(cap)) " credits" },
                             None => p.big { "none" },
                         }
-                        p.small { "open leases commit " (credits(s.committed_micro)) " credits; change it with "
-                            code { "gpux config set spend-cap CREDITS" } }
+                        p.small #spent { "spent so far " (credits(spent)) " credits (acknowledged); open leases commit "
+                            (credits(s.committed_micro)) " credits" }
+                        p.small { "change it with " code { "gpux config set spend-cap CREDITS" } }
                     }
                     None => p.small { "unavailable" },
                 }
@@ -210,19 +220,20 @@ pub(crate) fn overview(view: &Overview, csrf: &str) -> Page {
                 thead { tr {
                     th { "#" } th { "Model" } th { "UUID" } th { "Utilisation (%)" }
                     th { "Memory used (MiB)" } th { "Memory free (MiB)" } th { "Temperature (°C)" }
-                    th { "Power (W)" } th { "Lease" }
+                    th { "Power (W)" } th { "Utilisation, last hour" } th { "Lease" }
                 } }
                 tbody {
                     @for g in &host.gpus {
                         tr {
                             td.num { (g.index) }
                             td { (g.name) }
-                            td { code { (g.uuid) } }
+                            td { code title=(g.uuid) { (short(&g.uuid)) "…" } }
                             td.num { @if let Some(u) = g.util_percent { (u) } @else { "—" } }
                             td.num { (g.memory_used_bytes / 1_048_576) }
                             td.num { (g.memory_free_bytes / 1_048_576) }
                             td.num { @if let Some(t) = g.temperature_c { (t) } @else { "—" } }
                             td.num { @if let Some(p) = g.power_mw { (format!("{:.1}", f64::from(p) / 1000.0)) } @else { "—" } }
+                            td { (chart::utilisation(host.history.get(&g.uuid).map_or(&[][..], Vec::as_slice), now_ms())) }
                             td { @match host.leases.get(&g.uuid) {
                                 Some(l) => a href={ "/console/leases/" (l) } { code { (short(l)) } },
                                 None => "idle",
