@@ -14,12 +14,15 @@ pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 /// Samples kept per GPU: an hour.
 const KEEP: usize = 240;
 
-/// (unix ms, utilisation %) samples by GPU UUID. Cheap to clone (shared).
+/// (unix ms, utilisation %) samples by GPU UUID.
+type Samples = BTreeMap<String, VecDeque<(u64, u32)>>;
+
+/// The samples, shared. Cheap to clone.
 #[derive(Clone, Default)]
-pub(crate) struct History(Arc<Mutex<BTreeMap<String, VecDeque<(u64, u32)>>>>);
+pub(crate) struct History(Arc<Mutex<Samples>>);
 
 impl History {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, VecDeque<(u64, u32)>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Samples> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
