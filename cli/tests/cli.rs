@@ -484,6 +484,7 @@ mod mig;
 mod orders;
 mod reputation;
 mod resume;
+mod shard;
 mod workload;
 
 fn attest_lib() -> std::path::PathBuf {

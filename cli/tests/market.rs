@@ -288,6 +288,12 @@ impl Market {
 
     /// Starts (and funds) one more renter with `extra` flags.
     pub fn add_renter(&mut self, extra: &[String]) {
+        self.add_renter_waiting(extra, true);
+    }
+
+    /// The same, waiting for the offers only when `wait` (a renter may follow a family
+    /// nobody offers).
+    pub fn add_renter_waiting(&mut self, extra: &[String], wait: bool) {
         let r = self.renters.len();
         let mut args = self.common();
         args.extend(extra.iter().cloned());
@@ -295,9 +301,11 @@ impl Market {
         n.spawn();
         self.fund(&n);
         let hosts = self.hosts.len();
-        wait_for("the offers to reach the new renter", 30, || {
-            n.api().status().is_ok_and(|s| s.offers_in_book >= hosts)
-        });
+        if wait {
+            wait_for("the offers to reach the new renter", 30, || {
+                n.api().status().is_ok_and(|s| s.offers_in_book >= hosts)
+            });
+        }
         self.renters.push(n);
     }
 

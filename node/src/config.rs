@@ -35,6 +35,7 @@
 //! stage_quota = "64GiB"                 # host: renters' staged images together
 //! cancel_fees = "24h:10%,1h:50%,10m:100%" # host: a reserved window's cancellation fees
 //! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rate, Gop/s (fake GPUs)
+//! market_families = ["h100", "a100"]    # follow only these families' offers (default: all)
 //! ```
 
 use std::net::SocketAddr;
@@ -153,6 +154,15 @@ pub struct Options {
     /// measured on the machine.
     #[arg(long = "challenge-reference", value_name = "FAMILY=GOPS")]
     pub challenge_reference: Option<Vec<String>>,
+    /// The GPU families whose offers and attestations this node follows (`h100,a100`); the
+    /// market is gossiped per family, so a renter that wants a few receives only those.
+    /// Default: every family.
+    #[arg(
+        long = "market-families",
+        value_delimiter = ',',
+        value_name = "FAMILY,..."
+    )]
+    pub market_families: Option<Vec<String>>,
 }
 
 /// Where an effective setting came from.
@@ -266,7 +276,8 @@ macro_rules! each_setting {
             max_image,
             stage_quota,
             cancel_fees,
-            challenge_reference
+            challenge_reference,
+            market_families
         )
     };
 }
@@ -305,6 +316,7 @@ impl Options {
             stage_quota: Some("64GiB".into()),
             cancel_fees: Some("24h:10%,1h:50%,10m:100%".into()),
             challenge_reference: Some(Vec::new()),
+            market_families: None,
         }
     }
 
@@ -533,7 +545,28 @@ impl Effective {
             };
             challenge_references.insert(family, gops);
         }
+        let market_families = match &o.market_families {
+            None => None,
+            Some(names) => {
+                let mut set = std::collections::BTreeSet::new();
+                for name in names {
+                    let family = name
+                        .trim()
+                        .parse::<gpux_protocol::GpuFamily>()
+                        .map_err(|e| self.bad("market_families", format!("'{name}': {e}")))?;
+                    set.insert(family);
+                }
+                if set.is_empty() {
+                    return Err(self.bad(
+                        "market_families",
+                        "names no family (leave it out to follow every family)",
+                    ));
+                }
+                Some(set)
+            }
+        };
         Ok(DaemonConfig {
+            market_families,
             challenge_references,
             data_dir: data_dir.to_path_buf(),
             listen: self.addrs("listen", o.listen.as_deref().unwrap_or_default())?,

@@ -48,6 +48,8 @@ pub(crate) struct Recorder {
     pub(crate) ledger_ops: Family<Labels, Counter>,
     /// Receipts this host signed, and what became of them.
     pub(crate) receipts: Family<Labels, Counter>,
+    /// libp2p's bandwidth metrics (`libp2p_bandwidth_bytes_total`), from the swarm.
+    pub(crate) libp2p: Option<Arc<Registry>>,
 }
 
 impl Default for Recorder {
@@ -58,6 +60,7 @@ impl Default for Recorder {
             match_latency: Histogram::new(exponential_buckets(0.005, 2.0, 12)),
             ledger_ops: Family::default(),
             receipts: Family::default(),
+            libp2p: None,
         }
     }
 }
@@ -300,7 +303,8 @@ fn prometheus_text(openmetrics: &str) -> String {
         .collect();
     let mut out = String::with_capacity(openmetrics.len());
     for line in openmetrics.lines() {
-        if line == "# EOF" {
+        // Prometheus' text format has neither the end marker nor units.
+        if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
         }
         let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
@@ -418,6 +422,10 @@ fn render(
     );
     let mut text = String::new();
     encode(&mut text, &registry)?;
+    // libp2p's own: the bytes through the transport, by direction.
+    if let Some(libp2p) = &recorder.libp2p {
+        encode(&mut text, libp2p)?;
+    }
     Ok(text)
 }
 

@@ -329,7 +329,8 @@ impl Validator {
             Err(e) => return Verdict::Reject(format!("undecodable: {e}")),
         };
         let on_topic = match (&signed, topic) {
-            (AnySigned::Attestation(_) | AnySigned::ChallengeResult(_), topics::ATTESTATIONS)
+            (AnySigned::Attestation(_), t) => topics::attestation_family(t).is_some(),
+            (AnySigned::ChallengeResult(_), topics::CHALLENGES)
             | (AnySigned::Bid(_), topics::BIDS) => true,
             (AnySigned::Offer(_) | AnySigned::OfferWithdrawal(_), t) => {
                 topics::offer_family(t).is_some()

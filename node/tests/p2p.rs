@@ -192,7 +192,10 @@ async fn an_offer_reaches_every_node_and_a_forgery_stops_at_the_first_hop() {
     let (att, offer) = host_messages(now());
     nodes[0]
         .client
-        .publish(topics::ATTESTATIONS, att.as_bytes().to_vec())
+        .publish(
+            topics::attestations("h100").to_string(),
+            att.as_bytes().to_vec(),
+        )
         .await
         .unwrap();
     nodes[0]
@@ -281,7 +284,10 @@ async fn expired_replayed_over_rate_and_oversized_offers_go_no_further() {
     let (att, offer) = host_messages(t);
     nodes[0]
         .client
-        .publish(topics::ATTESTATIONS, att.as_bytes().to_vec())
+        .publish(
+            topics::attestations("h100").to_string(),
+            att.as_bytes().to_vec(),
+        )
         .await
         .unwrap();
     nodes[0]

@@ -73,6 +73,11 @@ fn offer(
     .unwrap()
 }
 
+/// The attestation topic the tests' attestations travel on (the validator takes any family's).
+fn attestations() -> String {
+    topics::attestations("h100").to_string()
+}
+
 fn h100() -> String {
     topics::offers("h100").to_string()
 }
@@ -111,11 +116,11 @@ fn every_verdict_has_its_cause() {
         "ignore"
     );
     assert_eq!(
-        label(&v.validate(topics::ATTESTATIONS, att.as_bytes().to_vec(), T0)),
+        label(&v.validate(&attestations(), att.as_bytes().to_vec(), T0)),
         "accept"
     );
     assert_eq!(
-        label(&v.validate(topics::ATTESTATIONS, att.as_bytes().to_vec(), T0)),
+        label(&v.validate(&attestations(), att.as_bytes().to_vec(), T0)),
         "ignore"
     );
     assert_eq!(
@@ -144,12 +149,12 @@ fn a_disguised_gpu_and_an_offer_contradicting_its_attestation_are_rejected() {
     let mut v = Validator::new(Rules::default());
     let disguised = attestation(&host, "NVIDIA A100-SXM4-80GB", 48_305_799_168, (8, 6));
     assert_eq!(
-        label(&v.validate(topics::ATTESTATIONS, disguised.as_bytes().to_vec(), T0)),
+        label(&v.validate(&attestations(), disguised.as_bytes().to_vec(), T0)),
         "reject"
     );
     let att = attestation(&host, "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0));
     assert_eq!(
-        label(&v.validate(topics::ATTESTATIONS, att.as_bytes().to_vec(), T0)),
+        label(&v.validate(&attestations(), att.as_bytes().to_vec(), T0)),
         "accept"
     );
     let mut lying = offer(&host, &att, 1, T0).body().clone();
@@ -169,7 +174,7 @@ fn each_signer_is_rate_limited() {
     let mut v = Validator::new(Rules::default());
     let att = attestation(&host, "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0));
     assert_eq!(
-        label(&v.validate(topics::ATTESTATIONS, att.as_bytes().to_vec(), T0)),
+        label(&v.validate(&attestations(), att.as_bytes().to_vec(), T0)),
         "accept"
     );
     let mut accepted = 1;
@@ -298,7 +303,7 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
     let at = |v: &mut Validator, topic: &str, bytes: &[u8]| {
         label(&v.validate(topic, bytes.to_vec(), T0))
     };
-    assert_eq!(at(&mut v, topics::ATTESTATIONS, att.as_bytes()), "accept");
+    assert_eq!(at(&mut v, &attestations(), att.as_bytes()), "accept");
 
     // cc-attested without evidence: provably false, the relay is at fault.
     let cc = claiming(&host, &att, 1, EvidenceTier::CcAttested);
@@ -310,14 +315,11 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
     // The host's own Sybil renter vouching with another ledger's records: not judged here.
     let fake_ledger = Keypair::from_seed(&[4; 32]);
     let sybil = challenge_result(&host, &att, &renter, &fake_ledger);
-    assert_eq!(at(&mut v, topics::ATTESTATIONS, sybil.as_bytes()), "ignore");
+    assert_eq!(at(&mut v, topics::CHALLENGES, sybil.as_bytes()), "ignore");
     assert_eq!(at(&mut v, &h100(), ch.as_bytes()), "ignore");
     // The host challenging itself with the trusted ledger's records of paying itself.
     let selfie = challenge_result(&host, &att, &host, &ledger);
-    assert_eq!(
-        at(&mut v, topics::ATTESTATIONS, selfie.as_bytes()),
-        "reject"
-    );
+    assert_eq!(at(&mut v, topics::CHALLENGES, selfie.as_bytes()), "reject");
     let device = att.gpus[0].uuid;
     assert_eq!(
         v.evidence_tier(host.public(), [device], T0),
@@ -326,7 +328,7 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
 
     // A real challenger's passed result with the trusted ledger's records: challenged.
     let real = challenge_result(&host, &att, &renter, &ledger);
-    assert_eq!(at(&mut v, topics::ATTESTATIONS, real.as_bytes()), "accept");
+    assert_eq!(at(&mut v, topics::CHALLENGES, real.as_bytes()), "accept");
     assert_eq!(
         v.evidence_tier(host.public(), [device], T0),
         EvidenceTier::Challenged
@@ -370,11 +372,7 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
     body.expires_at = T0.plus_secs(600);
     let anew = Signed::sign(&host, body).unwrap();
     assert_eq!(
-        label(&v.validate(
-            topics::ATTESTATIONS,
-            again.as_bytes().to_vec(),
-            T0.plus_secs(60)
-        )),
+        label(&v.validate(&attestations(), again.as_bytes().to_vec(), T0.plus_secs(60))),
         "accept"
     );
     assert_eq!(

@@ -68,13 +68,16 @@ impl Rogue {
         })
     }
 
-    /// Waits until the victim has a gossip mesh with the rogue on the attestations topic
-    /// and the L4 offer topic (publishing before that reaches nobody).
+    /// Waits until the victim has a gossip mesh with the rogue on the L4 attestation
+    /// and offer topics (publishing before that reaches nobody).
     pub async fn wait_for_mesh(&self, timeout: Duration) -> anyhow::Result<()> {
         let start = std::time::Instant::now();
         let l4 = topics::offers("l4").to_string();
         loop {
-            let a = self.client.mesh_peers(topics::ATTESTATIONS).await?;
+            let a = self
+                .client
+                .mesh_peers(topics::attestations("l4").to_string())
+                .await?;
             let o = self.client.mesh_peers(l4.clone()).await?;
             if !a.is_empty() && !o.is_empty() {
                 return Ok(());
@@ -199,7 +202,9 @@ impl Rogue {
                 else {
                     continue;
                 };
-                let a = self.publish(topics::ATTESTATIONS, attestation).await;
+                let a = self
+                    .publish(&topics::attestations("l4").to_string(), attestation)
+                    .await;
                 let o = self.publish(&topics::offers("l4").to_string(), offer).await;
                 match (a, o) {
                     (Ok(()), Ok(())) => sent += 1,
@@ -226,7 +231,8 @@ impl Rogue {
         for _ in 0..n {
             let key = self.fresh_key();
             let (attestation, offer) = fake_host(&key, price, image, tier, now())?;
-            self.publish(topics::ATTESTATIONS, attestation).await?;
+            self.publish(&topics::attestations("l4").to_string(), attestation)
+                .await?;
             self.publish(&topics::offers("l4").to_string(), offer)
                 .await?;
             keys.push(key);

@@ -245,6 +245,30 @@ impl Query {
         },
     ];
 
+    /// The families the query limits itself to (`gpu=h100`, `gpu in [h100, a100]`; several
+    /// such clauses intersect), or `None` when it matches any family.
+    pub fn families(&self) -> Option<std::collections::BTreeSet<GpuFamily>> {
+        let mut limit: Option<std::collections::BTreeSet<GpuFamily>> = None;
+        for clause in &self.clauses {
+            if clause.field != Field::Gpu || !matches!(clause.op, CompareOp::Eq | CompareOp::In) {
+                continue;
+            }
+            let named: std::collections::BTreeSet<GpuFamily> = clause
+                .values
+                .iter()
+                .filter_map(|v| match v {
+                    Value::Family(f) => Some(*f),
+                    _ => None,
+                })
+                .collect();
+            limit = Some(match limit {
+                Some(l) => l.intersection(&named).copied().collect(),
+                None => named,
+            });
+        }
+        limit
+    }
+
     /// The order to use: the requested one, completed by the default keys it does not name.
     pub fn effective_order(&self) -> Vec<Ordering> {
         let mut order = self.order.clone();

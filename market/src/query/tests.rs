@@ -351,3 +351,21 @@ fn image_tags_match_as_docker_reads_them() {
     ));
     assert!(!tag_matches("torch*", "pytorch:2.4"));
 }
+
+#[test]
+fn the_families_a_query_limits_itself_to() {
+    let families = |q: &str| Query::parse(q).unwrap().families();
+    assert_eq!(families("vram>=24 price<=3"), None);
+    assert_eq!(families("gpu=h100"), Some([GpuFamily::H100].into()));
+    assert_eq!(
+        families("gpu in [h100, a100] region=eu"),
+        Some([GpuFamily::H100, GpuFamily::A100].into())
+    );
+    // Two clauses intersect; `!=` and `notin` limit nothing.
+    assert_eq!(
+        families("gpu in [h100, a100] gpu=a100"),
+        Some([GpuFamily::A100].into())
+    );
+    assert_eq!(families("gpu!=h100"), None);
+    assert_eq!(families("gpu notin [h100]"), None);
+}

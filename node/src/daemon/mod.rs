@@ -121,6 +121,8 @@ pub struct DaemonConfig {
     pub timing: Timing,
     /// Renter: challenge reference rates, Gop/s, by family, in place of the spec table's.
     pub challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
+    /// The families whose offers this node follows (None: every family).
+    pub market_families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
 }
 
 /// What comes back into the loop from the effects it started. (Inputs are large, and
@@ -240,6 +242,8 @@ pub(crate) struct Daemon {
     metrics_addr: Option<std::net::SocketAddr>,
     /// The worst cases of the rents being matched now (they count against the spend cap).
     spend_pending: u64,
+    /// The families whose offers this node follows (None: every family).
+    families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -265,6 +269,7 @@ pub async fn run(
         listen: config.listen.clone(),
         bootstrap: config.bootstrap.clone(),
         mdns: config.mdns,
+        families: config.market_families.clone(),
         ..NetConfig::default()
     };
     let (net, mut net_events) = p2p::spawn(&key, net_config).await?;
@@ -315,9 +320,13 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         challenge_references: config.challenge_references.clone(),
         pending_results: Vec::new(),
-        recorder: crate::metrics::Recorder::default(),
+        recorder: crate::metrics::Recorder {
+            libp2p: Some(net.bandwidth()),
+            ..crate::metrics::Recorder::default()
+        },
         metrics_addr: None,
         spend_pending: 0,
+        families: config.market_families.clone(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -333,6 +342,17 @@ pub async fn run(
             (config.timing, daemon.recorder.clone()),
         )
         .await?;
+        // A host follows the market of its own families unless told otherwise: it sells,
+        // and other families' offers would only cost it bandwidth.
+        if config.market_families.is_none() {
+            let own = role.families();
+            if !own.is_empty() {
+                net.follow(Some(own.clone()))
+                    .await
+                    .context("subscribing to the host's families' topics")?;
+                daemon.families = Some(own);
+            }
+        }
         daemon.host = Some(role);
         daemon.publish_offers();
     }

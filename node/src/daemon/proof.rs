@@ -140,7 +140,7 @@ impl Daemon {
         match self
             .market
             .validator
-            .validate(topics::ATTESTATIONS, data.clone(), now())
+            .validate(topics::CHALLENGES, data.clone(), now())
         {
             Verdict::Accept(_) => {}
             Verdict::Reject(why) | Verdict::Ignore(why) => return Err(why),
@@ -148,7 +148,7 @@ impl Daemon {
         let _ = self.state.snapshot_offer(&signed.id(), &data);
         let net = self.net.clone();
         tokio::spawn(async move {
-            let _ = net.publish(topics::ATTESTATIONS, data).await;
+            let _ = net.publish(topics::CHALLENGES, data).await;
         });
         Ok(p.host)
     }

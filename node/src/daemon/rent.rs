@@ -743,6 +743,10 @@ impl Daemon {
             .with_hint("start it with --ledger, or set `ledger` in config.toml")));
             return;
         }
+        if let Err(e) = self.followed(&request.query) {
+            let _ = reply.send(Err(e));
+            return;
+        }
         let worst = match super::spend::worst_of(&request).and_then(|w| {
             self.within_cap(w)?;
             Ok(w)

@@ -84,7 +84,7 @@ impl Daemon {
                 let (acceptance, fill, score) = self.market.on_gossip(&topic, data, source, now());
                 self.net.report_nowait(id, source, acceptance);
                 // A renter's passed challenge of this host: its offers claim the tier now.
-                if topic == topics::ATTESTATIONS
+                if topic == topics::CHALLENGES
                     && let Some(host) = &self.host
                     && host.challenged
                         != self
@@ -118,7 +118,9 @@ impl Daemon {
             } => self.on_request(id, peer, Inbound::decode(proto, data)),
             // A new peer fills its book from our next publication: publish soon (fresh
             // signatures, so the messages are new), at most every few seconds.
-            NetworkEvent::Subscribed { topic, .. } if topic == topics::ATTESTATIONS => {
+            NetworkEvent::Subscribed { topic, .. }
+                if topics::attestation_family(&topic).is_some() =>
+            {
                 self.publish_offers_soon();
                 self.publish_if_due();
             }

@@ -327,6 +327,10 @@ impl Daemon {
                 limit,
                 reply,
             } => {
+                if let Err(e) = self.followed(&query) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
                 let t = now();
                 let hits = self.market.search(&query, limit, t).map(|mut hits| {
                     for hit in &mut hits {
@@ -456,6 +460,47 @@ pub(super) fn blocked_hosts(
 }
 
 impl Daemon {
+    /// Refuses a query for families this node does not follow (`--market-families`): its
+    /// book has none of their offers, so an empty answer would mislead.
+    pub(super) fn followed(&self, query: &str) -> Result<(), ApiError> {
+        let Some(followed) = &self.families else {
+            return Ok(());
+        };
+        let Ok(parsed) = gpux_market::query::Query::parse(query) else {
+            // The search itself says what is wrong with it.
+            return Ok(());
+        };
+        let Some(wanted) = parsed.families() else {
+            return Ok(());
+        };
+        let outside: Vec<&str> = wanted
+            .iter()
+            .filter(|f| !followed.contains(f))
+            .map(|f| f.key())
+            .collect();
+        if outside.is_empty() {
+            return Ok(());
+        }
+        let keys = |set: &mut dyn Iterator<Item = &str>| set.collect::<Vec<_>>().join(",");
+        let all: Vec<&str> = followed
+            .iter()
+            .map(|f| f.key())
+            .chain(outside.iter().copied())
+            .collect();
+        Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "this node follows only the offers of {} (--market-families); {} is outside them",
+                keys(&mut followed.iter().map(|f| f.key())),
+                keys(&mut outside.iter().copied())
+            ),
+        )
+        .with_hint(format!(
+            "restart it with --market-families {} (or without the flag, to follow every family)",
+            all.join(",")
+        )))
+    }
+
     /// What `/metrics` reports of this node now (the leases from the store: a scrape is
     /// rare next to the loop's work).
     pub(super) fn metrics_snapshot(&self) -> crate::metrics::Snapshot {

@@ -48,6 +48,7 @@ fn request_response(protocol: StreamProtocol) -> request_response::Behaviour<Env
 pub(crate) fn gossipsub(
     key: &libp2p::identity::Keypair,
     config: &NetConfig,
+    registry: &mut prometheus_client::registry::Registry,
 ) -> Result<gossipsub::Behaviour, String> {
     let gs_config = gossipsub::ConfigBuilder::default()
         .validation_mode(ValidationMode::Strict)
@@ -62,8 +63,14 @@ pub(crate) fn gossipsub(
         .do_px()
         .build()
         .map_err(|e| e.to_string())?;
+    // Its own metrics (messages and bytes per topic, duplicates included) go to `/metrics`
+    // under `gossipsub_`.
     let mut behaviour =
-        gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gs_config)?;
+        gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gs_config)?
+            .with_metrics(
+                registry.sub_registry_with_prefix("gossipsub"),
+                gossipsub::MetricsConfig::default(),
+            );
     let mut params = gossipsub::PeerScoreParams::default();
     // The IP-colocation penalty (many peers behind one address) protects against Sybils on
     // the internet; loopback peers cannot come from elsewhere, and a local testnet runs every
@@ -113,6 +120,7 @@ fn topic_score() -> gossipsub::TopicScoreParams {
 pub(crate) fn build(
     key: &libp2p::identity::Keypair,
     config: &NetConfig,
+    registry: &mut prometheus_client::registry::Registry,
 ) -> Result<Behaviour, String> {
     let peer_id = key.public().to_peer_id();
     let kad = config.kademlia.then(|| {
@@ -132,7 +140,7 @@ pub(crate) fn build(
         None
     };
     Ok(Behaviour {
-        gossipsub: gossipsub(key, config)?,
+        gossipsub: gossipsub(key, config, registry)?,
         identify: identify::Behaviour::new(identify::Config::new("/gpux/1".into(), key.public())),
         ping: ping::Behaviour::new(ping::Config::new()),
         kad: Toggle::from(kad),

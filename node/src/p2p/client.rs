@@ -135,6 +135,10 @@ pub(crate) enum Command {
         topic: String,
         reply: oneshot::Sender<Vec<PeerId>>,
     },
+    Follow {
+        families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
+        reply: oneshot::Sender<Result<(), NetError>>,
+    },
     Score {
         peer: PeerId,
         reply: oneshot::Sender<Option<f64>>,
@@ -155,6 +159,8 @@ pub struct Client {
     tx: mpsc::Sender<Command>,
     local: PeerId,
     streams: libp2p_stream::Control,
+    /// Bytes through the transport, by direction (libp2p's bandwidth metrics).
+    bandwidth: std::sync::Arc<prometheus_client::registry::Registry>,
 }
 
 impl std::fmt::Debug for Client {
@@ -170,8 +176,19 @@ impl Client {
         tx: mpsc::Sender<Command>,
         local: PeerId,
         streams: libp2p_stream::Control,
+        bandwidth: std::sync::Arc<prometheus_client::registry::Registry>,
     ) -> Self {
-        Self { tx, local, streams }
+        Self {
+            tx,
+            local,
+            streams,
+            bandwidth,
+        }
+    }
+
+    /// libp2p's bandwidth metrics of this node's connections (for `/metrics`).
+    pub fn bandwidth(&self) -> std::sync::Arc<prometheus_client::registry::Registry> {
+        self.bandwidth.clone()
     }
 
     /// Opens a stream to `peer` on `protocol` (dialling it when not connected), within
@@ -337,6 +354,16 @@ impl Client {
     pub async fn mesh_peers(&self, topic: impl Into<String>) -> Result<Vec<PeerId>, NetError> {
         let topic = topic.into();
         self.ask(|reply| Command::MeshPeers { topic, reply }).await
+    }
+
+    /// Subscribes to the offer and attestation topics of `families` (None: every family)
+    /// and leaves the others'.
+    pub async fn follow(
+        &self,
+        families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
+    ) -> Result<(), NetError> {
+        self.ask(|reply| Command::Follow { families, reply })
+            .await?
     }
 
     /// This node's gossipsub score of a peer.

@@ -223,6 +223,25 @@ impl EventLoop {
             Command::Peers { reply } => {
                 let _ = reply.send(self.swarm.connected_peers().copied().collect());
             }
+            Command::Follow { families, reply } => {
+                let wanted: std::collections::BTreeSet<String> =
+                    super::topics::subscribed(families.as_ref())
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect();
+                let gossipsub = &mut self.swarm.behaviour_mut().gossipsub;
+                let mut result = Ok(());
+                for topic in super::topics::all() {
+                    if wanted.contains(&topic.to_string()) {
+                        if let Err(e) = gossipsub.subscribe(&topic) {
+                            result = Err(NetError::Setup(e.to_string()));
+                        }
+                    } else {
+                        gossipsub.unsubscribe(&topic);
+                    }
+                }
+                let _ = reply.send(result);
+            }
             Command::MeshPeers { topic, reply } => {
                 let hash = TopicHash::from_raw(topic);
                 let _ = reply.send(

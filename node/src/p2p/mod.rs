@@ -45,6 +45,8 @@ pub struct NetConfig {
     pub max_transmit_size: usize,
     /// Gossipsub heartbeat.
     pub heartbeat: Duration,
+    /// The GPU families whose offer and attestation topics to subscribe to (None: all).
+    pub families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
 }
 
 impl Default for NetConfig {
@@ -58,6 +60,7 @@ impl Default for NetConfig {
             // framing needs a little more.
             max_transmit_size: 80 * 1024,
             heartbeat: Duration::from_millis(700),
+            families: None,
         }
     }
 }
@@ -106,6 +109,9 @@ pub async fn spawn(
     let identity = libp2p::identity::Keypair::ed25519_from_bytes(&mut seed)
         .map_err(|e| NetError::Setup(e.to_string()))?;
     let behaviour_config = config.clone();
+    // Every byte through the transport, by direction (`libp2p_bandwidth_bytes_total`), and
+    // gossipsub's own counts (`gossipsub_...`).
+    let mut bandwidth = prometheus_client::registry::Registry::default();
     let mut swarm = libp2p::SwarmBuilder::with_existing_identity(identity)
         .with_tokio()
         .with_tcp(
@@ -114,7 +120,10 @@ pub async fn spawn(
             yamux::Config::default,
         )
         .map_err(|e| NetError::Setup(e.to_string()))?
-        .with_behaviour(|key| behaviour::build(key, &behaviour_config).map_err(|e| e.into()))
+        .with_bandwidth_metrics(&mut bandwidth)
+        .with_behaviour(|key| {
+            behaviour::build(key, &behaviour_config, &mut bandwidth).map_err(|e| e.into())
+        })
         .map_err(|e| NetError::Setup(e.to_string()))?
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(300)))
         .build();
@@ -124,7 +133,7 @@ pub async fn spawn(
             .listen_on(addr.clone())
             .map_err(|e| NetError::Listen(format!("{addr}: {e}")))?;
     }
-    for topic in topics::all() {
+    for topic in topics::subscribed(config.families.as_ref()) {
         swarm
             .behaviour_mut()
             .gossipsub
@@ -139,5 +148,6 @@ pub async fn spawn(
     let local = *swarm.local_peer_id();
     let streams = swarm.behaviour().stream.new_control();
     tokio::spawn(event_loop::EventLoop::new(swarm, command_rx, event_tx).run());
-    Ok((Client::new(command_tx, local, streams), event_rx))
+    let client = Client::new(command_tx, local, streams, std::sync::Arc::new(bandwidth));
+    Ok((client, event_rx))
 }

@@ -317,7 +317,7 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
     let body = html! {
         form #query-form method="get" action="/console/market" {
             label for="q" { "Query " }
-            input #q type="text" name="q" value=(p.q) placeholder="gpu=h100 gpus>=2 region=eu* price<=3";
+            input #q type="text" name="q" value=(p.q) placeholder="gpu=h100 vram>=80 region=eu price<=3";
             @if let Some(sort) = &p.sort { input type="hidden" name="sort" value=(sort); }
             button #search type="submit" { "Search" }
             " " a href="/console/market" { "clear" }

@@ -693,6 +693,15 @@ impl HostRole {
         });
     }
 
+    /// The families of the GPUs this host shares (from its attestation).
+    pub(crate) fn families(&self) -> std::collections::BTreeSet<gpux_protocol::GpuFamily> {
+        self.attestation
+            .iter()
+            .flat_map(|a| a.gpus.iter())
+            .map(|g| gpux_protocol::GpuFamily::classify(&g.name))
+            .collect()
+    }
+
     /// This host's GPUs for `/metrics`: the NVML library it meters with (none: no GPU
     /// series), and the lease holding each device now.
     pub(crate) fn metrics_gpus(&self) -> Option<crate::metrics::HostGpus> {

@@ -35,8 +35,17 @@ impl Published {
     /// next tick or the next subscriber retries).
     pub(crate) fn send(&self, net: &Client) {
         let mut messages = Vec::new();
+        // The attestation goes on the topic of each family offered (before the offers, which
+        // peers drop until they have it).
         if let Some(att) = &self.attestation {
-            messages.push((topics::ATTESTATIONS.to_string(), att.as_bytes().to_vec()));
+            let families: std::collections::BTreeSet<&str> =
+                self.offers.iter().map(|o| o.topic_family()).collect();
+            for family in families {
+                messages.push((
+                    topics::attestations(family).to_string(),
+                    att.as_bytes().to_vec(),
+                ));
+            }
         }
         for offer in &self.offers {
             messages.push((
