@@ -429,6 +429,19 @@ enum OffersAction {
         #[arg(long)]
         json: bool,
     },
+    /// Follow more GPU families' offers from now on (a node started with --market-families
+    /// follows only those; hosts follow their own), until the node restarts.
+    Follow {
+        /// Family keys (h100, a100, ...).
+        #[arg(required_unless_present = "all")]
+        families: Vec<String>,
+        /// Follow every family.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -573,6 +586,14 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Offers {
             action: OffersAction::Search { query, limit, json },
         } => cmd::market::search(&dir, &query, limit, json)?,
+        Command::Offers {
+            action:
+                OffersAction::Follow {
+                    families,
+                    all,
+                    json,
+                },
+        } => cmd::market::follow(&dir, families, all, json)?,
         Command::Rent {
             want,
             kind,

@@ -104,7 +104,28 @@ fn a_renter_following_one_family_receives_a_fifth_of_the_gossip_or_less() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("follows only the offers of l4") && err.contains("--market-families l4,h100"),
+        err.contains("follows only the offers of l4")
+            && err.contains("gpux offers follow h100")
+            && err.contains("--market-families l4,h100"),
         "{err}"
     );
+    // Followed now: the H100 host republishes for the new subscriber, and it can be found.
+    let out = one.gpux(&["offers", "follow", "h100", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let following: gpux_api::Following = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(following.families, Some(vec!["h100".into(), "l4".into()]));
+    wait_for(
+        "the H100 offer at the renter that follows it now",
+        30,
+        || {
+            one.api()
+                .offers("gpu=h100", 10)
+                .is_ok_and(|h| !h.is_empty())
+        },
+    );
+    assert!(one.gpux(&["offers", "follow"]).status.code() == Some(2));
 }

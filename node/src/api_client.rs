@@ -282,6 +282,14 @@ impl ApiClient {
         self.get("/v1/offers", &[("q", query), ("limit", &limit.to_string())])
     }
 
+    /// `POST /v1/market/follow`.
+    pub fn follow(
+        &self,
+        request: &gpux_api::FollowRequest,
+    ) -> Result<gpux_api::Following, ClientError> {
+        self.post("/v1/market/follow", request)
+    }
+
     /// `POST /v1/bid`.
     pub fn bid(&self, request: &gpux_api::BidRequest) -> Result<gpux_api::BidPlaced, ClientError> {
         self.post("/v1/bid", request)

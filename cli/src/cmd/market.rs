@@ -188,6 +188,22 @@ pub(crate) fn search(dir: &Path, query: &str, limit: usize, json: bool) -> anyho
     print_hits(&hits)
 }
 
+/// `gpux offers follow FAMILY... | --all`.
+pub(crate) fn follow(dir: &Path, add: Vec<String>, all: bool, json: bool) -> anyhow::Result<()> {
+    let following = ApiClient::for_data_dir(dir)?.follow(&gpux_api::FollowRequest { add, all })?;
+    if json {
+        return print_json(&following);
+    }
+    match following.families {
+        None => out!("following every family's offers")?,
+        Some(families) => out!(
+            "following the offers of {} (hosts republish for a new follower within seconds)",
+            families.join(", ")
+        )?,
+    }
+    Ok(())
+}
+
 fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
     if hits.is_empty() {
         out!("no offer matches")?;

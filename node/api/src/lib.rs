@@ -738,3 +738,21 @@ pub struct SettingChange {
     /// Its new value (`spend-cap`: credits, or `off`).
     pub value: String,
 }
+
+/// `POST /v1/market/follow`: follow more GPU families' offers (or every family), now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowRequest {
+    /// Family keys to add (`h100`).
+    #[serde(default)]
+    pub add: Vec<String>,
+    /// Follow every family.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// The families a node follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Following {
+    /// Family keys, sorted; `None`: every family.
+    pub families: Option<Vec<String>>,
+}

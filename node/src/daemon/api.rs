@@ -98,6 +98,10 @@ pub(crate) enum ApiCommand {
         request: BlockRequest,
         reply: Reply<Blocked>,
     },
+    Follow {
+        request: gpux_api::FollowRequest,
+        reply: Reply<gpux_api::Following>,
+    },
     Settings {
         /// None: only read them.
         change: Option<gpux_api::SettingChange>,
@@ -356,6 +360,18 @@ async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Ledger { reply }).await
 }
 
+async fn follow(
+    _: Authorized,
+    State(state): State<AppState>,
+    request: Result<Json<gpux_api::FollowRequest>, JsonRejection>,
+) -> Response {
+    ask_body(&state, request, |request, reply| ApiCommand::Follow {
+        request,
+        reply,
+    })
+    .await
+}
+
 async fn settings(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Settings {
         change: None,
@@ -578,6 +594,7 @@ pub(crate) async fn serve(
         .route("/v1/block", post(block))
         .route("/v1/shutdown", post(shutdown_node))
         .route("/v1/settings", get(settings).post(change_setting))
+        .route("/v1/market/follow", post(follow))
         .route("/v1/console/login", post(console_login))
         .merge(super::console::routes())
         .fallback(not_found)

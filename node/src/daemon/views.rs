@@ -425,6 +425,9 @@ impl Daemon {
             ApiCommand::Block { request, reply } => {
                 let _ = reply.send(self.block(&request));
             }
+            ApiCommand::Follow { request, reply } => {
+                let _ = reply.send(self.follow(&request));
+            }
             ApiCommand::Settings { change, reply } => {
                 let result = match change {
                     Some(change) => self.change_setting(&change),
@@ -496,9 +499,49 @@ impl Daemon {
             ),
         )
         .with_hint(format!(
-            "restart it with --market-families {} (or without the flag, to follow every family)",
+            "`gpux offers follow {}` follows it now; --market-families {} at the next start",
+            outside.join(" "),
             all.join(",")
         )))
+    }
+
+    /// Follows more families (or every family) from now on: subscribed at once, and the
+    /// hosts that offer them republish for the new subscriber. Until the next restart, which
+    /// takes the configured set again.
+    fn follow(
+        &mut self,
+        request: &gpux_api::FollowRequest,
+    ) -> Result<gpux_api::Following, ApiError> {
+        let mut added = std::collections::BTreeSet::new();
+        for key in &request.add {
+            let family = key
+                .trim()
+                .parse::<gpux_protocol::GpuFamily>()
+                .map_err(|e| ApiError::bad_input(format!("{key}: {e}")))?;
+            added.insert(family);
+        }
+        if !request.all && added.is_empty() {
+            return Err(ApiError::bad_input(
+                "name a family to follow, or every family",
+            ));
+        }
+        self.families = match (&self.families, request.all) {
+            (_, true) | (None, false) => None,
+            (Some(now), false) => Some(now.union(&added).copied().collect()),
+        };
+        let net = self.net.clone();
+        let families = self.families.clone();
+        tokio::spawn(async move {
+            if let Err(e) = net.follow(families).await {
+                tracing::warn!("following the market's families: {e}");
+            }
+        });
+        Ok(gpux_api::Following {
+            families: self
+                .families
+                .as_ref()
+                .map(|set| set.iter().map(|f| f.key().to_string()).collect()),
+        })
     }
 
     /// What `/metrics` reports of this node now (the leases from the store: a scrape is
