@@ -520,7 +520,8 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
         renter,
         "gpu=a100",
         &["--max-price", "5", "--duration", "60"],
-        "true",
+        // Still running when it is stopped below.
+        "sleep 50",
     );
     assert!(
         out.status.success(),
@@ -533,6 +534,11 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
         "a spinner drawn into a pipe"
     );
     let out = renter.gpux(&["stop", &rented.lease, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stopping: gpux_api::Stopping = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(stopping.lease, rented.lease);
     let out = renter.gpux(&["logs", &rented.lease, "--json"]);
