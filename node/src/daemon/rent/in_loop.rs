@@ -1,0 +1,195 @@
+//! A rent's steps inside the daemon's loop: finding candidates in the book, the reach of
+//! hosts, an accepted lease handed to the renter's machine; and starting rents (for the API
+//! and for standing bids), within the spend cap.
+
+use super::*;
+
+impl Daemon {
+    pub(in crate::daemon) fn rent_context(&self) -> RentContext {
+        RentContext {
+            key: self.key.clone(),
+            net: self.net.clone(),
+            events: self.events_tx.clone(),
+            outbox: self.data_dir.join("outbox"),
+        }
+    }
+
+    pub(in crate::daemon) fn on_rent_event(&mut self, step: RentEvent) {
+        match step {
+            RentEvent::Candidates {
+                spec,
+                mut excluded,
+                n,
+                tag,
+                avoid,
+                reply,
+            } => {
+                let t = now();
+                // (Measured for /metrics, never asserted.)
+                #[allow(clippy::disallowed_methods)]
+                let matching = std::time::Instant::now();
+                let mut hosts = BTreeSet::new();
+                let mut found = Vec::new();
+                for _ in 0..MAX_SCAN {
+                    let Some((allocation, image)) =
+                        self.market.best_match(&spec, &excluded, t, tag.as_deref())
+                    else {
+                        break;
+                    };
+                    excluded.insert(allocation.offer);
+                    if self.reach.skip(&allocation.host, t)
+                        || avoid.contains(&allocation.host)
+                        || !hosts.insert(allocation.host)
+                    {
+                        continue;
+                    }
+                    let retention = self
+                        .market
+                        .book
+                        .offer_retention(&allocation.offer)
+                        .unwrap_or((MicroCredits::ZERO, None));
+                    let reference_gops = self.challenge_reference(&allocation.offer);
+                    let cancel_fees = self
+                        .market
+                        .book
+                        .offer_cancel_fees(&allocation.offer)
+                        .unwrap_or_default();
+                    found.push(Candidate {
+                        allocation,
+                        image,
+                        retention,
+                        cancel_fees,
+                        reference_gops,
+                    });
+                    if found.len() >= n {
+                        break;
+                    }
+                }
+                self.recorder
+                    .match_latency
+                    .observe(matching.elapsed().as_secs_f64());
+                let _ = reply.send(found);
+            }
+            RentEvent::Reached(host) => {
+                let score = self.reach.reached(host, now());
+                self.market.book.set_reliability(host, score);
+            }
+            RentEvent::Unreachable(host) => {
+                let score = self.reach.failed(host, now());
+                self.market.book.set_reliability(host, score);
+                tracing::info!(
+                    "host {} backed off: unreachable or no answer",
+                    host.peer_id()
+                );
+            }
+            RentEvent::Accepted {
+                request,
+                accept,
+                allocation,
+                reply,
+            } => {
+                let _ = self.market.book.reserve(&allocation, request.id());
+                let ledger = self.ledger.as_ref().map(crate::ledger::LedgerClient::key);
+                match ledger {
+                    Some(ledger) => self.renter.start_lease(*request, &accept, ledger, reply),
+                    None => {
+                        let _ = reply.send(RentReport::Failed {
+                            end: gpux_lease::End::NotStarted,
+                            detail: "this node has no ledger to lock an escrow with".into(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A rent for the API.
+    pub(in crate::daemon) fn start_rent(
+        &mut self,
+        request: RentRequest,
+        reply: oneshot::Sender<Result<Rented, ApiError>>,
+    ) {
+        if self.ledger.is_none() {
+            let _ = reply.send(Err(ApiError::new(
+                ErrorCode::Conflict,
+                "this node has no ledger to lock an escrow with",
+            )
+            .with_hint("start it with --ledger, or set `ledger` in config.toml")));
+            return;
+        }
+        if let Err(e) = self.followed(&request.query) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let worst = match crate::daemon::spend::worst_of(&request).and_then(|w| {
+            self.within_cap(w)?;
+            Ok(w)
+        }) {
+            Ok(worst) => worst.0,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        self.spend_pending = self.spend_pending.saturating_add(worst);
+        let rent = self.rent_context();
+        let events = self.events_tx.clone();
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move {
+            // (Measured for /metrics, never asserted.)
+            #[allow(clippy::disallowed_methods)]
+            let asked = std::time::Instant::now();
+            let result = rent.run(&request).await;
+            if result.is_ok() {
+                recorder
+                    .rent_to_running
+                    .observe(asked.elapsed().as_secs_f64());
+            }
+            // A resumable lease is watched from now: its record is stored before the
+            // renter hears it runs.
+            if let (Ok(rented), true) = (&result, request.resume)
+                && let Ok(lease) = rented.lease.parse()
+            {
+                let request = Box::new(request.clone());
+                let started = crate::daemon::resume::ResumeEvent::Started { lease, request };
+                report(&events, Event::Resume(started)).await;
+            }
+            report(&events, Event::SpendDone(worst)).await;
+            let _ = reply.send(result);
+        });
+    }
+
+    /// Rents for one of this node's standing bids.
+    pub(in crate::daemon) fn fill_bid(&mut self, bid: Verified<gpux_protocol::Bid>) {
+        let Ok(spec) = BidSpec::from_bid(&bid) else {
+            return;
+        };
+        if self.ledger.is_none() {
+            return;
+        }
+        if let Err(e) = crate::daemon::spend::worst_case(spec.gpus, spec.duration_s, spec.max_price)
+            .and_then(|worst| self.within_cap(worst))
+        {
+            tracing::info!("a standing bid is not filled: {e}");
+            return;
+        }
+        let task = RentTask::new(
+            self.key.clone(),
+            self.net.clone(),
+            self.events_tx.clone(),
+            spec,
+            ImageChoice::Any,
+            Workload::default(),
+            self.data_dir.join("outbox"),
+        );
+        let id = bid.id();
+        tokio::spawn(async move {
+            match task.run().await {
+                Ok(rented) => {
+                    tracing::info!("standing bid {} filled: lease {}", id.short(), rented.lease)
+                }
+                Err(e) => tracing::warn!("standing bid {} could not be filled: {e}", id.short()),
+            }
+        });
+    }
+}
