@@ -37,11 +37,15 @@ pub enum Tree {
     Resumes,
     /// Group orders ([`GroupRecord`]), by group id.
     Groups,
+    /// A replicated ledger member's raft log, by index.
+    RaftLog,
+    /// A replicated ledger member's raft state: its node id, vote, commit, snapshot.
+    RaftMeta,
 }
 
 impl Tree {
     /// Every tree.
-    pub const ALL: [Tree; 10] = [
+    pub const ALL: [Tree; 12] = [
         Tree::Config,
         Tree::OwnOffers,
         Tree::HostLeases,
@@ -52,6 +56,8 @@ impl Tree {
         Tree::LedgerLog,
         Tree::Resumes,
         Tree::Groups,
+        Tree::RaftLog,
+        Tree::RaftMeta,
     ];
 
     fn name(self) -> &'static str {
@@ -66,6 +72,8 @@ impl Tree {
             Tree::LedgerLog => "ledger-log",
             Tree::Resumes => "resumes",
             Tree::Groups => "groups",
+            Tree::RaftLog => "raft-log",
+            Tree::RaftMeta => "raft-meta",
         }
     }
 }

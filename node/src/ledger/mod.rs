@@ -67,6 +67,7 @@ pub struct LedgerService<S> {
     halted: Option<String>,
 }
 
+pub mod cluster;
 mod copy;
 mod manifest;
 mod restore;

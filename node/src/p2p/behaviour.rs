@@ -17,6 +17,10 @@ pub(crate) const RECEIPT_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/r
 /// The settlement ledger: escrow locks, redemptions, releases and balance queries.
 pub(crate) const LEDGER_PROTOCOL: StreamProtocol =
     StreamProtocol::new(gpux_protocol::ledger_wire::LEDGER_PROTOCOL);
+/// The replicated ledger's consensus messages between its members (openraft's RPCs).
+pub(crate) const RAFT_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/raft/1");
+/// The largest `/gpux/raft/1` frame: a batch of log entries or a snapshot chunk.
+pub(crate) const MAX_RAFT_FRAME: usize = 4 * 1024 * 1024;
 /// Kademlia's protocol name for the gpux network (kept apart from the public IPFS DHT).
 pub(crate) const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpux/kad/1");
 
@@ -30,6 +34,7 @@ pub(crate) struct Behaviour {
     pub(crate) lease: request_response::Behaviour<EnvelopeCodec>,
     pub(crate) receipt: request_response::Behaviour<EnvelopeCodec>,
     pub(crate) ledger: request_response::Behaviour<EnvelopeCodec>,
+    pub(crate) raft: request_response::Behaviour<EnvelopeCodec>,
     /// Raw streams: the workload plane (`crate::plane`).
     pub(crate) stream: libp2p_stream::Behaviour,
 }
@@ -148,6 +153,11 @@ pub(crate) fn build(
         lease: request_response(LEASE_PROTOCOL),
         receipt: request_response(RECEIPT_PROTOCOL),
         ledger: request_response(LEDGER_PROTOCOL),
+        raft: request_response::Behaviour::with_codec(
+            EnvelopeCodec::with_max(MAX_RAFT_FRAME),
+            [(RAFT_PROTOCOL, request_response::ProtocolSupport::Full)],
+            request_response::Config::default().with_request_timeout(Duration::from_secs(15)),
+        ),
         stream: libp2p_stream::Behaviour::new(),
     })
 }

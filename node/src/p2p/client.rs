@@ -38,6 +38,8 @@ pub enum Proto {
     Receipt,
     /// `/gpux/ledger/2`: the settlement ledger.
     Ledger,
+    /// `/gpux/raft/1`: consensus between the members of a replicated ledger.
+    Raft,
 }
 
 /// An inbound request's handle, unique across protocols.

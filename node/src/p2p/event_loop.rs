@@ -388,6 +388,9 @@ impl EventLoop {
             SwarmEvent::Behaviour(BehaviourEvent::Ledger(event)) => {
                 self.on_request_event(Proto::Ledger, event).await
             }
+            SwarmEvent::Behaviour(BehaviourEvent::Raft(event)) => {
+                self.on_request_event(Proto::Raft, event).await
+            }
             _ => {}
         }
     }
@@ -408,6 +411,7 @@ impl EventLoop {
             Proto::Lease => &mut behaviour.lease,
             Proto::Receipt => &mut behaviour.receipt,
             Proto::Ledger => &mut behaviour.ledger,
+            Proto::Raft => &mut behaviour.raft,
         }
     }
 
