@@ -2,8 +2,10 @@
 //! one (`--market-families l4`) receives a fifth or less of the gossip messages and bytes an
 //! unsharded renter receives over the same 20 s (every topic, duplicates included, by
 //! gossipsub's own counters), and fewer bytes in all (libp2p's transport counter); a renter
-//! following a family nobody offers shows what any node receives regardless. Its book holds only that family, and a search
-//! for another family says it is not followed and how to follow it.
+//! following a family nobody offers shows what any node receives regardless. Its book holds
+//! only that family, and a search for another family says it is not followed and how to
+//! follow it. A renter started with `--market-families auto` follows the families its
+//! searches name, as they come.
 
 use std::time::Duration;
 
@@ -128,4 +130,17 @@ fn a_renter_following_one_family_receives_a_fifth_of_the_gossip_or_less() {
         },
     );
     assert!(one.gpux(&["offers", "follow"]).status.code() == Some(2));
+
+    // `auto`: nothing in its book until it searches; the search follows the family and is
+    // answered once the family's host has republished for it. (Started after the
+    // measurement, which it would only add to.)
+    market.add_renter_waiting(&["--market-families".into(), "auto".into()], false);
+    let auto = &market.renters[3];
+    assert_eq!(auto.api().status().unwrap().offers_in_book, 0);
+    let hits = auto.api().offers("gpu=a100", 10).unwrap();
+    assert!(!hits.is_empty(), "no A100 offer after following it");
+    assert!(hits.iter().all(|h| h.family == "a100"), "{hits:?}");
+    // Only that family came in.
+    let in_book = auto.api().status().unwrap().offers_in_book;
+    assert_eq!(in_book, hits.len(), "{hits:?}");
 }

@@ -35,7 +35,8 @@
 //! stage_quota = "64GiB"                 # host: renters' staged images together
 //! cancel_fees = "24h:10%,1h:50%,10m:100%" # host: a reserved window's cancellation fees
 //! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rate, Gop/s (fake GPUs)
-//! market_families = ["h100", "a100"]    # follow only these families' offers (default: all)
+//! market_families = ["h100", "a100"]    # follow only these families' offers (default: all;
+//!                                       # ["auto"]: those this node searches, rents and bids for)
 //! ```
 
 use std::net::SocketAddr;
@@ -156,7 +157,8 @@ pub struct Options {
     pub challenge_reference: Option<Vec<String>>,
     /// The GPU families whose offers and attestations this node follows (`h100,a100`); the
     /// market is gossiped per family, so a renter that wants a few receives only those.
-    /// Default: every family.
+    /// `auto`: the families this node's searches, rents, groups and bids name, followed as
+    /// they come. Default: every family.
     #[arg(
         long = "market-families",
         value_delimiter = ',',
@@ -545,8 +547,14 @@ impl Effective {
             };
             challenge_references.insert(family, gops);
         }
+        let market_auto = o
+            .market_families
+            .as_ref()
+            .is_some_and(|names| names.len() == 1 && names[0].trim() == "auto");
         let market_families = match &o.market_families {
             None => None,
+            // Derived from this node's searches, rents and bids, starting from none.
+            Some(_) if market_auto => Some(std::collections::BTreeSet::new()),
             Some(names) => {
                 let mut set = std::collections::BTreeSet::new();
                 for name in names {
@@ -567,6 +575,7 @@ impl Effective {
         };
         Ok(DaemonConfig {
             market_families,
+            market_auto,
             challenge_references,
             data_dir: data_dir.to_path_buf(),
             listen: self.addrs("listen", o.listen.as_deref().unwrap_or_default())?,

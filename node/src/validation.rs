@@ -345,7 +345,7 @@ impl Validator {
             Err(e) => return Verdict::Reject(format!("invalid: {e}")),
         };
         let checked = match &verified {
-            AnyVerified::Attestation(att) => self.check_attestation(att, now),
+            AnyVerified::Attestation(att) => self.check_attestation(att, topic, now),
             AnyVerified::Offer(offer) => self.check_offer(offer, topic, now),
             AnyVerified::ChallengeResult(result) => self.check_challenge(result, now),
             AnyVerified::OfferWithdrawal(w) => self
@@ -390,8 +390,21 @@ impl Validator {
     fn check_attestation(
         &self,
         att: &Verified<Attestation>,
+        topic: &str,
         now: Timestamp,
     ) -> Result<(), Verdict> {
+        // A host publishes its attestation on the topics of the families it has: one on
+        // another family's topic is spam for that family's followers.
+        let family = topics::attestation_family(topic).unwrap_or_default();
+        if !att
+            .gpus
+            .iter()
+            .any(|gpu| gpux_protocol::GpuFamily::classify(&gpu.name).key() == family)
+        {
+            return Err(Verdict::Reject(format!(
+                "an attestation without a {family} GPU published on {topic}"
+            )));
+        }
         if self.attestations.contains_key(&att.id()) {
             return Err(Verdict::Ignore("duplicate attestation".into()));
         }

@@ -125,6 +125,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
         timing: Timing::default(),
         challenge_references: Default::default(),
         market_families: None,
+        market_auto: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(gpux_node::daemon::run(config, async {

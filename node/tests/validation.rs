@@ -115,6 +115,15 @@ fn every_verdict_has_its_cause() {
         label(&v.validate(&h100(), o1.as_bytes().to_vec(), T0)),
         "ignore"
     );
+    // An attestation on another family's topic is spam there.
+    assert_eq!(
+        label(&v.validate(
+            &topics::attestations("a100").to_string(),
+            att.as_bytes().to_vec(),
+            T0
+        )),
+        "reject"
+    );
     assert_eq!(
         label(&v.validate(&attestations(), att.as_bytes().to_vec(), T0)),
         "accept"

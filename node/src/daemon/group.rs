@@ -183,6 +183,19 @@ impl Daemon {
 
     /// `POST /v1/groups`.
     pub(super) fn start_group(&mut self, request: RentRequest, reply: Reply<GroupPlaced>) {
+        match self.followed(&request.query) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            Ok(true) => {
+                return self.after_following(super::ApiCommand::Group {
+                    request: Box::new(request),
+                    reply,
+                });
+            }
+            Ok(false) => {}
+        }
         if !request.spread {
             let _ = reply.send(Err(ApiError::bad_input(
                 "a group order spreads over hosts: set spread",

@@ -123,6 +123,9 @@ pub struct DaemonConfig {
     pub challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
     /// The families whose offers this node follows (None: every family).
     pub market_families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
+    /// Follow the families this node's searches, rents, groups and bids name, as they come
+    /// (`--market-families auto`), from `market_families`.
+    pub market_auto: bool,
 }
 
 /// What comes back into the loop from the effects it started. (Inputs are large, and
@@ -163,6 +166,9 @@ pub(crate) enum Event {
     },
     /// A rent that counted against the spend cap while it was matched is over.
     SpendDone(u64),
+    /// An API command to answer again a little later (a search of families just followed,
+    /// once their hosts have republished).
+    Deferred(Box<ApiCommand>),
     /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
     /// group or a resume decided).
     Act {
@@ -244,6 +250,9 @@ pub(crate) struct Daemon {
     spend_pending: u64,
     /// The families whose offers this node follows (None: every family).
     families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
+    /// Whether a search, rent, group or bid outside `families` follows its families at
+    /// once (`--market-families auto`) rather than being refused.
+    families_auto: bool,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -327,6 +336,7 @@ pub async fn run(
         metrics_addr: None,
         spend_pending: 0,
         families: config.market_families.clone(),
+        families_auto: config.market_auto,
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -344,8 +354,9 @@ pub async fn run(
         .await?;
         // A host follows the market of its own families unless told otherwise: it sells,
         // and other families' offers would only cost it bandwidth.
-        if config.market_families.is_none() {
-            let own = role.families();
+        if config.market_families.is_none() || config.market_auto {
+            let mut own = role.families();
+            own.extend(config.market_families.iter().flatten().copied());
             if !own.is_empty() {
                 net.follow(Some(own.clone()))
                     .await
@@ -532,6 +543,7 @@ impl Daemon {
             Event::SpendDone(worst) => {
                 self.spend_pending = self.spend_pending.saturating_sub(worst);
             }
+            Event::Deferred(command) => self.on_api(*command),
             Event::Act { lease, act, reply } => {
                 let done = match act {
                     LeaseAct::Commit => self.renter.commit(lease).map(drop),

@@ -7,7 +7,7 @@ use gpux_api::{
 use gpux_lease::{HostPhase, HostRecord, RenterPhase, RenterRecord};
 use gpux_protocol::{ContentId, LeaseRequest, MicroCredits, Signed, UsageReceipt, Verified};
 
-use super::{ApiCommand, Daemon};
+use super::{ApiCommand, Daemon, Event};
 use crate::attest::now;
 use crate::p2p::topics;
 
@@ -327,9 +327,21 @@ impl Daemon {
                 limit,
                 reply,
             } => {
-                if let Err(e) = self.followed(&query) {
-                    let _ = reply.send(Err(e));
-                    return;
+                match self.followed(&query) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                    // Families just followed: their hosts republish for the new
+                    // subscriber; the search is answered once their offers are in.
+                    Ok(true) => {
+                        return self.after_following(ApiCommand::Search {
+                            query,
+                            limit,
+                            reply,
+                        });
+                    }
+                    Ok(false) => {}
                 }
                 let t = now();
                 let hits = self.market.search(&query, limit, t).map(|mut hits| {
@@ -352,6 +364,11 @@ impl Daemon {
                 reply,
             } => self.scale_group(&group, delta, reply),
             ApiCommand::Bid { request, reply } => {
+                // A standing bid fills from the offers of its families: follow them.
+                if let Err(e) = self.followed(&request.query) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
                 match self.market.place_bid(&self.key, &request, now()) {
                     Ok((bid, fill)) => {
                         let placed = BidPlaced {
@@ -443,6 +460,9 @@ impl Daemon {
 
 /// Where the hosts blocked by hand are kept (peer ids, one per line).
 const BLOCKED_KEY: &str = "blocked-hosts";
+/// How long a search of families just followed waits for their hosts' offers (hosts
+/// republish for a new subscriber within a few seconds).
+const FOLLOW_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The hosts blocked by hand, from the store (an unreadable entry is skipped, with a word).
 pub(super) fn blocked_hosts(
@@ -465,16 +485,41 @@ pub(super) fn blocked_hosts(
 impl Daemon {
     /// Refuses a query for families this node does not follow (`--market-families`): its
     /// book has none of their offers, so an empty answer would mislead.
-    pub(super) fn followed(&self, query: &str) -> Result<(), ApiError> {
+    /// Whether this node follows the families `query` names: `Ok(false)` when it does,
+    /// `Ok(true)` when it has just started to (`--market-families auto`), an error that says
+    /// how to follow them otherwise.
+    pub(super) fn followed(&mut self, query: &str) -> Result<bool, ApiError> {
         let Some(followed) = &self.families else {
-            return Ok(());
+            return Ok(false);
         };
         let Ok(parsed) = gpux_market::query::Query::parse(query) else {
             // The search itself says what is wrong with it.
-            return Ok(());
+            return Ok(false);
         };
-        let Some(wanted) = parsed.families() else {
-            return Ok(());
+        let wanted = parsed.families();
+        if self.families_auto {
+            let follow = match &wanted {
+                // A query of every family follows every family.
+                None => None,
+                Some(wanted) if wanted.is_subset(followed) => return Ok(false),
+                Some(wanted) => Some(followed.union(wanted).copied().collect()),
+            };
+            tracing::info!(
+                "following the offers of {} (--market-families auto)",
+                follow.as_ref().map_or(
+                    "every family".to_string(),
+                    |set: &std::collections::BTreeSet<gpux_protocol::GpuFamily>| set
+                        .iter()
+                        .map(|f| f.key())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            );
+            self.set_following(follow);
+            return Ok(true);
+        }
+        let Some(wanted) = wanted else {
+            return Ok(false);
         };
         let outside: Vec<&str> = wanted
             .iter()
@@ -482,7 +527,7 @@ impl Daemon {
             .map(|f| f.key())
             .collect();
         if outside.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let keys = |set: &mut dyn Iterator<Item = &str>| set.collect::<Vec<_>>().join(",");
         let all: Vec<&str> = followed
@@ -505,6 +550,30 @@ impl Daemon {
         )))
     }
 
+    /// Takes `command` again once the families just followed have had time to arrive (their
+    /// hosts republish for a new subscriber).
+    pub(super) fn after_following(&self, command: ApiCommand) {
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FOLLOW_SETTLE).await;
+            let _ = events.send(Event::Deferred(Box::new(command))).await;
+        });
+    }
+
+    /// Subscribes to the topics of `families` (None: every family) from now on.
+    fn set_following(
+        &mut self,
+        families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
+    ) {
+        self.families = families.clone();
+        let net = self.net.clone();
+        tokio::spawn(async move {
+            if let Err(e) = net.follow(families).await {
+                tracing::warn!("following the market's families: {e}");
+            }
+        });
+    }
+
     /// Follows more families (or every family) from now on: subscribed at once, and the
     /// hosts that offer them republish for the new subscriber. Until the next restart, which
     /// takes the configured set again.
@@ -525,17 +594,11 @@ impl Daemon {
                 "name a family to follow, or every family",
             ));
         }
-        self.families = match (&self.families, request.all) {
+        let families = match (&self.families, request.all) {
             (_, true) | (None, false) => None,
             (Some(now), false) => Some(now.union(&added).copied().collect()),
         };
-        let net = self.net.clone();
-        let families = self.families.clone();
-        tokio::spawn(async move {
-            if let Err(e) = net.follow(families).await {
-                tracing::warn!("following the market's families: {e}");
-            }
-        });
+        self.set_following(families);
         Ok(gpux_api::Following {
             families: self
                 .families

@@ -117,9 +117,18 @@ impl Daemon {
             .with_hint("start it with --ledger, or set `ledger` in config.toml")));
             return;
         }
-        if let Err(e) = self.followed(&request.query) {
-            let _ = reply.send(Err(e));
-            return;
+        match self.followed(&request.query) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            Ok(true) => {
+                return self.after_following(crate::daemon::ApiCommand::Rent {
+                    request: Box::new(request),
+                    reply,
+                });
+            }
+            Ok(false) => {}
         }
         let worst = match crate::daemon::spend::worst_of(&request).and_then(|w| {
             self.within_cap(w)?;
