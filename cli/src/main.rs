@@ -337,6 +337,23 @@ enum NodeAction {
 
 #[derive(Debug, Subcommand)]
 enum LedgerAction {
+    /// What this ledger node holds: totals, and for a member of a replicated ledger, the
+    /// cluster as it sees it (leader, voters, learners, term, applied index).
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// On the leader of a replicated ledger: take back a member that lost its store (it came
+    /// back under a new node id and does not vote): its old id leaves, the new one joins as
+    /// a learner, catches up, then votes.
+    Readd {
+        /// The member's peer id.
+        peer: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Rebuild a damaged ledger database from the ledger's verified copy of its log
     /// (`DATA_DIR/ledger.copy`): the copy is checked against the manifest and replayed
     /// before anything changes; the damaged database is moved aside, never deleted.
@@ -372,6 +389,10 @@ enum TestnetAction {
         /// Keep the nodes' data dirs here (default: a temporary directory, removed).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Ledger members: 1 (a ledger node), or 3 or 5 (a replicated ledger on openraft,
+        /// whose leader is killed a third into the run and started again on its disk).
+        #[arg(long, default_value_t = 1)]
+        ledgers: usize,
     },
     /// The Sybil-flood benchmark: a rogue peer floods an honest relay with fresh host keys
     /// while an honest host's offers must keep reaching a victim node; prints the victim's
@@ -560,8 +581,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     duration,
                     report,
                     dir,
+                    ledgers,
                 },
-        } => return cmd::testnet::up(hosts, renters, duration, report, dir),
+        } => return cmd::testnet::up(hosts, renters, ledgers, duration, report, dir),
         Command::Testnet {
             action:
                 TestnetAction::Flood {
@@ -628,6 +650,12 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Receipts { lease, json } => cmd::lease::receipts(&dir, &lease, json)?,
         Command::Balance { json } => cmd::market::balance(&dir, json)?,
         Command::Block { host, undo, json } => cmd::market::block(&dir, host, undo, json)?,
+        Command::Ledger {
+            action: LedgerAction::Status { json },
+        } => cmd::market::ledger_status(&dir, json)?,
+        Command::Ledger {
+            action: LedgerAction::Readd { peer, json },
+        } => cmd::market::ledger_readd(&dir, &peer, json)?,
         Command::Ledger {
             action:
                 LedgerAction::Restore {

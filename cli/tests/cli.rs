@@ -534,6 +534,8 @@ mod testnet {
                 "2",
                 "--duration",
                 "10s",
+                "--ledgers",
+                "3",
                 "--report",
             ])
             .arg(&report_path)
@@ -549,12 +551,22 @@ mod testnet {
         );
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
-        // A ledger, 2 hosts and 2 renters; host-1 offers its A100s whole and, apart, the
-        // MIG slices of its first one.
-        assert_eq!(report["nodes"], 5);
+        // A replicated ledger of 3 members, 2 hosts and 2 renters; host-1 offers its A100s
+        // whole and, apart, the MIG slices of its first one.
+        assert_eq!(report["nodes"], 7);
+        // The ledger's leader was killed mid-run: leases went on starting (and, below, all
+        // settled with credits conserved), and the members agree at the end.
+        assert_eq!(report["ledger_members"], 3, "{report}");
+        assert!(report["ledger_leader_killed"].is_string(), "{report}");
+        let failover = report["ledger_failover_ms"].as_u64().unwrap();
+        eprintln!("ledger failover: writes applied again {failover} ms after the leader's loss");
+        assert!(failover <= 5000, "{report}");
+        let applied = report["ledger_applied"].as_array().unwrap();
+        assert_eq!(applied.len(), 3, "{report}");
+        assert!(applied.windows(2).all(|w| w[0] == w[1]), "{report}");
         // Every node's /metrics, on loopback, listed for Prometheus.
         let targets = report["scrape_targets"].as_object().unwrap();
-        assert_eq!(targets.len(), 5, "{report}");
+        assert_eq!(targets.len(), 7, "{report}");
         assert!(
             targets
                 .values()

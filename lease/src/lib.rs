@@ -305,13 +305,14 @@ pub enum LedgerVerdict {
 
 impl LedgerVerdict {
     /// The verdict a ledger's response gives on a submission: an applied record counts only
-    /// when it verifies and is signed by `ledger`; anything else that is not a verdict
-    /// (a redirect, nonsense) is no verdict.
-    pub fn from_response(response: LedgerResponse, ledger: PublicKey) -> LedgerVerdict {
+    /// when it verifies and is signed by one of `ledger` (the ledger node, or the members of
+    /// a replicated ledger); anything else that is not a verdict (a redirect, nonsense) is
+    /// no verdict.
+    pub fn from_response(response: LedgerResponse, ledger: &[PublicKey]) -> LedgerVerdict {
         match response {
             LedgerResponse::Record(bytes) => {
                 match Signed::<LedgerRecord>::from_bytes(bytes).and_then(Signed::verify) {
-                    Ok(record) if record.signer() == ledger => {
+                    Ok(record) if ledger.contains(&record.signer()) => {
                         LedgerVerdict::Applied(Box::new(record))
                     }
                     _ => LedgerVerdict::Unreachable,

@@ -164,7 +164,7 @@ fn a_window_cancelled_within_a_step_pays_that_share_of_its_committed_minimum() {
     let (call, close) = ledger_call(&effects).expect("the escrow is closed");
     let verdict = LedgerVerdict::from_response(
         submit(&mut b.ledger, &close, at.0 + 400),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     assert!(matches!(verdict, LedgerVerdict::Applied(_)), "{verdict:?}");
     let fee = gpux_lease::bill::amount(b.renter.request(), 150);
@@ -177,7 +177,7 @@ fn a_window_cancelled_within_a_step_pays_that_share_of_its_committed_minimum() {
     assert_eq!(call, LedgerCall::Release);
     let verdict = LedgerVerdict::from_response(
         submit(&mut b.ledger, &release, at.0 + 600),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     b.host
         .handle(at.plus_ms(700), HostInput::Ledger { call, verdict });

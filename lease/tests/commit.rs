@@ -255,7 +255,7 @@ fn a_lease_not_committed_in_time_ends_unpaid_and_leaves_nothing() {
         .expect("a release");
     let verdict = LedgerVerdict::from_response(
         submit(&mut ledger, &release, T0 + WAIT_MS),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     assert!(matches!(verdict, LedgerVerdict::Applied(_)));
     assert_eq!(
@@ -472,7 +472,7 @@ fn a_reserved_window_its_host_never_starts_is_refunded_whole() {
         .expect("a release");
     let verdict = LedgerVerdict::from_response(
         submit(&mut ledger, &release, silent_at.0 + 2_000),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     assert!(matches!(verdict, LedgerVerdict::Applied(_)), "{verdict:?}");
     renter.handle(

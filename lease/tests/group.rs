@@ -458,7 +458,7 @@ impl World {
                 envelope,
             } => {
                 let response = self.ledger.submit(now, envelope).response;
-                let verdict = LedgerVerdict::from_response(response, self.ledger_key);
+                let verdict = LedgerVerdict::from_response(response, &[self.ledger_key]);
                 if by_host {
                     self.host_in(member, HostInput::Ledger { call, verdict });
                 } else {

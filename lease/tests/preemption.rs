@@ -152,7 +152,7 @@ pub(crate) fn lock_at_ledger(
         .unwrap();
     lease.handle(Timestamp(t), HostInput::Lock(lock.clone()));
     let response = submit(ledger, lock.as_bytes(), t);
-    let verdict = LedgerVerdict::from_response(response, ledger_key().public());
+    let verdict = LedgerVerdict::from_response(response, &[ledger_key().public()]);
     let LedgerVerdict::Applied(record) = verdict.clone() else {
         panic!("the ledger refused the lock: {verdict:?}");
     };

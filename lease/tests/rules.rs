@@ -156,7 +156,7 @@ fn a_renters_own_lock_for_the_same_escrow_never_starts_the_work() {
     // Even were the ledger to answer with the renter's record, it is not this lock's.
     let forged = LedgerVerdict::from_response(
         submit(&mut ledger, own.as_bytes(), T0 + 40),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     assert!(matches!(forged, LedgerVerdict::Applied(_)));
     let effects = lease.handle(
@@ -218,7 +218,7 @@ fn a_host_killed_as_its_container_started_stops_it_after_the_restart() {
         .unwrap();
     let verdict = LedgerVerdict::from_response(
         submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     let effects = lease.handle(
         Timestamp(T0 + 20),
@@ -360,7 +360,7 @@ fn reserved_windows_are_booked_ahead_and_start_at_their_start() {
             &reserved.record().lock.clone().unwrap(),
             T0 + 20,
         ),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     let effects = reserved.handle(
         Timestamp(T0 + 20),
@@ -421,7 +421,7 @@ fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
         .unwrap();
     let verdict = LedgerVerdict::from_response(
         submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
-        ledger_key().public(),
+        &[ledger_key().public()],
     );
     lease.handle(
         Timestamp(T0 + 20),

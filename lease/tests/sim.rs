@@ -937,7 +937,7 @@ impl World {
                         LedgerVerdict::Unreachable
                     } else {
                         verdict_at = self.now + back;
-                        LedgerVerdict::from_response(out.response, self.ledger_key)
+                        LedgerVerdict::from_response(out.response, &[self.ledger_key])
                     }
                 };
                 let d = verdict_at.saturating_sub(self.now);

@@ -221,6 +221,16 @@ impl ApiClient {
         self.post("/v1/block", request)
     }
 
+    /// `POST /v1/ledger/readd`.
+    pub fn ledger_readd(&self, peer: &str) -> Result<gpux_api::Readded, ClientError> {
+        self.post(
+            "/v1/ledger/readd",
+            &gpux_api::ReaddRequest {
+                peer: peer.to_string(),
+            },
+        )
+    }
+
     /// `GET /v1/ledger`.
     pub fn ledger(&self) -> Result<gpux_api::LedgerTotals, ClientError> {
         self.get("/v1/ledger", &[])

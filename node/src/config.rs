@@ -73,12 +73,25 @@ pub struct Options {
     /// Discover peers on the local network with mDNS.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub mdns: Option<bool>,
-    /// The ledger node to settle with, ending in /p2p/PEER_ID.
-    #[arg(long, value_name = "MULTIADDR")]
+    /// The ledger to settle with, ending in /p2p/PEER_ID: its node, or the members of a
+    /// replicated ledger, comma-separated.
+    #[arg(long, value_name = "MULTIADDR[,...]")]
     pub ledger: Option<String>,
     /// Serve the settlement ledger from this node.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub serve_ledger: Option<bool>,
+    /// Ledger: serve it as a member of this replicated ledger (every member's address,
+    /// this node's own among them, each ending in /p2p/PEER_ID; 3 or 5 members).
+    #[arg(
+        long = "ledger-cluster",
+        value_delimiter = ',',
+        value_name = "MULTIADDR,..."
+    )]
+    pub ledger_cluster: Option<Vec<String>>,
+    /// Ledger: form a new replicated ledger from this member when its store is new (one
+    /// member of a new cluster; the others join it).
+    #[arg(long = "ledger-bootstrap", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub ledger_bootstrap: Option<bool>,
     /// Ledger: seconds an escrow must be idle before its payer may take it back.
     #[arg(long = "ledger-release-grace", value_name = "SECONDS")]
     pub ledger_release_grace_s: Option<u64>,
@@ -257,6 +270,8 @@ macro_rules! each_setting {
             mdns,
             ledger,
             serve_ledger,
+            ledger_cluster,
+            ledger_bootstrap,
             ledger_release_grace_s,
             receipt_interval_s,
             ack_grace_s,
@@ -296,6 +311,8 @@ impl Options {
             mdns: Some(false),
             ledger: None,
             serve_ledger: Some(false),
+            ledger_cluster: None,
+            ledger_bootstrap: Some(false),
             ledger_release_grace_s: Some(600),
             receipt_interval_s: Some(timing.receipt_interval_ms / 1000),
             ack_grace_s: Some(timing.ack_grace_ms / 1000),
@@ -584,14 +601,32 @@ impl Effective {
             metrics,
             mdns: o.mdns.unwrap_or(false),
             host,
-            ledger: o
-                .ledger
-                .as_ref()
-                .map(|a| {
-                    a.parse()
-                        .map_err(|e| self.bad("ledger", format!("'{a}' is not a multiaddr: {e}")))
-                })
-                .transpose()?,
+            ledger: self.addrs(
+                "ledger",
+                &o.ledger
+                    .as_deref()
+                    .map(|l| {
+                        l.split(',')
+                            .map(|a| a.trim().to_string())
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default(),
+            )?,
+            ledger_cluster: match &o.ledger_cluster {
+                Some(members) if o.serve_ledger == Some(true) => {
+                    Some(crate::ledger::cluster::ClusterConfig {
+                        members: self.addrs("ledger_cluster", members)?,
+                        bootstrap: o.ledger_bootstrap.unwrap_or(false),
+                    })
+                }
+                Some(_) => {
+                    return Err(self.bad(
+                        "ledger_cluster",
+                        "is for a node that serves the ledger (--serve-ledger)",
+                    ));
+                }
+                None => None,
+            },
             serve_ledger: o
                 .serve_ledger
                 .unwrap_or(false)

@@ -109,8 +109,9 @@ pub struct Validator {
     /// Attestations dropped for the bound, not yet taken by [`Validator::take_evicted`].
     evicted: Vec<ContentId>,
     rate: RateLimiter,
-    /// The ledger whose records this node trusts (None: no `challenged` tier can be judged).
-    ledger: Option<PublicKey>,
+    /// The ledger whose records this node trusts: its node's key, or its members' (none: no
+    /// `challenged` tier can be judged).
+    ledger: Vec<PublicKey>,
     /// Passed challenge results by (host, device challenged): when each was made.
     challenged: BTreeMap<(PublicKey, GpuUuid), Timestamp>,
 }
@@ -124,9 +125,10 @@ impl Validator {
         }
     }
 
-    /// This validator, judging challenge results by the records of `ledger`.
-    pub fn with_ledger(mut self, ledger: Option<PublicKey>) -> Self {
-        self.ledger = ledger;
+    /// This validator, judging challenge results by the records of `ledger` (a ledger
+    /// node's key, or every member's of a replicated ledger).
+    pub fn with_ledger(mut self, ledger: impl IntoIterator<Item = PublicKey>) -> Self {
+        self.ledger = ledger.into_iter().collect();
         self
     }
 
@@ -248,27 +250,31 @@ impl Validator {
                 "the challenge result is out of date".into(),
             ));
         }
-        let Some(ledger) = self.ledger else {
+        if self.ledger.is_empty() {
             return Err(Verdict::Ignore(
                 "no ledger to judge the challenge result by".into(),
             ));
-        };
+        }
         let held = challenged_device(result).and_then(|d| self.challenged.get(&(result.host, d)));
         if held >= Some(&result.created_at) {
             return Err(Verdict::Ignore(
                 "a challenge result no newer than one held".into(),
             ));
         }
-        match challenge_result_holds(result, ledger) {
-            Ok(()) => Ok(()),
-            Err(RuleError::SignerMismatch {
-                what: "the ledger record",
-                ..
-            }) => Err(Verdict::Ignore(
-                "the challenge result's records are another ledger's".into(),
-            )),
-            Err(e) => Err(Verdict::Reject(format!("invalid challenge result: {e}"))),
+        // The records may be any member's: the result holds when it holds for one of them.
+        for &ledger in &self.ledger {
+            match challenge_result_holds(result, ledger) {
+                Ok(()) => return Ok(()),
+                Err(RuleError::SignerMismatch {
+                    what: "the ledger record",
+                    ..
+                }) => continue,
+                Err(e) => return Err(Verdict::Reject(format!("invalid challenge result: {e}"))),
+            }
         }
+        Err(Verdict::Ignore(
+            "the challenge result's records are another ledger's".into(),
+        ))
     }
 
     /// A known attestation.

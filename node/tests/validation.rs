@@ -308,7 +308,7 @@ fn a_tier_is_what_the_evidence_held_supports_never_what_the_offer_claims() {
     let renter = Keypair::from_seed(&[2; 32]);
     let ledger = Keypair::from_seed(&[3; 32]);
     let att = attestation(&host, "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0));
-    let mut v = Validator::new(Rules::default()).with_ledger(Some(ledger.public()));
+    let mut v = Validator::new(Rules::default()).with_ledger([ledger.public()]);
     let at = |v: &mut Validator, topic: &str, bytes: &[u8]| {
         label(&v.validate(topic, bytes.to_vec(), T0))
     };

@@ -66,6 +66,11 @@ impl Node {
         })
     }
 
+    /// More arguments for its next start.
+    pub fn add_args(&mut self, more: impl IntoIterator<Item = String>) {
+        self.args.extend(more);
+    }
+
     /// Starts it (appending to `<dir>/node.log`) and waits for its API; a node that exits
     /// instead is an error with the last line it logged.
     pub fn spawn(&mut self) -> anyhow::Result<()> {

@@ -16,6 +16,7 @@ use gpux_node::api_client::ApiClient;
 
 pub mod flood;
 pub mod harness;
+mod ledgers;
 pub mod orders;
 pub mod plane_bench;
 mod report;
@@ -37,6 +38,9 @@ pub struct TestnetConfig {
     pub gpux: PathBuf,
     /// Where data dirs go (a temporary directory when `None`, removed at the end).
     pub base_dir: Option<PathBuf>,
+    /// Ledger members: 1 (a ledger node), or 3 or 5 (a replicated ledger, whose leader is
+    /// killed a third into the run and started again on its disk).
+    pub ledgers: usize,
 }
 
 /// Credits every node gets from the testnet faucet.
@@ -202,15 +206,24 @@ pub fn up(
     };
     let mut nodes: Vec<harness::Node> = Vec::new();
     let mut report = Report {
-        nodes: 1 + config.hosts + config.renters,
+        nodes: config.ledgers + config.hosts + config.renters,
+        ledger_members: config.ledgers,
         ..Report::default()
     };
     progress("building the workload image (FROM scratch + static busybox) through Docker");
     let image = build_image().context("building the workload image")?;
     report.image = image.clone();
     progress(&format!("workload image {image}"));
-    let mut bootstrap: Option<String> = None;
-    let mut ledger_dir = PathBuf::new();
+    // The ledger first: everyone settles with it and joins through it.
+    let ledgers = ledgers::start(
+        &config.gpux,
+        &base,
+        config.ledgers,
+        LEDGER_RELEASE_GRACE_S,
+        &progress,
+    )?;
+    let n_ledgers = ledgers.nodes.len();
+    nodes.extend(ledgers.nodes);
     let mut host_dirs = Vec::new();
     let mut renter_dirs = Vec::new();
     let mut expected_offers = 0;
@@ -218,13 +231,9 @@ pub fn up(
     progress(&format!(
         "the CPU prover runs at {prover_gops:.3} Gop/s here: the fake GPUs' challenge references"
     ));
-    // The ledger node first: everyone settles with it and joins through it.
-    for i in 0..1 + config.hosts + config.renters {
-        let is_ledger = i == 0;
-        let is_host = !is_ledger && i <= config.hosts;
-        let name = if is_ledger {
-            "ledger".to_string()
-        } else if is_host {
+    for i in 1..1 + config.hosts + config.renters {
+        let is_host = i <= config.hosts;
+        let name = if is_host {
             format!("host-{}", i - 1)
         } else {
             format!("renter-{}", i - 1 - config.hosts)
@@ -232,33 +241,21 @@ pub fn up(
         let dir = base.join(&name);
         let mut args: Vec<String> = vec!["--api".into(), "127.0.0.1:0".into()];
         let mut env = Vec::new();
-        if let Some(b) = &bootstrap {
-            // Everyone runs with the network's receipt timing: hosts sign receipts at that
-            // interval, renters' watchdogs expect them.
-            args.extend(
-                [
-                    "--bootstrap",
-                    b,
-                    "--ledger",
-                    b,
-                    "--receipt-interval",
-                    RECEIPT_INTERVAL_S,
-                ]
-                .map(String::from),
-            );
-            args.extend(["--ack-grace", ACK_GRACE_S].map(String::from));
-        }
-        if is_ledger {
-            args.extend(
-                [
-                    "--serve-ledger",
-                    "--ledger-release-grace",
-                    LEDGER_RELEASE_GRACE_S,
-                ]
-                .map(String::from),
-            );
-            ledger_dir = dir.clone();
-        } else if is_host {
+        // Everyone runs with the network's receipt timing: hosts sign receipts at that
+        // interval, renters' watchdogs expect them.
+        args.extend(
+            [
+                "--bootstrap",
+                &ledgers.bootstrap,
+                "--ledger",
+                &ledgers.list,
+                "--receipt-interval",
+                RECEIPT_INTERVAL_S,
+            ]
+            .map(String::from),
+        );
+        args.extend(["--ack-grace", ACK_GRACE_S].map(String::from));
+        if is_host {
             let h = i - 1;
             let (model, memory, cc, price) = MODELS[h % MODELS.len()];
             let count = 1 + h % 4;
@@ -317,22 +314,22 @@ pub fn up(
             args.extend(orders::challenge_references(prover_gops));
             renter_dirs.push(dir.clone());
         }
-        // Every node needs its API up; the first one's address is everyone's bootstrap. A
-        // node that exits instead fails the run at once, with the last line it logged.
+        // Every node needs its API up. A node that exits instead fails the run at once, with
+        // the last line it logged.
         let mut node = harness::Node::new(&config.gpux, &base, &name, args, env)?;
         node.spawn()?;
-        let listen = node.addr.clone();
         nodes.push(node);
-        if bootstrap.is_none() {
-            let key = gpux_node::load_key(&dir)?;
-            bootstrap = Some(format!("{listen}/p2p/{}", key.peer_id()));
-        }
         if stop.load(Ordering::Relaxed) {
             bail!("stopped while starting the nodes");
         }
     }
     progress(&format!(
-        "started a ledger, {} hosts and {} renters in {}",
+        "started {}, {} hosts and {} renters in {}",
+        if n_ledgers == 1 {
+            "a ledger".to_string()
+        } else {
+            format!("{n_ledgers} ledger members")
+        },
         config.hosts,
         config.renters,
         base.display()
@@ -396,16 +393,17 @@ pub fn up(
     report.node_rss_kb_max = rss.last().copied().unwrap_or(0);
 
     // The faucet: every host and renter gets credits from the ledger.
-    let ledger = ApiClient::for_data_dir(&ledger_dir)?;
     let mut peers = Vec::new();
     for dir in host_dirs.iter().chain(&renter_dirs) {
         let peer = gpux_node::load_key(dir)?.peer_id().to_string();
-        ledger
-            .mint(&gpux_api::MintRequest {
+        ledgers::mint(
+            &nodes[..n_ledgers],
+            &gpux_api::MintRequest {
                 account: peer.clone(),
                 amount: FAUCET_CREDITS.into(),
-            })
-            .context("minting faucet credits")?;
+            },
+        )
+        .context("minting faucet credits")?;
         peers.push(peer);
     }
     let host_peers: Vec<String> = peers[..hosts.len()].to_vec();
@@ -455,7 +453,54 @@ pub fn up(
     let mut next_rent = vec![Instant::now(); renters.len()];
     let mut rent_ms = Vec::new();
     let mut leases_started = 0u64;
+    // A replicated ledger loses its leader a third into the run (SIGKILL), which comes back
+    // on its disk a few seconds later; the first rent after the loss times the failover.
+    let mut kill_at = (n_ledgers >= 3).then(|| Instant::now() + config.duration / 3);
+    let mut killed: Option<(usize, Instant)> = None;
+    let mut lost_at: Option<Instant> = None;
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        if kill_at.is_some_and(|at| Instant::now() >= at)
+            && let Some(leader) = ledgers::leader(&nodes[..n_ledgers])
+        {
+            kill_at = None;
+            nodes[leader].kill9();
+            killed = Some((leader, Instant::now()));
+            lost_at = Some(Instant::now());
+            report.ledger_leader_killed = Some(nodes[leader].name.clone());
+            progress(&format!(
+                "chaos: killed the ledger's leader, {}",
+                nodes[leader].name
+            ));
+            // The failover: from the kill to the first write the cluster applies again (a
+            // faucet credit to an account outside the market, so the parties' credits are
+            // untouched).
+            match ledgers::mint(&nodes[..n_ledgers], &ledgers::probe()) {
+                Ok(()) => {
+                    let ms = lost_at.map_or(0, |at| at.elapsed().as_millis() as u64);
+                    report.ledger_failover_ms = Some(ms);
+                    progress(&format!(
+                        "the ledger applies writes again {ms} ms after its leader's loss"
+                    ));
+                }
+                Err(e) => report.errors.push(format!(
+                    "the ledger applied nothing after its leader's loss: {e:#}"
+                )),
+            }
+        }
+        if let Some((member, at)) = killed
+            && at.elapsed() >= ledgers::LEADER_DOWN
+        {
+            killed = None;
+            match nodes[member].spawn() {
+                Ok(()) => progress(&format!(
+                    "chaos: {} started again on its disk",
+                    nodes[member].name
+                )),
+                Err(e) => report
+                    .errors
+                    .push(format!("restarting a ledger member: {e:#}")),
+            }
+        }
         for (i, renter) in renters.iter().enumerate() {
             if Instant::now() < next_rent[i] {
                 continue;
@@ -487,6 +532,9 @@ pub fn up(
                 Ok(lease) => {
                     let ms = asked.elapsed().as_millis() as u64;
                     rent_ms.push(ms);
+                    if lost_at.is_some_and(|lost| asked >= lost) {
+                        report.leases_after_leader_loss += 1;
+                    }
                     leases_started += 1;
                     report.leases_agreed += 1;
                     next_rent[i] = Instant::now() + Duration::from_secs(LEASE_S + 1);
@@ -628,6 +676,15 @@ pub fn up(
     report.propagation_ms_p50 = percentile(&delays, 0.50);
     report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);
+    if n_ledgers > 1 {
+        let (agree, seen) = ledgers::agreement(&nodes[..n_ledgers]);
+        report.ledger_applied = seen.iter().map(|s| s.2).collect();
+        if !agree {
+            report.errors.push(format!(
+                "the ledger's members disagree (minted, total, applied): {seen:?}"
+            ));
+        }
+    }
     report.errors.extend(
         harness::stop_all(&mut nodes, 5)
             .into_iter()

@@ -81,6 +81,17 @@ pub struct Report {
     pub orders: orders::OrderFigures,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
+    /// Ledger members (1: a ledger node; 3 or 5: a replicated ledger).
+    pub ledger_members: usize,
+    /// The replicated ledger's leader killed a third into the run, by name.
+    pub ledger_leader_killed: Option<String>,
+    /// From that kill to the first write the cluster applied again, ms.
+    pub ledger_failover_ms: Option<u64>,
+    /// Leases that started after the leader's loss (in the renting rounds; the order rounds
+    /// after them run on the new leader too).
+    pub leases_after_leader_loss: usize,
+    /// Each member's last applied log index at the end (equal: they agree).
+    pub ledger_applied: Vec<u64>,
     /// Anything that went wrong.
     pub errors: Vec<String>,
     /// Seconds the whole run took.

@@ -526,6 +526,52 @@ pub(crate) fn mint(dir: &Path, account: String, amount: String, json: bool) -> a
     Ok(())
 }
 
+/// `gpux ledger status`.
+pub(crate) fn ledger_status(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let totals = ApiClient::for_data_dir(dir)?.ledger()?;
+    if json {
+        return print_json(&totals);
+    }
+    let credits = |micro: u64| gpux_protocol::MicroCredits(micro).amount_text();
+    out!(
+        "minted {} credits; {} credits in balances and open escrows; {} accounts; {} escrows ({} open)",
+        credits(totals.minted_micro),
+        credits(totals.total_micro),
+        totals.balances.len(),
+        totals.escrows,
+        totals.open_escrows
+    )?;
+    if let Some(c) = &totals.cluster {
+        let ids = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        out!(
+            "replicated ledger: this member is node {} ({}); leader {}; voters [{}]; learners [{}]; term {}; applied through entry {}",
+            c.node_id,
+            if c.leader { "the leader" } else { "a follower" },
+            c.leader_id
+                .map_or("unknown (an election)".into(), |l| l.to_string()),
+            ids(&c.voters),
+            ids(&c.learners),
+            c.term,
+            c.applied
+        )?;
+    }
+    Ok(())
+}
+
+/// `gpux ledger readd PEER`.
+pub(crate) fn ledger_readd(dir: &Path, peer: &str, json: bool) -> anyhow::Result<()> {
+    let readded = ApiClient::for_data_dir(dir)?.ledger_readd(peer)?;
+    if json {
+        return print_json(&readded);
+    }
+    out!(
+        "{} is a voter again as node {}, caught up",
+        readded.peer,
+        readded.node_id
+    )?;
+    Ok(())
+}
+
 /// `gpux block HOST` (and `--undo`).
 pub(crate) fn block(dir: &Path, host: String, undo: bool, json: bool) -> anyhow::Result<()> {
     let blocked = ApiClient::for_data_dir(dir)?.block(&gpux_api::BlockRequest {

@@ -10,6 +10,7 @@ use super::out;
 pub(crate) fn up(
     hosts: usize,
     renters: usize,
+    ledgers: usize,
     duration: u32,
     report_path: Option<PathBuf>,
     dir: Option<PathBuf>,
@@ -48,6 +49,7 @@ pub(crate) fn up(
         duration,
         gpux,
         base_dir: dir,
+        ledgers,
     };
     let report = gpux_testnet::up(&config, stop, |line| {
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
@@ -98,6 +100,21 @@ pub(crate) fn up(
             ", NOT CONSERVED"
         }
     )?;
+    if report.ledger_members > 1 {
+        out!(
+            "ledger: {} members; {}; applied through {:?}",
+            report.ledger_members,
+            match (&report.ledger_leader_killed, report.ledger_failover_ms) {
+                (Some(name), Some(ms)) => format!(
+                    "leader {name} killed, writes applied again {ms} ms later, {} leases started after",
+                    report.leases_after_leader_loss
+                ),
+                (Some(name), None) => format!("leader {name} killed, no write applied after"),
+                _ => "the leader was not killed (the run was too short)".into(),
+            },
+            report.ledger_applied
+        )?;
+    }
     for l in &report.leases {
         out!(
             "  lease {}: {} GPU at {} µcr/h, ran {:.2} s ({}), charged {} µcr, expected {:.0}",

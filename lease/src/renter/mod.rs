@@ -64,6 +64,9 @@ pub struct RenterLease {
     request: Verified<LeaseRequest>,
     lock: Verified<EscrowLock>,
     rec: RenterRecord,
+    /// The other members of a replicated ledger, whose records count as the ledger's too
+    /// (not stored: a lock's record comes only before a restart, which gives the start up).
+    ledger_members: Vec<PublicKey>,
     ledger_busy: bool,
     ledger_failures: u32,
     reported: bool,
@@ -160,10 +163,18 @@ impl RenterLease {
             request,
             lock,
             rec,
+            ledger_members: Vec::new(),
             ledger_busy: false,
             ledger_failures: 0,
             reported: false,
         }
+    }
+
+    /// Counts the records of these members of a replicated ledger too (the ledger's key,
+    /// the record's `ledger`, is its first member's).
+    pub fn with_ledger_members(mut self, members: Vec<PublicKey>) -> Self {
+        self.ledger_members = members;
+        self
     }
 
     /// A lease from its stored record after a restart.
@@ -416,7 +427,8 @@ impl RenterLease {
         }
         match outcome {
             LockOutcome::Record(record)
-                if record.signer() == self.rec.ledger
+                if (record.signer() == self.rec.ledger
+                    || self.ledger_members.contains(&record.signer()))
                     && record.escrow == self.request.escrow
                     && record.op == self.lock.id()
                     && matches!(

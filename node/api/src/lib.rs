@@ -673,6 +673,45 @@ pub struct LedgerTotals {
     pub escrows: usize,
     /// Escrows still open.
     pub open_escrows: usize,
+    /// A member of a replicated ledger: the cluster as this member sees it (absent for a
+    /// single ledger node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterView>,
+}
+
+/// `POST /v1/ledger/readd`: take a member back that lost its store (on the leader).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReaddRequest {
+    /// The member's peer id.
+    pub peer: String,
+}
+
+/// The answer to [`ReaddRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readded {
+    /// The member's peer id.
+    pub peer: String,
+    /// Its node id now (a voter again, caught up).
+    pub node_id: u64,
+}
+
+/// A replicated ledger, as one member sees it (in [`LedgerTotals`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// This member's node id (drawn when its store was created).
+    pub node_id: u64,
+    /// Whether this member leads.
+    pub leader: bool,
+    /// The leader's node id, when one is known.
+    pub leader_id: Option<u64>,
+    /// The voters' node ids.
+    pub voters: Vec<u64>,
+    /// Members that replicate without voting yet (learners).
+    pub learners: Vec<u64>,
+    /// The raft term.
+    pub term: u64,
+    /// The last log index applied to this member's ledger.
+    pub applied: u64,
 }
 
 /// `POST /v1/shutdown`.

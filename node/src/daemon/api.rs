@@ -94,6 +94,10 @@ pub(crate) enum ApiCommand {
     Ledger {
         reply: Reply<LedgerTotals>,
     },
+    LedgerReadd {
+        request: gpux_api::ReaddRequest,
+        reply: Reply<gpux_api::Readded>,
+    },
     Block {
         request: BlockRequest,
         reply: Reply<Blocked>,
@@ -360,6 +364,18 @@ async fn ledger(_: Authorized, State(state): State<AppState>) -> Response {
     ask(&state, |reply| ApiCommand::Ledger { reply }).await
 }
 
+async fn ledger_readd(
+    _: Authorized,
+    State(state): State<AppState>,
+    request: Result<Json<gpux_api::ReaddRequest>, JsonRejection>,
+) -> Response {
+    ask_body(&state, request, |request, reply| ApiCommand::LedgerReadd {
+        request,
+        reply,
+    })
+    .await
+}
+
 async fn follow(
     _: Authorized,
     State(state): State<AppState>,
@@ -589,6 +605,7 @@ pub(crate) async fn serve(
         .route("/v1/balance", get(balance))
         .route("/v1/ledger", get(ledger))
         .route("/v1/ledger/mint", post(mint))
+        .route("/v1/ledger/readd", post(ledger_readd))
         .route("/v1/rent", post(rent))
         .route("/v1/bid", post(bid))
         .route("/v1/block", post(block))

@@ -52,7 +52,7 @@ impl MarketView {
     /// challenge results by the records of `ledger`.
     pub(crate) fn new(
         state: NodeState<SledStore>,
-        ledger: Option<gpux_protocol::PublicKey>,
+        ledger: Vec<gpux_protocol::PublicKey>,
         now: Timestamp,
     ) -> Self {
         let mut view = Self {

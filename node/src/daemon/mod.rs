@@ -113,8 +113,11 @@ pub struct DaemonConfig {
     pub mdns: bool,
     /// Set for a host.
     pub host: Option<HostOptions>,
-    /// The ledger node this node settles with (`.../p2p/<its peer id>`).
-    pub ledger: Option<Multiaddr>,
+    /// The ledger this node settles with (`.../p2p/<its peer id>`): its node, or the members
+    /// of a replicated ledger (empty: none).
+    pub ledger: Vec<Multiaddr>,
+    /// The replicated ledger this node serves as a member of (with `serve_ledger`).
+    pub ledger_cluster: Option<crate::ledger::cluster::ClusterConfig>,
     /// Set to serve the ledger (`/gpux/ledger/2`) from this node.
     pub serve_ledger: Option<gpux_market::LedgerConfig>,
     /// Receipt interval and acknowledgement grace (a host announces them in its acceptances).
@@ -232,6 +235,8 @@ pub(crate) struct Daemon {
     renter: renter::RenterRole,
     ledger: Option<LedgerClient>,
     ledger_service: Option<LedgerService<SledStore>>,
+    /// This node's membership of a replicated ledger (in place of `ledger_service`).
+    ledger_cluster: Option<std::sync::Arc<crate::ledger::cluster::LedgerCluster<SledStore>>>,
     /// What this node has learned about reaching hosts (its rents skip those backed off).
     reach: reach::Reach,
     /// Peers connected now.
@@ -284,16 +289,30 @@ pub async fn run(
     let (net, mut net_events) = p2p::spawn(&key, net_config).await?;
     let (events_tx, mut events_rx) = mpsc::channel(EVENT_CAPACITY);
     let t = now();
-    let ledger = match config.ledger.clone() {
-        Some(addr) => Some(LedgerClient::new(net.clone(), addr)?),
-        None => None,
+    let ledger = match config.ledger.as_slice() {
+        [] => None,
+        addrs => Some(LedgerClient::cluster(net.clone(), addrs.to_vec())?),
+    };
+    let ledger_cluster = match (config.serve_ledger, &config.ledger_cluster) {
+        (Some(ledger_config), Some(cluster)) => Some(std::sync::Arc::new(
+            crate::ledger::cluster::LedgerCluster::start(
+                key.clone(),
+                ledger_config,
+                std::sync::Arc::new(state.store().clone()),
+                net.clone(),
+                cluster,
+            )
+            .await
+            .context("starting this member of the replicated ledger")?,
+        )),
+        _ => None,
     };
     let ledger_service = match config.serve_ledger {
-        Some(ledger_config) => Some(
+        Some(ledger_config) if ledger_cluster.is_none() => Some(
             LedgerService::open(key.clone(), state.clone(), ledger_config)
                 .context("opening the ledger")?,
         ),
-        None => None,
+        _ => None,
     };
     let renter = renter::RenterRole::new(
         key.clone(),
@@ -314,16 +333,19 @@ pub async fn run(
             state.clone(),
             // The ledger this node settles with (or is) signs the records that back a
             // challenged tier.
-            ledger
-                .as_ref()
-                .map(LedgerClient::key)
-                .or(ledger_service.as_ref().map(|_| key.public())),
+            match (&ledger, &ledger_service, &ledger_cluster) {
+                (Some(client), _, _) => client.keys(),
+                (None, Some(_), _) => vec![key.public()],
+                (None, None, Some(cluster)) => cluster.member_keys(),
+                (None, None, None) => Vec::new(),
+            },
             t,
         ),
         host: None,
         renter,
         ledger: ledger.clone(),
         ledger_service,
+        ledger_cluster,
         reach: reach::Reach::new(views::blocked_hosts(&state)),
         peers: std::collections::BTreeSet::new(),
         data_dir: config.data_dir.clone(),

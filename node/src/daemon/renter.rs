@@ -115,12 +115,20 @@ impl RenterRole {
         &mut self,
         request: Verified<LeaseRequest>,
         accept: &Verified<LeaseAccept>,
-        ledger: PublicKey,
+        ledger: &[PublicKey],
         reply: oneshot::Sender<RentReport>,
     ) {
         let id = request.id();
-        match RenterLease::accepted(self.key.clone(), request, accept, ledger, now()) {
+        let Some(&first) = ledger.first() else {
+            let _ = reply.send(RentReport::Failed {
+                end: gpux_lease::End::NotStarted,
+                detail: "no ledger to lock the escrow with".into(),
+            });
+            return;
+        };
+        match RenterLease::accepted(self.key.clone(), request, accept, first, now()) {
             Ok((lease, effects)) => {
+                let lease = lease.with_ledger_members(ledger.to_vec());
                 self.leases.insert(id, lease);
                 self.rent_replies.insert(id, reply);
                 self.apply(id, effects);

@@ -35,6 +35,8 @@ pub(crate) enum Inbound {
     Notice(Verified<PreemptionNotice>),
     /// `/gpux/ledger/2`: a frame for the ledger service.
     Ledger(Vec<u8>),
+    /// `/gpux/raft/1`: a frame for this node's membership of a replicated ledger.
+    Raft(Vec<u8>),
     /// Anything else (it does not verify, or the protocol does not carry it).
     Unexpected(String),
 }
@@ -42,8 +44,10 @@ pub(crate) enum Inbound {
 impl Inbound {
     /// Decodes and verifies a request of `proto`.
     pub(crate) fn decode(proto: Proto, data: Vec<u8>) -> Inbound {
-        if proto == Proto::Ledger {
-            return Inbound::Ledger(data);
+        match proto {
+            Proto::Ledger => return Inbound::Ledger(data),
+            Proto::Raft => return Inbound::Raft(data),
+            _ => {}
         }
         let verified = match AnySigned::from_bytes(data).and_then(AnySigned::verify) {
             Ok(v) => v,
@@ -130,6 +134,28 @@ impl Daemon {
 
     fn on_request(&mut self, id: InboundId, peer: PeerId, inbound: Inbound) {
         match inbound {
+            Inbound::Raft(frame) => match &self.ledger_cluster {
+                Some(cluster) => {
+                    let (answer, net) = (cluster.serve_raft(peer, frame), self.net.clone());
+                    tokio::spawn(async move {
+                        let _ = net.respond(id, answer.await).await;
+                    });
+                }
+                None => self.respond(id, Vec::new()),
+            },
+            Inbound::Ledger(frame) if self.ledger_cluster.is_some() => {
+                let Some(cluster) = &self.ledger_cluster else {
+                    return;
+                };
+                let answer = cluster.handle(&frame, now());
+                let (net, recorder) = (self.net.clone(), self.recorder.clone());
+                tokio::spawn(async move {
+                    let response = answer.await;
+                    let (op, outcome) = crate::metrics::ledger_op_of(&frame, &response);
+                    recorder.ledger_op(op, outcome);
+                    let _ = net.respond(id, ledger_wire::encode(&response)).await;
+                });
+            }
             Inbound::Ledger(frame) => {
                 let response = match self.ledger_service.as_mut() {
                     Some(service) => {

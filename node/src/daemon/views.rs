@@ -252,20 +252,10 @@ impl Daemon {
     }
 
     fn mint(&mut self, request: &gpux_api::MintRequest) -> Result<Minted, ApiError> {
+        let (peer, amount) = mint_of(request)?;
         let service = self.ledger_service.as_mut().ok_or_else(|| {
             ApiError::new(ErrorCode::Conflict, "this node does not serve a ledger")
         })?;
-        let peer = request
-            .account
-            .parse::<gpux_protocol::PeerId>()
-            .map_err(|e| ApiError::bad_input(format!("account: {e}")))?;
-        let amount = request
-            .amount
-            .parse::<MicroCredits>()
-            .map_err(|e| ApiError::bad_input(format!("amount: {e}")))?;
-        if amount.0 == 0 {
-            return Err(ApiError::bad_input("amount: must be more than zero"));
-        }
         let balance = service
             .mint(peer.public_key(), amount, now())
             .map_err(|e| match e {
@@ -300,22 +290,118 @@ impl Daemon {
     }
 
     fn ledger_totals(&self) -> Result<LedgerTotals, ApiError> {
+        if let Some(cluster) = &self.ledger_cluster {
+            let mut totals = cluster.state().read(|m| totals(m.ledger()));
+            totals.cluster = Some(cluster.view());
+            return Ok(totals);
+        }
         let service = self.ledger_service.as_ref().ok_or_else(|| {
             ApiError::new(ErrorCode::Conflict, "this node does not serve a ledger")
         })?;
-        let ledger = service.ledger();
-        Ok(LedgerTotals {
-            minted_micro: ledger.minted().0,
-            total_micro: u64::try_from(ledger.total()).unwrap_or(u64::MAX),
-            balances: ledger
-                .accounts()
-                .map(|(k, b)| (k.peer_id().to_string(), b.0))
-                .collect(),
-            escrows: ledger.escrows().count(),
-            open_escrows: ledger.escrows().filter(|(_, e)| !e.released).count(),
-        })
+        Ok(totals(service.ledger()))
     }
 
+    /// Takes back a member of this node's replicated ledger that lost its store.
+    fn readd(
+        &self,
+        request: gpux_api::ReaddRequest,
+        reply: tokio::sync::oneshot::Sender<Result<gpux_api::Readded, ApiError>>,
+    ) {
+        let Some(cluster) = self.ledger_cluster.clone() else {
+            let _ = reply.send(Err(ApiError::new(
+                ErrorCode::Conflict,
+                "this node is not a member of a replicated ledger",
+            )));
+            return;
+        };
+        tokio::spawn(async move {
+            let result = match request.peer.parse::<libp2p::PeerId>() {
+                Err(e) => Err(ApiError::bad_input(format!("peer: {e}"))),
+                Ok(peer) => match cluster.readd(peer).await {
+                    Ok(node_id) => Ok(gpux_api::Readded {
+                        peer: request.peer.clone(),
+                        node_id,
+                    }),
+                    Err(crate::ledger::cluster::ClusterError::NotLeader) => Err(ApiError::new(
+                        ErrorCode::Conflict,
+                        "this member is not the ledger's leader",
+                    )
+                    .with_hint("run it on the leader (`gpux ledger status` says which)")),
+                    Err(e) => Err(ApiError::new(ErrorCode::Unavailable, e.to_string())),
+                },
+            };
+            let _ = reply.send(result);
+        });
+    }
+
+    /// Mints through the replicated ledger this node is a member of (its leader applies
+    /// it; a follower answers with where the leader is).
+    fn mint_in_cluster(
+        &self,
+        request: gpux_api::MintRequest,
+        reply: tokio::sync::oneshot::Sender<Result<Minted, ApiError>>,
+    ) {
+        let Some(cluster) = self.ledger_cluster.clone() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let result = async {
+                let (peer, amount) = mint_of(&request)?;
+                let account = peer.public_key();
+                match cluster.mint(account, amount, now()).await {
+                    Ok(gpux_protocol::ledger_wire::LedgerResponse::Record(_)) => Ok(Minted {
+                        account: request.account.clone(),
+                        balance_micro: cluster.state().read(|m| m.ledger().balance(&account).0),
+                    }),
+                    Ok(other) => Err(ApiError::bad_input(format!("refused: {other:?}"))),
+                    Err(crate::ledger::cluster::ClusterError::NotLeader) => Err(ApiError::new(
+                        ErrorCode::Conflict,
+                        "this member is not the ledger's leader",
+                    )
+                    .with_hint("mint on the leader (`gpux ledger status` says which)")),
+                    Err(e) => Err(ApiError::internal(e.to_string())),
+                }
+            }
+            .await;
+            let _ = reply.send(result);
+        });
+    }
+}
+
+/// The account and amount of a mint request, checked.
+fn mint_of(
+    request: &gpux_api::MintRequest,
+) -> Result<(gpux_protocol::PeerId, MicroCredits), ApiError> {
+    let peer = request
+        .account
+        .parse::<gpux_protocol::PeerId>()
+        .map_err(|e| ApiError::bad_input(format!("account: {e}")))?;
+    let amount = request
+        .amount
+        .parse::<MicroCredits>()
+        .map_err(|e| ApiError::bad_input(format!("amount: {e}")))?;
+    if amount.0 == 0 {
+        return Err(ApiError::bad_input("amount: must be more than zero"));
+    }
+    Ok((peer, amount))
+}
+
+/// The totals of a ledger's state.
+fn totals(ledger: &gpux_market::Ledger) -> LedgerTotals {
+    LedgerTotals {
+        minted_micro: ledger.minted().0,
+        total_micro: u64::try_from(ledger.total()).unwrap_or(u64::MAX),
+        balances: ledger
+            .accounts()
+            .map(|(k, b)| (k.peer_id().to_string(), b.0))
+            .collect(),
+        escrows: ledger.escrows().count(),
+        open_escrows: ledger.escrows().filter(|(_, e)| !e.released).count(),
+        cluster: None,
+    }
+}
+
+impl Daemon {
     /// One API command.
     pub(super) fn on_api(&mut self, command: ApiCommand) {
         match command {
@@ -433,12 +519,16 @@ impl Daemon {
                     let _ = reply.send(result);
                 });
             }
+            ApiCommand::Mint { request, reply } if self.ledger_cluster.is_some() => {
+                self.mint_in_cluster(request, reply);
+            }
             ApiCommand::Mint { request, reply } => {
                 let _ = reply.send(self.mint(&request));
             }
             ApiCommand::Ledger { reply } => {
                 let _ = reply.send(self.ledger_totals());
             }
+            ApiCommand::LedgerReadd { request, reply } => self.readd(request, reply),
             ApiCommand::Block { request, reply } => {
                 let _ = reply.send(self.block(&request));
             }

@@ -13,20 +13,15 @@
 //! unchanged, refused with a [`RefusalCode`], or no verdict), and a `NotLeader` redirect is
 //! followed.
 
-use gpux_lease::{LedgerMachine, LedgerVerdict, ReplayError};
+use gpux_lease::{LedgerMachine, ReplayError};
 use gpux_market::Ledger;
 pub use gpux_market::LedgerConfig;
-use gpux_protocol::ledger_wire::{self, EscrowView, LedgerRequest, LedgerResponse, RefusalCode};
-use gpux_protocol::{EscrowId, Keypair, MicroCredits, PublicKey, Timestamp};
-use libp2p::{Multiaddr, PeerId};
+use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};
+use gpux_protocol::{Keypair, MicroCredits, PublicKey, Timestamp};
 
-use crate::p2p::{Client, Proto};
 use std::path::PathBuf;
 
 use crate::store::{Durability, Entries, NodeState, Store, StoreError, Tree};
-
-/// How long a party waits for the ledger to answer.
-const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the ledger service could not open or do something.
 #[derive(Debug, thiserror::Error)]
@@ -67,12 +62,14 @@ pub struct LedgerService<S> {
     halted: Option<String>,
 }
 
+mod client;
 pub mod cluster;
 mod copy;
 mod manifest;
 mod restore;
 
 use crate::store::write_atomic;
+pub use client::{LedgerAddrError, LedgerCallError, LedgerClient};
 pub use copy::LEDGER_COPY;
 use copy::{CopyContents, LogCopy, Tail};
 pub use manifest::LEDGER_MANIFEST;
@@ -357,199 +354,6 @@ impl<S: Store> LedgerService<S> {
             return LedgerResponse::refused(RefusalCode::Storage, e.to_string());
         }
         output.response
-    }
-}
-
-/// Why a call to the ledger gave no answer to act on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LedgerCallError {
-    /// The ledger did not answer (in time), or answered nonsense.
-    #[error("the ledger at {addr} did not answer: {why}")]
-    Unreachable {
-        /// Where.
-        addr: String,
-        /// Why.
-        why: String,
-    },
-    /// The ledger refused.
-    #[error("the ledger refused ({code:?}): {detail}")]
-    Refused {
-        /// The rule.
-        code: RefusalCode,
-        /// For people.
-        detail: String,
-    },
-}
-
-/// A party's connection to the ledger it trusts.
-#[derive(Debug, Clone)]
-pub struct LedgerClient {
-    net: Client,
-    addr: Multiaddr,
-    peer: PeerId,
-    key: PublicKey,
-}
-
-/// A ledger address that does not name the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the ledger address {0} must end with /p2p/<the ledger's peer id>")]
-pub struct LedgerAddrError(pub String);
-
-impl LedgerClient {
-    /// The ledger at `addr`, which must end with `/p2p/<peer id>` (the ledger's key).
-    pub fn new(net: Client, addr: Multiaddr) -> Result<Self, LedgerAddrError> {
-        let Some(libp2p::multiaddr::Protocol::P2p(peer)) = addr.iter().last() else {
-            return Err(LedgerAddrError(addr.to_string()));
-        };
-        let key = peer
-            .to_base58()
-            .parse::<gpux_protocol::PeerId>()
-            .map_err(|_| LedgerAddrError(addr.to_string()))?
-            .public_key();
-        Ok(Self {
-            net,
-            addr,
-            peer,
-            key,
-        })
-    }
-
-    /// The ledger's public key.
-    pub fn key(&self) -> PublicKey {
-        self.key
-    }
-
-    fn unreachable(&self, why: impl std::fmt::Display) -> LedgerCallError {
-        LedgerCallError::Unreachable {
-            addr: self.addr.to_string(),
-            why: why.to_string(),
-        }
-    }
-
-    /// Sends a request (dialing when not connected), following one `NotLeader` redirect.
-    pub async fn call(&self, request: &LedgerRequest) -> Result<LedgerResponse, LedgerCallError> {
-        let frame = ledger_wire::encode(request);
-        let response = tokio::time::timeout(
-            CALL_TIMEOUT,
-            self.call_once(self.peer, Some(&self.addr), frame.clone()),
-        )
-        .await
-        .map_err(|_| self.unreachable("no answer in time"))??;
-        let LedgerResponse::NotLeader {
-            leader: Some(leader),
-            addrs,
-        } = &response
-        else {
-            return Ok(response);
-        };
-        let leader = PeerId::from_bytes(leader)
-            .map_err(|e| self.unreachable(format!("a redirect to a bad peer id: {e}")))?;
-        for addr in addrs.iter().filter_map(|a| a.parse::<Multiaddr>().ok()) {
-            let _ = self.net.dial(addr).await;
-        }
-        tokio::time::timeout(CALL_TIMEOUT, self.call_once(leader, None, frame))
-            .await
-            .map_err(|_| self.unreachable("the leader gave no answer in time"))?
-    }
-
-    async fn call_once(
-        &self,
-        peer: PeerId,
-        addr: Option<&Multiaddr>,
-        frame: Vec<u8>,
-    ) -> Result<LedgerResponse, LedgerCallError> {
-        let answer = match self
-            .net
-            .request_on(Proto::Ledger, peer, frame.clone())
-            .await
-        {
-            Ok(answer) => answer,
-            Err(first) => {
-                let Some(addr) = addr else {
-                    return Err(self.unreachable(first));
-                };
-                let _ = self.net.dial(addr.clone()).await;
-                self.net
-                    .request_on(Proto::Ledger, peer, frame)
-                    .await
-                    .map_err(|e| self.unreachable(e))?
-            }
-        };
-        ledger_wire::decode(&answer).map_err(|e| self.unreachable(e))
-    }
-
-    /// Submits a signed operation; the verdict, typed.
-    pub async fn submit(&self, envelope: Vec<u8>) -> LedgerVerdict {
-        match self.call(&LedgerRequest::Submit(envelope)).await {
-            Ok(response) => LedgerVerdict::from_response(response, self.key),
-            Err(e) => {
-                tracing::debug!("{e}");
-                LedgerVerdict::Unreachable
-            }
-        }
-    }
-
-    /// An account's balance.
-    pub async fn balance(&self, account: PublicKey) -> Result<MicroCredits, LedgerCallError> {
-        match self.call(&LedgerRequest::Balance(account)).await? {
-            LedgerResponse::Balance(b) => Ok(MicroCredits(b)),
-            LedgerResponse::Refused { code, detail, .. } => {
-                Err(LedgerCallError::Refused { code, detail })
-            }
-            _ => Err(self.unreachable("an unexpected answer")),
-        }
-    }
-
-    /// Who has paid `host`, as the ledger holds it.
-    pub async fn history(
-        &self,
-        host: PublicKey,
-    ) -> Result<gpux_protocol::ledger_wire::HostHistory, LedgerCallError> {
-        match self.call(&LedgerRequest::History(host)).await? {
-            LedgerResponse::History(h) => Ok(h),
-            LedgerResponse::Refused { code, detail, .. } => {
-                Err(LedgerCallError::Refused { code, detail })
-            }
-            _ => Err(self.unreachable("an unexpected answer")),
-        }
-    }
-
-    /// How a host's leases ended, per payer, as the closing releases stated it.
-    pub async fn ends(
-        &self,
-        host: PublicKey,
-    ) -> Result<gpux_protocol::ledger_wire::HostEnds, LedgerCallError> {
-        match self.call(&LedgerRequest::Ends(host)).await? {
-            LedgerResponse::Ends(e) => Ok(e),
-            LedgerResponse::Refused { code, detail, .. } => {
-                Err(LedgerCallError::Refused { code, detail })
-            }
-            _ => Err(self.unreachable("an unexpected answer")),
-        }
-    }
-
-    /// An escrow's signed records: its lock's, and its newest redemption's when the payee
-    /// has redeemed anything.
-    pub async fn proof(&self, id: EscrowId) -> Result<(Vec<u8>, Option<Vec<u8>>), LedgerCallError> {
-        match self.call(&LedgerRequest::Proof(id)).await? {
-            LedgerResponse::Proof { locked, paid } => Ok((locked, paid)),
-            LedgerResponse::Refused { code, detail, .. } => {
-                Err(LedgerCallError::Refused { code, detail })
-            }
-            _ => Err(self.unreachable("an unexpected answer")),
-        }
-    }
-
-    /// An escrow's state.
-    pub async fn escrow(&self, id: EscrowId) -> Result<Option<EscrowView>, LedgerCallError> {
-        match self.call(&LedgerRequest::Escrow(id)).await? {
-            LedgerResponse::Escrow(e) => Ok(e),
-            LedgerResponse::Refused { code, detail, .. } => {
-                Err(LedgerCallError::Refused { code, detail })
-            }
-            _ => Err(self.unreachable("an unexpected answer")),
-        }
     }
 }
 

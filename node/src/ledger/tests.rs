@@ -5,6 +5,8 @@ use gpux_protocol::{
 };
 
 use super::*;
+use gpux_protocol::EscrowId;
+use gpux_protocol::ledger_wire::{self, LedgerRequest};
 use crate::store::{NodeState, SledStore};
 use gpux_protocol::{Ext, LedgerEntry, LedgerRecord, Signed, Verified};
 

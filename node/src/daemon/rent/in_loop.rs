@@ -89,9 +89,9 @@ impl Daemon {
                 reply,
             } => {
                 let _ = self.market.book.reserve(&allocation, request.id());
-                let ledger = self.ledger.as_ref().map(crate::ledger::LedgerClient::key);
+                let ledger = self.ledger.as_ref().map(crate::ledger::LedgerClient::keys);
                 match ledger {
-                    Some(ledger) => self.renter.start_lease(*request, &accept, ledger, reply),
+                    Some(ledger) => self.renter.start_lease(*request, &accept, &ledger, reply),
                     None => {
                         let _ = reply.send(RentReport::Failed {
                             end: gpux_lease::End::NotStarted,

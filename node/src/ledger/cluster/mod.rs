@@ -310,6 +310,35 @@ impl<S: Store + 'static> LedgerCluster<S> {
         &self.state
     }
 
+    /// The cluster as this member sees it.
+    pub fn view(&self) -> gpux_api::ClusterView {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        gpux_api::ClusterView {
+            node_id: self.id,
+            leader: metrics.current_leader == Some(self.id),
+            leader_id: metrics.current_leader,
+            learners: membership
+                .nodes()
+                .map(|(id, _)| *id)
+                .filter(|id| !voters.contains(id))
+                .collect(),
+            voters: voters.into_iter().collect(),
+            term: metrics.current_term,
+            applied: self.state.applied_index(),
+        }
+    }
+
+    /// Every configured member's key (a record signed by any of them is the ledger's).
+    pub fn member_keys(&self) -> Vec<PublicKey> {
+        self.members
+            .keys()
+            .filter_map(|p| p.to_base58().parse::<gpux_protocol::PeerId>().ok())
+            .map(|p| p.public_key())
+            .collect()
+    }
+
     /// Whether `peer` is a configured member (only they are answered on `/gpux/raft/1`).
     pub fn is_member(&self, peer: &PeerId) -> bool {
         self.members.contains_key(peer)
