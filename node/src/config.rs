@@ -11,8 +11,10 @@
 //! api = "127.0.0.1:0"                   # local API (loopback only; port 0 picks one)
 //! metrics_listen = "127.0.0.1:0"        # Prometheus /metrics (port 0 picks one; "off": none)
 //! mdns = false                          # discover peers on the LAN
-//! ledger = "/ip4/.../tcp/.../p2p/12D3..." # the ledger node this node settles with
+//! ledger = "/ip4/.../tcp/.../p2p/12D3..." # the ledger to settle with (members: comma-separated)
 //! serve_ledger = false                  # run the ledger node here
+//! ledger_cluster = ["/ip4/.../p2p/..."]  # ... as a member of this replicated ledger
+//! ledger_bootstrap = false              # form that cluster from here (one member, once)
 //! ledger_release_grace_s = 600          # ledger: idle time before a payer may release
 //! receipt_interval_s = 60               # host: how often receipts are signed
 //! ack_grace_s = 30                      # host: stop a lease this long after a missed ack
