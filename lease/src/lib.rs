@@ -304,18 +304,41 @@ pub enum LedgerVerdict {
 }
 
 impl LedgerVerdict {
-    /// The verdict a ledger's response gives on a submission: an applied record counts only
-    /// when it verifies and is signed by one of `ledger` (the ledger node, or the members of
-    /// a replicated ledger); anything else that is not a verdict (a redirect, nonsense) is
-    /// no verdict.
+    /// The verdict a ledger's response gives on a submission. `ledger` is the ledger node's
+    /// key, or every member's of a replicated ledger. An applied record counts only when it
+    /// verifies and is signed by the ledger node, or, for a replicated ledger, when the
+    /// same record comes signed by a majority of distinct members (`Cosigned`): no single
+    /// member can forge one. Anything else that is not a verdict (a redirect, nonsense, too
+    /// few signatures) is no verdict.
     pub fn from_response(response: LedgerResponse, ledger: &[PublicKey]) -> LedgerVerdict {
+        let verify = |bytes: Vec<u8>| {
+            Signed::<LedgerRecord>::from_bytes(bytes)
+                .and_then(Signed::verify)
+                .ok()
+                .filter(|r| ledger.contains(&r.signer()))
+        };
+        let quorum = ledger.len() / 2 + 1;
         match response {
-            LedgerResponse::Record(bytes) => {
-                match Signed::<LedgerRecord>::from_bytes(bytes).and_then(Signed::verify) {
-                    Ok(record) if ledger.contains(&record.signer()) => {
-                        LedgerVerdict::Applied(Box::new(record))
+            LedgerResponse::Record(bytes) if quorum == 1 => match verify(bytes) {
+                Some(record) => LedgerVerdict::Applied(Box::new(record)),
+                None => LedgerVerdict::Unreachable,
+            },
+            LedgerResponse::Cosigned(copies) => {
+                let mut records = copies.into_iter().filter_map(verify);
+                let Some(first) = records.next() else {
+                    return LedgerVerdict::Unreachable;
+                };
+                let mut signers = std::collections::BTreeSet::from([first.signer()]);
+                for record in records {
+                    // The same record, another member's signature.
+                    if *record == *first {
+                        signers.insert(record.signer());
                     }
-                    _ => LedgerVerdict::Unreachable,
+                }
+                if signers.len() >= quorum {
+                    LedgerVerdict::Applied(Box::new(first))
+                } else {
+                    LedgerVerdict::Unreachable
                 }
             }
             LedgerResponse::Unchanged(_) => LedgerVerdict::Unchanged,

@@ -149,7 +149,7 @@ pub(crate) fn ledger_op_of(
         Err(_) => "malformed",
     };
     let outcome = match response {
-        LedgerResponse::Record(_) => "applied",
+        LedgerResponse::Record(_) | LedgerResponse::Cosigned(_) => "applied",
         LedgerResponse::Unchanged(_) => "unchanged",
         LedgerResponse::Refused { .. } => "refused",
         _ => "answered",

@@ -216,6 +216,10 @@ pub enum LedgerResponse {
     },
     /// How a host's leases ended (appended).
     Ends(HostEnds),
+    /// A replicated ledger's answer to a submission (appended): the same `LedgerRecord`,
+    /// signed by each member that applied it, at least a majority of the members. A party
+    /// configured with the members acts on no less.
+    Cosigned(Vec<Vec<u8>>),
 }
 
 impl LedgerResponse {

@@ -5,9 +5,9 @@ use gpux_protocol::{
 };
 
 use super::*;
+use crate::store::{NodeState, SledStore};
 use gpux_protocol::EscrowId;
 use gpux_protocol::ledger_wire::{self, LedgerRequest};
-use crate::store::{NodeState, SledStore};
 use gpux_protocol::{Ext, LedgerEntry, LedgerRecord, Signed, Verified};
 
 const PRICE: MicroCredits = MicroCredits(3_600_000);

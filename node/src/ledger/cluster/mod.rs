@@ -351,13 +351,14 @@ impl<S: Store + 'static> LedgerCluster<S> {
         data: Vec<u8>,
     ) -> impl std::future::Future<Output = Vec<u8>> + Send + 'static {
         let (raft, id, member) = (self.raft.clone(), self.id, self.is_member(&peer));
+        let state = self.state.clone();
         async move {
             if !member {
                 return encode(&RaftReply::Refused(format!(
                     "{peer} is not a member of this ledger cluster"
                 )));
             }
-            network::serve(&raft, id, &data).await
+            network::serve(&raft, &state, id, &data).await
         }
     }
 
@@ -369,6 +370,7 @@ impl<S: Store + 'static> LedgerCluster<S> {
     ) -> impl std::future::Future<Output = LedgerResponse> + Send + 'static {
         let request = ledger_wire::decode::<LedgerRequest>(frame);
         let (raft, state, id) = (self.raft.clone(), self.state.clone(), self.id);
+        let net = self.net.clone();
         async move {
             let request = match request {
                 Ok(r) => r,
@@ -387,7 +389,12 @@ impl<S: Store + 'static> LedgerCluster<S> {
                         at: now,
                         op: LogOp::Envelope(envelope),
                     };
-                    propose(&raft, &entry).await
+                    match propose_at(&raft, &entry).await {
+                        (LedgerResponse::Record(own), Some(index)) => {
+                            cosigned(&raft, &net, id, index, own).await
+                        }
+                        (response, _) => response,
+                    }
                 }
                 read => match raft.current_leader().await {
                     Some(leader) if leader == id => state.query(read),
@@ -457,14 +464,76 @@ impl<S: Store + 'static> LedgerCluster<S> {
 
 /// Proposes `entry` and returns what applying it answered (or where the leader is).
 async fn propose(raft: &Raft<LedgerRaft>, entry: &LogEntry) -> LedgerResponse {
+    propose_at(raft, entry).await.0
+}
+
+/// [`propose`], with the entry's log index when it was applied.
+async fn propose_at(raft: &Raft<LedgerRaft>, entry: &LogEntry) -> (LedgerResponse, Option<u64>) {
     let bytes = bincode::encode_to_vec(entry, bincode::config::standard()).unwrap_or_default();
     match raft.client_write(Command(bytes)).await {
-        Ok(written) => ledger_wire::decode(&written.data.0).unwrap_or_else(|e| {
-            LedgerResponse::refused(RefusalCode::Invalid, format!("an undecodable answer: {e}"))
-        }),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => not_leader(raft).await,
-        Err(e) => LedgerResponse::refused(RefusalCode::Invalid, e.to_string()),
+        Ok(written) => (
+            ledger_wire::decode(&written.data.0).unwrap_or_else(|e| {
+                LedgerResponse::refused(RefusalCode::Invalid, format!("an undecodable answer: {e}"))
+            }),
+            Some(written.log_id.index),
+        ),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+            (not_leader(raft).await, None)
+        }
+        Err(e) => (
+            LedgerResponse::refused(RefusalCode::Invalid, e.to_string()),
+            None,
+        ),
     }
+}
+
+/// The leader's record of the entry at `index` with the other voters' signed copies of it,
+/// once a majority of the voters have signed (each member signs what it applied itself).
+/// Without a majority in time the answer is the leader's record alone, which a party
+/// configured with the members does not act on (it asks again: a retry is answered again).
+async fn cosigned(
+    raft: &Raft<LedgerRaft>,
+    net: &Client,
+    me: NodeId,
+    index: u64,
+    own: Vec<u8>,
+) -> LedgerResponse {
+    let membership = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .clone();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let quorum = voters.len() / 2 + 1;
+    let mut copies = vec![own];
+    let mut asks = futures::stream::FuturesUnordered::new();
+    for id in voters.iter().filter(|&&id| id != me) {
+        let Some((peer, addr)) = membership.get_node(id).and_then(|m| m.peer_and_addr().ok())
+        else {
+            continue;
+        };
+        let rpc = Addressed {
+            to: Some(*id),
+            rpc: RaftRpc::Cosign(index),
+        };
+        asks.push(async move { network::call(net, peer, Some(&addr), &rpc, MEMBER_CALL).await });
+    }
+    while copies.len() < quorum {
+        use futures::StreamExt;
+        match asks.next().await {
+            Some(Ok(RaftReply::Cosigned(Some(record)))) => copies.push(record),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    if copies.len() < quorum {
+        tracing::warn!(
+            "ledger entry {index}: {} of the {quorum} signatures needed",
+            copies.len()
+        );
+    }
+    LedgerResponse::Cosigned(copies)
 }
 
 /// The redirect to the current leader (without one while an election runs).

@@ -37,6 +37,9 @@ pub enum RaftRpc {
     Vote(VoteRequest<NodeId>),
     /// A snapshot chunk.
     Snapshot(InstallSnapshotRequest<LedgerRaft>),
+    /// The member's own signed record of the entry at this log index (the leader collects a
+    /// majority's before it answers).
+    Cosign(u64),
 }
 
 /// The answer to a [`RaftRpc`].
@@ -50,9 +53,15 @@ pub enum RaftReply {
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// To `Snapshot`.
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    /// To `Cosign`: the record, once the member has applied the entry (none when it was
+    /// not a record, or not applied in time).
+    Cosigned(Option<Vec<u8>>),
     /// Not answered (the sender is not a configured member, or the frame is bad).
     Refused(String),
 }
+
+/// How long a member waits to have applied an entry the leader asks it to cosign.
+const COSIGN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A call that failed before any answer.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +98,12 @@ pub(super) async fn call(
 }
 
 /// Answers a request from `peer` (a configured member) with this member's raft.
-pub(super) async fn serve(raft: &Raft<LedgerRaft>, id: NodeId, data: &[u8]) -> Vec<u8> {
+pub(super) async fn serve<S: crate::store::Store + 'static>(
+    raft: &Raft<LedgerRaft>,
+    state: &super::LedgerState<S>,
+    id: NodeId,
+    data: &[u8],
+) -> Vec<u8> {
     let reply = match decode::<Addressed>(data) {
         Ok(Addressed { to: Some(to), .. }) if to != id => {
             RaftReply::Refused(format!("this member is node {id}, not {to}"))
@@ -99,6 +113,14 @@ pub(super) async fn serve(raft: &Raft<LedgerRaft>, id: NodeId, data: &[u8]) -> V
             RaftRpc::Append(rpc) => RaftReply::Append(raft.append_entries(rpc).await),
             RaftRpc::Vote(rpc) => RaftReply::Vote(raft.vote(rpc).await),
             RaftRpc::Snapshot(rpc) => RaftReply::Snapshot(raft.install_snapshot(rpc).await),
+            RaftRpc::Cosign(index) => {
+                // Committed on the leader; applied here as soon as the commit reaches us.
+                let deadline = tokio::time::Instant::now() + COSIGN_WAIT;
+                while state.applied_index() < index && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                RaftReply::Cosigned(state.record_at(index))
+            }
         },
         Err(e) => RaftReply::Refused(format!("an undecodable request: {e}")),
     };

@@ -4,6 +4,7 @@
 //! A snapshot is the ledger's own log of applied operations (what a single-member ledger
 //! keeps): installing one replays it, verifying every envelope, exactly as a restart does.
 
+use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -20,6 +21,9 @@ use super::{Answer, LedgerRaft, Member, NodeId, decode, encode};
 use crate::store::{Durability, Store, Tree};
 
 const SNAPSHOT: &[u8] = b"snapshot";
+/// How many of its newest records (by log index) a member keeps for the leader to collect
+/// its signature (a few seconds' worth at any rate the ledger runs).
+const RECENT_RECORDS: usize = 4096;
 /// The largest log entry a member applies.
 const MAX_ENTRY: usize = 16 * 1024;
 
@@ -40,6 +44,8 @@ struct Inner {
     /// The newest snapshot, built or installed: its metadata and body.
     snapshot: Option<(SnapshotMeta<NodeId, Member>, Vec<u8>)>,
     built: u64,
+    /// This member's signed records of its newest entries, by log index.
+    recent: BTreeMap<u64, Vec<u8>>,
 }
 
 /// The state machine. Cloning shares it: the node reads balances through a clone while
@@ -115,6 +121,7 @@ impl<S: Store + 'static> LedgerState<S> {
                 membership,
                 snapshot: saved,
                 built: 0,
+                recent: BTreeMap::new(),
             })),
             store,
         })
@@ -136,6 +143,12 @@ impl<S: Store + 'static> LedgerState<S> {
         let mut inner = self.lock();
         let now = gpux_protocol::Timestamp(0);
         inner.machine.request(now, request).response
+    }
+
+    /// This member's signed record of the entry at log `index`, if it applied one there
+    /// lately.
+    pub fn record_at(&self, index: u64) -> Option<Vec<u8>> {
+        self.lock().recent.get(&index).cloned()
     }
 
     /// The last applied log id's index (0 before any).
@@ -171,7 +184,14 @@ impl Inner {
                 Answer(Vec::new())
             }
             EntryPayload::Normal(command) => {
-                Answer(ledger_wire::encode(&self.apply_command(&command.0)))
+                let response = self.apply_command(&command.0);
+                if let LedgerResponse::Record(record) = &response {
+                    self.recent.insert(entry.log_id.index, record.clone());
+                    while self.recent.len() > RECENT_RECORDS {
+                        self.recent.pop_first();
+                    }
+                }
+                Answer(ledger_wire::encode(&response))
             }
         }
     }

@@ -228,20 +228,43 @@ async fn a_cluster_survives_its_leader_and_keeps_a_wiped_member_out_of_the_vote(
     assert!(matches!(minted, LedgerResponse::Record(_)), "{minted:?}");
     let follower = (first_leader + 1) % 3;
     let client = LedgerClient::new(stranger_net.clone(), members[follower].clone()).unwrap();
-    let record = client
+    let answer = client
         .call(&LedgerRequest::Submit(lock(&renter, &host, 1, 2_000_000)))
-        .await;
-    let record = match record.unwrap() {
-        LedgerResponse::Record(bytes) => Signed::<LedgerRecord>::from_bytes(bytes)
-            .and_then(Signed::verify)
-            .unwrap(),
-        other => panic!("{other:?}"),
+        .await
+        .unwrap();
+    // The same record under a majority of the members' own signatures, the leader's first.
+    let LedgerResponse::Cosigned(copies) = answer.clone() else {
+        panic!("{answer:?}");
     };
-    assert_eq!(
-        record.signer(),
-        keys[first_leader].public(),
-        "the leader's own record"
-    );
+    assert!(copies.len() >= 2, "{copies:?}");
+    let records: Vec<_> = copies
+        .iter()
+        .map(|c| {
+            Signed::<LedgerRecord>::from_bytes(c.clone())
+                .and_then(Signed::verify)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(records[0].signer(), keys[first_leader].public());
+    assert!(records.iter().all(|r| **r == *records[0]));
+    let signers: std::collections::BTreeSet<_> = records.iter().map(|r| r.signer()).collect();
+    assert_eq!(signers.len(), copies.len());
+    let member_keys: Vec<_> = keys.iter().map(Keypair::public).collect();
+    assert!(matches!(
+        gpux_lease::LedgerVerdict::from_response(answer, &member_keys),
+        gpux_lease::LedgerVerdict::Applied(_)
+    ));
+    // One member's signature alone is not the ledger's word.
+    for alone in [
+        LedgerResponse::Cosigned(copies[..1].to_vec()),
+        LedgerResponse::Cosigned(vec![copies[0].clone(), copies[0].clone()]),
+        LedgerResponse::Record(copies[0].clone()),
+    ] {
+        assert!(matches!(
+            gpux_lease::LedgerVerdict::from_response(alone, &member_keys),
+            gpux_lease::LedgerVerdict::Unreachable
+        ));
+    }
     wait_for("every member applied both", Duration::from_secs(10), || {
         all(&running)
             .iter()
@@ -260,7 +283,7 @@ async fn a_cluster_survives_its_leader_and_keeps_a_wiped_member_out_of_the_vote(
     let client = LedgerClient::new(stranger_net.clone(), members[survivors[0]].clone()).unwrap();
     let mut answer = None;
     while lost.elapsed() < Duration::from_secs(5) {
-        if let Ok(r @ LedgerResponse::Record(_)) = client
+        if let Ok(r @ LedgerResponse::Cosigned(_)) = client
             .call(&LedgerRequest::Submit(lock(&renter, &host, 2, 1_000_000)))
             .await
         {
