@@ -478,6 +478,7 @@ mod estimate;
 mod group;
 mod leases;
 mod ledger;
+mod ledger_cluster;
 mod market;
 mod metrics;
 mod mig;

@@ -12,22 +12,22 @@ use crate::harness::Node;
 /// How long a new cluster may take to make every member a voter.
 const FORM_TIMEOUT: Duration = Duration::from_secs(45);
 /// How long the killed leader stays down before it is started again on its disk.
-pub(crate) const LEADER_DOWN: Duration = Duration::from_secs(3);
+pub const LEADER_DOWN: Duration = Duration::from_secs(3);
 
 /// The ledger members, started and (for a cluster) formed.
-pub(crate) struct Ledgers {
+pub struct Ledgers {
     /// Their processes (the first is everyone's bootstrap).
-    pub(crate) nodes: Vec<Node>,
+    pub nodes: Vec<Node>,
     /// Every member's address with `/p2p/<peer id>`, comma-separated: what the parties'
     /// `--ledger` names.
-    pub(crate) list: String,
+    pub list: String,
     /// The first member's address: everyone's bootstrap.
-    pub(crate) bootstrap: String,
+    pub bootstrap: String,
 }
 
 /// Starts `n` ledger members under `base` (a lone ledger node when `n` is 1) and waits for a
 /// cluster to have every member voting.
-pub(crate) fn start(
+pub fn start(
     gpux: &std::path::Path,
     base: &std::path::Path,
     n: usize,
@@ -110,7 +110,7 @@ pub(crate) fn start(
 
 /// Mints through whichever member leads (a lone ledger node always does); retried while an
 /// election runs.
-pub(crate) fn mint(nodes: &[Node], request: &gpux_api::MintRequest) -> anyhow::Result<()> {
+pub fn mint(nodes: &[Node], request: &gpux_api::MintRequest) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let mut last = None;
@@ -129,7 +129,7 @@ pub(crate) fn mint(nodes: &[Node], request: &gpux_api::MintRequest) -> anyhow::R
 
 /// A faucet credit of one micro-credit to an account outside the market: a write that
 /// moves none of the parties' credits.
-pub(crate) fn probe() -> gpux_api::MintRequest {
+pub fn probe() -> gpux_api::MintRequest {
     gpux_api::MintRequest {
         account: gpux_protocol::Keypair::from_seed(&[0x5a; 32])
             .public()
@@ -140,7 +140,7 @@ pub(crate) fn probe() -> gpux_api::MintRequest {
 }
 
 /// The index of the member that leads now, if one does.
-pub(crate) fn leader(nodes: &[Node]) -> Option<usize> {
+pub fn leader(nodes: &[Node]) -> Option<usize> {
     nodes.iter().position(|n| {
         n.api()
             .ok()
@@ -152,7 +152,7 @@ pub(crate) fn leader(nodes: &[Node]) -> Option<usize> {
 
 /// Each member's totals (minted, total) and applied index, once they agree (within 10 s);
 /// the last answers otherwise.
-pub(crate) fn agreement(nodes: &[Node]) -> (bool, Vec<(u64, u64, u64)>) {
+pub fn agreement(nodes: &[Node]) -> (bool, Vec<(u64, u64, u64)>) {
     let read = || -> Vec<(u64, u64, u64)> {
         nodes
             .iter()

@@ -16,7 +16,7 @@ use gpux_node::api_client::ApiClient;
 
 pub mod flood;
 pub mod harness;
-mod ledgers;
+pub mod ledgers;
 pub mod orders;
 pub mod plane_bench;
 mod report;

@@ -119,14 +119,16 @@ pub(crate) fn challenge_and_group_round(
         }
         Err(e) => bail!("the H100 challenge did not run: {e}"),
     }
-    // A group of 3 GPUs: 2 on host-1, 1 on host-0, started together.
+    // A group of 3 GPUs: 2 on host-1, 1 on host-0, started together (host-2's three L4s,
+    // when there is a host-2, would hold the whole group on one host).
+    const GROUP_QUERY: &str = "mig=false gpu in [h100,a100]";
     wait("every GPU to be offered again", 30, || {
-        api.offers("mig=false", 10)
+        api.offers(GROUP_QUERY, 10)
             .is_ok_and(|hits| hits.iter().map(|h| u64::from(h.free)).sum::<u64>() >= 3)
     })?;
     let placed = api
         .rent_group(&gpux_api::RentRequest {
-            query: "mig=false".into(),
+            query: GROUP_QUERY.into(),
             gpus: 3,
             max_price: "10".into(),
             duration_s: 4,
