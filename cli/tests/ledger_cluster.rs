@@ -2,7 +2,7 @@
 //! docs/settlement.md: `gpux ledger status` shows one leader and three voters, a mint on a
 //! follower says where to mint, and a member whose disk was wiped (its key kept) comes back
 //! under a new node id that does not vote until `gpux ledger readd` on the leader takes it
-//! back; then it has every balance.
+//! back; then it has every balance. `/metrics` shows who leads and how many vote.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -43,6 +43,22 @@ fn a_wiped_member_does_not_vote_until_readded_then_has_every_balance() {
     assert_eq!(views.iter().filter(|v| v.leader).count(), 1, "{views:?}");
     assert!(views.iter().all(|v| v.voters.len() == 3), "{views:?}");
     let leader = views.iter().position(|v| v.leader).unwrap();
+    // /metrics says the same.
+    for (i, node) in nodes.iter().enumerate() {
+        let addr = gpux_node::metrics::read_addr(&node.dir).unwrap();
+        let text = ureq::get(&format!("http://{addr}/metrics"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let leads = format!("gpux_ledger_cluster_leader {}", u8::from(i == leader));
+        assert!(text.lines().any(|l| l == leads), "{text}");
+        assert!(
+            text.lines().any(|l| l == "gpux_ledger_cluster_voters 3"),
+            "{text}"
+        );
+    }
     let follower = (leader + 1) % 3;
     let wiped = (leader + 2) % 3;
 

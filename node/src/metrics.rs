@@ -112,6 +112,8 @@ pub(crate) struct Snapshot {
     pub(crate) spent_micro: u64,
     /// The host's GPUs, when this node shares some.
     pub(crate) gpus: Option<HostGpus>,
+    /// A replicated ledger's member: the cluster as it sees it.
+    pub(crate) cluster: Option<gpux_api::ClusterView>,
 }
 
 /// The file in the data directory that names where `/metrics` listens.
@@ -415,6 +417,33 @@ fn render(
         "From a rent's search to its offer's acceptance",
         recorder.match_latency.clone(),
     );
+    if let Some(c) = &snapshot.cluster {
+        let gauge = |value: u64| {
+            let g = Gauge::<i64>::default();
+            g.set(i64::try_from(value).unwrap_or(i64::MAX));
+            g
+        };
+        registry.register(
+            "gpux_ledger_cluster_leader",
+            "1 when this member leads the replicated ledger",
+            gauge(u64::from(c.leader)),
+        );
+        registry.register(
+            "gpux_ledger_cluster_term",
+            "The replicated ledger's raft term, as this member knows it",
+            gauge(c.term),
+        );
+        registry.register(
+            "gpux_ledger_cluster_voters",
+            "Voting members of the replicated ledger",
+            gauge(c.voters.len() as u64),
+        );
+        registry.register(
+            "gpux_ledger_cluster_applied_index",
+            "The last raft log index applied to this member's ledger",
+            gauge(c.applied),
+        );
+    }
     registry.register(
         "gpux_ledger_operations",
         "Ledger operations served by this node, by operation and outcome",

@@ -731,6 +731,7 @@ impl Daemon {
             earned_micro,
             spent_micro,
             gpus: self.host.as_ref().and_then(|h| h.metrics_gpus()),
+            cluster: self.ledger_cluster.as_ref().map(|c| c.view()),
         }
     }
 }
