@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
 
+use crate::Report;
 use crate::harness::Node;
 
 /// How long a new cluster may take to make every member a voter.
@@ -148,6 +149,88 @@ pub fn leader(nodes: &[Node]) -> Option<usize> {
             .and_then(|t| t.cluster)
             .is_some_and(|c| c.leader)
     })
+}
+
+/// The leader's loss: a replicated ledger's leader killed (SIGKILL) a third into the renting
+/// and started again on its disk [`LEADER_DOWN`] later; the failover is timed from the kill
+/// to the first write the cluster applies again (a faucet credit to an account outside the
+/// market, so the parties' credits are untouched).
+pub struct Chaos {
+    kill_at: Option<Instant>,
+    killed: Option<(usize, Instant)>,
+    lost_at: Option<Instant>,
+}
+
+impl Chaos {
+    /// For `n` members over a run of `duration` (nothing happens to a lone ledger node).
+    pub fn new(n: usize, duration: Duration) -> Self {
+        Self {
+            kill_at: (n >= 3).then(|| Instant::now() + duration / 3),
+            killed: None,
+            lost_at: None,
+        }
+    }
+
+    /// When the leader was lost, once it was.
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.lost_at
+    }
+
+    /// Kills the leader when it is time, and starts it again when it has been down long
+    /// enough.
+    pub fn step(&mut self, nodes: &mut [Node], report: &mut Report, progress: &dyn Fn(&str)) {
+        if self.kill_at.is_some_and(|at| Instant::now() >= at)
+            && let Some(leader) = leader(nodes)
+        {
+            self.kill_at = None;
+            nodes[leader].kill9();
+            let lost = Instant::now();
+            self.killed = Some((leader, lost));
+            self.lost_at = Some(lost);
+            report.ledger_leader_killed = Some(nodes[leader].name.clone());
+            progress(&format!(
+                "chaos: killed the ledger's leader, {}",
+                nodes[leader].name
+            ));
+            match mint(nodes, &probe()) {
+                Ok(()) => {
+                    let ms = lost.elapsed().as_millis() as u64;
+                    report.ledger_failover_ms = Some(ms);
+                    progress(&format!(
+                        "the ledger applies writes again {ms} ms after its leader's loss"
+                    ));
+                }
+                Err(e) => report.errors.push(format!(
+                    "the ledger applied nothing after its leader's loss: {e:#}"
+                )),
+            }
+        }
+        if let Some((member, at)) = self.killed
+            && at.elapsed() >= LEADER_DOWN
+        {
+            self.killed = None;
+            match nodes[member].spawn() {
+                Ok(()) => progress(&format!(
+                    "chaos: {} started again on its disk",
+                    nodes[member].name
+                )),
+                Err(e) => report
+                    .errors
+                    .push(format!("restarting a ledger member: {e:#}")),
+            }
+        }
+    }
+}
+
+/// Records each member's applied index at the end, and an error when the members disagree.
+pub fn check_agreement(nodes: &[Node], report: &mut Report) {
+    let (agree, seen) = agreement(nodes);
+    report.ledger_applied = seen.iter().map(|s| s.2).collect();
+    if !agree {
+        report.errors.push(format!(
+            "the ledger's members disagree (minted, total, applied): {seen:?}"
+        ));
+    }
 }
 
 /// Each member's totals (minted, total) and applied index, once they agree (within 10 s);

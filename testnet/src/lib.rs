@@ -453,54 +453,10 @@ pub fn up(
     let mut next_rent = vec![Instant::now(); renters.len()];
     let mut rent_ms = Vec::new();
     let mut leases_started = 0u64;
-    // A replicated ledger loses its leader a third into the run (SIGKILL), which comes back
-    // on its disk a few seconds later; the first rent after the loss times the failover.
-    let mut kill_at = (n_ledgers >= 3).then(|| Instant::now() + config.duration / 3);
-    let mut killed: Option<(usize, Instant)> = None;
-    let mut lost_at: Option<Instant> = None;
+    // A replicated ledger loses its leader a third into the run.
+    let mut chaos = ledgers::Chaos::new(n_ledgers, config.duration);
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-        if kill_at.is_some_and(|at| Instant::now() >= at)
-            && let Some(leader) = ledgers::leader(&nodes[..n_ledgers])
-        {
-            kill_at = None;
-            nodes[leader].kill9();
-            killed = Some((leader, Instant::now()));
-            lost_at = Some(Instant::now());
-            report.ledger_leader_killed = Some(nodes[leader].name.clone());
-            progress(&format!(
-                "chaos: killed the ledger's leader, {}",
-                nodes[leader].name
-            ));
-            // The failover: from the kill to the first write the cluster applies again (a
-            // faucet credit to an account outside the market, so the parties' credits are
-            // untouched).
-            match ledgers::mint(&nodes[..n_ledgers], &ledgers::probe()) {
-                Ok(()) => {
-                    let ms = lost_at.map_or(0, |at| at.elapsed().as_millis() as u64);
-                    report.ledger_failover_ms = Some(ms);
-                    progress(&format!(
-                        "the ledger applies writes again {ms} ms after its leader's loss"
-                    ));
-                }
-                Err(e) => report.errors.push(format!(
-                    "the ledger applied nothing after its leader's loss: {e:#}"
-                )),
-            }
-        }
-        if let Some((member, at)) = killed
-            && at.elapsed() >= ledgers::LEADER_DOWN
-        {
-            killed = None;
-            match nodes[member].spawn() {
-                Ok(()) => progress(&format!(
-                    "chaos: {} started again on its disk",
-                    nodes[member].name
-                )),
-                Err(e) => report
-                    .errors
-                    .push(format!("restarting a ledger member: {e:#}")),
-            }
-        }
+        chaos.step(&mut nodes[..n_ledgers], &mut report, &progress);
         for (i, renter) in renters.iter().enumerate() {
             if Instant::now() < next_rent[i] {
                 continue;
@@ -532,7 +488,7 @@ pub fn up(
                 Ok(lease) => {
                     let ms = asked.elapsed().as_millis() as u64;
                     rent_ms.push(ms);
-                    if lost_at.is_some_and(|lost| asked >= lost) {
+                    if chaos.lost_at().is_some_and(|lost| asked >= lost) {
                         report.leases_after_leader_loss += 1;
                     }
                     leases_started += 1;
@@ -677,13 +633,7 @@ pub fn up(
     report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);
     if n_ledgers > 1 {
-        let (agree, seen) = ledgers::agreement(&nodes[..n_ledgers]);
-        report.ledger_applied = seen.iter().map(|s| s.2).collect();
-        if !agree {
-            report.errors.push(format!(
-                "the ledger's members disagree (minted, total, applied): {seen:?}"
-            ));
-        }
+        ledgers::check_agreement(&nodes[..n_ledgers], &mut report);
     }
     report.errors.extend(
         harness::stop_all(&mut nodes, 5)

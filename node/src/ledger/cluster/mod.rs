@@ -379,12 +379,24 @@ impl<S: Store + 'static> LedgerCluster<S> {
             };
             match request {
                 LedgerRequest::Submit(envelope) => {
-                    // Checked before it takes a place in everyone's log; every member checks
-                    // it again when it applies it.
-                    if let Err(e) =
-                        AnySigned::from_bytes(envelope.clone()).and_then(AnySigned::verify)
-                    {
-                        return LedgerResponse::refused(RefusalCode::Invalid, e.to_string());
+                    // Checked before it takes a place in everyone's log (a signed message of
+                    // another kind would only fill it); every member checks it again when it
+                    // applies it.
+                    match AnySigned::from_bytes(envelope.clone()).and_then(AnySigned::verify) {
+                        Err(e) => {
+                            return LedgerResponse::refused(RefusalCode::Invalid, e.to_string());
+                        }
+                        Ok(
+                            gpux_protocol::AnyVerified::EscrowLock(_)
+                            | gpux_protocol::AnyVerified::Redeem(_)
+                            | gpux_protocol::AnyVerified::Release(_),
+                        ) => {}
+                        Ok(other) => {
+                            return LedgerResponse::refused(
+                                RefusalCode::Invalid,
+                                format!("{} is not a ledger operation", other.kind()),
+                            );
+                        }
                     }
                     let entry = LogEntry {
                         at: now,
