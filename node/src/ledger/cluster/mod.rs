@@ -594,6 +594,7 @@ async fn join(
 /// lost its store; it is left for the operator ([`LedgerCluster::readd`]).
 async fn form(raft: Raft<LedgerRaft>, net: Client, members: BTreeMap<PeerId, Multiaddr>) {
     let mut warned = BTreeSet::new();
+    let me = net.local_peer_id();
     loop {
         tokio::time::sleep(FORM_EVERY).await;
         let metrics = raft.metrics().borrow().clone();
@@ -601,7 +602,7 @@ async fn form(raft: Raft<LedgerRaft>, net: Client, members: BTreeMap<PeerId, Mul
             continue;
         }
         let membership = metrics.membership_config.membership().clone();
-        for (peer, addr) in &members {
+        for (peer, addr) in members.iter().filter(|(p, _)| **p != me) {
             let known: Vec<NodeId> = membership
                 .nodes()
                 .filter(|(_, m)| m.peer == peer.to_base58())
