@@ -1364,6 +1364,15 @@ fn check(w: &World) -> Result<Summary, String> {
     {
         return Err("the escrow was never released".into());
     }
+    // The host's record of what it was paid (its redemptions, the voucher its release
+    // carried, one already redeemed when an answer was lost) never says more than the
+    // ledger paid it.
+    let recorded = host.record().redeemed.0;
+    if recorded > host_paid {
+        return Err(format!(
+            "the host records {recorded} µcr paid, the ledger paid it {host_paid}"
+        ));
+    }
     if w.released_records > 1 {
         return Err(format!(
             "the escrow was released {} times",

@@ -118,7 +118,14 @@ impl HostLease {
                         self.rec.redeemed_seq = self.rec.redeemed_seq.max(seq);
                         out.push(HostEffect::Persist);
                     }
+                    // Redeemed already (an earlier attempt whose answer was lost: a ledger's
+                    // leader lost, say): the ledger paid at least this voucher's amount, up
+                    // to the escrow.
                     LedgerVerdict::Unchanged => {
+                        if let Some(v) = self.rec.acked.as_ref().filter(|v| v.seq == seq) {
+                            let paid = v.amount.min(self.request.escrow_amount);
+                            self.rec.redeemed = self.rec.redeemed.max(paid);
+                        }
                         self.rec.redeemed_seq = self.rec.redeemed_seq.max(seq);
                         out.push(HostEffect::Persist);
                     }
@@ -148,8 +155,22 @@ impl HostLease {
                 self.redeem_or_settle(now, out);
             }
             LedgerCall::Release => match verdict {
-                LedgerVerdict::Applied(_)
-                | LedgerVerdict::Unchanged
+                // What the voucher paid at the close counts as paid too.
+                LedgerVerdict::Applied(record) => {
+                    let voucher_paid = record
+                        .ext
+                        .get(gpux_protocol::EXT_RECORD_VOUCHER_PAID)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_le_bytes);
+                    self.rec.redeemed =
+                        MicroCredits(self.rec.redeemed.0.saturating_add(voucher_paid));
+                    if let Some(v) = &self.rec.acked {
+                        self.rec.redeemed_seq = self.rec.redeemed_seq.max(v.seq);
+                    }
+                    self.rec.phase = HostPhase::Settled;
+                    out.push(HostEffect::Persist);
+                }
+                LedgerVerdict::Unchanged
                 | LedgerVerdict::Refused {
                     code: RefusalCode::EscrowClosed | RefusalCode::UnknownEscrow,
                     ..
