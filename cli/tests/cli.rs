@@ -666,6 +666,15 @@ mod testnet {
         );
         let left = processes_mentioning(dir.to_str().unwrap());
         assert!(left.is_empty(), "processes left running: {left:?}");
+        // No workspace stays mounted: those the hosts still kept when they were stopped
+        // (within their retention) are erased by the run.
+        assert!(report["workspaces_retained_at_stop"].is_u64(), "{report}");
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        let under: Vec<&str> = mounts
+            .lines()
+            .filter(|l| l.contains(dir.to_str().unwrap()))
+            .collect();
+        assert!(under.is_empty(), "mounts left: {under:?}");
     }
 
     #[test]

@@ -640,6 +640,12 @@ pub fn up(
             .into_iter()
             .map(|name| format!("{name} did not stop within 5 s and was killed")),
     );
+    match workload::erase_retained(&host_dirs) {
+        Ok(n) => report.workspaces_retained_at_stop = n,
+        Err(e) => report
+            .errors
+            .push(format!("erasing kept workspaces: {e:#}")),
+    }
     match containers_of(&host_peers) {
         Ok(n) => report.containers_left = n,
         Err(e) => report.errors.push(format!("listing containers: {e:#}")),

@@ -81,6 +81,9 @@ pub struct Report {
     pub orders: orders::OrderFigures,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
+    /// Workspaces the hosts still kept (within their leases' retention) when the run
+    /// stopped them; the run erases them.
+    pub workspaces_retained_at_stop: usize,
     /// Ledger members (1: a ledger node; 3 or 5: a replicated ledger).
     pub ledger_members: usize,
     /// The replicated ledger's leader killed a third into the run, by name.

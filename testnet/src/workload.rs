@@ -224,3 +224,32 @@ async fn build(exec: &Executor, base: &str) -> anyhow::Result<ImageDigest> {
         .parse()
         .map_err(|e| anyhow::anyhow!("the build's image id: {e}"))
 }
+
+/// Erases the workspaces the hosts still keep when the run stops them (a lease's workspace
+/// outlives its work for its retention window, and a stopped host keeps it mounted for its
+/// restart); the run owns those hosts and its data dirs go. Returns how many there were.
+pub(crate) fn erase_retained(host_dirs: &[std::path::PathBuf]) -> anyhow::Result<usize> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting an async runtime")?;
+    rt.block_on(async {
+        let mut n = 0;
+        for dir in host_dirs {
+            let root = dir.join("workspaces");
+            let Ok(entries) = std::fs::read_dir(&root) else {
+                continue;
+            };
+            let workspaces = gpux_node::executor::Workspaces::new(root);
+            for entry in entries.flatten() {
+                let lease = entry.file_name().to_string_lossy().into_owned();
+                workspaces
+                    .remove(&lease)
+                    .await
+                    .with_context(|| format!("erasing the workspace of lease {lease}"))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    })
+}
