@@ -100,13 +100,17 @@ async fn shoot(browser: &Client, name: &str) {
     std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
 }
 
-/// The `data-*` attribute of every element `css` selects.
+/// The `data-*` attribute of every element `css` selects, read in one script (the live
+/// updates replace rows: element by element, a row could go stale between two reads).
 async fn attrs(browser: &Client, css: &str, attr: &str) -> Vec<String> {
-    let mut values = Vec::new();
-    for e in browser.find_all(Locator::Css(css)).await.unwrap() {
-        values.push(e.attr(attr).await.unwrap().unwrap_or_default());
-    }
-    values
+    let values = browser
+        .execute(
+            "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.getAttribute(arguments[1]) || '');",
+            vec![serde_json::json!(css), serde_json::json!(attr)],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(values).unwrap()
 }
 
 /// Waits (without reloading) until `css` selects something.
