@@ -66,11 +66,7 @@ const REGIONS: [&str; 3] = ["eu-west", "us-east", "asia-east"];
 
 /// Builds (or finds, cached) the workload image through the local Docker daemon.
 pub fn build_image() -> anyhow::Result<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting an async runtime")?;
-    rt.block_on(async {
+    crate::block_on(async {
         let exec = gpux_node::executor::Executor::connect("testnet").await?;
         let image = gpux_node::executor::build_workload_image(
             &exec,
@@ -86,11 +82,7 @@ pub fn build_image() -> anyhow::Result<String> {
 /// baseline beside `rent_to_running_ms_p50`, measured in the same run.
 fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
     use gpux_node::executor::{ContainerSpec, Executor, GpuBinding};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting an async runtime")?;
-    rt.block_on(async {
+    crate::block_on(async {
         let exec = Executor::connect("testnet-baseline").await?;
         let mut times = Vec::new();
         for i in 0..samples {
@@ -118,13 +110,20 @@ fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
     })
 }
 
-/// Lease containers of the given nodes that still exist.
-fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// Runs `work` on a runtime of its own (the testnet drives its nodes from plain threads).
+pub(crate) fn block_on<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("starting an async runtime")?;
-    rt.block_on(async {
+        .context("starting an async runtime")?
+        .block_on(work)
+}
+
+/// Lease containers of the given nodes that still exist.
+fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
+    crate::block_on(async {
         let mut n = 0;
         for peer in peers {
             let exec = gpux_node::executor::Executor::connect(peer).await?;

@@ -229,11 +229,7 @@ async fn build(exec: &Executor, base: &str) -> anyhow::Result<ImageDigest> {
 /// outlives its work for its retention window, and a stopped host keeps it mounted for its
 /// restart); the run owns those hosts and its data dirs go. Returns how many there were.
 pub(crate) fn erase_retained(host_dirs: &[std::path::PathBuf]) -> anyhow::Result<usize> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting an async runtime")?;
-    rt.block_on(async {
+    crate::block_on(async {
         let mut n = 0;
         for dir in host_dirs {
             let root = dir.join("workspaces");
