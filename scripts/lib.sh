@@ -67,6 +67,18 @@ ensure_busybox() {
     apt_install busybox-static
 }
 
+# ensure_netns_tools: the isolated testnet (`gpux testnet up --isolated`) makes network
+# namespaces, veth pairs and a bridge (iproute2), shapes and cuts links (iptables, tc) and
+# starts nodes in their namespaces (nsenter, util-linux).
+ensure_netns_tools() {
+    if command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1 \
+        && command -v tc >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing iproute2, iptables and util-linux (for the isolated testnet)"
+    apt_install iproute2 iptables util-linux
+}
+
 # ensure_promtool: Prometheus' promtool checks the /metrics output, the alert rules and their
 # unit tests (Debian's prometheus package; its service is not started).
 ensure_promtool() {

@@ -393,7 +393,31 @@ enum TestnetAction {
         /// whose leader is killed a third into the run and started again on its disk).
         #[arg(long, default_value_t = 1)]
         ledgers: usize,
+        /// Every node in a network namespace of its own, with its own address, on a bridge
+        /// the run makes and removes (needs root; docs/testnet.md).
+        #[arg(long)]
+        isolated: bool,
+        /// With --isolated: delay added to each direction of each link (e.g. 50ms).
+        #[arg(long, value_name = "TIME", requires = "isolated", value_parser = cmd::parse_millis)]
+        delay: Option<u64>,
+        /// With --isolated: each send's delay drawn from delay ± this (e.g. 10ms).
+        #[arg(long, value_name = "TIME", requires = "delay", value_parser = cmd::parse_millis)]
+        jitter: Option<u64>,
+        /// With --isolated: packets lost on each link, percent (e.g. 1%).
+        #[arg(long, value_name = "PERCENT", requires = "isolated", value_parser = cmd::parse_percent)]
+        loss: Option<f64>,
+        /// With --isolated: each node's sending rate, as tc reads it (e.g. 100mbit).
+        #[arg(long, value_name = "RATE", requires = "isolated")]
+        rate: Option<String>,
+        /// With --isolated: links to cut during the renting rounds and heal 8 s later, one
+        /// after another, each checked: host-renter, ledger-minority, renter-ledger, or all
+        /// (docs/testnet.md).
+        #[arg(long, value_name = "SCENARIO,...", requires = "isolated", value_delimiter = ',', value_parser = cmd::parse_partition)]
+        partition: Vec<Vec<gpux_testnet::partitions::Scenario>>,
     },
+    /// What this machine offers an isolated testnet: namespaces, and how links can be
+    /// shaped (loss, rate, delay); prints JSON.
+    Preflight,
     /// The Sybil-flood benchmark: a rogue peer floods an honest relay with fresh host keys
     /// while an honest host's offers must keep reaching a victim node; prints the victim's
     /// book, memory, disk, the honest offers' propagation and who stayed connected as JSON
@@ -582,8 +606,35 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     report,
                     dir,
                     ledgers,
+                    isolated,
+                    delay,
+                    jitter,
+                    loss,
+                    rate,
+                    partition,
                 },
-        } => return cmd::testnet::up(hosts, renters, ledgers, duration, report, dir),
+        } => {
+            let isolated = isolated.then(|| gpux_testnet::netns::Shaping {
+                delay_ms: delay.unwrap_or(0),
+                jitter_ms: jitter.unwrap_or(0),
+                loss_pct: loss.unwrap_or(0.0),
+                rate,
+            });
+            let config = gpux_testnet::TestnetConfig {
+                hosts,
+                renters,
+                duration: std::time::Duration::from_secs(u64::from(duration)),
+                gpux: anyhow::Context::context(std::env::current_exe(), "finding the gpux binary")?,
+                base_dir: dir,
+                ledgers,
+                isolated,
+                partitions: partition.into_iter().flatten().collect(),
+            };
+            return cmd::testnet::up(config, report);
+        }
+        Command::Testnet {
+            action: TestnetAction::Preflight,
+        } => cmd::testnet::preflight()?,
         Command::Testnet {
             action:
                 TestnetAction::Flood {

@@ -525,7 +525,10 @@ mod testnet {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("net");
         let report_path = tmp.path().join("r.json");
-        let out = Command::new(gpux)
+        // Every node in a namespace of its own, each link delayed 20 ms ± 5 ms each way and
+        // losing 1% of its packets; links cut and healed one after another: a host from its
+        // renter mid-lease, a ledger member from everyone, a renter from the ledger.
+        let child = Command::new(gpux)
             .args([
                 "testnet",
                 "up",
@@ -534,16 +537,29 @@ mod testnet {
                 "--renters",
                 "2",
                 "--duration",
-                "10s",
+                "30s",
                 "--ledgers",
                 "3",
+                "--isolated",
+                "--partition",
+                "all",
+                "--delay",
+                "20ms",
+                "--jitter",
+                "5ms",
+                "--loss",
+                "1%",
                 "--report",
             ])
             .arg(&report_path)
             .arg("--dir")
             .arg(&dir)
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        let run_pid = child.id();
+        let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -555,6 +571,53 @@ mod testnet {
         // A replicated ledger of 3 members, 2 hosts and 2 renters; host-1 offers its A100s
         // whole and, apart, the MIG slices of its first one.
         assert_eq!(report["nodes"], 7);
+        // Seven addresses of their own, in the run's subnet; the links' round trips measured
+        // by the nodes' pings hold both directions' delay; nothing of the network is left.
+        let isolated = &report["isolated"];
+        let addresses: std::collections::BTreeSet<&str> = isolated["addresses"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(addresses.len(), 7, "{report}");
+        let subnet = isolated["subnet"].as_str().unwrap();
+        let prefix = subnet.trim_end_matches(".0.0/16");
+        assert!(addresses.iter().all(|a| a.starts_with(prefix)), "{report}");
+        let rtt = isolated["link_rtt_ms_p50"].as_u64().unwrap();
+        eprintln!("isolated links: round trip p50 {rtt} ms over 20 ms ± 5 ms each way");
+        assert!((30..=200).contains(&rtt), "{report}");
+        assert!(
+            isolated["link_rtt_samples"].as_u64().unwrap() >= 7,
+            "{report}"
+        );
+        assert_eq!(isolated["network_left"], serde_json::json!([]), "{report}");
+        let left = gpux_testnet::netns::leftovers(run_pid);
+        assert!(left.is_empty(), "left behind: {left:?}");
+        let partitions = report["partitions"].as_array().unwrap();
+        let scenarios: Vec<&str> = partitions
+            .iter()
+            .map(|p| p["scenario"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            scenarios,
+            ["host-renter", "ledger-minority", "renter-ledger"],
+            "{report}"
+        );
+        // The host cut from its renter mid-lease lost at most a receipt interval plus the
+        // grace (2 s + 5 s, + 2 s), and the lease settled (errors, checked below, say if not).
+        assert!(partitions[0]["lease"].is_string(), "{report}");
+        assert!(partitions[0]["unpaid_s"].as_u64().unwrap() <= 9, "{report}");
+        // The majority applied a write while one member was cut off; the member caught up
+        // (the members agree, below).
+        assert!(
+            partitions[1]["majority_write_ms"].as_u64().unwrap() <= 5000,
+            "{report}"
+        );
+        // The renter cut from the ledger was never refused (hosts relay its escrow locks)
+        // and rented again once the link healed.
+        assert_eq!(partitions[2]["rents_refused_during"], 0, "{report}");
+        assert_eq!(partitions[2]["rented_after_heal"], true, "{report}");
         // The ledger's leader was killed mid-run: leases went on starting (and, below, all
         // settled with credits conserved), and the members agree at the end.
         assert_eq!(report["ledger_members"], 3, "{report}");
@@ -649,7 +712,13 @@ mod testnet {
             .collect();
         assert_eq!(kept.len(), 1, "{report}");
         assert_eq!(kept[0]["retention_charge"], 17, "{report}");
+        // The lease the partition cut from its renter is paid what the renter acknowledged
+        // (bounded above); every other is charged as expected.
+        let cut_lease = &partitions[0]["lease"];
         for lease in report["leases"].as_array().unwrap() {
+            if &lease["lease"] == cut_lease {
+                continue;
+            }
             let price = lease["price_per_gpu_hour"].as_f64().unwrap();
             let second = price * lease["gpus"].as_f64().unwrap() / 3600.0;
             let off =

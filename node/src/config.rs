@@ -180,6 +180,13 @@ pub struct Options {
         value_name = "FAMILY,..."
     )]
     pub market_families: Option<Vec<String>>,
+    /// Testnet only: a delay, ms, added to everything this node sends (the isolated
+    /// testnet's links; the kernel here has no netem).
+    #[arg(long = "link-delay-ms", value_name = "MS", hide = true)]
+    pub link_delay_ms: Option<u64>,
+    /// Testnet only: each send's delay is drawn from `link-delay-ms ± this`.
+    #[arg(long = "link-jitter-ms", value_name = "MS", hide = true)]
+    pub link_jitter_ms: Option<u64>,
 }
 
 /// Where an effective setting came from.
@@ -296,7 +303,9 @@ macro_rules! each_setting {
             stage_quota,
             cancel_fees,
             challenge_reference,
-            market_families
+            market_families,
+            link_delay_ms,
+            link_jitter_ms
         )
     };
 }
@@ -338,6 +347,8 @@ impl Options {
             cancel_fees: Some("24h:10%,1h:50%,10m:100%".into()),
             challenge_reference: Some(Vec::new()),
             market_families: None,
+            link_delay_ms: Some(0),
+            link_jitter_ms: Some(0),
         }
     }
 
@@ -592,7 +603,22 @@ impl Effective {
                 Some(set)
             }
         };
+        let delay = o.link_delay_ms.unwrap_or(0);
+        let jitter = o.link_jitter_ms.unwrap_or(0);
+        if delay > 10_000 || jitter > delay {
+            return Err(self.bad(
+                "link_delay_ms",
+                format!(
+                    "{delay} ms ± {jitter} ms: at most 10000 ms, and the jitter at most the delay"
+                ),
+            ));
+        }
+        let link_delay = (delay > 0).then(|| crate::p2p::shaping::LinkDelay {
+            base: std::time::Duration::from_millis(delay),
+            jitter: std::time::Duration::from_millis(jitter),
+        });
         Ok(DaemonConfig {
+            link_delay,
             market_families,
             market_auto,
             challenge_references,

@@ -126,6 +126,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
         timing: Timing::default(),
         challenge_references: Default::default(),
         market_families: None,
+        link_delay: None,
         market_auto: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -36,6 +36,18 @@ pub struct Node {
     args: Vec<String>,
     env: Vec<(String, PathBuf)>,
     child: Option<Child>,
+    /// Its own network namespace, in an isolated testnet.
+    place: Option<Place>,
+}
+
+/// Where an isolated node runs: its namespace and address, and the forwarders that carry
+/// its API and `/metrics` from the root namespace into it.
+#[derive(Debug)]
+pub struct Place {
+    /// Its slot in the run's network.
+    pub slot: crate::netns::Slot,
+    api: crate::netns::Forward,
+    metrics: crate::netns::Forward,
 }
 
 impl Node {
@@ -48,10 +60,52 @@ impl Node {
         args: Vec<String>,
         env: Vec<(String, PathBuf)>,
     ) -> anyhow::Result<Node> {
+        Node::new_at(gpux, base, name, args, env, None)
+    }
+
+    /// A node in its own namespace of `net`, its sends delayed as the network's shaping
+    /// says; on loopback without one.
+    pub fn placed(
+        gpux: &Path,
+        base: &Path,
+        name: &str,
+        mut args: Vec<String>,
+        env: Vec<(String, PathBuf)>,
+        net: Option<&mut crate::netns::Network>,
+    ) -> anyhow::Result<Node> {
+        match net {
+            None => Node::new(gpux, base, name, args, env),
+            Some(net) => {
+                let slot = net.add(name)?;
+                args.extend(net.node_args());
+                Node::new_at(gpux, base, name, args, env, Some(slot))
+            }
+        }
+    }
+
+    /// A node as [`Node::new`] makes, or, given a slot of an isolated network, one that runs
+    /// in its namespace and listens on its address.
+    pub fn new_at(
+        gpux: &Path,
+        base: &Path,
+        name: &str,
+        args: Vec<String>,
+        env: Vec<(String, PathBuf)>,
+        slot: Option<crate::netns::Slot>,
+    ) -> anyhow::Result<Node> {
         let dir = base.join(name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let port = free_port()?;
-        let addr = format!("/ip4/127.0.0.1/tcp/{port}");
+        let (addr, place) = match slot {
+            None => (format!("/ip4/127.0.0.1/tcp/{}", free_port()?), None),
+            Some(slot) => (
+                slot.listen(),
+                Some(Place {
+                    api: crate::netns::Forward::new(slot.netns_path())?,
+                    metrics: crate::netns::Forward::new(slot.netns_path())?,
+                    slot,
+                }),
+            ),
+        };
         let mut all = vec!["--listen".to_string(), addr.clone()];
         all.extend(args);
         Ok(Node {
@@ -63,7 +117,13 @@ impl Node {
             args: all,
             env,
             child: None,
+            place,
         })
+    }
+
+    /// Its namespace and address, when it runs in an isolated network.
+    pub fn place(&self) -> Option<&Place> {
+        self.place.as_ref()
     }
 
     /// More arguments for its next start.
@@ -80,7 +140,17 @@ impl Node {
             .create(true)
             .append(true)
             .open(self.dir.join("node.log"))?;
-        let mut cmd = Command::new(&self.gpux);
+        let mut cmd = match &self.place {
+            None => Command::new(&self.gpux),
+            // Only its network apart: it shares the files, mounts and Docker socket.
+            Some(place) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", place.slot.netns_path().display()))
+                    .arg("--")
+                    .arg(&self.gpux);
+                c
+            }
+        };
         cmd.args(["node", "run", "--data-dir"])
             .arg(&self.dir)
             .args(&self.args)
@@ -111,6 +181,9 @@ impl Node {
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        if let Some(place) = &self.place {
+            place.reach(&self.dir)?;
         }
         self.peer = gpux_node::load_key(&self.dir)?.peer_id().to_string();
         Ok(())
@@ -205,6 +278,34 @@ impl Node {
         let mut command = Command::new(&self.gpux);
         command.arg("--data-dir").arg(&self.dir).args(args);
         command
+    }
+}
+
+impl Place {
+    /// Points the forwarders at the ports the node bound inside its namespace, and its
+    /// `api.addr` and `metrics.addr` at the forwarders, so every client here (the testnet,
+    /// `gpux` commands on its data dir) reaches it.
+    fn reach(&self, dir: &Path) -> anyhow::Result<()> {
+        let rewrite = |file: &str, forward: &crate::netns::Forward| -> anyhow::Result<bool> {
+            let path = dir.join(file);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                return Ok(false);
+            };
+            let inner: std::net::SocketAddr = text
+                .trim()
+                .parse()
+                .with_context(|| format!("reading {}", path.display()))?;
+            forward.point(inner.port());
+            let outer = format!("127.0.0.1:{}", forward.port);
+            let temp = path.with_extension("forwarded");
+            std::fs::write(&temp, outer)?;
+            std::fs::rename(&temp, &path)?;
+            Ok(true)
+        };
+        rewrite(gpux_node::daemon::api::ADDR_FILE, &self.api)?;
+        // `/metrics` binds before the API answers, when it listens at all.
+        rewrite(gpux_node::metrics::ADDR_FILE, &self.metrics)?;
+        Ok(())
     }
 }
 

@@ -33,6 +33,7 @@ pub fn start(
     base: &std::path::Path,
     n: usize,
     release_grace_s: &str,
+    mut net: Option<&mut crate::netns::Network>,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Ledgers> {
     if !matches!(n, 1 | 3 | 5) {
@@ -57,7 +58,7 @@ pub fn start(
         ]
         .map(String::from)
         .to_vec();
-        let node = Node::new(gpux, base, &name, args, Vec::new())?;
+        let node = Node::placed(gpux, base, &name, args, Vec::new(), net.as_deref_mut())?;
         // The key first: every member's address names its peer id.
         let (key, _) =
             gpux_node::init_key(&node.dir).with_context(|| format!("creating {name}'s key"))?;
@@ -159,6 +160,7 @@ pub struct Chaos {
     kill_at: Option<Instant>,
     killed: Option<(usize, Instant)>,
     lost_at: Option<Instant>,
+    restarted: Option<Instant>,
 }
 
 impl Chaos {
@@ -168,7 +170,18 @@ impl Chaos {
             kill_at: (n >= 3).then(|| Instant::now() + duration / 3),
             killed: None,
             lost_at: None,
+            restarted: None,
         }
+    }
+
+    /// Whether no member is down or about to be: the leader's loss is over (its member
+    /// back for 3 s) or never comes.
+    pub fn quiet(&self) -> bool {
+        self.kill_at.is_none()
+            && self.killed.is_none()
+            && self
+                .restarted
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(3))
     }
 
     /// When the leader was lost, once it was.
@@ -209,6 +222,7 @@ impl Chaos {
             && at.elapsed() >= LEADER_DOWN
         {
             self.killed = None;
+            self.restarted = Some(Instant::now());
             match nodes[member].spawn() {
                 Ok(()) => progress(&format!(
                     "chaos: {} started again on its disk",

@@ -17,13 +17,15 @@ use gpux_node::api_client::ApiClient;
 pub mod flood;
 pub mod harness;
 pub mod ledgers;
+pub mod netns;
 pub mod orders;
+pub mod partitions;
 pub mod plane_bench;
 mod report;
 pub mod rogue;
 pub mod workload;
 
-pub use report::{LeaseReport, Report};
+pub use report::{Isolation, LeaseReport, Report};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -41,6 +43,10 @@ pub struct TestnetConfig {
     /// Ledger members: 1 (a ledger node), or 3 or 5 (a replicated ledger, whose leader is
     /// killed a third into the run and started again on its disk).
     pub ledgers: usize,
+    /// Every node in a network namespace of its own, links shaped so (`--isolated`).
+    pub isolated: Option<netns::Shaping>,
+    /// Links cut and healed during the renting rounds (an isolated run only).
+    pub partitions: Vec<partitions::Scenario>,
 }
 
 /// Credits every node gets from the testnet faucet.
@@ -53,6 +59,11 @@ const ACK_GRACE_S: &str = "5";
 const LEDGER_RELEASE_GRACE_S: &str = "10";
 /// Each lease's length, seconds.
 const LEASE_S: u64 = 8;
+/// How long a partition keeps its links cut: past the acknowledgement grace.
+const PARTITION_HOLD: Duration = Duration::from_secs(8);
+/// How far the renting rounds may run past `--duration` for partitions still to run or
+/// check.
+const PARTITION_OVERRUN: Duration = Duration::from_secs(45);
 
 /// GPU models the fake hosts pretend to have: (NVML name, memory bytes, cc, base price).
 const MODELS: [(&str, u64, (u8, u8), &str); 5] = [
@@ -203,6 +214,35 @@ pub fn up(
             temp.path().to_path_buf()
         }
     };
+    // An isolated run checks what the machine offers before it makes anything.
+    let mut net = match &config.isolated {
+        None => None,
+        Some(shaping) => {
+            let preflight = netns::preflight();
+            progress(&format!("isolated network: {}", preflight.summary()));
+            let problems = preflight.problems(shaping);
+            if !problems.is_empty() {
+                bail!(
+                    "the isolated testnet cannot run here: {}",
+                    problems.join("; ")
+                );
+            }
+            let net = netns::Network::create(shaping.clone())?;
+            progress(&format!(
+                "isolated network {}: every node in a namespace of its own; links {} ms ± {} ms each way, {}% loss{}",
+                net.subnet(),
+                shaping.delay_ms,
+                shaping.jitter_ms,
+                shaping.loss_pct,
+                shaping
+                    .rate
+                    .as_ref()
+                    .map(|r| format!(", {r} per node"))
+                    .unwrap_or_default()
+            ));
+            Some((net, preflight.summary()))
+        }
+    };
     let mut nodes: Vec<harness::Node> = Vec::new();
     let mut report = Report {
         nodes: config.ledgers + config.hosts + config.renters,
@@ -219,6 +259,7 @@ pub fn up(
         &base,
         config.ledgers,
         LEDGER_RELEASE_GRACE_S,
+        net.as_mut().map(|(n, _)| n),
         &progress,
     )?;
     let n_ledgers = ledgers.nodes.len();
@@ -315,12 +356,22 @@ pub fn up(
         }
         // Every node needs its API up. A node that exits instead fails the run at once, with
         // the last line it logged.
-        let mut node = harness::Node::new(&config.gpux, &base, &name, args, env)?;
+        let mut node = harness::Node::placed(
+            &config.gpux,
+            &base,
+            &name,
+            args,
+            env,
+            net.as_mut().map(|(n, _)| n),
+        )?;
         node.spawn()?;
         nodes.push(node);
         if stop.load(Ordering::Relaxed) {
             bail!("stopped while starting the nodes");
         }
+    }
+    if !config.partitions.is_empty() && net.is_none() {
+        bail!("partitions need an isolated network (--isolated)");
     }
     progress(&format!(
         "started {}, {} hosts and {} renters in {}",
@@ -454,9 +505,18 @@ pub fn up(
     let mut leases_started = 0u64;
     // A replicated ledger loses its leader a third into the run.
     let mut chaos = ledgers::Chaos::new(n_ledgers, config.duration);
-    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+    let mut partitions = partitions::Partitions::new(config.partitions.clone(), PARTITION_HOLD);
+    let overrun = end + PARTITION_OVERRUN;
+    while (Instant::now() < end || (partitions.pending() && Instant::now() < overrun))
+        && !stop.load(Ordering::Relaxed)
+    {
         chaos.step(&mut nodes[..n_ledgers], &mut report, &progress);
+        if let Some((net, _)) = net.as_mut() {
+            let errors = partitions.step(net, &nodes, chaos.quiet(), &progress);
+            report.errors.extend(errors);
+        }
         for (i, renter) in renters.iter().enumerate() {
+            let name = format!("renter-{i}");
             if Instant::now() < next_rent[i] {
                 continue;
             }
@@ -492,6 +552,8 @@ pub fn up(
                     }
                     leases_started += 1;
                     report.leases_agreed += 1;
+                    partitions.rented(&name, true);
+                    partitions.lease_started();
                     next_rent[i] = Instant::now() + Duration::from_secs(LEASE_S + 1);
                     progress(&format!(
                         "renter-{i}: container running {ms} ms after rent: lease {} on {} GPU at {} credits/h",
@@ -503,12 +565,20 @@ pub fn up(
                 // Once the market is busy, finding nothing free is the market working: the
                 // renter's view lists GPUs other renters hold, and their hosts say so.
                 Err(e) if is_busy_market(e.code(), round > 0) => {}
+                // A renter cut off by a partition is refused, as it should be.
+                Err(e) if partitions.excuses(&name) => {
+                    partitions.rented(&name, false);
+                    progress(&format!("{name}: refused while cut off: {e:#}"));
+                }
                 Err(e) => report.errors.push(format!("renter-{i}: {e:#}")),
             }
         }
         round += 1;
         let pause = Instant::now() + Duration::from_secs(1);
         wait_until(pause.min(end), &stop, || false);
+    }
+    if let Some((net, _)) = net.as_mut() {
+        report.errors.extend(partitions.finish(net));
     }
     let leasing_to = (Instant::now(), cpu_total(&host_pids));
     let docker_leasing_to = (Instant::now(), cpu_total(&dockerd));
@@ -591,6 +661,17 @@ pub fn up(
             .push("not every lease settled within 30 s of its end".into());
     }
     report.credits_after = credits(&mut report.errors);
+    {
+        let hosts_now: Vec<&harness::Node> = nodes
+            .iter()
+            .filter(|n| n.name.starts_with("host-"))
+            .collect();
+        let bound_s = RECEIPT_INTERVAL_S.parse::<u64>().unwrap_or(2)
+            + ACK_GRACE_S.parse::<u64>().unwrap_or(5)
+            + 2;
+        report.errors.extend(partitions.check(&hosts_now, bound_s));
+        report.partitions = partitions.reports.clone();
+    }
     collect_leases(&hosts, &renters, &mut report);
     let lease_seconds: f64 = report.leases.iter().map(|l| l.runtime_s).sum();
     let window = leasing_to.0.duration_since(idle_to.0).as_secs_f64();
@@ -631,6 +712,9 @@ pub fn up(
     report.propagation_ms_p50 = percentile(&delays, 0.50);
     report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);
+    if let Some((net, preflight)) = &net {
+        report.isolated = Some(isolation(net, preflight, &nodes));
+    }
     if n_ledgers > 1 {
         ledgers::check_agreement(&nodes[..n_ledgers], &mut report);
     }
@@ -639,6 +723,18 @@ pub fn up(
             .into_iter()
             .map(|name| format!("{name} did not stop within 5 s and was killed")),
     );
+    if let Some((mut net, _)) = net.take() {
+        // The nodes first: their forwarders hold threads in the namespaces.
+        nodes.clear();
+        let mut errors = net.teardown();
+        drop(net);
+        let left = netns::leftovers(std::process::id());
+        errors.extend(left.iter().map(|l| format!("left behind: {l}")));
+        if let Some(isolated) = report.isolated.as_mut() {
+            isolated.network_left = left;
+        }
+        report.errors.extend(errors);
+    }
     match workload::erase_retained(&host_dirs) {
         Ok(n) => report.workspaces_retained_at_stop = n,
         Err(e) => report
@@ -661,9 +757,19 @@ pub fn up(
             report.credits_before, report.credits_after
         ));
     }
+    // A lease a partition cut from its renter is paid what the renter acknowledged: its
+    // bound is the partition's check.
+    let cut: std::collections::BTreeSet<&str> = report
+        .partitions
+        .iter()
+        .filter_map(|p| p.lease.as_deref())
+        .collect();
     for l in &report.leases {
         let second = l.price_per_gpu_hour as f64 * l.gpus as f64 / 3600.0;
-        if l.settled && (l.charged as f64 - l.expected).abs() > second + 1.0 {
+        if l.settled
+            && !cut.contains(l.lease.as_str())
+            && (l.charged as f64 - l.expected).abs() > second + 1.0
+        {
             report.errors.push(format!(
                 "lease {}: charged {} but {:.0} expected",
                 l.lease, l.charged, l.expected
@@ -679,6 +785,32 @@ pub fn up(
     }
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The isolated network's figures: addresses, shaping, and the links' round trips the
+/// nodes' pings measured.
+fn isolation(net: &netns::Network, preflight: &str, nodes: &[harness::Node]) -> Isolation {
+    let mut rtts: Vec<u64> = nodes
+        .iter()
+        .filter_map(|n| n.api().ok()?.status().ok())
+        .flat_map(|s| s.peer_rtt_ms.into_values())
+        .collect();
+    rtts.sort_unstable();
+    let shaping = net.shaping();
+    Isolation {
+        addresses: net.addresses(),
+        subnet: net.subnet(),
+        preflight: preflight.to_string(),
+        delay_ms: shaping.delay_ms,
+        jitter_ms: shaping.jitter_ms,
+        loss_pct: shaping.loss_pct,
+        rate: shaping.rate.clone(),
+        link_rtt_ms_p50: percentile(&rtts, 0.5),
+        link_rtt_ms_p95: percentile(&rtts, 0.95),
+        link_delay_ms_measured: percentile(&rtts, 0.5) / 2,
+        link_rtt_samples: rtts.len(),
+        network_left: Vec::new(),
+    }
 }
 
 /// Per-lease figures from the hosts' records, and receipts acknowledged by the renters.

@@ -95,10 +95,46 @@ pub struct Report {
     pub leases_after_leader_loss: usize,
     /// Each member's last applied log index at the end (equal: they agree).
     pub ledger_applied: Vec<u64>,
+    /// The partitions (`--partition`): what was cut, when, and how it came out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<crate::partitions::PartitionReport>,
+    /// The isolated network (`--isolated`): addresses, shaping, measured links.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolated: Option<Isolation>,
     /// Anything that went wrong.
     pub errors: Vec<String>,
     /// Seconds the whole run took.
     pub elapsed_s: f64,
+}
+
+/// An isolated run's network, as the report gives it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Isolation {
+    /// Each node's own address, by name.
+    pub addresses: std::collections::BTreeMap<String, String>,
+    /// The run's subnet.
+    pub subnet: String,
+    /// What shapes links on this machine (the preflight).
+    pub preflight: String,
+    /// Delay added to each direction of each link, ms (± `jitter_ms`).
+    pub delay_ms: u64,
+    /// See `delay_ms`.
+    pub jitter_ms: u64,
+    /// Packets dropped on arrival, percent.
+    pub loss_pct: f64,
+    /// Each node's sending rate, when limited.
+    pub rate: Option<String>,
+    /// Round trips the nodes' libp2p pings measured over their links at the end of the
+    /// run, ms: median and 95th percentile, over every connected pair (both ways).
+    pub link_rtt_ms_p50: u64,
+    /// See `link_rtt_ms_p50`.
+    pub link_rtt_ms_p95: u64,
+    /// Half the median round trip: the measured one-way delay of a link, ms.
+    pub link_delay_ms_measured: u64,
+    /// Ping samples behind those figures.
+    pub link_rtt_samples: usize,
+    /// Namespaces, links and rules of the run still present after it (must be empty).
+    pub network_left: Vec<String>,
 }
 
 /// One lease in the report.

@@ -79,6 +79,44 @@ pub(crate) fn parse_duration(text: &str) -> Result<u32, String> {
     u32::try_from(secs).map_err(|_| format!("'{text}' is too long"))
 }
 
+/// A short time on the command line (`50ms`, `0.2s`, or plain milliseconds), in ms, at
+/// most 10 s.
+pub(crate) fn parse_millis(text: &str) -> Result<u64, String> {
+    let ms = match text.parse::<u64>() {
+        Ok(ms) => ms,
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|_| format!("'{text}': use a time like 50ms or 0.2s"))?
+            .as_millis() as u64,
+    };
+    if ms > 10_000 {
+        return Err(format!("'{text}': at most 10s"));
+    }
+    Ok(ms)
+}
+
+/// A partition scenario on the command line (`all`: every one).
+pub(crate) fn parse_partition(
+    text: &str,
+) -> Result<Vec<gpux_testnet::partitions::Scenario>, String> {
+    match text.trim() {
+        "all" => Ok(gpux_testnet::partitions::Scenario::ALL.to_vec()),
+        one => Ok(vec![one.parse()?]),
+    }
+}
+
+/// A percentage on the command line (`1%` or `1`), from 0 to 100.
+pub(crate) fn parse_percent(text: &str) -> Result<f64, String> {
+    let pct: f64 = text
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{text}': use a percentage like 1% or 0.5"))?;
+    if !(0.0..=100.0).contains(&pct) {
+        return Err(format!("'{text}': a percentage from 0 to 100"));
+    }
+    Ok(pct)
+}
+
 /// An amount of credits on the command line: more than zero.
 pub(crate) fn parse_credits(text: &str) -> Result<String, String> {
     let amount = text

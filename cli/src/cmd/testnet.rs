@@ -8,17 +8,11 @@ use super::out;
 
 /// Runs a testnet; true when it ran without errors.
 pub(crate) fn up(
-    hosts: usize,
-    renters: usize,
-    ledgers: usize,
-    duration: u32,
+    config: gpux_testnet::TestnetConfig,
     report_path: Option<PathBuf>,
-    dir: Option<PathBuf>,
 ) -> anyhow::Result<bool> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let duration = std::time::Duration::from_secs(u64::from(duration));
-    let gpux = std::env::current_exe().context("finding the gpux binary")?;
     let stop = Arc::new(AtomicBool::new(false));
     // Ctrl-C and SIGTERM end the run early; every node is still stopped and reported.
     let flag = stop.clone();
@@ -43,14 +37,6 @@ pub(crate) fn up(
         flag.store(true, Ordering::Relaxed);
     });
     let started = std::time::Instant::now();
-    let config = gpux_testnet::TestnetConfig {
-        hosts,
-        renters,
-        duration,
-        gpux,
-        base_dir: dir,
-        ledgers,
-    };
     let report = gpux_testnet::up(&config, stop, |line| {
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
@@ -115,6 +101,49 @@ pub(crate) fn up(
             report.ledger_applied
         )?;
     }
+    if let Some(i) = &report.isolated {
+        out!(
+            "isolated: {} nodes on {}; links {} ms ± {} ms each way, {}% loss; measured round trips p50 {} ms, p95 {} ms ({} pings); left behind: {}",
+            i.addresses.len(),
+            i.subnet,
+            i.delay_ms,
+            i.jitter_ms,
+            i.loss_pct,
+            i.link_rtt_ms_p50,
+            i.link_rtt_ms_p95,
+            i.link_rtt_samples,
+            if i.network_left.is_empty() {
+                "nothing".to_string()
+            } else {
+                i.network_left.join(", ")
+            }
+        )?;
+    }
+    for p in &report.partitions {
+        out!(
+            "partition {}: cut at {:.1} s for {:.1} s ({} links){}{}",
+            p.scenario,
+            p.at_s,
+            p.held_s,
+            p.cut.len(),
+            match (&p.lease, p.unpaid_s, &p.lease_end) {
+                (Some(l), Some(u), end) => format!(
+                    "; lease {} ended {}, {u} s unpaid",
+                    &l[..12.min(l.len())],
+                    end.as_deref().unwrap_or("-")
+                ),
+                _ => String::new(),
+            },
+            match p.scenario.as_str() {
+                "ledger-minority" => format!("; {} leases started meanwhile", p.leases_during),
+                "renter-ledger" => format!(
+                    "; {} rents refused meanwhile, rented again after: {}",
+                    p.rents_refused_during, p.rented_after_heal
+                ),
+                _ => String::new(),
+            }
+        )?;
+    }
     for l in &report.leases {
         out!(
             "  lease {}: {} GPU at {} µcr/h, ran {:.2} s ({}), charged {} µcr, expected {:.0}",
@@ -176,4 +205,15 @@ pub(crate) fn plane_bench(bytes: u64, echo_samples: usize) -> anyhow::Result<()>
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
     super::print_json(&report)
+}
+
+/// `gpux testnet preflight`: what this machine offers an isolated testnet.
+pub(crate) fn preflight() -> anyhow::Result<()> {
+    let p = gpux_testnet::netns::preflight();
+    eprintln!("{}", p.summary());
+    for problem in p.problems(&gpux_testnet::netns::Shaping::default()) {
+        eprintln!("cannot run isolated: {problem}");
+    }
+    out!("{}", serde_json::to_string_pretty(&p)?)?;
+    Ok(())
 }

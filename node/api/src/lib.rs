@@ -134,6 +134,9 @@ pub struct Status {
     /// Peers connected now (peer ids, sorted).
     #[serde(default)]
     pub peers: Vec<String>,
+    /// The last ping round trip to each connected peer, ms, by peer id.
+    #[serde(default)]
+    pub peer_rtt_ms: std::collections::BTreeMap<String, u64>,
     /// Where `/metrics` listens (`127.0.0.1:PORT`), when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,

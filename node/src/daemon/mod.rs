@@ -129,6 +129,8 @@ pub struct DaemonConfig {
     /// Follow the families this node's searches, rents, groups and bids name, as they come
     /// (`--market-families auto`), from `market_families`.
     pub market_auto: bool,
+    /// Testnet only: a delay added to everything this node sends.
+    pub link_delay: Option<crate::p2p::shaping::LinkDelay>,
 }
 
 /// What comes back into the loop from the effects it started. (Inputs are large, and
@@ -241,6 +243,8 @@ pub(crate) struct Daemon {
     reach: reach::Reach,
     /// Peers connected now.
     peers: std::collections::BTreeSet<libp2p::PeerId>,
+    /// The last ping round trip to each connected peer, ms.
+    rtts: std::collections::BTreeMap<libp2p::PeerId, u64>,
     /// The data directory (renters' images are saved under `outbox/` for staging).
     data_dir: std::path::PathBuf,
     /// Challenge reference rates by family, in place of the spec table's (fake GPUs).
@@ -284,6 +288,7 @@ pub async fn run(
         bootstrap: config.bootstrap.clone(),
         mdns: config.mdns,
         families: config.market_families.clone(),
+        link_delay: config.link_delay,
         ..NetConfig::default()
     };
     let (net, mut net_events) = p2p::spawn(&key, net_config).await?;
@@ -348,6 +353,7 @@ pub async fn run(
         ledger_cluster,
         reach: reach::Reach::new(views::blocked_hosts(&state)),
         peers: std::collections::BTreeSet::new(),
+        rtts: std::collections::BTreeMap::new(),
         data_dir: config.data_dir.clone(),
         challenge_references: config.challenge_references.clone(),
         pending_results: Vec::new(),
@@ -642,6 +648,11 @@ impl Daemon {
             arrivals_ms: self.market.arrivals_ms.iter().copied().collect(),
             uptime_s: now().ms_since(self.started) / 1000,
             peers: self.peers.iter().map(ToString::to_string).collect(),
+            peer_rtt_ms: self
+                .rtts
+                .iter()
+                .map(|(peer, ms)| (peer.to_string(), *ms))
+                .collect(),
         }
     }
 

@@ -113,7 +113,14 @@ impl Daemon {
             }
             NetworkEvent::Disconnected(peer) => {
                 self.peers.remove(&peer);
+                self.rtts.remove(&peer);
             }
+            // Kept for connected peers only.
+            NetworkEvent::Rtt { peer, rtt } if self.peers.contains(&peer) => {
+                self.rtts
+                    .insert(peer, u64::try_from(rtt.as_millis()).unwrap_or(u64::MAX));
+            }
+            NetworkEvent::Rtt { .. } => {}
             NetworkEvent::Request {
                 id,
                 proto,

@@ -81,6 +81,13 @@ pub enum NetworkEvent {
     Connected(PeerId),
     /// The last connection to a peer closed.
     Disconnected(PeerId),
+    /// A ping to a peer came back after this round trip.
+    Rtt {
+        /// The peer.
+        peer: PeerId,
+        /// The round trip.
+        rtt: std::time::Duration,
+    },
     /// The IP address a peer's new connection comes from (before its `Connected`).
     PeerIp {
         /// The peer.

@@ -7,7 +7,7 @@ use libp2p::gossipsub::{self, IdentTopic, TopicHash};
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::{DialError, SwarmEvent};
-use libp2p::{Multiaddr, PeerId, Swarm, identify, kad, mdns};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, kad, mdns, ping};
 use tokio::sync::{mpsc, oneshot};
 
 use super::behaviour::{Behaviour, BehaviourEvent};
@@ -390,6 +390,13 @@ impl EventLoop {
             }
             SwarmEvent::Behaviour(BehaviourEvent::Raft(event)) => {
                 self.on_request_event(Proto::Raft, event).await
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event {
+                peer,
+                result: Ok(rtt),
+                ..
+            })) => {
+                self.emit(NetworkEvent::Rtt { peer, rtt }).await;
             }
             _ => {}
         }

@@ -13,6 +13,7 @@ mod behaviour;
 mod client;
 mod codec;
 mod event_loop;
+pub mod shaping;
 pub mod topics;
 
 use std::time::Duration;
@@ -47,6 +48,9 @@ pub struct NetConfig {
     pub heartbeat: Duration,
     /// The GPU families whose offer and attestation topics to subscribe to (None: all).
     pub families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
+    /// A delay added to everything this node sends (the isolated testnet's links; None:
+    /// none).
+    pub link_delay: Option<shaping::LinkDelay>,
 }
 
 impl Default for NetConfig {
@@ -61,6 +65,7 @@ impl Default for NetConfig {
             max_transmit_size: 80 * 1024,
             heartbeat: Duration::from_millis(700),
             families: None,
+            link_delay: None,
         }
     }
 }
@@ -114,11 +119,17 @@ pub async fn spawn(
     let mut bandwidth = prometheus_client::registry::Registry::default();
     let mut swarm = libp2p::SwarmBuilder::with_existing_identity(identity)
         .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
-        )
+        .with_other_transport(|key| {
+            use libp2p::Transport;
+            let link_delay = config.link_delay;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+                    .map(move |stream, _| shaping::Shaped::new(stream, link_delay))
+                    .upgrade(libp2p::core::upgrade::Version::V1Lazy)
+                    .authenticate(noise::Config::new(key)?)
+                    .multiplex(yamux::Config::default()),
+            )
+        })
         .map_err(|e| NetError::Setup(e.to_string()))?
         .with_bandwidth_metrics(&mut bandwidth)
         .with_behaviour(|key| {
