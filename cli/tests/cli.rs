@@ -772,6 +772,30 @@ mod conventions {
     use super::*;
 
     #[test]
+    fn shaping_and_partitions_need_an_isolated_testnet_and_sane_values() {
+        for (args, says) in [
+            (&["testnet", "up", "--partition", "all"][..], "--isolated"),
+            (&["testnet", "up", "--loss", "1%"], "--isolated"),
+            (
+                &["testnet", "up", "--isolated", "--loss", "150%"],
+                "from 0 to 100",
+            ),
+            (
+                &["testnet", "up", "--isolated", "--delay", "1h"],
+                "at most 10s",
+            ),
+            (
+                &["testnet", "up", "--isolated", "--partition", "everything"],
+                "host-renter, ledger-minority and renter-ledger",
+            ),
+        ] {
+            let out = gpux(args, &[]);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+        }
+    }
+
+    #[test]
     fn zero_gpus_durations_and_amounts_are_invalid_values() {
         for args in [
             &["rent", "gpu=l4", "--gpus", "0", "--max-price", "1"][..],

@@ -233,7 +233,10 @@ impl Slot {
 /// The run's network: a bridge, and a namespace per node.
 #[derive(Debug)]
 pub struct Network {
-    pid: u32,
+    /// `<pid hex>-<n>`: this process's n-th network; every link's name starts `gx<run>`.
+    run: String,
+    /// Tags the run's iptables rule: `gpux-<pid>-<n>`.
+    tag: String,
     bridge: String,
     /// The second octet of the run's `10.X.0.0/16`.
     subnet: u8,
@@ -246,10 +249,8 @@ pub struct Network {
     torn_down: bool,
 }
 
-/// The comment that tags the run's iptables rules.
-fn tag(pid: u32) -> String {
-    format!("gpux-{pid}")
-}
+/// Networks this process has made (each gets names of its own).
+static NETWORKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Network {
     /// Makes the bridge (with the address `10.X.0.1/16`) and lets bridged packets through
@@ -257,10 +258,13 @@ impl Network {
     pub fn create(shaping: Shaping) -> anyhow::Result<Network> {
         remove_stale();
         let pid = std::process::id();
+        let n = NETWORKS.fetch_add(1, Ordering::Relaxed) % 100;
         let subnet = free_subnet()?;
-        let bridge = format!("gx{pid:x}br");
+        let run_id = format!("{pid:x}-{n}");
+        let bridge = format!("gx{run_id}b");
         let mut net = Network {
-            pid,
+            tag: format!("gpux-{pid}-{n}"),
+            run: run_id,
             bridge: bridge.clone(),
             subnet,
             slots: Vec::new(),
@@ -281,7 +285,7 @@ impl Network {
             ],
         )?;
         run("ip", &["link", "set", &bridge, "up"])?;
-        let comment = tag(pid);
+        let comment = net.tag.clone();
         run(
             "iptables",
             &[
@@ -316,9 +320,9 @@ impl Network {
             bail!("an isolated testnet holds at most {} nodes", 250 * 250);
         }
         let ip = Ipv4Addr::new(10, self.subnet, (i / 250) as u8, (i % 250 + 2) as u8);
-        let netns = format!("gpux-{}-{name}", self.pid);
-        let outer = format!("gx{:x}v{i}", self.pid);
-        let inner = format!("gx{:x}p{i}", self.pid);
+        let netns = format!("{}-{name}", self.tag);
+        let outer = format!("gx{}v{i}", self.run);
+        let inner = format!("gx{}p{i}", self.run);
         run("ip", &["netns", "add", &netns])?;
         // Recorded at once: a failure below still removes the namespace.
         self.slots.push(Slot {
@@ -444,7 +448,7 @@ impl Network {
         for i in 0..self.slots.len() {
             // Deleting one end deletes the pair at once; a namespace goes only when the last
             // thing in it does.
-            let _ = run("ip", &["link", "del", &format!("gx{:x}v{i}", self.pid)]);
+            let _ = run("ip", &["link", "del", &format!("gx{}v{i}", self.run)]);
         }
         for slot in &self.slots {
             // The namespace takes its end of the veth pair, and so the pair, with it.
@@ -456,7 +460,7 @@ impl Network {
             errors.push(format!("{e:#}"));
         }
         if self.forward_rule {
-            let comment = tag(self.pid);
+            let comment = self.tag.clone();
             if let Err(e) = run(
                 "iptables",
                 &[
@@ -501,7 +505,7 @@ pub fn leftovers(pid: u32) -> Vec<String> {
                 .map(|n| format!("namespace {n}")),
         );
     }
-    let link = format!("gx{pid:x}");
+    let link = format!("gx{pid:x}-");
     if let Ok(list) = run("ip", &["-o", "link", "show"]) {
         left.extend(
             list.lines()
@@ -511,18 +515,23 @@ pub fn leftovers(pid: u32) -> Vec<String> {
                 .map(|n| format!("link {n}")),
         );
     }
-    let comment = tag(pid);
-    if let Ok(rules) = run("iptables", &["-S", "FORWARD"]) {
-        left.extend(
+    left.extend(forward_rules(pid).into_iter().map(|r| format!("rule {r}")));
+    left
+}
+
+/// The root namespace's `FORWARD` rules tagged by process `pid`'s runs (`iptables -S`
+/// lines).
+fn forward_rules(pid: u32) -> Vec<String> {
+    let tag = format!("gpux-{pid}-");
+    run("iptables", &["-S", "FORWARD"])
+        .map(|rules| {
             rules
                 .lines()
-                .filter(|r| {
-                    r.contains(&format!("\"{comment}\"")) || r.contains(&format!(" {comment} "))
-                })
-                .map(|r| format!("rule {r}")),
-        );
-    }
-    left
+                .filter(|r| r.starts_with("-A FORWARD") && r.contains(&tag))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Removes what runs whose process is gone left behind (a run killed with SIGKILL).
@@ -545,26 +554,20 @@ fn remove_stale() {
         }
     }
     for pid in dead {
-        let bridge = format!("gx{pid:x}br");
-        let _ = run("ip", &["link", "del", &bridge]);
-        let comment = tag(pid);
-        let _ = run(
-            "iptables",
-            &[
-                "-D",
-                "FORWARD",
-                "-i",
-                &bridge,
-                "-o",
-                &bridge,
-                "-m",
-                "comment",
-                "--comment",
-                &comment,
-                "-j",
-                "ACCEPT",
-            ],
-        );
+        for left in leftovers(pid) {
+            if let Some(link) = left.strip_prefix("link ") {
+                let _ = run("ip", &["link", "del", link]);
+            }
+        }
+        for rule in forward_rules(pid) {
+            let args: Vec<String> = rule
+                .replacen("-A", "-D", 1)
+                .split_whitespace()
+                .map(|a| a.trim_matches('"').to_string())
+                .collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let _ = run("iptables", &args);
+        }
     }
 }
 
@@ -676,5 +679,103 @@ fn pipe(from: &mut TcpStream, to: &mut TcpStream) -> std::io::Result<()> {
             return Ok(());
         }
         to.write_all(&buf[..n])?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One network at a time: the tests look for what this process left.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Runs `work` on a thread inside `slot`'s namespace.
+    fn inside<T: Send + 'static>(
+        slot: &Slot,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = slot.netns_path();
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(path).unwrap();
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            work()
+        })
+    }
+
+    /// Whether `from` reaches a listener at `to`'s address within half a second.
+    fn reaches(from: &Slot, to: &Slot, port: u16) -> bool {
+        let addr = std::net::SocketAddr::from((to.ip, port));
+        inside(from, move || {
+            TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500)).is_ok()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn nodes_get_addresses_of_their_own_links_cut_and_heal_and_nothing_is_left() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let preflight = preflight();
+        assert!(
+            preflight.problems(&Shaping::default()).is_empty(),
+            "this machine cannot run an isolated testnet: {preflight:?}"
+        );
+        let mut net = Network::create(Shaping::default()).unwrap();
+        let a = net.add("a").unwrap();
+        let b = net.add("b").unwrap();
+        assert_ne!(a.ip, b.ip);
+        assert_eq!(net.addresses().len(), 2);
+        // A listener in b, on b's own address; the root namespace does not have it.
+        let port = 4555;
+        let bound = b.ip;
+        let listener = inside(&b, move || {
+            let l = TcpListener::bind((bound, port)).unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        })
+        .join()
+        .unwrap();
+        assert!(reaches(&a, &b, port), "a does not reach b over the bridge");
+        net.cut("a", "b").unwrap();
+        assert!(!reaches(&a, &b, port), "a reaches b across a cut link");
+        net.heal("a", "b").unwrap();
+        assert!(reaches(&a, &b, port), "a does not reach b after the heal");
+        drop(listener);
+        assert!(net.teardown().is_empty());
+        // The namespaces go once nothing in them is left (the threads above have ended).
+        let pid = std::process::id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !leftovers(pid).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(leftovers(pid), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_forward_carries_the_root_namespace_into_a_node_namespace_loopback() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let mut net = Network::create(Shaping::default()).unwrap();
+        let slot = net.add("api").unwrap();
+        let listener = inside(&slot, || TcpListener::bind("127.0.0.1:0").unwrap())
+            .join()
+            .unwrap();
+        let inner = listener.local_addr().unwrap().port();
+        let echo = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 5];
+            conn.read_exact(&mut buf).unwrap();
+            conn.write_all(&buf).unwrap();
+        });
+        let forward = Forward::new(slot.netns_path()).unwrap();
+        forward.point(inner);
+        let mut conn = TcpStream::connect(("127.0.0.1", forward.port)).unwrap();
+        conn.write_all(b"hello").unwrap();
+        let mut back = [0u8; 5];
+        conn.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"hello");
+        echo.join().unwrap();
+        drop(conn);
+        drop(forward);
+        assert!(net.teardown().is_empty());
     }
 }
