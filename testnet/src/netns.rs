@@ -131,6 +131,41 @@ fn run_in(netns: &str, program: &str, args: &[&str]) -> anyhow::Result<String> {
     run("ip", &all)
 }
 
+/// Loss: drops `pct` percent of the packets arriving on the namespace's `eth0`.
+fn drop_share(netns: &str, pct: f64) -> anyhow::Result<String> {
+    let p = format!("{:.4}", pct / 100.0);
+    run_in(
+        netns,
+        "iptables",
+        &[
+            "-A",
+            "INPUT",
+            "-i",
+            "eth0",
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            &p,
+            "-j",
+            "DROP",
+        ],
+    )
+}
+
+/// Rate: a `tbf` on the namespace's `eth0`.
+fn limit_rate(netns: &str, rate: &str) -> anyhow::Result<String> {
+    run_in(
+        netns,
+        "tc",
+        &[
+            "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "64kb", "latency",
+            "200ms",
+        ],
+    )
+}
+
 fn found(tool: &str) -> bool {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
         .iter()
@@ -165,34 +200,8 @@ pub fn preflight() -> Preflight {
     .is_ok();
     if p.namespaces {
         let _ = run_in(&ns, "ip", &["link", "set", "eth0", "up"]);
-        p.loss = run_in(
-            &ns,
-            "iptables",
-            &[
-                "-A",
-                "INPUT",
-                "-i",
-                "eth0",
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                "0.01",
-                "-j",
-                "DROP",
-            ],
-        )
-        .is_ok();
-        p.rate = run_in(
-            &ns,
-            "tc",
-            &[
-                "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit", "burst", "64kb",
-                "latency", "200ms",
-            ],
-        )
-        .is_ok();
+        p.loss = drop_share(&ns, 1.0).is_ok();
+        p.rate = limit_rate(&ns, "100mbit").is_ok();
         p.netem = run_in(
             &ns,
             "tc",
@@ -346,35 +355,10 @@ impl Network {
         run_in(&netns, "ip", &["link", "set", "eth0", "up"])?;
         run_in(&netns, "ip", &["link", "set", "lo", "up"])?;
         if self.shaping.loss_pct > 0.0 {
-            let p = format!("{:.4}", self.shaping.loss_pct / 100.0);
-            run_in(
-                &netns,
-                "iptables",
-                &[
-                    "-A",
-                    "INPUT",
-                    "-i",
-                    "eth0",
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "random",
-                    "--probability",
-                    &p,
-                    "-j",
-                    "DROP",
-                ],
-            )?;
+            drop_share(&netns, self.shaping.loss_pct)?;
         }
         if let Some(rate) = &self.shaping.rate {
-            run_in(
-                &netns,
-                "tc",
-                &[
-                    "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "64kb",
-                    "latency", "200ms",
-                ],
-            )?;
+            limit_rate(&netns, rate)?;
         }
         Ok(self.slots.last().cloned().expect("just added"))
     }

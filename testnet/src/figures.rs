@@ -1,0 +1,156 @@
+//! The run's figures: what the report reads from the nodes' APIs (leases, charges, double
+//! bookings, the isolated network's links) and from `/proc` (CPU, memory).
+
+use gpux_node::api_client::ApiClient;
+
+use crate::{Isolation, LeaseReport, Report, harness, netns};
+
+/// The Docker daemon's pid, when it runs on this machine (found by name in `/proc`).
+pub(crate) fn dockerd_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "dockerd").then_some(pid)
+    })
+}
+
+/// CPU time a process has used, seconds (Linux: utime + stime in `/proc/<pid>/stat`).
+pub(crate) fn cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(ticks as f64 / 100.0)
+}
+
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// The isolated network's figures: addresses, shaping, and the links' round trips the
+/// nodes' pings measured.
+pub(crate) fn isolation(
+    net: &netns::Network,
+    preflight: &str,
+    nodes: &[harness::Node],
+) -> Isolation {
+    let mut rtts: Vec<u64> = nodes
+        .iter()
+        .filter_map(|n| n.api().ok()?.status().ok())
+        .flat_map(|s| s.peer_rtt_ms.into_values())
+        .collect();
+    rtts.sort_unstable();
+    let shaping = net.shaping();
+    Isolation {
+        addresses: net.addresses(),
+        subnet: net.subnet(),
+        preflight: preflight.to_string(),
+        delay_ms: shaping.delay_ms,
+        jitter_ms: shaping.jitter_ms,
+        loss_pct: shaping.loss_pct,
+        rate: shaping.rate.clone(),
+        link_rtt_ms_p50: percentile(&rtts, 0.5),
+        link_rtt_ms_p95: percentile(&rtts, 0.95),
+        link_delay_ms_measured: percentile(&rtts, 0.5) / 2,
+        link_rtt_samples: rtts.len(),
+        network_left: Vec::new(),
+    }
+}
+
+/// Per-lease figures from the hosts' records, and receipts acknowledged by the renters.
+pub(crate) fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Report) {
+    for host in hosts {
+        let Ok(leases) = host.leases() else {
+            continue;
+        };
+        for l in leases.iter().filter(|l| l.role == gpux_api::Role::Host) {
+            let (Some(start), Some(end)) = (l.started_at, l.finished_at) else {
+                continue;
+            };
+            report.containers_started += 1;
+            let price = l.price_per_gpu_hour_micro;
+            let gpus = l.gpus.len() as u64;
+            let runtime_s = end.saturating_sub(start) as f64 / 1000.0;
+            // Spot leases bill no minimum.
+            let billed_s = if l.kind == "spot" {
+                runtime_s
+            } else {
+                runtime_s.max(60.0)
+            };
+            report.leases_settled += usize::from(l.settled);
+            report.leases.push(LeaseReport {
+                lease: l.lease.clone(),
+                price_per_gpu_hour: price,
+                gpus,
+                runtime_s,
+                charged: l.redeemed,
+                expected: price as f64 * gpus as f64 * billed_s / 3600.0
+                    + l.retention_charge_micro as f64,
+                retention_charge: l.retention_charge_micro,
+                kind: l.kind.clone(),
+                end_reason: l.end.clone().unwrap_or_default(),
+                exit_code: l.exit_code,
+                settled: l.settled,
+            });
+        }
+    }
+    for renter in renters {
+        let Ok(leases) = renter.leases() else {
+            continue;
+        };
+        report.receipts_acked += leases.iter().map(|l| l.acked_seq).sum::<u64>();
+    }
+}
+
+/// Resident memory of a process, KiB (Linux: `VmRSS` in `/proc/<pid>/status`).
+pub(crate) fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A rent that failed only because every matching GPU is taken: hosts refused because other
+/// renters got there first (renters race from the first round on), or, once some leases
+/// exist, the renter's view holds nothing free.
+pub(crate) fn is_busy_market(code: Option<gpux_api::ErrorCode>, leases_exist: bool) -> bool {
+    use gpux_api::ErrorCode;
+    matches!(code, Some(ErrorCode::AllTaken))
+        || (leases_exist && matches!(code, Some(ErrorCode::NoOffer)))
+}
+
+/// GPUs a host booked for two leases at once, over all hosts (from their lease records:
+/// leases that held GPUs, each from its booking's start, the acceptance or the end of the
+/// notice of the spot leases it preempted, to the end of its work).
+pub(crate) fn double_allocations(hosts: &[ApiClient]) -> usize {
+    let mut doubles = 0;
+    for host in hosts {
+        let Ok(leases) = host.leases() else {
+            continue;
+        };
+        let mut windows: Vec<(String, u64, u64)> = Vec::new();
+        for l in leases.iter().filter(|l| l.role == gpux_api::Role::Host) {
+            // Work that never started held its GPUs only until it was refused.
+            let Some(end) = l
+                .finished_at
+                .or(l.started_at.map(|s| s + u64::from(l.duration_s) * 1000))
+            else {
+                continue;
+            };
+            for g in &l.gpus {
+                windows.push((g.clone(), l.since.max(l.starts_at), end));
+            }
+        }
+        windows.sort();
+        doubles += windows
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2)
+            .count();
+    }
+    doubles
+}
