@@ -414,6 +414,14 @@ enum TestnetAction {
         /// (docs/testnet.md).
         #[arg(long, value_name = "SCENARIO,...", requires = "isolated", value_delimiter = ',', value_parser = cmd::parse_partition)]
         partition: Vec<Vec<gpux_testnet::partitions::Scenario>>,
+        /// With --isolated: hosts behind a NAT of their own (the first ones), each rented and used through
+        /// a relay or a punched hole (default: 1 when there are 2 hosts or more).
+        #[arg(long, value_name = "N", requires = "isolated")]
+        nat_hosts: Option<usize>,
+        /// With --isolated: renters behind a NAT of their own; each also rents every host
+        /// behind NAT (default: 1 when there are hosts behind NAT and 2 renters or more).
+        #[arg(long, value_name = "N", requires = "isolated")]
+        nat_renters: Option<usize>,
     },
     /// What this machine offers an isolated testnet: namespaces, and how links can be
     /// shaped (loss, rate, delay); prints JSON.
@@ -612,8 +620,20 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     loss,
                     rate,
                     partition,
+                    nat_hosts,
+                    nat_renters,
                 },
         } => {
+            let nat_hosts = match (isolated, nat_hosts) {
+                (false, _) => 0,
+                (true, Some(n)) => n,
+                (true, None) => usize::from(hosts >= 2),
+            };
+            let nat_renters = match (isolated, nat_renters) {
+                (false, _) => 0,
+                (true, Some(n)) => n,
+                (true, None) => usize::from(nat_hosts > 0 && renters >= 2),
+            };
             let isolated = isolated.then(|| gpux_testnet::netns::Shaping {
                 delay_ms: delay.unwrap_or(0),
                 jitter_ms: jitter.unwrap_or(0),
@@ -629,6 +649,8 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 ledgers,
                 isolated,
                 partitions: partition.into_iter().flatten().collect(),
+                nat_hosts,
+                nat_renters,
             };
             return cmd::testnet::up(config, report);
         }

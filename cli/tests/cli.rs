@@ -526,8 +526,9 @@ mod testnet {
         let dir = tmp.path().join("net");
         let report_path = tmp.path().join("r.json");
         // Every node in a namespace of its own, each link delayed 20 ms ± 5 ms each way and
-        // losing 1% of its packets; links cut and healed one after another: a host from its
-        // renter mid-lease, a ledger member from everyone, a renter from the ledger.
+        // losing 1% of its packets, a host and a renter behind NATs of their own; links cut
+        // and healed one after another: a host from its renter mid-lease, a ledger member
+        // from everyone, a renter from the ledger.
         let child = Command::new(gpux)
             .args([
                 "testnet",
@@ -581,9 +582,58 @@ mod testnet {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert_eq!(addresses.len(), 7, "{report}");
+        // host-0 and renter-1 sit behind NATs of their own (the defaults): private
+        // addresses, their NATs' on the bridge; everyone else on the bridge itself.
+        let behind: std::collections::BTreeMap<&str, &str> = isolated["behind_nat"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(n, a)| (n.as_str(), a.as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            behind.keys().copied().collect::<Vec<_>>(),
+            ["host-0", "renter-1"],
+            "{report}"
+        );
         let subnet = isolated["subnet"].as_str().unwrap();
         let prefix = subnet.trim_end_matches(".0.0/16");
-        assert!(addresses.iter().all(|a| a.starts_with(prefix)), "{report}");
+        for (name, addr) in isolated["addresses"].as_object().unwrap() {
+            let addr = addr.as_str().unwrap();
+            if behind.contains_key(name.as_str()) {
+                assert!(addr.starts_with("192.168."), "{report}");
+            } else {
+                assert!(addr.starts_with(prefix), "{report}");
+            }
+        }
+        assert!(behind.values().all(|a| a.starts_with(prefix)), "{report}");
+        // host-0 behind NAT learned it (AutoNAT), took a slot at a relay, and was rented
+        // by a reachable renter and by the renter behind its own NAT, which could reach it
+        // only through the relay (or a punched hole); a command, a file in and out and the
+        // logs all went over that connection.
+        let nat = report["nat"].as_array().unwrap();
+        assert_eq!(nat.len(), 2, "{report}");
+        for n in nat {
+            assert_eq!(n["name"], "host-0", "{report}");
+            assert_eq!(n["reachability"], "private", "{report}");
+            assert!(!n["relayed_at"].as_array().unwrap().is_empty(), "{report}");
+            assert_eq!(n["exec_answered"], true, "{report}");
+            assert!(n["bytes_copied"].as_u64().unwrap() > 0, "{report}");
+            assert!(n["log_lines"].as_u64().unwrap() >= 2, "{report}");
+        }
+        assert_eq!(nat[1]["renter"], "renter-1", "{report}");
+        assert!(
+            ["relayed", "punched"].contains(&nat[1]["connection"].as_str().unwrap()),
+            "{report}"
+        );
+        // Every lease says how its renter reached its host.
+        assert!(
+            report["leases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["connection"] == nat[1]["connection"]),
+            "{report}"
+        );
         let rtt = isolated["link_rtt_ms_p50"].as_u64().unwrap();
         eprintln!("isolated links: round trip p50 {rtt} ms over 20 ms ± 5 ms each way");
         assert!((30..=200).contains(&rtt), "{report}");

@@ -49,6 +49,7 @@ pub(crate) fn isolation(
     let shaping = net.shaping();
     Isolation {
         addresses: net.addresses(),
+        behind_nat: net.behind_nat(),
         subnet: net.subnet(),
         preflight: preflight.to_string(),
         delay_ms: shaping.delay_ms,
@@ -65,10 +66,18 @@ pub(crate) fn isolation(
 
 /// Per-lease figures from the hosts' records, and receipts acknowledged by the renters.
 pub(crate) fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Report) {
+    // How each renter is connected to each host, by renter peer id.
+    let links: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        renters
+            .iter()
+            .filter_map(|r| r.status().ok())
+            .map(|s| (s.peer_id, s.peer_links))
+            .collect();
     for host in hosts {
         let Ok(leases) = host.leases() else {
             continue;
         };
+        let host_peer = host.status().map(|s| s.peer_id).unwrap_or_default();
         for l in leases.iter().filter(|l| l.role == gpux_api::Role::Host) {
             let (Some(start), Some(end)) = (l.started_at, l.finished_at) else {
                 continue;
@@ -97,6 +106,11 @@ pub(crate) fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report:
                 end_reason: l.end.clone().unwrap_or_default(),
                 exit_code: l.exit_code,
                 settled: l.settled,
+                connection: links
+                    .get(&l.renter)
+                    .and_then(|to| to.get(&host_peer))
+                    .cloned()
+                    .unwrap_or_default(),
             });
         }
     }

@@ -72,11 +72,16 @@ impl Node {
         mut args: Vec<String>,
         env: Vec<(String, PathBuf)>,
         net: Option<&mut crate::netns::Network>,
+        behind_nat: bool,
     ) -> anyhow::Result<Node> {
         match net {
             None => Node::new(gpux, base, name, args, env),
             Some(net) => {
-                let slot = net.add(name)?;
+                let slot = if behind_nat {
+                    net.add_behind_nat(name)?
+                } else {
+                    net.add(name)?
+                };
                 args.extend(net.node_args());
                 Node::new_at(gpux, base, name, args, env, Some(slot))
             }

@@ -58,7 +58,15 @@ pub fn start(
         ]
         .map(String::from)
         .to_vec();
-        let node = Node::placed(gpux, base, &name, args, Vec::new(), net.as_deref_mut())?;
+        let node = Node::placed(
+            gpux,
+            base,
+            &name,
+            args,
+            Vec::new(),
+            net.as_deref_mut(),
+            false,
+        )?;
         // The key first: every member's address names its peer id.
         let (key, _) =
             gpux_node::init_key(&node.dir).with_context(|| format!("creating {name}'s key"))?;

@@ -18,6 +18,7 @@ mod figures;
 pub mod flood;
 pub mod harness;
 pub mod ledgers;
+pub mod nat;
 pub mod netns;
 pub mod orders;
 pub mod partitions;
@@ -53,6 +54,10 @@ pub struct TestnetConfig {
     pub isolated: Option<netns::Shaping>,
     /// Links cut and healed during the renting rounds (an isolated run only).
     pub partitions: Vec<partitions::Scenario>,
+    /// Hosts behind a NAT of their own (an isolated run only): the first ones.
+    pub nat_hosts: usize,
+    /// Renters behind a NAT of their own (an isolated run only): the last ones.
+    pub nat_renters: usize,
 }
 
 /// Credits every node gets from the testnet faucet.
@@ -69,7 +74,7 @@ const LEASE_S: u64 = 8;
 const PARTITION_HOLD: Duration = Duration::from_secs(8);
 /// How far the renting rounds may run past `--duration` for partitions still to run or
 /// check.
-const PARTITION_OVERRUN: Duration = Duration::from_secs(45);
+const PARTITION_OVERRUN: Duration = Duration::from_secs(60);
 
 /// GPU models the fake hosts pretend to have: (NVML name, memory bytes, cc, base price).
 const MODELS: [(&str, u64, (u8, u8), &str); 5] = [
@@ -181,6 +186,23 @@ pub fn up(
 ) -> anyhow::Result<Report> {
     if config.hosts == 0 || config.renters == 0 {
         bail!("a testnet needs at least one host and one renter");
+    }
+    if config.nat_hosts + config.nat_renters > 0 && config.isolated.is_none() {
+        bail!("nodes behind NAT need an isolated network (--isolated)");
+    }
+    if config.nat_renters > config.renters {
+        bail!(
+            "{} renters behind NAT of {}",
+            config.nat_renters,
+            config.renters
+        );
+    }
+    if config.nat_hosts >= config.hosts {
+        bail!(
+            "{} hosts behind NAT of {}: at least one host must be reachable (it relays for them)",
+            config.nat_hosts,
+            config.hosts
+        );
     }
     let started = Instant::now();
     let fake = fake_nvml_beside(&config.gpux)?;
@@ -334,6 +356,12 @@ pub fn up(
         }
         // Every node needs its API up. A node that exits instead fails the run at once, with
         // the last line it logged.
+        // The first hosts (those the order rounds use most) and the last renters.
+        let behind_nat = if is_host {
+            i <= config.nat_hosts
+        } else {
+            i > config.hosts + config.renters - config.nat_renters
+        };
         let mut node = harness::Node::placed(
             &config.gpux,
             &base,
@@ -341,6 +369,7 @@ pub fn up(
             args,
             env,
             net.as_mut().map(|(n, _)| n),
+            behind_nat,
         )?;
         node.spawn()?;
         nodes.push(node);
@@ -484,6 +513,12 @@ pub fn up(
     // A replicated ledger loses its leader a third into the run.
     let mut chaos = ledgers::Chaos::new(n_ledgers, config.duration);
     let mut partitions = partitions::Partitions::new(config.partitions.clone(), PARTITION_HOLD);
+    // A host behind NAT is also reached through its relay, which a cut link does not cut.
+    let nat_hosts: std::collections::BTreeMap<String, String> = net
+        .as_ref()
+        .map(|(n, _)| n.behind_nat())
+        .unwrap_or_default();
+    partitions.exempt(nat_hosts.keys().cloned());
     let overrun = end + PARTITION_OVERRUN;
     while (Instant::now() < end || (partitions.pending() && Instant::now() < overrun))
         && !stop.load(Ordering::Relaxed)
@@ -570,6 +605,28 @@ pub fn up(
         Err(e) => report
             .errors
             .push(format!("measuring Docker's start time: {e:#}")),
+    }
+
+    // Hosts behind NAT: found, rented and used like the others, by a reachable renter and
+    // by each renter behind a NAT of its own.
+    let nat_renters = nat_hosts.keys().filter(|n| n.starts_with("renter-"));
+    for renter in std::iter::once(&"renter-0".to_string())
+        .chain(nat_renters)
+        .filter_map(|name| nodes.iter().find(|n| &n.name == name))
+    {
+        for (name, public) in nat_hosts.iter().filter(|(n, _)| n.starts_with("host-")) {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let Some(host) = nodes.iter().find(|n| &n.name == name) else {
+                continue;
+            };
+            let work = base.join("nat").join(&renter.name);
+            match nat::round(renter, host, public, &image, &work, &progress) {
+                Ok(f) => report.nat.push(f),
+                Err(e) => report.errors.push(format!("behind NAT: {e:#}")),
+            }
+        }
     }
 
     // The workload plane: a renter's own image, its files in and out.

@@ -225,12 +225,30 @@ pub struct Slot {
     pub netns: String,
     /// Its address.
     pub ip: Ipv4Addr,
+    /// Behind a NAT of its own: the NAT's namespace and public address.
+    pub nat: Option<Nat>,
+}
+
+/// A node's own NAT: a namespace routing between the node's private link and the bridge,
+/// rewriting the node's outgoing connections to its own address (iptables `MASQUERADE`), so
+/// others cannot dial the node, and the node can dial out.
+#[derive(Debug, Clone)]
+pub struct Nat {
+    /// The NAT's namespace.
+    pub netns: String,
+    /// Its address on the bridge: the one others see the node's connections come from.
+    pub public: Ipv4Addr,
 }
 
 impl Slot {
     /// The namespace's file, for `nsenter --net`.
     pub fn netns_path(&self) -> PathBuf {
         PathBuf::from(NETNS_DIR).join(&self.netns)
+    }
+
+    /// The address others see its connections come from.
+    pub fn seen_at(&self) -> Ipv4Addr {
+        self.nat.as_ref().map_or(self.ip, |n| n.public)
     }
 
     /// Its libp2p listen address.
@@ -324,10 +342,25 @@ impl Network {
 
     /// A namespace for node `name`, on the bridge, with its links shaped.
     pub fn add(&mut self, name: &str) -> anyhow::Result<Slot> {
+        self.add_slot(name, false)
+    }
+
+    /// A namespace for node `name` behind a NAT of its own (see [`Nat`]): the node has a
+    /// private address, `192.168.K.2/24`, and reaches the bridge through the NAT.
+    pub fn add_behind_nat(&mut self, name: &str) -> anyhow::Result<Slot> {
+        self.add_slot(name, true)
+    }
+
+    fn add_slot(&mut self, name: &str, nat: bool) -> anyhow::Result<Slot> {
         let i = self.slots.len();
         if i >= 250 * 250 {
             bail!("an isolated testnet holds at most {} nodes", 250 * 250);
         }
+        let behind = self.slots.iter().filter(|s| s.nat.is_some()).count();
+        if nat && behind >= 250 {
+            bail!("an isolated testnet holds at most 250 nodes behind NAT");
+        }
+        // On the bridge: the node's address, or its NAT's.
         let ip = Ipv4Addr::new(10, self.subnet, (i / 250) as u8, (i % 250 + 2) as u8);
         let netns = format!("{}-{name}", self.tag);
         let outer = format!("gx{}v{i}", self.run);
@@ -338,22 +371,88 @@ impl Network {
             name: name.to_string(),
             netns: netns.clone(),
             ip,
+            nat: None,
         });
+        // The namespace on the bridge: the node's own, or its NAT's.
+        let bridged = if nat {
+            let router = format!("{}-{name}-nat", self.tag);
+            run("ip", &["netns", "add", &router])?;
+            self.slots[i].nat = Some(Nat {
+                netns: router.clone(),
+                public: ip,
+            });
+            router
+        } else {
+            netns.clone()
+        };
         run(
             "ip",
             &[
-                "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &netns,
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &bridged,
             ],
         )?;
         run("ip", &["link", "set", &outer, "master", &self.bridge, "up"])?;
-        run_in(&netns, "ip", &["link", "set", &inner, "name", "eth0"])?;
+        run_in(&bridged, "ip", &["link", "set", &inner, "name", "eth0"])?;
         run_in(
-            &netns,
+            &bridged,
             "ip",
             &["addr", "add", &format!("{ip}/16"), "dev", "eth0"],
         )?;
-        run_in(&netns, "ip", &["link", "set", "eth0", "up"])?;
+        run_in(&bridged, "ip", &["link", "set", "eth0", "up"])?;
         run_in(&netns, "ip", &["link", "set", "lo", "up"])?;
+        if nat {
+            let private = Ipv4Addr::new(192, 168, (behind + 1) as u8, 2);
+            let gateway = Ipv4Addr::new(192, 168, (behind + 1) as u8, 1);
+            let lan = format!("gx{}n{i}", self.run);
+            let node_end = format!("gx{}m{i}", self.run);
+            run(
+                "ip",
+                &[
+                    "link", "add", &lan, "type", "veth", "peer", "name", &node_end, "netns", &netns,
+                ],
+            )?;
+            run("ip", &["link", "set", &lan, "netns", &bridged])?;
+            run_in(&bridged, "ip", &["link", "set", &lan, "name", "lan0"])?;
+            run_in(
+                &bridged,
+                "ip",
+                &["addr", "add", &format!("{gateway}/24"), "dev", "lan0"],
+            )?;
+            run_in(&bridged, "ip", &["link", "set", "lan0", "up"])?;
+            run_in(&bridged, "ip", &["link", "set", "lo", "up"])?;
+            run_in(
+                &bridged,
+                "sh",
+                &["-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
+            )?;
+            run_in(
+                &bridged,
+                "iptables",
+                &[
+                    "-t",
+                    "nat",
+                    "-A",
+                    "POSTROUTING",
+                    "-o",
+                    "eth0",
+                    "-j",
+                    "MASQUERADE",
+                ],
+            )?;
+            run_in(&netns, "ip", &["link", "set", &node_end, "name", "eth0"])?;
+            run_in(
+                &netns,
+                "ip",
+                &["addr", "add", &format!("{private}/24"), "dev", "eth0"],
+            )?;
+            run_in(&netns, "ip", &["link", "set", "eth0", "up"])?;
+            run_in(
+                &netns,
+                "ip",
+                &["route", "add", "default", "via", &gateway.to_string()],
+            )?;
+            self.slots[i].ip = private;
+        }
         if self.shaping.loss_pct > 0.0 {
             drop_share(&netns, self.shaping.loss_pct)?;
         }
@@ -394,6 +493,14 @@ impl Network {
             .collect()
     }
 
+    /// The nodes behind a NAT of their own, by name: the address others see them at.
+    pub fn behind_nat(&self) -> std::collections::BTreeMap<String, String> {
+        self.slots
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), s.nat.as_ref()?.public.to_string())))
+            .collect()
+    }
+
     fn cut_rules(&self, a: &str, b: &str, op: &str) -> anyhow::Result<()> {
         let (Some(sa), Some(sb)) = (self.slot(a), self.slot(b)) else {
             bail!("no node {a} or {b} in this network");
@@ -402,7 +509,7 @@ impl Network {
             run_in(
                 &at.netns,
                 "iptables",
-                &[op, "INPUT", "-s", &from.ip.to_string(), "-j", "DROP"],
+                &[op, "INPUT", "-s", &from.seen_at().to_string(), "-j", "DROP"],
             )?;
         }
         Ok(())
@@ -436,8 +543,11 @@ impl Network {
         }
         for slot in &self.slots {
             // The namespace takes its end of the veth pair, and so the pair, with it.
-            if let Err(e) = run("ip", &["netns", "del", &slot.netns]) {
-                errors.push(format!("{e:#}"));
+            let nat = slot.nat.as_ref().map(|n| n.netns.as_str());
+            for netns in std::iter::once(slot.netns.as_str()).chain(nat) {
+                if let Err(e) = run("ip", &["netns", "del", netns]) {
+                    errors.push(format!("{e:#}"));
+                }
             }
         }
         if let Err(e) = run("ip", &["link", "del", &self.bridge]) {
@@ -760,6 +870,52 @@ mod tests {
         echo.join().unwrap();
         drop(conn);
         drop(forward);
+        assert!(net.teardown().is_empty());
+    }
+
+    #[test]
+    fn a_node_behind_its_nat_dials_out_and_cannot_be_dialled() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let mut net = Network::create(Shaping::default()).unwrap();
+        let public = net.add("public").unwrap();
+        let hidden = net.add_behind_nat("hidden").unwrap();
+        let nat = hidden.nat.clone().expect("behind a NAT");
+        assert_eq!(hidden.ip.octets()[..2], [192, 168]);
+        assert_eq!(
+            net.behind_nat().get("hidden"),
+            Some(&nat.public.to_string())
+        );
+        let port = 4556;
+        let listen = |slot: &Slot| {
+            let ip = slot.ip;
+            inside(slot, move || TcpListener::bind((ip, port)).unwrap())
+                .join()
+                .unwrap()
+        };
+        let at_public = listen(&public);
+        let _at_hidden = listen(&hidden);
+        // Out through the NAT: the public node sees the NAT's address.
+        let seen = std::thread::spawn(move || at_public.accept().map(|(_, from)| from.ip()));
+        assert!(
+            reaches(&hidden, &public, port),
+            "the hidden node cannot dial out"
+        );
+        assert_eq!(
+            seen.join().unwrap().unwrap(),
+            std::net::IpAddr::V4(nat.public)
+        );
+        // In: neither its private address nor its NAT's leads to it.
+        assert!(
+            !reaches(&public, &hidden, port),
+            "its private address is reachable"
+        );
+        let mut at_nat = hidden.clone();
+        at_nat.ip = nat.public;
+        assert!(
+            !reaches(&public, &at_nat, port),
+            "its NAT forwards a dial in"
+        );
+        drop(_at_hidden);
         assert!(net.teardown().is_empty());
     }
 }

@@ -123,6 +123,9 @@ pub struct Partitions {
     cut_renter: Option<(String, usize)>,
     /// A renter whose link healed a moment ago, and until when its rents may still fail.
     healing: Option<(String, Instant)>,
+    /// Nodes no partition cuts (those behind NAT: their relay would carry a lease around
+    /// the cut).
+    exempt: std::collections::BTreeSet<String>,
 }
 
 impl Partitions {
@@ -142,7 +145,13 @@ impl Partitions {
             reports: Vec::new(),
             cut_renter: None,
             healing: None,
+            exempt: Default::default(),
         }
+    }
+
+    /// Nodes the partitions leave alone.
+    pub fn exempt(&mut self, hosts: impl IntoIterator<Item = String>) {
+        self.exempt.extend(hosts);
     }
 
     /// Whether `renter`'s rents may fail now because it is cut from the ledger (or was,
@@ -299,17 +308,23 @@ impl Partitions {
                 let now_ms = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64);
-                let Some((host, renter, lease)) = named("host-").find_map(|h| {
-                    let lease = h.leases().into_iter().find(|l| {
-                        l.role == gpux_api::Role::Host
-                            && l.kind != "spot"
-                            && l.finished_at.is_none()
-                            && l.started_at
-                                .is_some_and(|s| now_ms.saturating_sub(s) <= 1500)
-                    })?;
-                    let renter = nodes.iter().find(|n| n.peer == lease.renter)?;
-                    Some((h.name.clone(), renter.name.clone(), lease.lease))
-                }) else {
+                let exempt = &self.exempt;
+                let Some((host, renter, lease)) = named("host-")
+                    .filter(|h| !exempt.contains(&h.name))
+                    .find_map(|h| {
+                        let lease = h.leases().into_iter().find(|l| {
+                            l.role == gpux_api::Role::Host
+                                && l.kind != "spot"
+                                && l.finished_at.is_none()
+                                && l.started_at
+                                    .is_some_and(|s| now_ms.saturating_sub(s) <= 1500)
+                        })?;
+                        let renter = nodes
+                            .iter()
+                            .find(|n| n.peer == lease.renter && !exempt.contains(&n.name))?;
+                        Some((h.name.clone(), renter.name.clone(), lease.lease))
+                    })
+                else {
                     return Ok(None);
                 };
                 report.lease = Some(lease);
@@ -324,7 +339,9 @@ impl Partitions {
                 let Some(leader) = crate::ledgers::leader(nodes) else {
                     return Ok(None);
                 };
-                let Some(member) = members.iter().find(|m| m.name != nodes[leader].name) else {
+                // The last members first: the first is everyone's bootstrap and relay.
+                let Some(member) = members.iter().rev().find(|m| m.name != nodes[leader].name)
+                else {
                     return Ok(None);
                 };
                 nodes
@@ -334,7 +351,9 @@ impl Partitions {
                     .collect()
             }
             Scenario::RenterLedger => {
-                let renters: Vec<&Node> = named("renter-").collect();
+                let renters: Vec<&Node> = named("renter-")
+                    .filter(|n| !self.exempt.contains(&n.name))
+                    .collect();
                 let Some(renter) = renters.get(1).or(renters.first()) else {
                     bail!("needs a renter");
                 };

@@ -98,6 +98,9 @@ pub struct Report {
     /// The partitions (`--partition`): what was cut, when, and how it came out.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<crate::partitions::PartitionReport>,
+    /// Hosts behind a NAT of their own (`--isolated`), each rented and used on purpose.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nat: Vec<crate::nat::NatHost>,
     /// The isolated network (`--isolated`): addresses, shaping, measured links.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolated: Option<Isolation>,
@@ -110,8 +113,10 @@ pub struct Report {
 /// An isolated run's network, as the report gives it.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Isolation {
-    /// Each node's own address, by name.
+    /// Each node's own address, by name (a private one behind NAT).
     pub addresses: std::collections::BTreeMap<String, String>,
+    /// The nodes behind a NAT of their own, by name: the NAT's address.
+    pub behind_nat: std::collections::BTreeMap<String, String>,
     /// The run's subnet.
     pub subnet: String,
     /// What shapes links on this machine (the preflight).
@@ -163,4 +168,7 @@ pub struct LeaseReport {
     pub exit_code: Option<i64>,
     /// Whether the escrow is settled.
     pub settled: bool,
+    /// How the renter was connected to the host at the end of the run: `direct`,
+    /// `relayed` or `punched` (empty when no longer connected).
+    pub connection: String,
 }

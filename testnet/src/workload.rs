@@ -157,7 +157,7 @@ pub(crate) fn round(
 }
 
 /// `gpux cp` as the renter; (files, bytes) from its summary.
-fn cp(renter: &harness::Node, from: &str, to: &str) -> anyhow::Result<(u64, u64)> {
+pub(crate) fn cp(renter: &harness::Node, from: &str, to: &str) -> anyhow::Result<(u64, u64)> {
     let out = renter
         .gpux_command(&["cp", from, to, "--json"])
         .output()
@@ -178,7 +178,7 @@ fn cp(renter: &harness::Node, from: &str, to: &str) -> anyhow::Result<(u64, u64)
     Ok((n("files"), n("bytes")))
 }
 
-fn wait(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait(within: Duration, mut done: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + within;
     while Instant::now() < end {
         if done() {

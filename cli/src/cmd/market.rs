@@ -163,7 +163,26 @@ pub(crate) fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     out!("peer id        {}", status.peer_id)?;
     out!("up             {} s", status.uptime_s)?;
-    out!("peers          {} connected", status.peers.len())?;
+    let relayed = status
+        .peer_links
+        .values()
+        .filter(|l| l.as_str() == "relayed")
+        .count();
+    out!(
+        "peers          {} connected{}",
+        status.peers.len(),
+        if relayed > 0 {
+            format!(" ({relayed} through a relay)")
+        } else {
+            String::new()
+        }
+    )?;
+    match (status.reachability.as_str(), status.relayed_at.as_slice()) {
+        ("private", []) => out!("reachable      no: behind NAT, looking for a relay slot")?,
+        ("private", slots) => out!("reachable      through {}", slots.join(", "))?,
+        ("public", _) => out!("reachable      yes (peers dialled it back)")?,
+        _ => out!("reachable      not known yet")?,
+    }
     out!("book           {} offers", status.offers_in_book)?;
     if let Some(own) = status.own_offers {
         out!("own offers     {own}")?;

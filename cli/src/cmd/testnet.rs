@@ -119,6 +119,19 @@ pub(crate) fn up(
             }
         )?;
     }
+    for n in &report.nat {
+        out!(
+            "behind NAT: {} ({}, AutoNAT: {}) rented by {} over a {} connection in {} ms; exec answered, {} bytes copied in and out, {} log lines",
+            n.name,
+            n.public_address,
+            n.reachability,
+            n.renter,
+            n.connection,
+            n.rent_ms,
+            n.bytes_copied,
+            n.log_lines
+        )?;
+    }
     for p in &report.partitions {
         out!(
             "partition {}: cut at {:.1} s for {:.1} s ({} links){}{}",

@@ -137,6 +137,18 @@ pub struct Status {
     /// The last ping round trip to each connected peer, ms, by peer id.
     #[serde(default)]
     pub peer_rtt_ms: std::collections::BTreeMap<String, u64>,
+    /// How this node is connected to each connected peer, by peer id: `direct`, `relayed`
+    /// (through a relay: one of the two is behind NAT) or `punched` (directly, after hole
+    /// punching replaced a relayed connection).
+    #[serde(default)]
+    pub peer_links: std::collections::BTreeMap<String, String>,
+    /// Whether other nodes can dial this one, as AutoNAT found: `public`, `private` (behind
+    /// NAT: reached through relays) or `unknown`.
+    #[serde(default)]
+    pub reachability: String,
+    /// The relay addresses this node is reached through when it is behind NAT.
+    #[serde(default)]
+    pub relayed_at: Vec<String>,
     /// Where `/metrics` listens (`127.0.0.1:PORT`), when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,

@@ -245,6 +245,10 @@ pub(crate) struct Daemon {
     peers: std::collections::BTreeSet<libp2p::PeerId>,
     /// The last ping round trip to each connected peer, ms.
     rtts: std::collections::BTreeMap<libp2p::PeerId, u64>,
+    /// How each connected peer is connected (the best of its connections).
+    links: std::collections::BTreeMap<libp2p::PeerId, p2p::Link>,
+    /// Whether others can dial this node, and the relay addresses it is reached through.
+    reachability: (p2p::Reachability, Vec<String>),
     /// The data directory (renters' images are saved under `outbox/` for staging).
     data_dir: std::path::PathBuf,
     /// Challenge reference rates by family, in place of the spec table's (fake GPUs).
@@ -354,6 +358,8 @@ pub async fn run(
         reach: reach::Reach::new(views::blocked_hosts(&state)),
         peers: std::collections::BTreeSet::new(),
         rtts: std::collections::BTreeMap::new(),
+        links: std::collections::BTreeMap::new(),
+        reachability: (p2p::Reachability::Unknown, Vec::new()),
         data_dir: config.data_dir.clone(),
         challenge_references: config.challenge_references.clone(),
         pending_results: Vec::new(),
@@ -653,6 +659,13 @@ impl Daemon {
                 .iter()
                 .map(|(peer, ms)| (peer.to_string(), *ms))
                 .collect(),
+            peer_links: self
+                .links
+                .iter()
+                .map(|(peer, link)| (peer.to_string(), link.as_str().to_string()))
+                .collect(),
+            reachability: self.reachability.0.as_str().to_string(),
+            relayed_at: self.reachability.1.clone(),
         }
     }
 

@@ -114,6 +114,22 @@ impl Daemon {
             NetworkEvent::Disconnected(peer) => {
                 self.peers.remove(&peer);
                 self.rtts.remove(&peer);
+                self.links.remove(&peer);
+            }
+            // Kept for connected peers only: the best way each is connected.
+            NetworkEvent::Link { peer, link } if self.peers.contains(&peer) => {
+                let best = self.links.get(&peer).map_or(link, |l| (*l).max(link));
+                self.links.insert(peer, best);
+            }
+            NetworkEvent::Link { .. } => {}
+            NetworkEvent::Reachability {
+                reachability,
+                relayed_at,
+            } => {
+                self.reachability = (
+                    reachability,
+                    relayed_at.iter().map(ToString::to_string).collect(),
+                );
             }
             // Kept for connected peers only.
             NetworkEvent::Rtt { peer, rtt } if self.peers.contains(&peer) => {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use libp2p::gossipsub::{self, MessageAuthenticity, ValidationMode};
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
-use libp2p::{StreamProtocol, identify, kad, mdns, ping, request_response};
+use libp2p::{StreamProtocol, autonat, dcutr, identify, kad, mdns, ping, relay, request_response};
 
 use super::codec::EnvelopeCodec;
 use super::{NetConfig, topics};
@@ -37,6 +37,50 @@ pub(crate) struct Behaviour {
     pub(crate) raft: request_response::Behaviour<EnvelopeCodec>,
     /// Raw streams: the workload plane (`crate::plane`).
     pub(crate) stream: libp2p_stream::Behaviour,
+    /// Whether others can dial this node (AutoNAT: connected peers dial it back).
+    pub(crate) autonat: autonat::Behaviour,
+    /// Circuit relay v2, serving: once AutoNAT confirms this node reachable, it relays for
+    /// nodes behind NAT, within [`relay_limits`].
+    pub(crate) relay: super::relay_server::RelayServer,
+    /// Circuit relay v2, using: a node behind NAT reserves a slot at a relay and is dialled
+    /// through it.
+    pub(crate) relay_client: relay::client::Behaviour,
+    /// Hole punching (DCUtR): a relayed connection is replaced by a direct one where the
+    /// NATs allow.
+    pub(crate) dcutr: dcutr::Behaviour,
+}
+
+/// What a gpux node gives the nodes it relays for (docs/network.md, "Hosts behind NAT"). A
+/// circuit carries a lease's receipts, logs, files and shell until hole punching replaces
+/// it, so the limits are far above libp2p's defaults (2 minutes and 128 KiB a circuit, made
+/// for the hole punch alone); past them the relay closes the circuit, and the next request
+/// opens a new one.
+pub(crate) fn relay_limits() -> relay::Config {
+    relay::Config {
+        max_reservations: 128,
+        max_reservations_per_peer: 4,
+        reservation_duration: Duration::from_secs(3600),
+        max_circuits: 64,
+        max_circuits_per_peer: 8,
+        max_circuit_duration: Duration::from_secs(2 * 3600),
+        max_circuit_bytes: 1 << 30,
+        ..relay::Config::default()
+    }
+}
+
+/// AutoNAT as gpux runs it: the first probe soon after start (a host behind NAT needs its
+/// relay slot before renters look for it), private addresses allowed (testnets and LANs
+/// use them), and the status settled by up to three agreeing probes.
+fn autonat_config(probe_delay: Duration) -> autonat::Config {
+    autonat::Config {
+        boot_delay: probe_delay,
+        retry_interval: Duration::from_secs(30),
+        refresh_interval: Duration::from_secs(300),
+        throttle_server_period: Duration::from_secs(15),
+        timeout: Duration::from_secs(10),
+        only_global_ips: false,
+        ..autonat::Config::default()
+    }
 }
 
 fn request_response(protocol: StreamProtocol) -> request_response::Behaviour<EnvelopeCodec> {
@@ -124,6 +168,7 @@ fn topic_score() -> gossipsub::TopicScoreParams {
 
 pub(crate) fn build(
     key: &libp2p::identity::Keypair,
+    relay_client: relay::client::Behaviour,
     config: &NetConfig,
     registry: &mut prometheus_client::registry::Registry,
 ) -> Result<Behaviour, String> {
@@ -146,7 +191,11 @@ pub(crate) fn build(
     };
     Ok(Behaviour {
         gossipsub: gossipsub(key, config, registry)?,
-        identify: identify::Behaviour::new(identify::Config::new("/gpux/1".into(), key.public())),
+        // A new listen address (a relay slot) reaches connected peers at once.
+        identify: identify::Behaviour::new(
+            identify::Config::new("/gpux/1".into(), key.public())
+                .with_push_listen_addr_updates(true),
+        ),
         ping: ping::Behaviour::new(ping::Config::new()),
         kad: Toggle::from(kad),
         mdns: Toggle::from(mdns),
@@ -159,5 +208,9 @@ pub(crate) fn build(
             request_response::Config::default().with_request_timeout(Duration::from_secs(15)),
         ),
         stream: libp2p_stream::Behaviour::new(),
+        autonat: autonat::Behaviour::new(peer_id, autonat_config(config.nat_probe_delay)),
+        relay: super::relay_server::RelayServer(relay::Behaviour::new(peer_id, relay_limits())),
+        relay_client,
+        dcutr: dcutr::Behaviour::new(peer_id),
     })
 }

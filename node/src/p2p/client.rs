@@ -95,6 +95,21 @@ pub enum NetworkEvent {
         /// Its address.
         ip: std::net::IpAddr,
     },
+    /// A connection to a peer opened, this way.
+    Link {
+        /// The peer.
+        peer: PeerId,
+        /// How.
+        link: Link,
+    },
+    /// What AutoNAT found of this node's reachability, and the relay addresses it listens
+    /// through (behind NAT).
+    Reachability {
+        /// Whether others can dial it.
+        reachability: Reachability,
+        /// `<relay>/p2p-circuit` addresses with a slot held.
+        relayed_at: Vec<Multiaddr>,
+    },
     /// A peer subscribed to a topic (a good moment to publish what it has missed).
     Subscribed {
         /// The peer.
@@ -102,6 +117,50 @@ pub enum NetworkEvent {
         /// The topic.
         topic: String,
     },
+}
+
+/// How a connection to a peer was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Link {
+    /// Through a relay (the peer, or this node, is behind NAT).
+    Relayed,
+    /// Dialled directly.
+    Direct,
+    /// Directly, after hole punching (DCUtR) replaced a relayed connection.
+    Punched,
+}
+
+impl Link {
+    /// Its name in the API (`relayed`, `direct`, `punched`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Link::Relayed => "relayed",
+            Link::Direct => "direct",
+            Link::Punched => "punched",
+        }
+    }
+}
+
+/// Whether other nodes can dial this one (AutoNAT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reachability {
+    /// Not yet known.
+    Unknown,
+    /// Peers dialled it back.
+    Public,
+    /// Peers could not: behind NAT or a firewall; reached through relays.
+    Private,
+}
+
+impl Reachability {
+    /// Its name in the API (`unknown`, `public`, `private`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reachability::Unknown => "unknown",
+            Reachability::Public => "public",
+            Reachability::Private => "private",
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -3,15 +3,17 @@
 use std::collections::HashMap;
 
 use futures::StreamExt;
+use libp2p::core::transport::ListenerId;
 use libp2p::gossipsub::{self, IdentTopic, TopicHash};
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{DialError, SwarmEvent};
-use libp2p::{Multiaddr, PeerId, Swarm, identify, kad, mdns, ping};
+use libp2p::{Multiaddr, PeerId, Swarm, autonat, dcutr, identify, kad, mdns, ping, relay};
 use tokio::sync::{mpsc, oneshot};
 
 use super::behaviour::{Behaviour, BehaviourEvent};
-use super::client::{Command, InboundId, NetError, NetworkEvent, Proto};
+use super::client::{Command, InboundId, Link, NetError, NetworkEvent, Proto, Reachability};
 
 type ReplyTx = oneshot::Sender<Result<Vec<u8>, NetError>>;
 
@@ -28,7 +30,22 @@ pub(crate) struct EventLoop {
     bootstrapped: bool,
     /// Gossip messages ignored because the node was behind.
     gossip_shed: u64,
+    /// Peers that may relay for this node, and through which it dials a peer it cannot
+    /// reach directly (its bootstrap peers).
+    relays: Vec<(PeerId, Multiaddr)>,
+    /// Whether others can dial this node, as AutoNAT last found.
+    reachability: Reachability,
+    /// Relay slots this node listens through (behind NAT), by listener.
+    circuits: HashMap<ListenerId, Multiaddr>,
+    /// Peers being dialled through the relays after a direct dial failed.
+    relay_dials: std::collections::HashSet<PeerId>,
 }
+
+/// How often a node behind NAT without its relay slots asks for them again.
+const RESERVE_AGAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Relays a node behind NAT holds a slot at, at most.
+const MAX_RELAY_SLOTS: usize = 2;
 
 /// A peer whose gossip score falls below this after an invalid message is disconnected: it
 /// is gossipsub's graylist threshold, below which everything the peer sends is ignored
@@ -60,8 +77,21 @@ impl EventLoop {
         swarm: Swarm<Behaviour>,
         commands: mpsc::Receiver<Command>,
         events: mpsc::Sender<NetworkEvent>,
+        bootstrap: &[Multiaddr],
     ) -> Self {
+        let local = *swarm.local_peer_id();
+        let relays = bootstrap
+            .iter()
+            .filter_map(|addr| match addr.iter().last() {
+                Some(Protocol::P2p(peer)) if peer != local => Some((peer, addr.clone())),
+                _ => None,
+            })
+            .collect();
         Self {
+            relays,
+            reachability: Reachability::Unknown,
+            circuits: HashMap::new(),
+            relay_dials: Default::default(),
             swarm,
             commands,
             events,
@@ -78,9 +108,12 @@ impl EventLoop {
         // Kademlia random walks find peers beyond the bootstrap nodes, so the gossip mesh is
         // not a star around them.
         let mut walk = tokio::time::interval(std::time::Duration::from_secs(30));
+        // A relay that restarted, or was cut off, dropped this node's slot: take one again.
+        let mut slots = tokio::time::interval(RESERVE_AGAIN);
         loop {
             tokio::select! {
                 _ = walk.tick() => self.bootstrap_kad(),
+                _ = slots.tick() => self.reserve_relay_slots(),
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 command = self.commands.recv() => match command {
                     Some(Command::Shutdown { reply }) => {
@@ -162,6 +195,11 @@ impl EventLoop {
                     match self.swarm.dial(peer) {
                         // Already being dialled: the same outcome answers this one.
                         Ok(()) | Err(DialError::DialPeerConditionFalse(_)) => {
+                            self.pending_dials.entry(peer).or_default().push(reply)
+                        }
+                        // Nothing known of it: perhaps it is behind NAT, with a slot at a
+                        // relay this node knows.
+                        Err(DialError::NoAddresses) if self.dial_through_relays(peer) => {
                             self.pending_dials.entry(peer).or_default().push(reply)
                         }
                         Err(e) => {
@@ -263,7 +301,11 @@ impl EventLoop {
     async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
-                self.emit(NetworkEvent::Listening(address)).await
+                let relayed = address.iter().any(|p| p == Protocol::P2pCircuit);
+                self.emit(NetworkEvent::Listening(address)).await;
+                if relayed {
+                    self.emit_reachability().await;
+                }
             }
             SwarmEvent::ConnectionEstablished { peer_id, .. } if self.is_banned(&peer_id) => {
                 let _ = self.swarm.disconnect_peer_id(peer_id);
@@ -271,14 +313,18 @@ impl EventLoop {
             SwarmEvent::ConnectionEstablished {
                 peer_id, endpoint, ..
             } => {
+                // A relayed connection's address is the relay's: it says nothing of where
+                // the peer is.
+                let relayed = endpoint.is_relayed();
                 let ip = endpoint.get_remote_address().iter().find_map(|p| match p {
                     Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
                     Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
                     _ => None,
                 });
-                if let Some(ip) = ip {
+                if let Some(ip) = ip.filter(|_| !relayed) {
                     self.emit(NetworkEvent::PeerIp { peer: peer_id, ip }).await;
                 }
+                self.relay_dials.remove(&peer_id);
                 if !self.bootstrapped {
                     self.bootstrapped = true;
                     self.bootstrap_kad();
@@ -287,6 +333,12 @@ impl EventLoop {
                     let _ = reply.send(Ok(()));
                 }
                 self.emit(NetworkEvent::Connected(peer_id)).await;
+                let link = if relayed { Link::Relayed } else { Link::Direct };
+                self.emit(NetworkEvent::Link {
+                    peer: peer_id,
+                    link,
+                })
+                .await;
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
@@ -298,6 +350,16 @@ impl EventLoop {
                 error,
                 ..
             } if !matches!(error, DialError::DialPeerConditionFalse(_)) => {
+                // A peer this node cannot dial directly may be behind NAT: try once more
+                // through the relays before giving up.
+                if self.pending_dials.contains_key(&peer)
+                    && !self.swarm.is_connected(&peer)
+                    && !self.relay_dials.contains(&peer)
+                    && self.dial_through_relays(peer)
+                {
+                    return;
+                }
+                self.relay_dials.remove(&peer);
                 for reply in self.pending_dials.remove(&peer).unwrap_or_default() {
                     let _ = reply.send(Err(NetError::Dial(format!("{peer}: {error}"))));
                 }
@@ -391,6 +453,55 @@ impl EventLoop {
             SwarmEvent::Behaviour(BehaviourEvent::Raft(event)) => {
                 self.on_request_event(Proto::Raft, event).await
             }
+            SwarmEvent::Behaviour(BehaviourEvent::Autonat(autonat::Event::StatusChanged {
+                new,
+                ..
+            })) => {
+                self.reachability = match new {
+                    autonat::NatStatus::Public(_) => Reachability::Public,
+                    autonat::NatStatus::Private => Reachability::Private,
+                    autonat::NatStatus::Unknown => Reachability::Unknown,
+                };
+                tracing::info!("reachability (AutoNAT): {new:?}");
+                match self.reachability {
+                    Reachability::Private => self.reserve_relay_slots(),
+                    // Reachable again: the slots are no longer needed.
+                    Reachability::Public => {
+                        for id in self.circuits.keys().copied().collect::<Vec<_>>() {
+                            self.swarm.remove_listener(id);
+                        }
+                    }
+                    Reachability::Unknown => {}
+                }
+                self.emit_reachability().await;
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::RelayClient(
+                relay::client::Event::ReservationReqAccepted {
+                    relay_peer_id,
+                    renewal: false,
+                    ..
+                },
+            )) => {
+                tracing::info!("behind NAT: reachable through the relay {relay_peer_id}");
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Dcutr(dcutr::Event {
+                remote_peer_id,
+                result,
+            })) => match result {
+                Ok(_) => {
+                    self.emit(NetworkEvent::Link {
+                        peer: remote_peer_id,
+                        link: Link::Punched,
+                    })
+                    .await
+                }
+                Err(e) => tracing::debug!("hole punch to {remote_peer_id}: {e}"),
+            },
+            SwarmEvent::ListenerClosed { listener_id, .. }
+                if self.circuits.remove(&listener_id).is_some() =>
+            {
+                self.emit_reachability().await;
+            }
             SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event {
                 peer,
                 result: Ok(rtt),
@@ -400,6 +511,71 @@ impl EventLoop {
             }
             _ => {}
         }
+    }
+
+    /// Behind NAT: takes a slot at up to [`MAX_RELAY_SLOTS`] relays (listening on
+    /// `<relay>/p2p-circuit`); identify tells connected peers the new address.
+    fn reserve_relay_slots(&mut self) {
+        if self.reachability != Reachability::Private {
+            return;
+        }
+        let held: Vec<Multiaddr> = self.circuits.values().cloned().collect();
+        for (_, relay) in &self.relays {
+            if self.circuits.len() >= MAX_RELAY_SLOTS {
+                break;
+            }
+            let circuit = relay.clone().with(Protocol::P2pCircuit);
+            if held.contains(&circuit) {
+                continue;
+            }
+            match self.swarm.listen_on(circuit.clone()) {
+                Ok(id) => {
+                    self.circuits.insert(id, circuit);
+                }
+                Err(e) => tracing::warn!("cannot take a relay slot at {relay}: {e}"),
+            }
+        }
+    }
+
+    /// Dials `peer` through every relay this node knows; false when it knows none.
+    fn dial_through_relays(&mut self, peer: PeerId) -> bool {
+        let through: Vec<Multiaddr> = self
+            .relays
+            .iter()
+            .filter(|(relay, _)| *relay != peer)
+            .map(|(_, addr)| addr.clone().with(Protocol::P2pCircuit))
+            .collect();
+        if through.is_empty() {
+            return false;
+        }
+        let opts = DialOpts::peer_id(peer)
+            .condition(PeerCondition::DisconnectedAndNotDialing)
+            .addresses(through)
+            .build();
+        match self.swarm.dial(opts) {
+            Ok(()) => {
+                self.relay_dials.insert(peer);
+                true
+            }
+            Err(e) => {
+                tracing::debug!("cannot dial {peer} through a relay: {e}");
+                false
+            }
+        }
+    }
+
+    async fn emit_reachability(&mut self) {
+        let relayed_at = self
+            .swarm
+            .listeners()
+            .filter(|a| a.iter().any(|p| p == Protocol::P2pCircuit))
+            .cloned()
+            .collect();
+        self.emit(NetworkEvent::Reachability {
+            reachability: self.reachability,
+            relayed_at,
+        })
+        .await;
     }
 
     fn bootstrap_kad(&mut self) {

@@ -13,6 +13,7 @@ mod behaviour;
 mod client;
 mod codec;
 mod event_loop;
+mod relay_server;
 pub mod shaping;
 pub mod topics;
 
@@ -22,7 +23,7 @@ use gpux_protocol::Keypair;
 use libp2p::{noise, tcp, yamux};
 use tokio::sync::mpsc;
 
-pub use client::{Client, InboundId, NetError, NetworkEvent, Proto};
+pub use client::{Client, InboundId, Link, NetError, NetworkEvent, Proto, Reachability};
 pub use libp2p::gossipsub::{MessageAcceptance, MessageId};
 pub use libp2p::{Multiaddr, PeerId, Stream, StreamProtocol, multiaddr};
 
@@ -51,6 +52,8 @@ pub struct NetConfig {
     /// A delay added to everything this node sends (the isolated testnet's links; None:
     /// none).
     pub link_delay: Option<shaping::LinkDelay>,
+    /// How long after start AutoNAT first asks peers to dial this node back.
+    pub nat_probe_delay: Duration,
 }
 
 impl Default for NetConfig {
@@ -66,6 +69,7 @@ impl Default for NetConfig {
             heartbeat: Duration::from_millis(700),
             families: None,
             link_delay: None,
+            nat_probe_delay: Duration::from_secs(3),
         }
     }
 }
@@ -131,9 +135,14 @@ pub async fn spawn(
             )
         })
         .map_err(|e| NetError::Setup(e.to_string()))?
+        // Dialling and being dialled through a relay (`/p2p-circuit`): the relayed
+        // connection runs noise and yamux inside the relay's stream.
+        .with_relay_client(noise::Config::new, yamux::Config::default)
+        .map_err(|e| NetError::Setup(e.to_string()))?
         .with_bandwidth_metrics(&mut bandwidth)
-        .with_behaviour(|key| {
-            behaviour::build(key, &behaviour_config, &mut bandwidth).map_err(|e| e.into())
+        .with_behaviour(|key, relay_client| {
+            behaviour::build(key, relay_client, &behaviour_config, &mut bandwidth)
+                .map_err(|e| e.into())
         })
         .map_err(|e| NetError::Setup(e.to_string()))?
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(300)))
@@ -158,7 +167,7 @@ pub async fn spawn(
     let (event_tx, event_rx) = mpsc::channel(EVENT_CAPACITY);
     let local = *swarm.local_peer_id();
     let streams = swarm.behaviour().stream.new_control();
-    tokio::spawn(event_loop::EventLoop::new(swarm, command_rx, event_tx).run());
+    tokio::spawn(event_loop::EventLoop::new(swarm, command_rx, event_tx, &config.bootstrap).run());
     let client = Client::new(command_tx, local, streams, std::sync::Arc::new(bandwidth));
     Ok((client, event_rx))
 }
