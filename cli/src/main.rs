@@ -214,6 +214,10 @@ enum Command {
         /// Credits (more than zero).
         #[arg(value_parser = cmd::parse_credits)]
         amount: String,
+        /// The faucet's data directory: its key signs a grant, which this node sends to its
+        /// ledger (a ledger started with --ledger-faucet mints nothing else).
+        #[arg(long, value_name = "DIR")]
+        faucet: Option<std::path::PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -739,8 +743,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Mint {
             account,
             amount,
+            faucet,
             json,
-        } => cmd::market::mint(&dir, account, amount, json)?,
+        } => cmd::market::mint(&dir, account, amount, faucet.as_deref(), json)?,
         Command::Console { json } => cmd::console::console(&dir, json)?,
         Command::Config {
             action: ConfigAction::Get { json },

@@ -220,6 +220,7 @@ impl Market {
         let done = self.ledger.api().mint(&gpux_api::MintRequest {
             account: n.peer.clone(),
             amount: "100".into(),
+            grant: None,
         });
         assert!(done.is_ok(), "{done:?}");
     }

@@ -8,7 +8,7 @@
 //! from that log with [`LedgerMachine::replay`] on start, or whenever a write fails (so
 //! memory never runs ahead of disk).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bincode::{Decode, Encode};
 use gpux_market::{Applied, Ledger, LedgerConfig, LedgerError, LedgerOp};
@@ -92,6 +92,8 @@ pub struct LedgerMachine {
     locks: BTreeMap<EscrowId, (ContentId, Vec<u8>)>,
     /// Each escrow's newest redemption's signed record (a challenger's proof that it paid).
     paid: BTreeMap<EscrowId, Vec<u8>>,
+    /// The faucet grants applied, by envelope id: each credits its account once.
+    grants: BTreeSet<ContentId>,
 }
 
 impl std::fmt::Debug for LedgerMachine {
@@ -107,6 +109,10 @@ fn op_of(verified: &AnyVerified) -> Option<LedgerOp<'_>> {
         AnyVerified::EscrowLock(lock) => Some(LedgerOp::Lock(lock)),
         AnyVerified::Redeem(redeem) => Some(LedgerOp::Redeem(redeem)),
         AnyVerified::Release(release) => Some(LedgerOp::Release(release)),
+        AnyVerified::FaucetGrant(grant) => Some(LedgerOp::Mint {
+            account: grant.account,
+            amount: grant.amount,
+        }),
         _ => None,
     }
 }
@@ -116,6 +122,7 @@ fn verified_id(verified: &AnyVerified) -> ContentId {
         AnyVerified::EscrowLock(v) => v.id(),
         AnyVerified::Redeem(v) => v.id(),
         AnyVerified::Release(v) => v.id(),
+        AnyVerified::FaucetGrant(v) => v.id(),
         _ => ContentId([0; 32]),
     }
 }
@@ -152,6 +159,7 @@ impl LedgerMachine {
             next: 1,
             locks: BTreeMap::new(),
             paid: BTreeMap::new(),
+            grants: BTreeSet::new(),
         }
     }
 
@@ -190,6 +198,13 @@ impl LedgerMachine {
                     let verified = AnySigned::from_bytes(envelope)
                         .and_then(AnySigned::verify)
                         .map_err(|e| fail(e.to_string()))?;
+                    // Its signer was the faucet when it was applied (a faucet key changed
+                    // since does not undo it).
+                    if let AnyVerified::FaucetGrant(grant) = &verified
+                        && !machine.grants.insert(grant.id())
+                    {
+                        return Err(fail("a faucet grant applied twice".into()));
+                    }
                     let op =
                         op_of(&verified).ok_or_else(|| fail("not a ledger operation".into()))?;
                     let applied = machine
@@ -319,13 +334,20 @@ impl LedgerMachine {
         bincode::encode_to_vec(entry, bincode::config::standard()).unwrap_or_default()
     }
 
-    /// Mints credits (the testnet faucet): the record, and the log entry to append.
+    /// Mints credits for the ledger's operator (a ledger without a faucet key): the record,
+    /// and the log entry to append.
     pub fn mint(
         &mut self,
         now: Timestamp,
         account: PublicKey,
         amount: MicroCredits,
     ) -> Result<(Verified<LedgerRecord>, LogAppend), LedgerResponse> {
+        if self.ledger.config().faucet.is_some() {
+            return Err(LedgerResponse::refused(
+                RefusalCode::WrongSigner,
+                "this ledger mints only grants its faucet signed (gpux mint --faucet DIR)",
+            ));
+        }
         self.ledger
             .apply(LedgerOp::Mint { account, amount }, now)
             .map_err(|e| refusal(&e))?;
@@ -410,6 +432,10 @@ impl LedgerMachine {
                 (e.released && e.lease == release.lease)
                     .then(|| format!("escrow {} is already released", release.escrow))
             }
+            AnyVerified::FaucetGrant(grant) => self
+                .grants
+                .contains(&grant.id())
+                .then(|| format!("grant {} was applied already", grant.id())),
             _ => None,
         }
     }
@@ -436,9 +462,26 @@ impl LedgerMachine {
         let Some(op) = op_of(&verified) else {
             return refuse(
                 RefusalCode::Invalid,
-                "only EscrowLock, Redeem and Release are ledger operations".into(),
+                "only EscrowLock, Redeem, Release and FaucetGrant are ledger operations".into(),
             );
         };
+        if let AnyVerified::FaucetGrant(grant) = &verified {
+            match self.ledger.config().faucet {
+                None => {
+                    return refuse(
+                        RefusalCode::WrongSigner,
+                        "this ledger has no faucet: its operator mints".into(),
+                    );
+                }
+                Some(faucet) if faucet != grant.signer() => {
+                    return refuse(
+                        RefusalCode::WrongSigner,
+                        "the grant is not signed by this ledger's faucet".into(),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
         if let AnyVerified::EscrowLock(lock) = &verified {
             if let Some((applied, record)) = self.locks.get(&lock.escrow) {
                 // The escrow was locked: a retry of that very lock gets the record it got the
@@ -534,6 +577,13 @@ impl LedgerMachine {
                     },
                 )
             }
+            (AnyVerified::FaucetGrant(grant), Applied::Minted { amount }) => (
+                EscrowId([0; 16]),
+                LedgerEntry::Minted {
+                    account: grant.account,
+                    amount,
+                },
+            ),
             _ => return refuse(RefusalCode::Invalid, "unexpected ledger outcome".into()),
         };
         let seq = self.next;
@@ -562,6 +612,9 @@ impl LedgerMachine {
             }
             AnyVerified::Redeem(redeem) => {
                 self.paid.insert(redeem.escrow, record.as_bytes().to_vec());
+            }
+            AnyVerified::FaucetGrant(grant) => {
+                self.grants.insert(grant.id());
             }
             _ => {}
         }

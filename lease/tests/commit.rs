@@ -435,6 +435,7 @@ fn a_reserved_window_its_host_never_starts_is_refunded_whole() {
         ledger_key(),
         LedgerConfig {
             release_grace_ms: 10_000,
+            ..LedgerConfig::default()
         },
     );
     let start = Timestamp(T0 + 60_000);

@@ -156,6 +156,7 @@ impl World {
             ledger_keypair,
             LedgerConfig {
                 release_grace_ms: 10_000,
+                ..LedgerConfig::default()
             },
         );
         let renter_key = Keypair::from_seed(&[2; 32]);

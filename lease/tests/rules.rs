@@ -475,3 +475,107 @@ fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
     );
     assert!(lease.record().acked.is_none());
 }
+
+#[test]
+fn a_ledger_with_a_faucet_mints_only_its_grants_each_once_and_replays_them() {
+    let faucet = Keypair::from_seed(&[7; 32]);
+    let config = LedgerConfig {
+        faucet: Some(faucet.public()),
+        ..LedgerConfig::default()
+    };
+    let mut ledger = LedgerMachine::new(ledger_key(), config);
+    let account = renter().public();
+    let grant = |key: &Keypair, nonce: u64| {
+        Signed::sign(
+            key,
+            FaucetGrant {
+                account,
+                amount: MicroCredits(5_000_000),
+                nonce,
+                created_at: Timestamp(T0),
+                ext: Ext::new(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec()
+    };
+    let mut log = Vec::new();
+    // The faucet's grant is applied, with a record of the mint.
+    let first = grant(&faucet, 1);
+    let out = ledger.submit(Timestamp(T0), first.clone());
+    let LedgerResponse::Record(record) = &out.response else {
+        panic!("{:?}", out.response);
+    };
+    let record = Signed::<LedgerRecord>::from_bytes(record.clone())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(
+        record.entry,
+        LedgerEntry::Minted {
+            account,
+            amount: MicroCredits(5_000_000)
+        }
+    );
+    log.extend(out.append);
+    assert_eq!(ledger.ledger().balance(&account), MicroCredits(5_000_000));
+    // Sent again, it changes nothing.
+    let again = ledger.submit(Timestamp(T0 + 1), first);
+    assert!(
+        matches!(again.response, LedgerResponse::Unchanged(_)),
+        "{:?}",
+        again.response
+    );
+    assert!(again.append.is_none());
+    // Another grant alike but for its nonce is another grant.
+    let out = ledger.submit(Timestamp(T0 + 2), grant(&faucet, 2));
+    assert!(matches!(out.response, LedgerResponse::Record(_)));
+    log.extend(out.append);
+    assert_eq!(ledger.ledger().balance(&account), MicroCredits(10_000_000));
+    // Anyone else's grant, the ledger's own key's included, is refused.
+    for other in [renter(), ledger_key()] {
+        let out = ledger.submit(Timestamp(T0 + 3), grant(&other, 3));
+        assert!(
+            matches!(
+                out.response,
+                LedgerResponse::Refused {
+                    code: RefusalCode::WrongSigner,
+                    ..
+                }
+            ),
+            "{:?}",
+            out.response
+        );
+    }
+    // And so is the operator's unsigned mint.
+    assert!(
+        ledger
+            .mint(Timestamp(T0 + 4), account, MicroCredits(1))
+            .is_err()
+    );
+    assert_eq!(ledger.ledger().balance(&account), MicroCredits(10_000_000));
+    // The log replays to the same balance, and the replayed ledger still knows the grants.
+    let mut replayed = LedgerMachine::replay(
+        ledger_key(),
+        config,
+        log.iter().map(|(p, e)| (*p, e.as_slice())),
+    )
+    .unwrap();
+    assert_eq!(
+        replayed.ledger().balance(&account),
+        MicroCredits(10_000_000)
+    );
+    let again = replayed.submit(Timestamp(T0 + 5), grant(&faucet, 1));
+    assert!(matches!(again.response, LedgerResponse::Unchanged(_)));
+    // A ledger without a faucet takes no grant.
+    let mut plain = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    let out = plain.submit(Timestamp(T0), grant(&faucet, 9));
+    assert!(matches!(
+        out.response,
+        LedgerResponse::Refused {
+            code: RefusalCode::WrongSigner,
+            ..
+        }
+    ));
+}

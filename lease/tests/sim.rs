@@ -277,7 +277,13 @@ impl World {
         let renter_key = Keypair::from_seed(&[2; 32]);
         let ledger_keypair = Keypair::from_seed(&[9; 32]);
         let ledger_key = ledger_keypair.public();
-        let mut ledger = LedgerMachine::new(ledger_keypair, LedgerConfig { release_grace_ms });
+        let mut ledger = LedgerMachine::new(
+            ledger_keypair,
+            LedgerConfig {
+                release_grace_ms,
+                ..LedgerConfig::default()
+            },
+        );
         let t0 = 1_000_000;
         let minted = 1_000_000_000;
         ledger

@@ -34,12 +34,16 @@ use gpux_protocol::{
 pub struct LedgerConfig {
     /// How long an escrow must be idle before its payer may release it, ms. Default 10 min.
     pub release_grace_ms: u64,
+    /// The faucet's key: credits are minted only by `FaucetGrant`s it signed (None: by the
+    /// ledger's operator, through its node's API).
+    pub faucet: Option<PublicKey>,
 }
 
 impl Default for LedgerConfig {
     fn default() -> Self {
         Self {
             release_grace_ms: 600_000,
+            faucet: None,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! ledger_cluster = ["/ip4/.../p2p/..."]  # ... as a member of this replicated ledger
 //! ledger_bootstrap = false              # form that cluster from here (one member, once)
 //! ledger_release_grace_s = 600          # ledger: idle time before a payer may release
+//! ledger_faucet = "12D3KooW..."          # ledger: mint only grants this key signed
 //! receipt_interval_s = 60               # host: how often receipts are signed
 //! ack_grace_s = 30                      # host: stop a lease this long after a missed ack
 //! spot_notice_s = 30                    # host: a spot lease's notice before preemption
@@ -97,6 +98,10 @@ pub struct Options {
     /// Ledger: seconds an escrow must be idle before its payer may take it back.
     #[arg(long = "ledger-release-grace", value_name = "SECONDS")]
     pub ledger_release_grace_s: Option<u64>,
+    /// Ledger: the faucet's peer id; credits are minted only by `FaucetGrant`s it signed
+    /// (`gpux mint --faucet DIR`), which every member checks.
+    #[arg(long = "ledger-faucet", value_name = "PEER_ID")]
+    pub ledger_faucet: Option<String>,
     /// Host: seconds between usage receipts.
     #[arg(long = "receipt-interval", value_name = "SECONDS")]
     pub receipt_interval_s: Option<u64>,
@@ -282,6 +287,7 @@ macro_rules! each_setting {
             ledger_cluster,
             ledger_bootstrap,
             ledger_release_grace_s,
+            ledger_faucet,
             receipt_interval_s,
             ack_grace_s,
             spot_notice_s,
@@ -325,6 +331,7 @@ impl Options {
             ledger_cluster: None,
             ledger_bootstrap: Some(false),
             ledger_release_grace_s: Some(600),
+            ledger_faucet: None,
             receipt_interval_s: Some(timing.receipt_interval_ms / 1000),
             ack_grace_s: Some(timing.ack_grace_ms / 1000),
             spot_notice_s: Some(timing.spot_notice_ms / 1000),
@@ -655,12 +662,27 @@ impl Effective {
                 }
                 None => None,
             },
-            serve_ledger: o
-                .serve_ledger
-                .unwrap_or(false)
-                .then(|| gpux_market::LedgerConfig {
+            serve_ledger: match (o.serve_ledger.unwrap_or(false), &o.ledger_faucet) {
+                (false, Some(_)) => {
+                    return Err(self.bad(
+                        "ledger_faucet",
+                        "is for a node that serves the ledger (--serve-ledger)",
+                    ));
+                }
+                (false, None) => None,
+                (true, faucet) => Some(gpux_market::LedgerConfig {
                     release_grace_ms: o.ledger_release_grace_s.unwrap_or(600).saturating_mul(1000),
+                    faucet: match faucet {
+                        None => None,
+                        Some(text) => Some(
+                            text.trim()
+                                .parse::<gpux_protocol::PeerId>()
+                                .map_err(|e| self.bad("ledger_faucet", format!("{text:?}: {e}")))?
+                                .public_key(),
+                        ),
+                    },
                 }),
+            },
             timing: Timing {
                 receipt_interval_ms: interval * 1000,
                 ack_grace_ms: grace * 1000,

@@ -98,6 +98,7 @@ fn every_kind_round_trips() {
             MessageKind::LedgerRecord => round_trip::<LedgerRecord>(&bytes),
             MessageKind::ChallengeResult => round_trip::<ChallengeResult>(&bytes),
             MessageKind::LeaseCommit => round_trip::<LeaseCommit>(&bytes),
+            MessageKind::FaucetGrant => round_trip::<FaucetGrant>(&bytes),
             other => panic!("no round-trip case for {other}"),
         }
     }

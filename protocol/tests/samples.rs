@@ -482,6 +482,23 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
         .to_vec(),
     );
     all.push(commit);
+    // The faucet's grant (the sample ledger key stands for the faucet's).
+    all.push((
+        MessageKind::FaucetGrant,
+        Signed::sign(
+            &ledger(),
+            FaucetGrant {
+                account: r.public(),
+                amount: MicroCredits(100_000_000),
+                nonce: 7,
+                created_at: T0.plus_secs(4),
+                ext: ext_with_field(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec(),
+    ));
     all
 }
 

@@ -41,6 +41,10 @@ pub fn start(
             "--ledgers must be 1, 3 or 5 (a cluster of 3 survives the loss of one member, 5 of two)"
         );
     }
+    // The faucet: a key of its own (in `<base>/faucet`, for `gpux mint --faucet`), which
+    // every member is told (`--ledger-faucet`): they mint only grants it signed.
+    let faucet_dir = base.join(FAUCET_DIR);
+    let (faucet, _) = gpux_node::init_key(&faucet_dir).context("creating the faucet's key")?;
     let mut nodes = Vec::new();
     let mut members = Vec::new();
     for m in 0..n {
@@ -55,6 +59,8 @@ pub fn start(
             "--serve-ledger",
             "--ledger-release-grace",
             release_grace_s,
+            "--ledger-faucet",
+            &faucet.peer_id().to_string(),
         ]
         .map(String::from)
         .to_vec();
@@ -137,16 +143,41 @@ pub fn mint(nodes: &[Node], request: &gpux_api::MintRequest) -> anyhow::Result<(
     }
 }
 
-/// A faucet credit of one micro-credit to an account outside the market: a write that
-/// moves none of the parties' credits.
-pub fn probe() -> gpux_api::MintRequest {
-    gpux_api::MintRequest {
-        account: gpux_protocol::Keypair::from_seed(&[0x5a; 32])
-            .public()
-            .peer_id()
-            .to_string(),
-        amount: "0.000001".into(),
-    }
+/// Where a testnet keeps its faucet's key, under its base directory.
+pub const FAUCET_DIR: &str = "faucet";
+
+/// A grant of `amount` credits to `account` (a peer id), signed by the faucet of the
+/// testnet whose ledger members are `nodes`.
+pub fn grant(nodes: &[Node], account: &str, amount: &str) -> anyhow::Result<gpux_api::MintRequest> {
+    let base = nodes
+        .first()
+        .and_then(|n| n.dir.parent())
+        .context("no ledger member")?;
+    let faucet = gpux_node::load_key(&base.join(FAUCET_DIR)).context("the faucet's key")?;
+    let key = account
+        .parse::<gpux_protocol::PeerId>()
+        .map_err(|e| anyhow::anyhow!("{account}: {e}"))?
+        .public_key();
+    let credits = amount
+        .parse::<gpux_protocol::MicroCredits>()
+        .map_err(|e| anyhow::anyhow!("{amount}: {e}"))?;
+    let envelope = gpux_node::ledger::faucet_grant(&faucet, key, credits, gpux_node::attest::now())
+        .map_err(|e| anyhow::anyhow!("signing a grant: {e}"))?;
+    Ok(gpux_api::MintRequest {
+        account: account.to_string(),
+        amount: amount.to_string(),
+        grant: Some(gpux_protocol::hex(&envelope)),
+    })
+}
+
+/// A faucet grant of one micro-credit to an account outside the market: a write that moves
+/// none of the parties' credits.
+pub fn probe(nodes: &[Node]) -> anyhow::Result<gpux_api::MintRequest> {
+    let outside = gpux_protocol::Keypair::from_seed(&[0x5a; 32])
+        .public()
+        .peer_id()
+        .to_string();
+    grant(nodes, &outside, "0.000001")
 }
 
 /// The index of the member that leads now, if one does.
@@ -213,7 +244,7 @@ impl Chaos {
                 "chaos: killed the ledger's leader, {}",
                 nodes[leader].name
             ));
-            match mint(nodes, &probe()) {
+            match probe(nodes).and_then(|p| mint(nodes, &p)) {
                 Ok(()) => {
                     let ms = lost.elapsed().as_millis() as u64;
                     report.ledger_failover_ms = Some(ms);

@@ -449,18 +449,12 @@ pub fn up(
     report.node_rss_kb_median = percentile(&rss, 0.5);
     report.node_rss_kb_max = rss.last().copied().unwrap_or(0);
 
-    // The faucet: every host and renter gets credits from the ledger.
+    // The faucet: every host and renter gets credits, by grants the faucet's key signed.
     let mut peers = Vec::new();
     for dir in host_dirs.iter().chain(&renter_dirs) {
         let peer = gpux_node::load_key(dir)?.peer_id().to_string();
-        ledgers::mint(
-            &nodes[..n_ledgers],
-            &gpux_api::MintRequest {
-                account: peer.clone(),
-                amount: FAUCET_CREDITS.into(),
-            },
-        )
-        .context("minting faucet credits")?;
+        let grant = ledgers::grant(&nodes[..n_ledgers], &peer, FAUCET_CREDITS)?;
+        ledgers::mint(&nodes[..n_ledgers], &grant).context("minting faucet credits")?;
         peers.push(peer);
     }
     let host_peers: Vec<String> = peers[..hosts.len()].to_vec();

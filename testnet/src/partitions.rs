@@ -249,7 +249,9 @@ impl Partitions {
                 .iter()
                 .take_while(|n| n.name.starts_with("ledger"))
                 .count();
-            match crate::ledgers::mint(&nodes[..n], &crate::ledgers::probe()) {
+            match crate::ledgers::probe(&nodes[..n])
+                .and_then(|p| crate::ledgers::mint(&nodes[..n], &p))
+            {
                 Ok(()) => {
                     let ms = active.since.elapsed().as_millis() as u64;
                     self.reports[active.index].majority_write_ms = Some(ms);

@@ -427,6 +427,7 @@ pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result
         ledger_api.mint(&gpux_api::MintRequest {
             account: node.peer.clone(),
             amount: "1000".into(),
+            grant: None,
         })?;
     }
     let start = Instant::now();

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use anyhow::Context;
+
 use gpux_api::{BidRequest, MintRequest, OfferHit, RentRequest};
 use gpux_node::api_client::ApiClient;
 
@@ -529,10 +531,21 @@ pub(crate) fn balance(dir: &Path, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn mint(dir: &Path, account: String, amount: String, json: bool) -> anyhow::Result<()> {
+pub(crate) fn mint(
+    dir: &Path,
+    account: String,
+    amount: String,
+    faucet: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let grant = match faucet {
+        None => None,
+        Some(faucet) => Some(gpux_protocol::hex(&grant(faucet, &account, &amount)?)),
+    };
     let minted = ApiClient::for_data_dir(dir)?.mint(&MintRequest {
         account,
         amount: amount.clone(),
+        grant,
     })?;
     if json {
         return print_json(&minted);
@@ -543,6 +556,22 @@ pub(crate) fn mint(dir: &Path, account: String, amount: String, json: bool) -> a
         gpux_protocol::MicroCredits(minted.balance_micro).amount_text()
     )?;
     Ok(())
+}
+
+/// A `FaucetGrant` of `amount` credits to `account`, signed by the key in `faucet` (a data
+/// directory), as an envelope.
+fn grant(faucet: &Path, account: &str, amount: &str) -> anyhow::Result<Vec<u8>> {
+    let key = gpux_node::load_key(faucet)
+        .with_context(|| format!("the faucet's key in {}", faucet.display()))?;
+    let account = account
+        .parse::<gpux_protocol::PeerId>()
+        .map_err(|e| anyhow::anyhow!("{account:?}: {e}"))?
+        .public_key();
+    let amount = amount
+        .parse::<gpux_protocol::MicroCredits>()
+        .map_err(|e| anyhow::anyhow!("{amount:?}: {e}"))?;
+    gpux_node::ledger::faucet_grant(&key, account, amount, gpux_node::attest::now())
+        .map_err(|e| anyhow::anyhow!("signing the grant: {e}"))
 }
 
 /// `gpux ledger status`.

@@ -66,8 +66,10 @@ pub(crate) fn restore_ledger(
     let effective = flags.effective(dir)?;
     let grace_s = effective.options.ledger_release_grace_s.unwrap_or(600);
     let key = gpux_node::load_key(dir)?;
+    // Replaying needs no faucet key: a grant's signer was checked when it was applied.
     let config = gpux_node::ledger::LedgerConfig {
         release_grace_ms: grace_s.saturating_mul(1000),
+        ..Default::default()
     };
     let restored = gpux_node::ledger::restore(dir, from, &key, config)?;
     out!(

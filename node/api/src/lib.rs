@@ -664,6 +664,11 @@ pub struct MintRequest {
     pub account: String,
     /// Credits (`100.0`, more than zero).
     pub amount: String,
+    /// A `FaucetGrant` of this account and amount signed by the ledger's faucet, hex: this
+    /// node sends it to its ledger (`--ledger`), whose members check the faucet's signature.
+    /// Without it, the node must serve a ledger without a faucet, and its operator mints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<String>,
 }
 
 /// The answer to a mint.

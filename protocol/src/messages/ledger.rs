@@ -226,6 +226,45 @@ impl Message for Release {
     }
 }
 
+/// Credits granted by a ledger's faucet: the only way a replicated ledger mints. The
+/// cluster is configured with the faucet's public key; every member checks that the grant is
+/// signed by it before applying it, and applies each grant (by its envelope id) once.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct FaucetGrant {
+    /// The account credited.
+    pub account: PublicKey,
+    /// Amount.
+    pub amount: MicroCredits,
+    /// A number the faucet picks, so two grants of the same amount to the same account in
+    /// the same millisecond are two grants.
+    pub nonce: u64,
+    /// When.
+    pub created_at: Timestamp,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for FaucetGrant {
+    const KIND: MessageKind = MessageKind::FaucetGrant;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_nonzero("amount", self.amount.0)
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+}
+
 /// What a ledger operation did.
 #[derive(
     Debug,

@@ -24,6 +24,7 @@
 //! | [`LedgerRecord`] | 18 | ledger | 1 KiB |
 //! | [`ChallengeResult`] | 19 | challenger | 48 KiB |
 //! | [`LeaseCommit`] | 20 | renter | 512 B |
+//! | [`FaucetGrant`] | 21 | the ledger's faucet | 512 B |
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -58,7 +59,7 @@ pub use lease::{
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_END, EscrowLock,
-    LeaseOutcome, LedgerEntry, LedgerRecord, Redeem, Release,
+    FaucetGrant, LeaseOutcome, LedgerEntry, LedgerRecord, Redeem, Release,
 };
 pub use market::{
     Bid, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES,
@@ -210,6 +211,7 @@ message_kinds! {
     LedgerRecord = 18, version 1, max KIB;
     ChallengeResult = 19, version 1, max 48 * KIB;
     LeaseCommit = 20, version 1, max 512;
+    FaucetGrant = 21, version 1, max 512;
 }
 
 impl fmt::Display for MessageKind {

@@ -395,7 +395,8 @@ impl<S: Store + 'static> LedgerCluster<S> {
                         Ok(
                             gpux_protocol::AnyVerified::EscrowLock(_)
                             | gpux_protocol::AnyVerified::Redeem(_)
-                            | gpux_protocol::AnyVerified::Release(_),
+                            | gpux_protocol::AnyVerified::Release(_)
+                            | gpux_protocol::AnyVerified::FaucetGrant(_),
                         ) => {}
                         Ok(other) => {
                             return LedgerResponse::refused(
