@@ -1,6 +1,9 @@
 //! The run's figures: what the report reads from the nodes' APIs (leases, charges, double
 //! bookings, the isolated network's links) and from `/proc` (CPU, memory).
 
+use std::time::Instant;
+
+use anyhow::Context;
 use gpux_node::api_client::ApiClient;
 
 use crate::{Isolation, LeaseReport, Report, harness, netns};
@@ -167,4 +170,37 @@ pub(crate) fn double_allocations(hosts: &[ApiClient]) -> usize {
             .count();
     }
     doubles
+}
+
+/// Docker's own time to create and start a container of the workload image (the same
+/// hardened spec a lease gets), ms, for `samples` containers, each removed after; the
+/// baseline beside `rent_to_running_ms_p50`, measured in the same run.
+pub(crate) fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
+    use gpux_node::executor::{ContainerSpec, Executor, GpuBinding};
+    crate::block_on(async {
+        let exec = Executor::connect("testnet-baseline").await?;
+        let mut times = Vec::new();
+        for i in 0..samples {
+            let spec = ContainerSpec {
+                lease: format!("baseline-{}-{i}", std::process::id()),
+                image: image.parse().context("the workload image id")?,
+                command: vec!["sh".into(), "-c".into(), "sleep 5".into()],
+                env: Vec::new(),
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 256,
+                scratch_bytes: 1 << 28,
+                network: false,
+                gpus: GpuBinding::Fake(Vec::new()),
+                workspace: None,
+                run_dir: None,
+            };
+            let started = Instant::now();
+            let id = exec.start(&spec).await?;
+            times.push(started.elapsed().as_millis() as u64);
+            exec.remove(&id).await?;
+        }
+        times.sort_unstable();
+        Ok(times)
+    })
 }

@@ -99,39 +99,6 @@ pub fn build_image() -> anyhow::Result<String> {
     })
 }
 
-/// Docker's own time to create and start a container of the workload image (the same
-/// hardened spec a lease gets), ms, for `samples` containers, each removed after; the
-/// baseline beside `rent_to_running_ms_p50`, measured in the same run.
-fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec<u64>> {
-    use gpux_node::executor::{ContainerSpec, Executor, GpuBinding};
-    crate::block_on(async {
-        let exec = Executor::connect("testnet-baseline").await?;
-        let mut times = Vec::new();
-        for i in 0..samples {
-            let spec = ContainerSpec {
-                lease: format!("baseline-{}-{i}", std::process::id()),
-                image: image.parse().context("the workload image id")?,
-                command: vec!["sh".into(), "-c".into(), "sleep 5".into()],
-                env: Vec::new(),
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 256,
-                scratch_bytes: 1 << 28,
-                network: false,
-                gpus: GpuBinding::Fake(Vec::new()),
-                workspace: None,
-                run_dir: None,
-            };
-            let started = Instant::now();
-            let id = exec.start(&spec).await?;
-            times.push(started.elapsed().as_millis() as u64);
-            exec.remove(&id).await?;
-        }
-        times.sort_unstable();
-        Ok(times)
-    })
-}
-
 /// Runs `work` on a runtime of its own (the testnet drives its nodes from plain threads).
 pub(crate) fn block_on<T>(
     work: impl std::future::Future<Output = anyhow::Result<T>>,
@@ -594,7 +561,7 @@ pub fn up(
     rent_ms.sort_unstable();
     report.rent_to_running_ms_p50 = percentile(&rent_ms, 0.5);
     report.rent_to_running_ms_p95 = percentile(&rent_ms, 0.95);
-    match docker_start_ms(&image, 5) {
+    match figures::docker_start_ms(&image, 5) {
         Ok(times) => report.docker_start_ms_p50 = percentile(&times, 0.5),
         Err(e) => report
             .errors
@@ -603,24 +570,8 @@ pub fn up(
 
     // Hosts behind NAT: found, rented and used like the others, by a reachable renter and
     // by each renter behind a NAT of its own.
-    let nat_renters = nat_hosts.keys().filter(|n| n.starts_with("renter-"));
-    for renter in std::iter::once(&"renter-0".to_string())
-        .chain(nat_renters)
-        .filter_map(|name| nodes.iter().find(|n| &n.name == name))
-    {
-        for (name, public) in nat_hosts.iter().filter(|(n, _)| n.starts_with("host-")) {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let Some(host) = nodes.iter().find(|n| &n.name == name) else {
-                continue;
-            };
-            let work = base.join("nat").join(&renter.name);
-            match nat::round(renter, host, public, &image, &work, &progress) {
-                Ok(f) => report.nat.push(f),
-                Err(e) => report.errors.push(format!("behind NAT: {e:#}")),
-            }
-        }
+    if !stop.load(Ordering::Relaxed) {
+        nat::rounds(&nodes, &nat_hosts, &image, &base, &mut report, &progress);
     }
 
     // The workload plane: a renter's own image, its files in and out.

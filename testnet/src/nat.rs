@@ -38,12 +38,40 @@ pub struct NatHost {
     pub log_lines: usize,
 }
 
+/// Every host behind NAT (`nat`: name → its NAT's address, renters' included), rented by
+/// renter-0 and by each renter behind NAT; the figures or the errors go into `report`.
+pub(crate) fn rounds(
+    nodes: &[Node],
+    nat: &std::collections::BTreeMap<String, String>,
+    image: &str,
+    base: &std::path::Path,
+    report: &mut crate::Report,
+    progress: &impl Fn(&str),
+) {
+    let nat_renters = nat.keys().filter(|n| n.starts_with("renter-"));
+    for renter in std::iter::once(&"renter-0".to_string())
+        .chain(nat_renters)
+        .filter_map(|name| nodes.iter().find(|n| &n.name == name))
+    {
+        for (name, public) in nat.iter().filter(|(n, _)| n.starts_with("host-")) {
+            let Some(host) = nodes.iter().find(|n| &n.name == name) else {
+                continue;
+            };
+            let work = base.join("nat").join(&renter.name);
+            match round(renter, host, public, image, &work, progress) {
+                Ok(f) => report.nat.push(f),
+                Err(e) => report.errors.push(format!("behind NAT: {e:#}")),
+            }
+        }
+    }
+}
+
 /// How long a lease on a host behind NAT runs, seconds.
 const LEASE_S: u32 = 12;
 
 /// Rents `host` (behind NAT) from `renter` and uses the lease's streams; `work` is a
 /// scratch directory.
-pub(crate) fn round(
+fn round(
     renter: &Node,
     host: &Node,
     public_address: &str,

@@ -14,6 +14,7 @@ mod console;
 mod group;
 mod host;
 mod market;
+mod mint;
 mod proof;
 mod reach;
 mod rent;
