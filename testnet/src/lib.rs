@@ -74,7 +74,7 @@ const LEASE_S: u64 = 8;
 const PARTITION_HOLD: Duration = Duration::from_secs(8);
 /// How far the renting rounds may run past `--duration` for partitions still to run or
 /// check.
-const PARTITION_OVERRUN: Duration = Duration::from_secs(60);
+const PARTITION_OVERRUN: Duration = Duration::from_secs(90);
 
 /// GPU models the fake hosts pretend to have: (NVML name, memory bytes, cc, base price).
 const MODELS: [(&str, u64, (u8, u8), &str); 5] = [
