@@ -63,18 +63,36 @@ fn a_wiped_member_does_not_vote_until_readded_then_has_every_balance() {
     let follower = (leader + 1) % 3;
     let wiped = (leader + 2) % 3;
 
-    // Minting on a follower says where to mint; on the leader it applies everywhere.
+    // The testnet's ledger mints only its faucet's grants: the operator's own mint is
+    // refused; a grant sent to a follower says where to send it; on the leader it applies
+    // everywhere.
+    let faucet = tmp
+        .path()
+        .join(gpux_testnet::ledgers::FAUCET_DIR)
+        .display()
+        .to_string();
     let account = gpux_protocol::Keypair::from_seed(&[77; 32])
         .peer_id()
         .to_string();
-    let out = nodes[follower].gpux(&["mint", &account, "5"]).unwrap();
+    let out = nodes[leader].gpux(&["mint", &account, "5"]).unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--faucet DIR"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = nodes[follower]
+        .gpux(&["mint", &account, "5", "--faucet", &faucet])
+        .unwrap();
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("gpux ledger status"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = nodes[leader].gpux(&["mint", &account, "5"]).unwrap();
+    let out = nodes[leader]
+        .gpux(&["mint", &account, "5", "--faucet", &faucet])
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
