@@ -200,6 +200,8 @@ pub struct Chaos {
     killed: Option<(usize, Instant)>,
     lost_at: Option<Instant>,
     restarted: Option<Instant>,
+    /// The member killed, once one was.
+    victim: Option<usize>,
 }
 
 impl Chaos {
@@ -210,6 +212,7 @@ impl Chaos {
             killed: None,
             lost_at: None,
             restarted: None,
+            victim: None,
         }
     }
 
@@ -221,6 +224,17 @@ impl Chaos {
             && self
                 .restarted
                 .is_none_or(|at| at.elapsed() >= Duration::from_secs(3))
+    }
+
+    /// Whether the first member, the relay of the nodes behind NAT, is down or came back
+    /// less than 15 s ago (AutoNAT must confirm it reachable again before it relays, and
+    /// the nodes behind NAT ask for their slots every 5 s).
+    pub fn relay_recovering(&self) -> bool {
+        self.victim == Some(0)
+            && (self.killed.is_some()
+                || self
+                    .restarted
+                    .is_some_and(|at| at.elapsed() < Duration::from_secs(15)))
     }
 
     /// When the leader was lost, once it was.
@@ -235,6 +249,7 @@ impl Chaos {
             && let Some(leader) = leader(nodes)
         {
             self.kill_at = None;
+            self.victim = Some(leader);
             nodes[leader].kill9();
             let lost = Instant::now();
             self.killed = Some((leader, lost));

@@ -539,6 +539,11 @@ pub fn up(
                 // Once the market is busy, finding nothing free is the market working: the
                 // renter's view lists GPUs other renters hold, and their hosts say so.
                 Err(e) if is_busy_market(e.code(), round > 0) => {}
+                // A renter behind NAT reaches a host behind NAT only through the relay, the
+                // first ledger member: while the chaos has it down, it reaches none.
+                Err(e) if nat_hosts.contains_key(&name) && chaos.relay_recovering() => {
+                    progress(&format!("{name}: refused while its relay restarts: {e:#}"));
+                }
                 // A renter cut off by a partition is refused, as it should be.
                 Err(e) if partitions.excuses(&name) => {
                     partitions.rented(&name, false);

@@ -210,5 +210,15 @@ fn round(
             host.name
         );
     }
+    // The host's GPU is free again before the next round books it.
+    let ended = wait(Duration::from_secs(u64::from(LEASE_S) + 20), || {
+        renter_api.leases().is_ok_and(|ls| {
+            ls.iter()
+                .any(|l| l.lease == rented.lease && matches!(&*l.phase, "ended" | "settled"))
+        })
+    });
+    if !ended {
+        bail!("the lease on {} behind NAT did not end in time", host.name);
+    }
     Ok(figures)
 }
