@@ -426,6 +426,15 @@ enum TestnetAction {
         /// behind NAT (default: 1 when there are hosts behind NAT and 2 renters or more).
         #[arg(long, value_name = "N", requires = "isolated")]
         nat_renters: Option<usize>,
+        /// How often hosts re-publish their offers, seconds (a large testnet needs more:
+        /// every republication is validated by every subscriber).
+        #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        republish: u64,
+        /// Renters from renter-2 on (but those behind NAT) follow one family each, cycling
+        /// through the hosts' models, as renters that know what they want do
+        /// (`--market-families`).
+        #[arg(long)]
+        shard_renters: bool,
     },
     /// What this machine offers an isolated testnet: namespaces, and how links can be
     /// shaped (loss, rate, delay); prints JSON.
@@ -626,6 +635,8 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     partition,
                     nat_hosts,
                     nat_renters,
+                    republish,
+                    shard_renters,
                 },
         } => {
             let nat_hosts = match (isolated, nat_hosts) {
@@ -655,6 +666,8 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 partitions: partition.into_iter().flatten().collect(),
                 nat_hosts,
                 nat_renters,
+                republish_s: republish,
+                shard_renters,
             };
             return cmd::testnet::up(config, report);
         }

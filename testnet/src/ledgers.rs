@@ -22,8 +22,9 @@ pub struct Ledgers {
     /// Every member's address with `/p2p/<peer id>`, comma-separated: what the parties'
     /// `--ledger` names.
     pub list: String,
-    /// The first member's address: everyone's bootstrap.
-    pub bootstrap: String,
+    /// The first two members' addresses: everyone's bootstrap peers, and the relays of the
+    /// nodes behind NAT (two, so that losing one leaves the other).
+    pub bootstrap: Vec<String>,
 }
 
 /// Starts `n` ledger members under `base` (a lone ledger node when `n` is 1) and waits for a
@@ -119,7 +120,7 @@ pub fn start(
     }
     Ok(Ledgers {
         nodes,
-        bootstrap: members[0].clone(),
+        bootstrap: members.iter().take(2).cloned().collect(),
         list,
     })
 }
@@ -226,17 +227,6 @@ impl Chaos {
                 .is_none_or(|at| at.elapsed() >= Duration::from_secs(3))
     }
 
-    /// Whether the first member, the relay of the nodes behind NAT, is down or came back
-    /// less than 15 s ago (AutoNAT must confirm it reachable again before it relays, and
-    /// the nodes behind NAT ask for their slots every 5 s).
-    pub fn relay_recovering(&self) -> bool {
-        self.victim == Some(0)
-            && (self.killed.is_some()
-                || self
-                    .restarted
-                    .is_some_and(|at| at.elapsed() < Duration::from_secs(15)))
-    }
-
     /// When the leader was lost, once it was.
     pub fn lost_at(&self) -> Option<Instant> {
         self.lost_at
@@ -288,6 +278,16 @@ impl Chaos {
             }
         }
     }
+}
+
+/// The highest log index any member has applied (`None` without a replicated ledger).
+pub fn applied(nodes: &[Node]) -> Option<u64> {
+    nodes
+        .iter()
+        .filter_map(|n| n.api().ok())
+        .filter_map(|a: ApiClient| a.ledger().ok())
+        .filter_map(|t| t.cluster.map(|c| c.applied))
+        .max()
 }
 
 /// Records each member's applied index at the end, and an error when the members disagree.

@@ -37,6 +37,15 @@ pub struct Report {
     pub node_rss_kb_median: u64,
     /// Largest resident memory of a node process at that time, KiB.
     pub node_rss_kb_max: u64,
+    /// Mean CPU of every node process (ledger members, hosts, renters) while idle, percent
+    /// of one core, over the same window as `host_cpu_pct_idle`.
+    pub node_cpu_pct_idle: f64,
+    /// From the last node's start until every renter held every offer of the families it
+    /// follows, ms.
+    pub offers_spread_ms: u64,
+    /// Ledger operations (log entries applied by the replicated ledger) per second, from the
+    /// first rent until every lease settled (0 with a single ledger node).
+    pub ledger_ops_per_s: f64,
     /// The workload image every host lists and every lease runs (built locally).
     pub image: String,
     /// Containers started for leases, over all hosts.

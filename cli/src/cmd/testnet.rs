@@ -57,9 +57,14 @@ pub(crate) fn up(
         report.propagation_ms_p95
     )?;
     out!(
-        "node memory when idle: median {} MiB, max {} MiB",
+        "every renter held every offer of its families {} ms after the last node started",
+        report.offers_spread_ms
+    )?;
+    out!(
+        "nodes when idle: memory median {} MiB, max {} MiB; CPU {:.2}% of a core each",
         report.node_rss_kb_median / 1024,
-        report.node_rss_kb_max / 1024
+        report.node_rss_kb_max / 1024,
+        report.node_cpu_pct_idle
     )?;
     out!(
         "{} leases agreed, {} double allocations, {} messages rejected, {} over a peer's budget, {} errors",
@@ -88,8 +93,9 @@ pub(crate) fn up(
     )?;
     if report.ledger_members > 1 {
         out!(
-            "ledger: {} members; {}; applied through {:?}",
+            "ledger: {} members, {:.1} operations/s while renting; {}; applied through {:?}",
             report.ledger_members,
+            report.ledger_ops_per_s,
             match (&report.ledger_leader_killed, report.ledger_failover_ms) {
                 (Some(name), Some(ms)) => format!(
                     "leader {name} killed, writes applied again {ms} ms later, {} leases started after",

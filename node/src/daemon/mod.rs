@@ -173,8 +173,8 @@ pub(crate) enum Event {
     /// A rent that counted against the spend cap while it was matched is over.
     SpendDone(u64),
     /// An API command to answer again a little later (a search of families just followed,
-    /// once their hosts have republished).
-    Deferred(Box<ApiCommand>),
+    /// once their hosts have republished), and until when it may wait for a first offer.
+    Deferred(Box<ApiCommand>, std::time::Instant),
     /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
     /// group or a resume decided).
     Act {
@@ -578,7 +578,7 @@ impl Daemon {
             Event::SpendDone(worst) => {
                 self.spend_pending = self.spend_pending.saturating_sub(worst);
             }
-            Event::Deferred(command) => self.on_api(*command),
+            Event::Deferred(command, until) => self.deferred(command, until),
             Event::Act { lease, act, reply } => {
                 let done = match act {
                     LeaseAct::Commit => self.renter.commit(lease).map(drop),

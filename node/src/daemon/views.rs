@@ -488,6 +488,11 @@ const BLOCKED_KEY: &str = "blocked-hosts";
 /// How long a search of families just followed waits for their hosts' offers (hosts
 /// republish for a new subscriber within a few seconds).
 const FOLLOW_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+/// When nothing matches by then (a busy network, a host slow to republish), how long it
+/// goes on waiting for a first match, looking every [`FOLLOW_POLL`].
+const FOLLOW_MAX: std::time::Duration = std::time::Duration::from_secs(15);
+/// See [`FOLLOW_MAX`].
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The hosts blocked by hand, from the store (an unreadable entry is skipped, with a word).
 pub(super) fn blocked_hosts(
@@ -578,11 +583,37 @@ impl Daemon {
     /// Takes `command` again once the families just followed have had time to arrive (their
     /// hosts republish for a new subscriber).
     pub(super) fn after_following(&self, command: ApiCommand) {
+        let until = std::time::Instant::now() + FOLLOW_MAX;
+        self.defer(Box::new(command), until, FOLLOW_SETTLE);
+    }
+
+    fn defer(&self, command: Box<ApiCommand>, until: std::time::Instant, by: std::time::Duration) {
         let events = self.events_tx.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(FOLLOW_SETTLE).await;
-            let _ = events.send(Event::Deferred(Box::new(command))).await;
+            tokio::time::sleep(by).await;
+            let _ = events.send(Event::Deferred(command, until)).await;
         });
+    }
+
+    /// A deferred command comes back: answered now, unless its query still matches nothing
+    /// and it may wait longer.
+    pub(super) fn deferred(&mut self, command: Box<ApiCommand>, until: std::time::Instant) {
+        let query = match &*command {
+            ApiCommand::Search { query, .. } => Some(query.as_str()),
+            ApiCommand::Rent { request, .. } | ApiCommand::Group { request, .. } => {
+                Some(request.query.as_str())
+            }
+            _ => None,
+        };
+        let nothing = query.is_some_and(|q| {
+            self.market
+                .search(q, 1, now())
+                .is_ok_and(|hits| hits.is_empty())
+        });
+        if nothing && std::time::Instant::now() < until {
+            return self.defer(command, until, FOLLOW_POLL);
+        }
+        self.on_api(*command);
     }
 
     /// Subscribes to the topics of `families` (None: every family) from now on.
