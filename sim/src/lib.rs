@@ -40,6 +40,10 @@ pub struct Config {
     /// A signed attestation's size, bytes (a self-reported one with its NVML facts; a
     /// confidential-computing quote makes it up to 64 KiB).
     pub attestation_bytes: u64,
+    /// How often a host's attestation travels, s: `None` with every publication (as built:
+    /// it is re-signed each time); `Some(s)`: once per `s` (the plan in docs/scale.md:
+    /// offers name it, and a node fetches it once, on request).
+    pub attestation_every_s: Option<u64>,
     /// Messages spread per topic to measure it.
     pub samples: usize,
     /// The seed of every draw.
@@ -115,7 +119,7 @@ pub fn run(config: Config) -> anyhow::Result<Report> {
     // 3. Prices: each publication is the attestation and an offer (or a withdrawal).
     let secs = config.market.duration_ms as f64 / 1000.0;
     let mut sharded_topics = Vec::new();
-    let (mut all_rate, mut all_offer_bytes) = (0.0, 0.0);
+    let (mut all_rate, mut all_att_rate, mut all_offer_bytes) = (0.0, 0.0, 0.0);
     for (f, (offers, atts)) in sharded.iter().enumerate() {
         let fam = &figures.per_family[f];
         let periodic = fam.hosts as f64 * secs / config.republish_s.max(1) as f64;
@@ -129,12 +133,16 @@ pub fn run(config: Config) -> anyhow::Result<Report> {
         } else {
             figures.offer_bytes
         };
+        let att_rate = config
+            .attestation_every_s
+            .map_or(rate, |every| fam.hosts as f64 / every.max(1) as f64);
         all_rate += rate;
+        all_att_rate += att_rate;
         all_offer_bytes += rate * offer_bytes;
         sharded_topics.push((
             fam.family.clone(),
             gossip::price(offers, rate, offer_bytes, p),
-            gossip::price(atts, rate, config.attestation_bytes as f64, p),
+            gossip::price(atts, att_rate, config.attestation_bytes as f64, p),
         ));
     }
     let all_offer_bytes = if all_rate > 0.0 {
@@ -150,7 +158,7 @@ pub fn run(config: Config) -> anyhow::Result<Report> {
     drop(mesh);
     let unsharded_topics = (
         gossip::price(&offers, all_rate, all_offer_bytes, p),
-        gossip::price(&atts, all_rate, config.attestation_bytes as f64, p),
+        gossip::price(&atts, all_att_rate, config.attestation_bytes as f64, p),
     );
     // 5. Per-node loads.
     let load = |node: &str, topics: &[&TopicCost], book_offers: u64| NodeLoad {

@@ -53,6 +53,10 @@ struct Args {
     /// A signed attestation, bytes.
     #[arg(long, default_value_t = 2048)]
     attestation_bytes: u64,
+    /// Attestations travel once per this many seconds per host instead of with every
+    /// publication (a what-if: offers name the attestation, nodes fetch it once).
+    #[arg(long, value_name = "SECONDS")]
+    attestation_every: Option<u64>,
     /// Messages spread per topic to measure it.
     #[arg(long, default_value_t = 8)]
     samples: usize,
@@ -106,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         },
         republish_s: a.republish,
         attestation_bytes: a.attestation_bytes,
+        attestation_every_s: a.attestation_every,
         samples: a.samples,
         seed: a.seed,
     };

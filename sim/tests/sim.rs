@@ -26,6 +26,7 @@ fn config(hosts: usize, renters: usize, minutes: u64) -> Config {
         gossip: GossipParams::default(),
         republish_s: 120,
         attestation_bytes: 2048,
+        attestation_every_s: None,
         samples: 4,
         seed: 3,
     }

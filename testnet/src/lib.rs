@@ -466,6 +466,9 @@ pub fn up(
     // The faucet: every host and renter gets credits, by grants the faucet's key signed.
     let mut peers = Vec::new();
     for dir in host_dirs.iter().chain(&renter_dirs) {
+        if stop.load(Ordering::Relaxed) {
+            bail!("stopped while minting the faucet's credits");
+        }
         let peer = gpux_node::load_key(dir)?.peer_id().to_string();
         let grant = ledgers::grant(&nodes[..n_ledgers], &peer, FAUCET_CREDITS)?;
         ledgers::mint(&nodes[..n_ledgers], &grant).context("minting faucet credits")?;
