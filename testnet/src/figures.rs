@@ -204,3 +204,47 @@ pub(crate) fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec
         Ok(times)
     })
 }
+
+/// Every settled lease charged what its runtime costs (within a second's worth), and a paid
+/// lease its kept workspace in full: an error for each that did not. A lease a partition cut
+/// from its renter is left to the partition's own check.
+pub(crate) fn check_charges(report: &mut Report) {
+    // A lease a partition cut from its renter is paid what the renter acknowledged: its
+    // bound is the partition's check.
+    let cut: std::collections::BTreeSet<&str> = report
+        .partitions
+        .iter()
+        .filter_map(|p| p.lease.as_deref())
+        .collect();
+    for l in &report.leases {
+        let second = l.price_per_gpu_hour as f64 * l.gpus as f64 / 3600.0;
+        if l.settled
+            && !cut.contains(l.lease.as_str())
+            && (l.charged as f64 - l.expected).abs() > second + 1.0
+        {
+            report.errors.push(format!(
+                "lease {}: charged {} but {:.0} expected",
+                l.lease, l.charged, l.expected
+            ));
+        }
+        // A paid lease paid its kept workspace in full (every receipt carries it).
+        if l.charged > 0 && l.charged < l.retention_charge {
+            report.errors.push(format!(
+                "lease {}: charged {}, less than its workspace's retention {}",
+                l.lease, l.charged, l.retention_charge
+            ));
+        }
+    }
+}
+
+/// Lease containers of the given nodes that still exist.
+pub(crate) fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
+    crate::block_on(async {
+        let mut n = 0;
+        for peer in peers {
+            let exec = gpux_node::executor::Executor::connect(peer).await?;
+            n += exec.containers().await?.len();
+        }
+        Ok(n)
+    })
+}

@@ -30,8 +30,8 @@ pub mod workload;
 pub use report::{Isolation, LeaseReport, Report};
 
 use figures::{
-    collect_leases, cpu_s, dockerd_pid, double_allocations, is_busy_market, isolation, percentile,
-    rss_kb,
+    collect_leases, containers_of, cpu_s, dockerd_pid, double_allocations, is_busy_market,
+    isolation, percentile, rss_kb,
 };
 
 /// What to run.
@@ -121,18 +121,6 @@ pub(crate) fn block_on<T>(
         .build()
         .context("starting an async runtime")?
         .block_on(work)
-}
-
-/// Lease containers of the given nodes that still exist.
-fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
-    crate::block_on(async {
-        let mut n = 0;
-        for peer in peers {
-            let exec = gpux_node::executor::Executor::connect(peer).await?;
-            n += exec.containers().await?.len();
-        }
-        Ok(n)
-    })
 }
 
 fn wait_until(deadline: Instant, stop: &AtomicBool, mut done: impl FnMut() -> bool) -> bool {
@@ -800,32 +788,7 @@ pub fn up(
             report.credits_before, report.credits_after
         ));
     }
-    // A lease a partition cut from its renter is paid what the renter acknowledged: its
-    // bound is the partition's check.
-    let cut: std::collections::BTreeSet<&str> = report
-        .partitions
-        .iter()
-        .filter_map(|p| p.lease.as_deref())
-        .collect();
-    for l in &report.leases {
-        let second = l.price_per_gpu_hour as f64 * l.gpus as f64 / 3600.0;
-        if l.settled
-            && !cut.contains(l.lease.as_str())
-            && (l.charged as f64 - l.expected).abs() > second + 1.0
-        {
-            report.errors.push(format!(
-                "lease {}: charged {} but {:.0} expected",
-                l.lease, l.charged, l.expected
-            ));
-        }
-        // A paid lease paid its kept workspace in full (every receipt carries it).
-        if l.charged > 0 && l.charged < l.retention_charge {
-            report.errors.push(format!(
-                "lease {}: charged {}, less than its workspace's retention {}",
-                l.lease, l.charged, l.retention_charge
-            ));
-        }
-    }
+    figures::check_charges(&mut report);
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
 }
