@@ -51,7 +51,7 @@ enum Command {
     /// A whole market on this machine: hosts with fake GPUs, renters, real processes.
     Testnet {
         #[command(subcommand)]
-        action: TestnetAction,
+        action: cmd::testnet::TestnetAction,
     },
     /// The running node's status.
     Status {
@@ -373,98 +373,6 @@ enum LedgerAction {
 }
 
 #[derive(Debug, Subcommand)]
-enum TestnetAction {
-    /// Start hosts and renters as separate processes on loopback, let offers spread and
-    /// renters rent, print a summary and (with --report) write a JSON report. Ctrl-C or the
-    /// end of --duration stops every process it started.
-    Up {
-        /// Host nodes (with fake GPUs of assorted models and prices).
-        #[arg(long, default_value_t = 3)]
-        hosts: usize,
-        /// Renter nodes.
-        #[arg(long, default_value_t = 2)]
-        renters: usize,
-        /// How long to run once the offers have spread (e.g. 20s, 2m).
-        #[arg(long, default_value = "20s", value_parser = cmd::parse_duration)]
-        duration: u32,
-        /// Write the JSON report here.
-        #[arg(long, value_name = "FILE")]
-        report: Option<PathBuf>,
-        /// Keep the nodes' data dirs here (default: a temporary directory, removed).
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
-        /// Ledger members: 1 (a ledger node), or 3 or 5 (a replicated ledger on openraft,
-        /// whose leader is killed a third into the run and started again on its disk).
-        #[arg(long, default_value_t = 1)]
-        ledgers: usize,
-        /// Every node in a network namespace of its own, with its own address, on a bridge
-        /// the run makes and removes (needs root; docs/testnet.md).
-        #[arg(long)]
-        isolated: bool,
-        /// With --isolated: delay added to each direction of each link (e.g. 50ms).
-        #[arg(long, value_name = "TIME", requires = "isolated", value_parser = cmd::parse_millis)]
-        delay: Option<u64>,
-        /// With --isolated: each send's delay drawn from delay ± this (e.g. 10ms).
-        #[arg(long, value_name = "TIME", requires = "delay", value_parser = cmd::parse_millis)]
-        jitter: Option<u64>,
-        /// With --isolated: packets lost on each link, percent (e.g. 1%).
-        #[arg(long, value_name = "PERCENT", requires = "isolated", value_parser = cmd::parse_percent)]
-        loss: Option<f64>,
-        /// With --isolated: each node's sending rate, as tc reads it (e.g. 100mbit).
-        #[arg(long, value_name = "RATE", requires = "isolated")]
-        rate: Option<String>,
-        /// With --isolated: links to cut during the renting rounds and heal 8 s later, one
-        /// after another, each checked: host-renter, ledger-minority, renter-ledger, or all
-        /// (docs/testnet.md).
-        #[arg(long, value_name = "SCENARIO,...", requires = "isolated", value_delimiter = ',', value_parser = cmd::parse_partition)]
-        partition: Vec<Vec<gpux_testnet::partitions::Scenario>>,
-        /// With --isolated: hosts behind a NAT of their own (the first ones), each rented and used through
-        /// a relay or a punched hole (default: 1 when there are 2 hosts or more).
-        #[arg(long, value_name = "N", requires = "isolated")]
-        nat_hosts: Option<usize>,
-        /// With --isolated: renters behind a NAT of their own; each also rents every host
-        /// behind NAT (default: 1 when there are hosts behind NAT and 2 renters or more).
-        #[arg(long, value_name = "N", requires = "isolated")]
-        nat_renters: Option<usize>,
-        /// How often hosts re-publish their offers, seconds (a large testnet needs more:
-        /// every republication is validated by every subscriber).
-        #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
-        republish: u64,
-        /// Renters from renter-2 on (but those behind NAT) follow one family each, cycling
-        /// through the hosts' models, as renters that know what they want do
-        /// (`--market-families`).
-        #[arg(long)]
-        shard_renters: bool,
-    },
-    /// What this machine offers an isolated testnet: namespaces, and how links can be
-    /// shaped (loss, rate, delay); prints JSON.
-    Preflight,
-    /// The Sybil-flood benchmark: a rogue peer floods an honest relay with fresh host keys
-    /// while an honest host's offers must keep reaching a victim node; prints the victim's
-    /// book, memory, disk, the honest offers' propagation and who stayed connected as JSON
-    /// (docs/benchmarks.md).
-    Flood {
-        /// Fresh host keys a minute.
-        #[arg(long, default_value_t = 5000)]
-        keys_per_min: u32,
-        /// How long the flood lasts (e.g. 20s, 5m).
-        #[arg(long, default_value = "5m", value_parser = cmd::parse_duration)]
-        duration: u32,
-    },
-    /// Benchmark the workload plane: `gpux cp` against a raw libp2p stream and raw TCP,
-    /// exec echo latency, HTTP through `gpux forward` against direct loopback; prints JSON
-    /// (docs/benchmarks.md).
-    PlaneBench {
-        /// Bytes each copy moves (`1GiB`).
-        #[arg(long, default_value = "1GiB", value_parser = cmd::market::parse_size)]
-        bytes: u64,
-        /// Exec echo samples.
-        #[arg(long, default_value_t = 200)]
-        echo_samples: usize,
-    },
-}
-
-#[derive(Debug, Subcommand)]
 enum GroupAction {
     /// Add GPUs to a running group (+K: placed and started all together, or not at all) or
     /// remove them (-K: whole leases, the latest first).
@@ -620,7 +528,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         } => cmd::node::run(dir, *args)?,
         Command::Testnet {
             action:
-                TestnetAction::Up {
+                cmd::testnet::TestnetAction::Up {
                     hosts,
                     renters,
                     duration,
@@ -672,18 +580,18 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             return cmd::testnet::up(config, report);
         }
         Command::Testnet {
-            action: TestnetAction::Preflight,
+            action: cmd::testnet::TestnetAction::Preflight,
         } => cmd::testnet::preflight()?,
         Command::Testnet {
             action:
-                TestnetAction::Flood {
+                cmd::testnet::TestnetAction::Flood {
                     keys_per_min,
                     duration,
                 },
         } => cmd::testnet::flood(keys_per_min, duration)?,
         Command::Testnet {
             action:
-                TestnetAction::PlaneBench {
+                cmd::testnet::TestnetAction::PlaneBench {
                     bytes,
                     echo_samples,
                 },
