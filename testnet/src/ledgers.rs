@@ -144,6 +144,43 @@ pub fn mint(nodes: &[Node], request: &gpux_api::MintRequest) -> anyhow::Result<(
     }
 }
 
+/// Grants the faucet has in flight at once.
+const FAUCET_WORKERS: usize = 8;
+
+/// Grants `amount` credits to each of `accounts` (peer ids), eight grants in flight at once:
+/// the leader puts concurrent writes in one raft append, where one by one each waits out its
+/// own replication (over 2 s a grant on the isolated testnet's links at 40 nodes).
+pub fn fund(
+    nodes: &[Node],
+    accounts: &[String],
+    amount: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = accounts
+            .chunks(accounts.len().div_ceil(FAUCET_WORKERS).max(1))
+            .map(|chunk| {
+                scope.spawn(move || -> anyhow::Result<()> {
+                    for account in chunk {
+                        if stop.load(Ordering::Relaxed) {
+                            bail!("stopped while minting the faucet's credits");
+                        }
+                        let grant = grant(nodes, account, amount)?;
+                        mint(nodes, &grant)
+                            .with_context(|| format!("minting faucet credits for {account}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| bail!("a faucet worker panicked"))
+        })
+    })
+}
+
 /// Where a testnet keeps its faucet's key, under its base directory.
 pub const FAUCET_DIR: &str = "faucet";
 

@@ -144,9 +144,16 @@ impl Daemon {
                 data,
             } => self.on_request(id, peer, Inbound::decode(proto, data)),
             // A new peer fills its book from our next publication: publish soon (fresh
-            // signatures, so the messages are new), at most every few seconds.
+            // signatures, so the messages are new), at most every few seconds; only for a
+            // subscriber to one of our own families (a peer following others' would not
+            // take our offers, and at 100 nodes every new connection announces up to 20
+            // topics).
             NetworkEvent::Subscribed { topic, .. }
-                if topics::attestation_family(&topic).is_some() =>
+                if topics::attestation_family(&topic).is_some_and(|key| {
+                    self.host
+                        .as_ref()
+                        .is_some_and(|h| h.families().iter().any(|f| f.key() == key))
+                }) =>
             {
                 self.publish_offers_soon();
                 self.publish_if_due();

@@ -39,6 +39,9 @@ pub(crate) struct EventLoop {
     circuits: HashMap<ListenerId, Multiaddr>,
     /// Peers being dialled through the relays after a direct dial failed.
     relay_dials: std::collections::HashSet<PeerId>,
+    /// libp2p's own counts from the swarm's events (`libp2p_swarm_...`, `libp2p_kad_...`,
+    /// `libp2p_identify_...`, `libp2p_ping_...`, `libp2p_relay_...`, `libp2p_dcutr_...`).
+    metrics: libp2p::metrics::Metrics,
 }
 
 /// How often a node behind NAT without its relay slots asks for them again.
@@ -57,8 +60,17 @@ const BAN: std::time::Duration = std::time::Duration::from_secs(600);
 /// Banned peers remembered, at most (the ban list is not itself a way to use memory).
 const MAX_BANNED: usize = 4096;
 
-/// Peers this node dials on its own (found through kademlia), at most.
-const MAX_DISCOVERED_PEERS: usize = 50;
+/// How often a node with fewer than `ENOUGH_PEERS` walks the DHT for more.
+const EAGER_WALK: std::time::Duration = std::time::Duration::from_secs(30);
+/// Peers enough that a node no longer walks the DHT on its own timer: twice gossipsub's
+/// mesh degree (6), so every topic's mesh can fill.
+const ENOUGH_PEERS: usize = 12;
+
+/// Peers this node dials on its own (found through kademlia), at most: twice what every
+/// topic's gossip mesh can use (12). Each connection costs its pings, yamux windows and a
+/// share of every gossipsub heartbeat; at 100 isolated nodes, with up to 50 each, the idle
+/// nodes alone kept this machine's two cores busy.
+const MAX_DISCOVERED_PEERS: usize = 24;
 
 /// Adds a bootstrap address to kademlia (when it names its peer) and dials it.
 pub(crate) fn add_bootstrap(swarm: &mut Swarm<Behaviour>, addr: &Multiaddr) {
@@ -78,6 +90,7 @@ impl EventLoop {
         commands: mpsc::Receiver<Command>,
         events: mpsc::Sender<NetworkEvent>,
         bootstrap: &[Multiaddr],
+        metrics: libp2p::metrics::Metrics,
     ) -> Self {
         let local = *swarm.local_peer_id();
         let relays = bootstrap
@@ -88,6 +101,7 @@ impl EventLoop {
             })
             .collect();
         Self {
+            metrics,
             relays,
             reachability: Reachability::Unknown,
             circuits: HashMap::new(),
@@ -106,13 +120,21 @@ impl EventLoop {
 
     pub(crate) async fn run(mut self) {
         // Kademlia random walks find peers beyond the bootstrap nodes, so the gossip mesh is
-        // not a star around them.
-        let mut walk = tokio::time::interval(std::time::Duration::from_secs(30));
+        // not a star around them: often while the node has few peers, and from then on only
+        // as kademlia itself refreshes its table (every 5 minutes, and when a new peer fills
+        // a bucket). A walk costs about a hundred requests, each answered with twenty peers'
+        // addresses: at 100 nodes walking every 30 s, these answers were nineteen twentieths
+        // of the bytes a node received (docs/benchmarks.md).
+        let mut walk = tokio::time::interval(EAGER_WALK);
         // A relay that restarted, or was cut off, dropped this node's slot: take one again.
         let mut slots = tokio::time::interval(RESERVE_AGAIN);
         loop {
             tokio::select! {
-                _ = walk.tick() => self.bootstrap_kad(),
+                _ = walk.tick() => {
+                    if self.swarm.connected_peers().count() < ENOUGH_PEERS {
+                        self.bootstrap_kad();
+                    }
+                }
                 _ = slots.tick() => self.reserve_relay_slots(),
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 command = self.commands.recv() => match command {
@@ -298,7 +320,21 @@ impl EventLoop {
         }
     }
 
+    fn record(&self, event: &SwarmEvent<BehaviourEvent>) {
+        use libp2p::metrics::Recorder;
+        self.metrics.record(event);
+        match event {
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(e)) => self.metrics.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(e)) => self.metrics.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(e)) => self.metrics.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Relay(e)) => self.metrics.record(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Dcutr(e)) => self.metrics.record(e),
+            _ => {}
+        }
+    }
+
     async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        self.record(&event);
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 let relayed = address.iter().any(|p| p == Protocol::P2pCircuit);

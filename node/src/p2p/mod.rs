@@ -167,7 +167,10 @@ pub async fn spawn(
     let (event_tx, event_rx) = mpsc::channel(EVENT_CAPACITY);
     let local = *swarm.local_peer_id();
     let streams = swarm.behaviour().stream.new_control();
-    tokio::spawn(event_loop::EventLoop::new(swarm, command_rx, event_tx, &config.bootstrap).run());
+    let metrics = libp2p::metrics::Metrics::new(&mut bandwidth);
+    tokio::spawn(
+        event_loop::EventLoop::new(swarm, command_rx, event_tx, &config.bootstrap, metrics).run(),
+    );
     let client = Client::new(command_tx, local, streams, std::sync::Arc::new(bandwidth));
     Ok((client, event_rx))
 }

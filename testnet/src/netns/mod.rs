@@ -273,6 +273,8 @@ pub struct Network {
     forward_rule: bool,
     /// Links cut now.
     cuts: Vec<(String, String)>,
+    /// The ARP table's limits, when the run raised them.
+    neighbours: Option<neigh::Raised>,
     torn_down: bool,
 }
 
@@ -298,6 +300,7 @@ impl Network {
             shaping,
             forward_rule: false,
             cuts: Vec::new(),
+            neighbours: None,
             torn_down: false,
         };
         run("ip", &["link", "add", &bridge, "type", "bridge"])?;
@@ -333,6 +336,16 @@ impl Network {
         )?;
         net.forward_rule = true;
         Ok(net)
+    }
+
+    /// Makes room in the kernel's ARP table, which every namespace shares, for a run of
+    /// `nodes` (see [`neigh`]); says what it changed, if anything.
+    pub fn make_room(&mut self, nodes: usize) -> anyhow::Result<Option<String>> {
+        if self.neighbours.is_some() {
+            return Ok(None);
+        }
+        self.neighbours = neigh::make_room(nodes)?;
+        Ok(self.neighbours.as_ref().map(neigh::Raised::describe))
     }
 
     /// The run's subnet, `10.X.0.0/16`.
@@ -575,6 +588,11 @@ impl Network {
                 errors.push(format!("{e:#}"));
             }
         }
+        if let Some(raised) = self.neighbours.take()
+            && let Err(e) = raised.restore()
+        {
+            errors.push(format!("putting the ARP table's limits back: {e:#}"));
+        }
         errors
     }
 }
@@ -776,5 +794,6 @@ fn pipe(from: &mut TcpStream, to: &mut TcpStream) -> std::io::Result<()> {
     }
 }
 
+mod neigh;
 #[cfg(test)]
 mod tests;
