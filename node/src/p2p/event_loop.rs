@@ -39,6 +39,11 @@ pub(crate) struct EventLoop {
     circuits: HashMap<ListenerId, Multiaddr>,
     /// Peers being dialled through the relays after a direct dial failed.
     relay_dials: std::collections::HashSet<PeerId>,
+    /// Peers found through kademlia and being dialled: they count towards
+    /// `MAX_DISCOVERED_PEERS` (kademlia reports a burst of peers at once; counting only
+    /// connections, a node at 100 nodes dialled nearly all of them before the first
+    /// connected).
+    discovery_dials: std::collections::HashSet<PeerId>,
     /// libp2p's own counts from the swarm's events (`libp2p_swarm_...`, `libp2p_kad_...`,
     /// `libp2p_identify_...`, `libp2p_ping_...`, `libp2p_relay_...`, `libp2p_dcutr_...`).
     metrics: libp2p::metrics::Metrics,
@@ -106,6 +111,7 @@ impl EventLoop {
             reachability: Reachability::Unknown,
             circuits: HashMap::new(),
             relay_dials: Default::default(),
+            discovery_dials: Default::default(),
             swarm,
             commands,
             events,
@@ -335,6 +341,14 @@ impl EventLoop {
 
     async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         self.record(&event);
+        if let SwarmEvent::ConnectionEstablished { peer_id, .. }
+        | SwarmEvent::OutgoingConnectionError {
+            peer_id: Some(peer_id),
+            ..
+        } = &event
+        {
+            self.discovery_dials.remove(peer_id);
+        }
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 let relayed = address.iter().any(|p| p == Protocol::P2pCircuit);
@@ -470,11 +484,16 @@ impl EventLoop {
                 peer, ..
             })) if !self.swarm.is_connected(&peer)
                 && !self.is_banned(&peer)
-                && self.swarm.connected_peers().count() < MAX_DISCOVERED_PEERS =>
+                && !self.discovery_dials.contains(&peer)
+                && self.swarm.connected_peers().count() + self.discovery_dials.len()
+                    < MAX_DISCOVERED_PEERS =>
             {
                 // Dialing by peer id uses the addresses kademlia learned.
-                if let Err(e) = self.swarm.dial(peer) {
-                    tracing::debug!("cannot dial discovered peer {peer}: {e}");
+                match self.swarm.dial(peer) {
+                    Ok(()) => {
+                        self.discovery_dials.insert(peer);
+                    }
+                    Err(e) => tracing::debug!("cannot dial discovered peer {peer}: {e}"),
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Lease(event)) => {
