@@ -339,7 +339,7 @@ impl Network {
     }
 
     /// Makes room in the kernel's ARP table, which every namespace shares, for a run of
-    /// `nodes` (see [`neigh`]); says what it changed, if anything.
+    /// `nodes` (docs/testnet.md, "Room in the ARP table"); says what it changed, if anything.
     pub fn make_room(&mut self, nodes: usize) -> anyhow::Result<Option<String>> {
         if self.neighbours.is_some() {
             return Ok(None);
