@@ -113,6 +113,10 @@ async fn attrs(browser: &Client, css: &str, attr: &str) -> Vec<String> {
     serde_json::from_value(values).unwrap()
 }
 
+/// How long a page may take to draw what a check expects of it (scripts run after the
+/// load; on a loaded machine they run late). The wait ends as soon as it is there.
+const SHOWN: u64 = 10;
+
 /// Waits (without reloading) until `css` selects something.
 async fn appears(browser: &Client, css: &str, secs: u64) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -227,7 +231,7 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             attrs(&browser, "tr.offer", "data-price").await.len(),
             all.len()
         );
-        assert!(appears(&browser, "#price-chart circle.offer", 1).await);
+        assert!(appears(&browser, "#price-chart circle.offer", SHOWN).await);
         let query = browser.find(Locator::Css("#q")).await.unwrap();
         query.send_keys("gpu=a100").await.unwrap();
         browser
@@ -379,7 +383,7 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             row.contains("NVIDIA L4") && row.contains(&lease[..12]),
             "{row}"
         );
-        assert!(appears(&browser, "#earnings", 1).await);
+        assert!(appears(&browser, "#earnings", SHOWN).await);
         // Utilisation over the last hour: sampled since the host started (every 15 s).
         let samples = attrs(&browser, "#host-gpus svg.util", "data-samples").await;
         assert_eq!(samples.len(), 1);
@@ -441,7 +445,7 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             renter.lease(&lease).end.as_deref() == Some("renter-stopped")
         });
         browser.refresh().await.unwrap();
-        assert!(appears(&browser, "#receipts", 1).await);
+        assert!(appears(&browser, "#receipts", SHOWN).await);
         assert!(
             !appears(&browser, "#stop", 1).await,
             "a stop button on an ended lease"
@@ -455,7 +459,7 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             ))
             .await
             .unwrap();
-        assert!(appears(&browser, "#estimate-chart rect.bar", 1).await);
+        assert!(appears(&browser, "#estimate-chart rect.bar", SHOWN).await);
         shoot(&browser, "estimate").await;
         browser.close().await.unwrap();
     });

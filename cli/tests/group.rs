@@ -83,8 +83,14 @@ fn a_spread_group_starts_all_or_nothing_and_scales_up_and_down() {
     // held is stopped: nothing runs, nothing is paid, no escrow stays locked.
     market.add_host();
     let renter = &market.renters[0];
+    // Its own offer, by its key: the full hosts' offers leave the book as their
+    // withdrawals arrive, before or after it.
+    let new_peer = market.hosts.last().unwrap().peer.clone();
     wait_for("the new host's offer", 30, || {
-        renter.api().status().is_ok_and(|s| s.offers_in_book >= 4)
+        renter.api().offers("", 100).is_ok_and(|hits| {
+            hits.iter()
+                .any(|h| h.host.peer_id().to_string() == new_peer)
+        })
     });
     let out = group_rent(&market, 4);
     assert!(!out.status.success(), "a group of 4 was placed");

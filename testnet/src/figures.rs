@@ -86,6 +86,19 @@ pub(crate) fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report:
                 continue;
             };
             report.containers_started += 1;
+            let connection = links
+                .get(&l.renter)
+                .and_then(|to| to.get(&host_peer))
+                .cloned()
+                .unwrap_or_default();
+            let across_cut = report.partitions.iter().any(|p| {
+                let until = if p.until_ms == 0 {
+                    u64::MAX
+                } else {
+                    p.until_ms
+                };
+                start < until && end > p.from_ms
+            });
             let price = l.price_per_gpu_hour_micro;
             let gpus = l.gpus.len() as u64;
             let runtime_s = end.saturating_sub(start) as f64 / 1000.0;
@@ -109,11 +122,8 @@ pub(crate) fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report:
                 end_reason: l.end.clone().unwrap_or_default(),
                 exit_code: l.exit_code,
                 settled: l.settled,
-                connection: links
-                    .get(&l.renter)
-                    .and_then(|to| to.get(&host_peer))
-                    .cloned()
-                    .unwrap_or_default(),
+                indirect_across_cut: across_cut && connection != "direct",
+                connection,
             });
         }
     }
@@ -205,10 +215,19 @@ pub(crate) fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec
     })
 }
 
+/// The most work a host may go unpaid for when its renter is cut off, seconds: one receipt
+/// interval plus the acknowledgement grace, plus 2 s (the same bound as on loopback).
+pub(crate) fn unpaid_bound_s() -> u64 {
+    crate::RECEIPT_INTERVAL_S.parse::<u64>().unwrap_or(2)
+        + crate::ACK_GRACE_S.parse::<u64>().unwrap_or(5)
+        + 2
+}
+
 /// Every settled lease charged what its runtime costs (within a second's worth), and a paid
 /// lease its kept workspace in full: an error for each that did not. A lease a partition cut
-/// from its renter is left to the partition's own check.
-pub(crate) fn check_charges(report: &mut Report) {
+/// from its renter is left to the partition's own check; one that ran over an indirect
+/// connection while a partition held is held to `bound_s` of unpaid work.
+pub(crate) fn check_charges(report: &mut Report, bound_s: u64) {
     // A lease a partition cut from its renter is paid what the renter acknowledged: its
     // bound is the partition's check.
     let cut: std::collections::BTreeSet<&str> = report
@@ -218,7 +237,25 @@ pub(crate) fn check_charges(report: &mut Report) {
         .collect();
     for l in &report.leases {
         let second = l.price_per_gpu_hour as f64 * l.gpus as f64 / 3600.0;
-        if l.settled
+        if l.settled && l.indirect_across_cut && !cut.contains(l.lease.as_str()) {
+            // Paid at least for its runtime less the bound, and never more than its price.
+            let unpaid_s = l.runtime_s - l.charged as f64 / second.max(1e-9);
+            if unpaid_s > bound_s as f64 || l.charged as f64 > l.expected + second + 1.0 {
+                report.errors.push(format!(
+                    "lease {} (over a {} connection while a partition held): charged {} for \
+                     {:.1} s, {unpaid_s:.1} s unpaid (bound {bound_s} s), {:.0} at most",
+                    l.lease,
+                    if l.connection.is_empty() {
+                        "lost"
+                    } else {
+                        &l.connection
+                    },
+                    l.charged,
+                    l.runtime_s,
+                    l.expected
+                ));
+            }
+        } else if l.settled
             && !cut.contains(l.lease.as_str())
             && (l.charged as f64 - l.expected).abs() > second + 1.0
         {
@@ -247,4 +284,53 @@ pub(crate) fn containers_of(peers: &[String]) -> anyhow::Result<usize> {
         }
         Ok(n)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::LeaseReport;
+
+    /// A settled 1-GPU lease at 3.6 credits per hour (1000 µcr a second) that ran 7 s.
+    fn lease(charged: u64, connection: &str, indirect_across_cut: bool) -> LeaseReport {
+        LeaseReport {
+            lease: "l".into(),
+            price_per_gpu_hour: 3_600_000,
+            gpus: 1,
+            runtime_s: 7.0,
+            charged,
+            expected: 60_000.0,
+            settled: true,
+            connection: connection.into(),
+            indirect_across_cut,
+            ..LeaseReport::default()
+        }
+    }
+
+    fn errors(l: LeaseReport) -> Vec<String> {
+        let mut report = Report {
+            leases: vec![l],
+            ..Report::default()
+        };
+        check_charges(&mut report, 9);
+        report.errors
+    }
+
+    #[test]
+    fn a_relayed_lease_across_a_cut_is_held_to_the_bound_and_others_to_the_charge() {
+        // Cut off its relay: unpaid for its 7 s, within the 9 s bound.
+        assert_eq!(errors(lease(0, "relayed", true)), Vec::<String>::new());
+        // Charged more than its price: an error all the same.
+        assert_eq!(errors(lease(62_000, "relayed", true)).len(), 1);
+        // A direct lease, or one that ran through no partition: the exact charge.
+        assert_eq!(errors(lease(0, "direct", false)).len(), 1);
+        assert_eq!(
+            errors(lease(60_000, "relayed", false)),
+            Vec::<String>::new()
+        );
+        // Longer unpaid than the bound.
+        let mut long = lease(0, "relayed", true);
+        long.runtime_s = 20.0;
+        assert_eq!(errors(long).len(), 1);
+    }
 }

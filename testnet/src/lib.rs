@@ -703,9 +703,7 @@ pub fn up(
             .iter()
             .filter(|n| n.name.starts_with("host-"))
             .collect();
-        let bound_s = RECEIPT_INTERVAL_S.parse::<u64>().unwrap_or(2)
-            + ACK_GRACE_S.parse::<u64>().unwrap_or(5)
-            + 2;
+        let bound_s = figures::unpaid_bound_s();
         report.errors.extend(partitions.check(&hosts_now, bound_s));
         report.partitions = partitions.reports.clone();
     }
@@ -794,7 +792,7 @@ pub fn up(
             report.credits_before, report.credits_after
         ));
     }
-    figures::check_charges(&mut report);
+    figures::check_charges(&mut report, figures::unpaid_bound_s());
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
 }

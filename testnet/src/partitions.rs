@@ -77,6 +77,11 @@ pub struct PartitionReport {
     pub at_s: f64,
     /// How long the links stayed cut, seconds.
     pub held_s: f64,
+    /// When the cut began and when it healed, UTC milliseconds (to tell which leases ran
+    /// across it; `until_ms` 0 while it holds).
+    pub from_ms: u64,
+    /// See `from_ms`.
+    pub until_ms: u64,
     /// host-renter: the lease running across the cut.
     pub lease: Option<String>,
     /// host-renter: how the host ended it.
@@ -228,6 +233,7 @@ impl Partitions {
                 }
             }
             self.reports[active.index].held_s = active.since.elapsed().as_secs_f64();
+            self.reports[active.index].until_ms = utc_ms();
             if let Some(renter) = &active.renter {
                 self.healing = Some((renter.clone(), Instant::now() + Duration::from_secs(10)));
             }
@@ -300,6 +306,7 @@ impl Partitions {
         let mut report = PartitionReport {
             scenario: scenario.name().into(),
             at_s: self.started.elapsed().as_secs_f64(),
+            from_ms: utc_ms(),
             ..PartitionReport::default()
         };
         let mut renter_cut = None;
@@ -307,9 +314,7 @@ impl Partitions {
             Scenario::HostRenter => {
                 // A lease that started a moment ago: the cut outlasts the acknowledgement
                 // grace before the lease's own end.
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
+                let now_ms = utc_ms();
                 let exempt = &self.exempt;
                 let Some((host, renter, lease)) = named("host-")
                     .filter(|h| !exempt.contains(&h.name))
@@ -400,6 +405,7 @@ impl Partitions {
                 let _ = net.heal(a, b);
             }
             self.reports[active.index].held_s = active.since.elapsed().as_secs_f64();
+            self.reports[active.index].until_ms = utc_ms();
         }
         for scenario in self.queue.drain(..) {
             errors.push(format!(
@@ -452,4 +458,11 @@ impl Partitions {
         }
         errors
     }
+}
+
+/// Now, UTC milliseconds (as the nodes' lease records give times).
+fn utc_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

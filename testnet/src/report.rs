@@ -180,4 +180,8 @@ pub struct LeaseReport {
     /// How the renter was connected to the host at the end of the run: `direct`,
     /// `relayed` or `punched` (empty when no longer connected).
     pub connection: String,
+    /// It ran while a partition held, over a connection that was not direct: a relay the
+    /// partition cut may have carried it, so it is held to the bound on unpaid work (one
+    /// receipt interval plus the grace, plus 2 s), not to the exact charge.
+    pub indirect_across_cut: bool,
 }
