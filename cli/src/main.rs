@@ -594,8 +594,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 cmd::testnet::TestnetAction::PlaneBench {
                     bytes,
                     echo_samples,
+                    rounds,
                 },
-        } => cmd::testnet::plane_bench(bytes, echo_samples)?,
+        } => cmd::testnet::plane_bench(bytes, echo_samples, rounds.into())?,
         Command::Status { json } => cmd::market::status(&dir, json)?,
         Command::Estimate {
             gpu,

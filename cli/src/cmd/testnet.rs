@@ -213,12 +213,13 @@ pub(crate) fn flood(keys_per_min: u32, duration: u32) -> anyhow::Result<()> {
     super::print_json(&report)
 }
 
-pub(crate) fn plane_bench(bytes: u64, echo_samples: usize) -> anyhow::Result<()> {
+pub(crate) fn plane_bench(bytes: u64, echo_samples: usize, rounds: usize) -> anyhow::Result<()> {
     let gpux = std::env::current_exe().context("finding the gpux binary")?;
     let config = gpux_testnet::plane_bench::PlaneBenchConfig {
         gpux,
         bytes,
         echo_samples,
+        rounds,
     };
     let started = std::time::Instant::now();
     let report = gpux_testnet::plane_bench::run(&config, |line| {
@@ -328,5 +329,8 @@ pub(crate) enum TestnetAction {
         /// Exec echo samples.
         #[arg(long, default_value_t = 200)]
         echo_samples: usize,
+        /// Runs of each copy and raw stream (their medians are reported).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+        rounds: u16,
     },
 }
