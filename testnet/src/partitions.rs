@@ -462,7 +462,5 @@ impl Partitions {
 
 /// Now, UTC milliseconds (as the nodes' lease records give times).
 fn utc_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    gpux_node::attest::now().0
 }

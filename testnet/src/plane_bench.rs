@@ -43,7 +43,7 @@ pub struct PlaneBenchReport {
     pub bytes: u64,
     /// Runs of each copy and raw stream; the rates below are their medians.
     pub rounds: usize,
-    /// Every round's `gpux cp` up, down, and raw libp2p stream, MiB/s (in that order).
+    /// Every round's `gpux cp` up, MiB/s, in the order they ran.
     pub cp_up_runs: Vec<f64>,
     /// See `cp_up_runs`.
     pub cp_down_runs: Vec<f64>,
@@ -376,15 +376,11 @@ fn http_best(port: u16) -> anyhow::Result<f64> {
     Ok(best)
 }
 
-/// The median of `runs` (the mean of the middle two for an even count).
+/// The median of `runs`.
 fn median(runs: &[f64]) -> f64 {
     let mut sorted = runs.to_vec();
     sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
+    percentile(&sorted, 0.5)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
