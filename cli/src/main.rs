@@ -597,6 +597,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     rounds,
                 },
         } => cmd::testnet::plane_bench(bytes, echo_samples, rounds.into())?,
+        Command::Testnet {
+            action: cmd::testnet::TestnetAction::StreamSink { into },
+        } => cmd::testnet::stream_sink(into)?,
         Command::Status { json } => cmd::market::status(&dir, json)?,
         Command::Estimate {
             gpu,

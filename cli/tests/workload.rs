@@ -182,7 +182,30 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
         assert!(answer.ends_with("forwarded-ok\n"), "{answer}");
     }
+    // The node listens, not the CLI: the port is taken while the forward runs, and a
+    // second forward onto it is refused plainly...
+    let out = renter.gpux(&["forward", &lease, &format!("{port}:8080")]);
+    assert!(!out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out).1.contains("cannot listen on"),
+        "{:?}",
+        text(&out)
+    );
+    // ...and when the forward stops, the node stops listening and ends what it carried.
+    let mut held = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     drop(forward);
+    let waited = std::time::Instant::now();
+    let _ = held.read_to_end(&mut Vec::new());
+    assert!(
+        waited.elapsed() < Duration::from_secs(15),
+        "a carried connection outlived its forward"
+    );
+    wait_for("the forward's port to close", 10, || {
+        TcpStream::connect(("127.0.0.1", port)).is_err()
+    });
     // One connection over standard input and output: what `gpux ssh-config` gives OpenSSH
     // as its ProxyCommand.
     let mut stdio = renter
@@ -276,11 +299,33 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         );
     }
 
-    // Once the lease has ended, its container takes no more commands.
+    // Once the lease has ended, its container takes no more commands, and a forward into
+    // it stops by itself.
+    let end_port = free_port();
+    let mut ending = KillOnDrop(
+        renter
+            .gpux_command(&["forward", &lease, &format!("{end_port}:8080")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut ending_said = std::io::BufReader::new(ending.0.stderr.take().unwrap());
+    let mut said = String::new();
+    ending_said.read_line(&mut said).unwrap();
+    assert!(
+        said.contains(&format!("forwarding 127.0.0.1:{end_port}")),
+        "{said}"
+    );
     assert!(renter.gpux(&["stop", &lease]).status.success());
     wait_for("the lease to end", 30, || {
         matches!(renter.lease(&lease).phase.as_str(), "ended" | "settled")
     });
+    wait_for("the forward to stop with the lease", 15, || {
+        ending.0.try_wait().unwrap().is_some()
+    });
+    assert!(ending.0.wait().unwrap().success());
+    ending_said.read_to_string(&mut said).unwrap();
+    assert!(said.contains("has ended; forwarding stopped"), "{said}");
     let out = renter.gpux(&["exec", &lease, "--", "true"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("ended"), "{:?}", text(&out));

@@ -22,6 +22,7 @@ pub mod nat;
 pub mod netns;
 pub mod orders;
 pub mod partitions;
+pub mod plane_baselines;
 pub mod plane_bench;
 mod report;
 pub mod rogue;

@@ -6,7 +6,8 @@
 //!   rent --image-archive`, against `docker save` plus `docker load` of the same image into
 //!   a daemon that lacks it (the same daemon, the image removed in between);
 //! - `gpux cp` of `bytes` up and down, against a raw libp2p stream (the same TCP, noise and
-//!   yamux) between two in-process peers, and raw loopback TCP;
+//!   yamux) between two in-process peers and between two processes
+//!   ([`crate::plane_baselines`]), and raw loopback TCP;
 //! - exec echo latency: a line through `gpux exec -i LEASE -- cat` and back;
 //! - HTTP through `gpux forward` (busybox httpd in the container) against the same httpd run
 //!   on this machine's loopback.
@@ -17,10 +18,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::{AsyncReadExt, AsyncWriteExt, StreamExt};
 use serde::Serialize;
 
 use crate::harness::{Node, free_port};
+use crate::plane_baselines::{libp2p_stream, libp2p_stream_two_processes, tcp};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -60,6 +61,13 @@ pub struct PlaneBenchReport {
     pub cp_via_cli_socket_down_mib_s: f64,
     /// A raw libp2p stream between two in-process peers on loopback, MiB/s.
     pub libp2p_stream_mib_s: f64,
+    /// See `cp_up_runs`: the raw stream between this process and another.
+    pub libp2p_two_processes_runs: Vec<f64>,
+    /// The raw libp2p stream from a peer in this process to one in a process of its own,
+    /// as a copy runs between two nodes, MiB/s.
+    pub libp2p_two_processes_mib_s: f64,
+    /// The same with the receiver writing into a new file, MiB/s.
+    pub libp2p_two_processes_to_file_mib_s: f64,
     /// Raw loopback TCP, MiB/s.
     pub tcp_mib_s: f64,
     /// The same stream with the receiver writing into a new file, as a copy does, MiB/s.
@@ -68,12 +76,20 @@ pub struct PlaneBenchReport {
     pub cp_over_libp2p: f64,
     /// The slower cp direction over the stream into a file (reported).
     pub cp_over_libp2p_to_file: f64,
+    /// The slower cp direction over the stream between two processes (reported).
+    pub cp_over_libp2p_two_processes: f64,
+    /// The slower cp direction over the stream between two processes into a file
+    /// (reported).
+    pub cp_over_libp2p_two_processes_to_file: f64,
     /// Exec echo round trips, ms.
     pub exec_echo_ms_p50: f64,
     /// See `exec_echo_ms_p50`.
     pub exec_echo_ms_p95: f64,
-    /// A 64 MiB HTTP download through `gpux forward`, MiB/s (best of 3).
+    /// A 256 MiB HTTP download through `gpux forward`, MiB/s (best of 3).
     pub forward_http_mib_s: f64,
+    /// The same through `gpux forward --stdio`: every byte over the CLI's WebSocket to its
+    /// node, as every forward went before the node listened itself (reported), MiB/s.
+    pub forward_via_cli_socket_http_mib_s: f64,
     /// The same from the same httpd on this machine's loopback, MiB/s (best of 3).
     pub direct_http_mib_s: f64,
     /// Forward over direct (goal ≥ 0.5).
@@ -250,115 +266,8 @@ fn run_ok(node: &Node, args: &[&str]) -> anyhow::Result<std::process::Output> {
     Ok(out)
 }
 
-/// `bytes` through a raw libp2p stream between two fresh in-process peers; the receiver
-/// writes them into a new file `into` when given (as a copy down must), else drops them.
-async fn libp2p_stream(bytes: u64, into: Option<std::path::PathBuf>) -> anyhow::Result<Duration> {
-    use gpux_node::p2p::{self, NetConfig, StreamProtocol};
-    let config = || NetConfig {
-        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a multiaddr")],
-        kademlia: false,
-        ..NetConfig::default()
-    };
-    let (a, _a_events) = p2p::spawn(&gpux_protocol::Keypair::from_seed(&[1; 32]), config()).await?;
-    let (b, _b_events) = p2p::spawn(&gpux_protocol::Keypair::from_seed(&[2; 32]), config()).await?;
-    let proto = StreamProtocol::new("/gpux-bench/1");
-    let mut incoming = b.accept_streams(proto.clone())?;
-    let started = Instant::now();
-    let addr = loop {
-        if let Some(addr) = b.listen_addrs().await?.into_iter().next() {
-            break addr;
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(10),
-            "no listen address"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    a.dial(addr.with(libp2p_p2p(b.local_peer_id()))).await?;
-    let start = Instant::now();
-    while !a.peers().await?.contains(&b.local_peer_id()) {
-        anyhow::ensure!(
-            start.elapsed() < Duration::from_secs(10),
-            "the peers did not connect"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let reader = tokio::spawn(async move {
-        let (_, mut stream) = incoming.next().await.context("no stream")?;
-        let mut file = match &into {
-            Some(path) => Some(tokio::io::BufWriter::with_capacity(
-                1 << 20,
-                tokio::fs::File::create(path).await?,
-            )),
-            None => None,
-        };
-        let mut buf = vec![0u8; 1 << 16];
-        let mut got = 0u64;
-        loop {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                if let Some(file) = &mut file {
-                    tokio::io::AsyncWriteExt::flush(file).await?;
-                }
-                return Ok::<u64, anyhow::Error>(got);
-            }
-            if let Some(file) = &mut file {
-                tokio::io::AsyncWriteExt::write_all(file, &buf[..n]).await?;
-            }
-            got += n as u64;
-        }
-    });
-    let mut stream = a
-        .open_stream(b.local_peer_id(), proto, Duration::from_secs(10))
-        .await?;
-    let buf = vec![7u8; 64 * 1024];
-    let start = Instant::now();
-    let mut left = bytes;
-    while left > 0 {
-        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        stream.write_all(&buf[..n]).await?;
-        left -= n as u64;
-    }
-    stream.close().await?;
-    let got = reader.await??;
-    anyhow::ensure!(got == bytes, "the stream carried {got} of {bytes} bytes");
-    Ok(start.elapsed())
-}
-
-fn libp2p_p2p(peer: gpux_node::p2p::PeerId) -> gpux_node::p2p::multiaddr::Protocol<'static> {
-    gpux_node::p2p::multiaddr::Protocol::P2p(peer)
-}
-
-/// `bytes` through raw loopback TCP.
-async fn tcp(bytes: u64) -> anyhow::Result<Duration> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let reader = tokio::spawn(async move {
-        let (mut conn, _) = listener.accept().await?;
-        let mut buf = vec![0u8; 1 << 16];
-        let mut got = 0u64;
-        loop {
-            let n = conn.read(&mut buf).await?;
-            if n == 0 {
-                return Ok::<u64, std::io::Error>(got);
-            }
-            got += n as u64;
-        }
-    });
-    let mut conn = tokio::net::TcpStream::connect(addr).await?;
-    let buf = vec![7u8; 64 * 1024];
-    let start = Instant::now();
-    let mut left = bytes;
-    while left > 0 {
-        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        conn.write_all(&buf[..n]).await?;
-        left -= n as u64;
-    }
-    conn.shutdown().await?;
-    reader.await??;
-    Ok(start.elapsed())
-}
+/// The HTTP download's size (or the copies' when smaller).
+const HTTP_BYTES: u64 = 256 << 20;
 
 /// The best of three HTTP/1.0 downloads of `/blob` from `port`, MiB/s.
 fn http_best(port: u16) -> anyhow::Result<f64> {
@@ -371,6 +280,39 @@ fn http_best(port: u16) -> anyhow::Result<f64> {
         let mut got = Vec::new();
         conn.read_to_end(&mut got)?;
         anyhow::ensure!(got.starts_with(b"HTTP/1.1 200"), "the download failed");
+        best = best.max(mib_s(got.len() as u64, start.elapsed()));
+    }
+    Ok(best)
+}
+
+/// The best of three HTTP/1.0 downloads of `/blob` from port 8080 in `lease`'s container
+/// through `gpux forward --stdio` (every byte over the CLI's WebSocket to its node, as
+/// every forward went before the node listened itself), MiB/s.
+fn http_via_cli_best(renter: &Node, lease: &str) -> anyhow::Result<f64> {
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let mut child = renter
+            .gpux_command(&["forward", "--stdio", lease, "8080"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .context("forward's stdin")?
+            .write_all(b"GET /blob HTTP/1.0\r\nHost: x\r\n\r\n")?;
+        let mut got = Vec::new();
+        child
+            .stdout
+            .take()
+            .context("forward's stdout")?
+            .read_to_end(&mut got)?;
+        child.wait()?;
+        anyhow::ensure!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "the download through forward --stdio failed"
+        );
         best = best.max(mib_s(got.len() as u64, start.elapsed()));
     }
     Ok(best)
@@ -587,28 +529,46 @@ fn measure(
     ));
 
     let sink = base.join("libp2p-sink.bin");
-    let mut to_file = Vec::with_capacity(rounds);
+    let (mut to_file, mut apart_to_file) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        report.libp2p_stream_runs.push(mib_s(
-            config.bytes,
-            runtime.block_on(libp2p_stream(config.bytes, None))?,
-        ));
+        let gpux = &config.gpux;
+        let bytes = config.bytes;
+        report
+            .libp2p_stream_runs
+            .push(mib_s(bytes, runtime.block_on(libp2p_stream(bytes, None))?));
         to_file.push(mib_s(
-            config.bytes,
-            runtime.block_on(libp2p_stream(config.bytes, Some(sink.clone())))?,
+            bytes,
+            runtime.block_on(libp2p_stream(bytes, Some(sink.clone())))?,
+        ));
+        std::fs::remove_file(&sink)?;
+        report.libp2p_two_processes_runs.push(mib_s(
+            bytes,
+            runtime.block_on(libp2p_stream_two_processes(gpux, bytes, None))?,
+        ));
+        apart_to_file.push(mib_s(
+            bytes,
+            runtime.block_on(libp2p_stream_two_processes(gpux, bytes, Some(sink.clone())))?,
         ));
         std::fs::remove_file(&sink)?;
     }
     report.libp2p_stream_mib_s = median(&report.libp2p_stream_runs);
     report.libp2p_to_file_mib_s = median(&to_file);
-    report.cp_over_libp2p_to_file =
-        report.cp_up_mib_s.min(report.cp_down_mib_s) / report.libp2p_to_file_mib_s.max(1e-9);
+    report.libp2p_two_processes_mib_s = median(&report.libp2p_two_processes_runs);
+    report.libp2p_two_processes_to_file_mib_s = median(&apart_to_file);
+    let slower_cp = report.cp_up_mib_s.min(report.cp_down_mib_s);
+    report.cp_over_libp2p_to_file = slower_cp / report.libp2p_to_file_mib_s.max(1e-9);
+    report.cp_over_libp2p = slower_cp / report.libp2p_stream_mib_s.max(1e-9);
+    report.cp_over_libp2p_two_processes = slower_cp / report.libp2p_two_processes_mib_s.max(1e-9);
+    report.cp_over_libp2p_two_processes_to_file =
+        slower_cp / report.libp2p_two_processes_to_file_mib_s.max(1e-9);
     report.tcp_mib_s = mib_s(config.bytes, runtime.block_on(tcp(config.bytes))?);
-    report.cp_over_libp2p =
-        report.cp_up_mib_s.min(report.cp_down_mib_s) / report.libp2p_stream_mib_s.max(1e-9);
     progress(&format!(
-        "raw libp2p stream {:.0} MiB/s ({:.0} into a new file), raw TCP {:.0} MiB/s",
-        report.libp2p_stream_mib_s, report.libp2p_to_file_mib_s, report.tcp_mib_s
+        "raw libp2p stream {:.0} MiB/s ({:.0} into a new file); between two processes {:.0} MiB/s ({:.0} into a new file); raw TCP {:.0} MiB/s",
+        report.libp2p_stream_mib_s,
+        report.libp2p_to_file_mib_s,
+        report.libp2p_two_processes_mib_s,
+        report.libp2p_two_processes_to_file_mib_s,
+        report.tcp_mib_s
     ));
 
     // Exec echo: one line to `cat` and back, many times.
@@ -643,7 +603,9 @@ fn measure(
         report.exec_echo_ms_p50, report.exec_echo_ms_p95
     ));
 
-    // HTTP: the same busybox httpd and the same 64 MiB, in the container and here.
+    // HTTP: the same busybox httpd and the same file, in the container and here.
+    // 256 MiB: a 64 MiB download measured the stream's start more than its rate.
+    let http_bytes = config.bytes.min(HTTP_BYTES);
     run_ok(
         renter,
         &[
@@ -652,12 +614,14 @@ fn measure(
             "--",
             "sh",
             "-c",
-            "mkdir -p /workspace/www && head -c 67108864 /workspace/blob.bin > /workspace/www/blob && httpd -p 127.0.0.1:8080 -h /workspace/www",
+            &format!(
+                "mkdir -p /workspace/www && mv /workspace/blob.bin /workspace/www/blob && truncate -s {http_bytes} /workspace/www/blob && httpd -p 127.0.0.1:8080 -h /workspace/www"
+            ),
         ],
     )?;
     let www = base.join("www");
     std::fs::create_dir_all(&www)?;
-    let mut blob = std::fs::File::open(&file)?.take(64 << 20);
+    let mut blob = std::fs::File::open(&file)?.take(http_bytes);
     std::io::copy(&mut blob, &mut std::fs::File::create(www.join("blob"))?)?;
     let direct_port = free_port()?;
     let mut direct = std::process::Command::new(gpux_node::executor::BUSYBOX_PATH)
@@ -679,20 +643,26 @@ fn measure(
     let mut said = String::new();
     BufReader::new(forward.stderr.take().context("forward's stderr")?).read_line(&mut said)?;
     std::thread::sleep(Duration::from_millis(300));
-    let measured = (|| -> anyhow::Result<(f64, f64)> {
-        Ok((http_best(direct_port)?, http_best(forward_port)?))
+    let measured = (|| -> anyhow::Result<(f64, f64, f64)> {
+        Ok((
+            http_best(direct_port)?,
+            http_best(forward_port)?,
+            http_via_cli_best(renter, lease)?,
+        ))
     })();
     let _ = forward.kill();
     let _ = direct.kill();
     let _ = forward.wait();
     let _ = direct.wait();
-    let (direct_rate, forward_rate) = measured?;
+    let (direct_rate, forward_rate, via_cli_rate) = measured?;
+    report.forward_via_cli_socket_http_mib_s = via_cli_rate;
     report.direct_http_mib_s = direct_rate;
     report.forward_http_mib_s = forward_rate;
     report.forward_over_direct = forward_rate / direct_rate.max(1e-9);
     report.forward_over_libp2p = forward_rate / report.libp2p_stream_mib_s.max(1e-9);
     progress(&format!(
-        "HTTP: forward {forward_rate:.0} MiB/s, direct {direct_rate:.0} MiB/s"
+        "HTTP: forward {forward_rate:.0} MiB/s (over the CLI's socket {:.0}), direct {direct_rate:.0} MiB/s",
+        report.forward_via_cli_socket_http_mib_s
     ));
 
     Ok(report)

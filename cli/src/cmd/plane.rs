@@ -1,10 +1,8 @@
 //! `gpux exec` and `gpux forward`: working in a rented container over the P2P link.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use gpux_api::ExecRequest;
@@ -138,38 +136,14 @@ pub(crate) fn parse_ports(text: &str) -> Result<(u16, u16), String> {
 }
 
 /// Forwards a local port to a port on a lease container's loopback until Ctrl-C or the
-/// lease's end.
+/// lease's end (the node listens and carries the bytes; this process holds the forward).
 pub(crate) fn forward(dir: &Path, lease: &str, ports: (u16, u16)) -> anyhow::Result<()> {
     let api = ApiClient::for_data_dir(dir)?;
     let (local, remote) = ports;
-    let local = SocketAddr::from((Ipv4Addr::LOCALHOST, local));
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let watcher = api.clone();
-    let lease_id = lease.to_string();
     let result = runtime.block_on(async {
-        let ended = async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                let api = watcher.clone();
-                let id = lease_id.clone();
-                let views = tokio::task::spawn_blocking(move || api.leases()).await;
-                let over = match views {
-                    Ok(Ok(views)) => views
-                        .iter()
-                        .any(|v| v.lease == id && matches!(v.phase.as_str(), "ended" | "settled")),
-                    _ => false,
-                };
-                if over {
-                    eprintln!("lease {id} has ended; forwarding stopped");
-                    return;
-                }
-            }
-        };
         let stop = async {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = ended => {}
-            }
+            let _ = tokio::signal::ctrl_c().await;
         };
         client::forward(
             &api,
@@ -185,7 +159,10 @@ pub(crate) fn forward(dir: &Path, lease: &str, ports: (u16, u16)) -> anyhow::Res
         .await
     });
     runtime.shutdown_background();
-    Ok(result?)
+    if result? == client::ForwardEnd::LeaseEnded {
+        eprintln!("lease {lease} has ended; forwarding stopped");
+    }
+    Ok(())
 }
 
 /// Carries one connection to `remote` in the lease's container over stdin and stdout.

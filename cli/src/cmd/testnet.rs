@@ -213,6 +213,11 @@ pub(crate) fn flood(keys_per_min: u32, duration: u32) -> anyhow::Result<()> {
     super::print_json(&report)
 }
 
+pub(crate) fn stream_sink(into: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(gpux_testnet::plane_baselines::stream_sink(into))
+}
+
 pub(crate) fn plane_bench(bytes: u64, echo_samples: usize, rounds: usize) -> anyhow::Result<()> {
     let gpux = std::env::current_exe().context("finding the gpux binary")?;
     let config = gpux_testnet::plane_bench::PlaneBenchConfig {
@@ -332,5 +337,13 @@ pub(crate) enum TestnetAction {
         /// Runs of each copy and raw stream (their medians are reported).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
         rounds: u16,
+    },
+    /// The receiving end of plane-bench's raw libp2p stream between two processes: prints
+    /// its address, reads one stream to its end, prints how many bytes came.
+    #[command(hide = true)]
+    StreamSink {
+        /// Write what comes into this new file.
+        #[arg(long, value_name = "FILE")]
+        into: Option<std::path::PathBuf>,
     },
 }

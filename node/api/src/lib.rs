@@ -392,6 +392,27 @@ pub struct ExecRequest {
     pub tty: Option<(u16, u16)>,
 }
 
+/// What `GET /v1/leases/{lease}/listen?local=PORT&port=REMOTE` (a WebSocket: `gpux
+/// forward`) tells its client, one JSON text message each. The node itself listens on
+/// `127.0.0.1:PORT` and carries each connection to `REMOTE` on the lease container's
+/// loopback, for as long as the WebSocket stays open and the lease runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ForwardEvent {
+    /// The node listens on `addr` (always the first message).
+    Listening {
+        /// `127.0.0.1:PORT`.
+        addr: String,
+    },
+    /// A connection could not be carried: the host refused it or did not answer.
+    Failed {
+        /// Why.
+        error: ApiError,
+    },
+    /// The lease ended: the node stopped listening (the last message).
+    Ended,
+}
+
 /// The answer to a rent: the lease runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rented {

@@ -531,6 +531,35 @@ async fn forward(
     }
 }
 
+#[derive(serde::Deserialize)]
+struct ListenParams {
+    #[serde(default)]
+    local: u16,
+    port: u16,
+}
+
+/// `gpux forward`: this node listens on its loopback and carries each connection to the
+/// lease's container (see `bridge::serve_forward`).
+async fn listen(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    params: Result<Query<ListenParams>, QueryRejection>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let (local, port) = match params {
+        Ok(Query(p)) => (p.local, p.port),
+        Err(e) => return error(ApiError::bad_input(format!("ports: {}", e.body_text()))),
+    };
+    match state.bridge.listen(&lease, local, port).await {
+        Ok(listener) => {
+            let bridge = state.bridge.clone();
+            ws.on_upgrade(move |socket| bridge::serve_forward(socket, bridge, listener))
+        }
+        Err(e) => error(e),
+    }
+}
+
 async fn not_found() -> Response {
     error(ApiError::new(ErrorCode::BadInput, "no such API path"))
 }
@@ -600,6 +629,7 @@ pub(crate) async fn serve(
         .route("/v1/groups/{group}/scale", post(scale_group))
         .route("/v1/leases/{lease}/exec", get(exec))
         .route("/v1/leases/{lease}/forward", get(forward))
+        .route("/v1/leases/{lease}/listen", get(listen))
         .route("/v1/leases/{lease}/files", get(files))
         .route("/v1/leases/{lease}/copy", get(copy))
         .route("/v1/balance", get(balance))

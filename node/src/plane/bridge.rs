@@ -6,14 +6,19 @@
 //! refusal (no such lease, not running, the host's own refusal) is a plain API error. After
 //! the upgrade, exec carries one plane frame per binary WebSocket message, both ways; forward
 //! carries raw bytes.
+//!
+//! `gpux forward` does not carry bytes through the CLI: the node listens on the renter's
+//! loopback itself (`GET /v1/leases/{lease}/listen`) and splices each connection it accepts
+//! onto its own forward stream, for as long as the CLI's WebSocket stays open.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use bytes::Bytes;
 use futures::future::ready;
 use futures::{SinkExt, StreamExt};
-use gpux_api::{ApiError, ErrorCode, ExecRequest};
+use gpux_api::{ApiError, ErrorCode, ExecRequest, ForwardEvent};
 use gpux_lease::{RenterPhase, RenterRecord};
 use gpux_protocol::plane_wire::{
     ExecOpen, FilesOpen, ForwardOpen, MAX_PLANE_FRAME, Opened, PlaneRefusal,
@@ -22,6 +27,7 @@ use gpux_protocol::{BoundedString, BoundedVec, ContentId, EnvVar, LeaseAccept, S
 use libp2p::{PeerId, StreamProtocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::splice::{AppSide, splice};
 use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
 use crate::p2p::Client;
 use crate::store::{NodeState, SledStore};
@@ -129,6 +135,124 @@ impl Bridge {
         self.open(host, super::FORWARD, &ForwardOpen { lease: id, port })
             .await
     }
+}
+
+/// Local connections one forward carries at once; more are closed as they come.
+const MAX_FORWARDED: usize = 64;
+/// How often a forward's listener checks that its lease still runs.
+const LEASE_CHECK: Duration = Duration::from_secs(2);
+
+/// A forward's listener on the renter's loopback, bound before the CLI's WebSocket is
+/// upgraded (a port in use is a plain API error).
+pub(crate) struct ForwardListener {
+    listener: tokio::net::TcpListener,
+    lease: String,
+    port: u16,
+}
+
+impl Bridge {
+    /// Listens on `127.0.0.1:local` (0: any free port) for connections to carry to `port`
+    /// on the loopback of `lease`'s container.
+    pub(crate) async fn listen(
+        &self,
+        lease: &str,
+        local: u16,
+        port: u16,
+    ) -> Result<ForwardListener, ApiError> {
+        if port == 0 {
+            return Err(ApiError::bad_input("port: must be 1 to 65535"));
+        }
+        self.host_of(lease, false)?;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, local));
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| ApiError::bad_input(format!("cannot listen on {addr}: {e}")))?;
+        Ok(ForwardListener {
+            listener,
+            lease: lease.to_string(),
+            port,
+        })
+    }
+}
+
+/// Serves a forward: each connection to the listener is carried over its own stream to the
+/// host, until the CLI's WebSocket closes (every connection then ends with it) or the lease
+/// ends. The WebSocket carries only [`ForwardEvent`]s.
+pub(crate) async fn serve_forward(ws: WebSocket, bridge: Bridge, forward: ForwardListener) {
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let event =
+        |e: &ForwardEvent| Message::Text(serde_json::to_string(e).unwrap_or_default().into());
+    let addr = forward
+        .listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    if ws_tx
+        .send(event(&ForwardEvent::Listening { addr }))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let (failed_tx, mut failed) = tokio::sync::mpsc::channel::<ApiError>(16);
+    // Dropped at the end: every connection still carried is aborted with it.
+    let mut conns = tokio::task::JoinSet::new();
+    let mut check = tokio::time::interval(LEASE_CHECK);
+    loop {
+        tokio::select! {
+            accepted = forward.listener.accept() => {
+                let conn = match accepted {
+                    Ok((conn, _)) => conn,
+                    Err(e) => {
+                        // Out of descriptors, say: wait instead of spinning.
+                        tracing::debug!("forward listener: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if conns.len() >= MAX_FORWARDED {
+                    let _ = failed_tx.try_send(ApiError::new(
+                        ErrorCode::Unavailable,
+                        format!("{MAX_FORWARDED} connections are forwarded already; one more was closed"),
+                    ));
+                    continue;
+                }
+                let _ = conn.set_nodelay(true);
+                let (bridge, failed_tx) = (bridge.clone(), failed_tx.clone());
+                let (lease, port) = (forward.lease.clone(), forward.port);
+                conns.spawn(async move {
+                    match bridge.open_forward(&lease, port).await {
+                        Ok(stream) => {
+                            if let Err(e) = splice(conn, stream, AppSide::Stream).await {
+                                tracing::debug!("forward to port {port}: {e}");
+                            }
+                        }
+                        Err(e) => {
+                            let _ = failed_tx.try_send(e);
+                        }
+                    }
+                });
+            }
+            Some(error) = failed.recv() => {
+                if ws_tx.send(event(&ForwardEvent::Failed { error })).await.is_err() {
+                    break;
+                }
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = check.tick() => {
+                if bridge.host_of(&forward.lease, false).is_err() {
+                    let _ = ws_tx.send(event(&ForwardEvent::Ended)).await;
+                    break;
+                }
+            }
+            message = ws_rx.next() => {
+                if !matches!(message, Some(Ok(m)) if !matches!(m, Message::Close(_))) {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = ws_tx.close().await;
 }
 
 fn refusal(code: PlaneRefusal, detail: &str) -> ApiError {

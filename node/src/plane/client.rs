@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use base64::Engine;
 use futures::{SinkExt, StreamExt};
-use gpux_api::{ApiError, ErrorCode, ExecRequest};
+use gpux_api::{ApiError, ErrorCode, ExecRequest, ForwardEvent};
 use gpux_protocol::BoundedBytes;
 use gpux_protocol::plane_wire::{self, ExecInput, ExecOutput, MAX_EXEC_DATA};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -157,53 +157,66 @@ pub async fn exec(
     Ok(code)
 }
 
-/// Forwards `local` (on the renter's loopback) to `remote` on `lease`'s container loopback
-/// until `stop` resolves: each accepted connection is carried over its own stream. Calls
-/// `ready` once listening, and `on_error` for each connection the host refused.
+/// How a forward ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardEnd {
+    /// `stop` resolved.
+    Stopped,
+    /// The lease ended.
+    LeaseEnded,
+}
+
+/// Forwards `127.0.0.1:local` (0: a free port) on the renter's machine to `remote` on
+/// `lease`'s container loopback until `stop` resolves or the lease ends. The node listens
+/// and carries the bytes itself; this only holds its WebSocket open. Calls `ready` once the
+/// node listens, and `on_error` for each connection that could not be carried.
 pub async fn forward(
     api: &ApiClient,
     lease: &str,
-    local: SocketAddr,
+    local: u16,
     remote: u16,
     ready: impl FnOnce(SocketAddr),
-    on_error: impl Fn(&ClientError) + Send + Sync + 'static,
+    on_error: impl Fn(&ClientError),
     stop: impl std::future::Future<Output = ()>,
-) -> Result<(), ClientError> {
-    if !local.ip().is_loopback() {
-        return Err(ClientError::Api(ApiError::bad_input(format!(
-            "forwards listen on loopback only, not {local}"
-        ))));
-    }
-    // An unknown or ended lease is said at once, before listening.
-    running_lease(api, lease).await?;
-    let listener = tokio::net::TcpListener::bind(local).await.map_err(|e| {
-        ClientError::Api(ApiError::bad_input(format!(
-            "cannot listen on {local}: {e}"
-        )))
-    })?;
-    let bound = listener.local_addr().unwrap_or(local);
-    ready(bound);
-    let on_error = std::sync::Arc::new(on_error);
-    let accept = async {
-        loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = conn.set_nodelay(true);
-            let path = format!("/v1/leases/{lease}/forward?port={remote}");
-            let api = api.clone();
-            let on_error = on_error.clone();
-            tokio::spawn(async move {
-                match connect(&api, &path).await {
-                    Ok(socket) => carry_tcp(conn, socket).await,
-                    Err(e) => on_error(&e),
-                }
-            });
+) -> Result<ForwardEnd, ClientError> {
+    let path = format!("/v1/leases/{lease}/listen?local={local}&port={remote}");
+    let mut socket = connect(api, &path).await?;
+    let broke = |why: String| ClientError::Unreachable {
+        base: api.base().to_string(),
+        why,
+    };
+    let mut next_event = async || loop {
+        match socket.next().await {
+            Some(Ok(Message::Text(text))) => {
+                return serde_json::from_str::<ForwardEvent>(&text)
+                    .map_err(|e| broke(format!("the node sent a bad forward event: {e}")));
+            }
+            Some(Ok(Message::Close(_))) | None => {
+                return Err(broke("the node stopped the forward".into()));
+            }
+            Some(Err(e)) => return Err(broke(e.to_string())),
+            Some(Ok(_)) => {}
         }
     };
-    tokio::select! {
-        () = accept => Ok(()),
-        () = stop => Ok(()),
+    match next_event().await? {
+        ForwardEvent::Listening { addr } => {
+            let addr = addr
+                .parse()
+                .map_err(|e| broke(format!("the node listens on {addr:?}: {e}")))?;
+            ready(addr);
+        }
+        other => return Err(broke(format!("the node answered {other:?}, not listening"))),
+    }
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return Ok(ForwardEnd::Stopped),
+            event = next_event() => match event? {
+                ForwardEvent::Failed { error } => on_error(&ClientError::Api(error)),
+                ForwardEvent::Ended => return Ok(ForwardEnd::LeaseEnded),
+                ForwardEvent::Listening { .. } => {}
+            },
+        }
     }
 }
 
@@ -246,12 +259,6 @@ pub async fn forward_stdio(api: &ApiClient, lease: &str, remote: u16) -> Result<
     let socket = connect(api, &format!("/v1/leases/{lease}/forward?port={remote}")).await?;
     carry(tokio::io::stdin(), tokio::io::stdout(), socket).await;
     Ok(())
-}
-
-/// Carries one forwarded connection's bytes over its WebSocket, both ways.
-async fn carry_tcp(conn: TcpStream, socket: Socket) {
-    let (read, write) = conn.into_split();
-    carry(read, write, socket).await;
 }
 
 /// Carries bytes from `read` up the WebSocket and from it down to `write`, until the far

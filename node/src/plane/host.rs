@@ -7,7 +7,6 @@
 //! closes after [`super::IDLE`] without traffic, and at the lease's end at the latest.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,10 +18,11 @@ use gpux_protocol::plane_wire::{
 };
 use gpux_protocol::{BoundedBytes, ContentId};
 use libp2p::PeerId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
-use super::{FramedStream, IDLE, OPEN_WITHIN, PlaneError, framed, recv, send};
+use super::splice::{Activity, AppSide, both_ways, carry, splice};
+use super::{FramedStream, OPEN_WITHIN, PlaneError, framed, recv, send};
 use crate::attest::now;
 use crate::executor::{ExecSession, Executor, RELAY_BIN, Workspaces};
 use crate::p2p::Client;
@@ -346,7 +346,9 @@ impl PlaneHost {
             if send(&mut framed, &Opened::Yes).await.is_err() {
                 return;
             }
-            if let Ok(Err(e)) = tokio::time::timeout(limit, splice(conn, framed)).await {
+            if let Ok(Err(e)) =
+                tokio::time::timeout(limit, splice(conn, framed, AppSide::Conn)).await
+            {
                 tracing::debug!("forward to port {}: {e}", open.port);
             }
             return;
@@ -373,59 +375,6 @@ impl PlaneHost {
         if let Ok(Err(e)) = tokio::time::timeout(limit, relay_bytes(session, framed)).await {
             tracing::debug!("forward to port {}: {e}", open.port);
         }
-    }
-}
-
-/// When a stream last carried bytes either way.
-struct Activity {
-    base: tokio::time::Instant,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            base: tokio::time::Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-
-    fn touch(&self) {
-        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// Resolves once nothing moved for `limit`.
-    async fn idle(&self, limit: Duration) -> PlaneError {
-        loop {
-            let last = self.base + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
-            if last.elapsed() >= limit {
-                return PlaneError::Timeout(limit);
-            }
-            tokio::time::sleep_until(last + limit).await;
-        }
-    }
-}
-
-/// Runs a stream's two directions: `outbound` decides the end; when `inbound` ends first
-/// without error, `outbound` goes on. Either way, [`IDLE`] without traffic ends both.
-async fn both_ways(
-    activity: &Activity,
-    outbound: impl Future<Output = Result<(), PlaneError>>,
-    inbound: impl Future<Output = Result<(), PlaneError>>,
-) -> Result<(), PlaneError> {
-    tokio::pin!(outbound);
-    tokio::pin!(inbound);
-    tokio::select! {
-        done = &mut outbound => done,
-        ended = &mut inbound => {
-            ended?;
-            tokio::select! {
-                done = &mut outbound => done,
-                e = activity.idle(IDLE) => Err(e),
-            }
-        }
-        e = activity.idle(IDLE) => Err(e),
     }
 }
 
@@ -488,40 +437,6 @@ fn chunks(bytes: Bytes, make: fn(BoundedBytes<MAX_EXEC_DATA>) -> ExecOutput) -> 
         .chunks(MAX_EXEC_DATA)
         .filter_map(|p| BoundedBytes::new(p.to_vec()).ok().map(make))
         .collect()
-}
-
-/// Carries a forwarded connection's bytes both ways between the stream and a TCP connection
-/// in the container.
-async fn splice(conn: tokio::net::TcpStream, framed: FramedStream) -> Result<(), PlaneError> {
-    let parts = framed.into_parts();
-    let (mut from_renter, mut to_renter) = tokio::io::split(parts.io);
-    let (mut from_app, mut to_app) = conn.into_split();
-    if !parts.read_buf.is_empty() {
-        to_app.write_all(&parts.read_buf).await?;
-    }
-    let activity = Activity::new();
-    let inbound = carry(&mut from_renter, &mut to_app, &activity);
-    let outbound = carry(&mut from_app, &mut to_renter, &activity);
-    both_ways(&activity, outbound, inbound).await
-}
-
-/// Copies `from` to `to` until `from` ends, then shuts `to` down; every chunk counts as
-/// activity.
-async fn carry(
-    from: &mut (impl tokio::io::AsyncRead + Unpin),
-    to: &mut (impl tokio::io::AsyncWrite + Unpin),
-    activity: &Activity,
-) -> Result<(), PlaneError> {
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
-        }
-        activity.touch();
-        to.write_all(&buf[..n]).await?;
-    }
 }
 
 /// Carries a forwarded connection's bytes both ways between the stream and the relay.

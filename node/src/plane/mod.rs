@@ -24,6 +24,7 @@ pub mod copy;
 pub mod delegate;
 mod files;
 pub(crate) mod host;
+mod splice;
 pub(crate) mod stage;
 pub(crate) mod stage_host;
 pub(crate) mod staged;
