@@ -47,8 +47,17 @@ pub(crate) fn read_chunks(
         let mut left = len;
         while left > 0 {
             let want = MAX_FILE_DATA.min(usize::try_from(left).unwrap_or(usize::MAX));
-            let mut chunk = vec![0u8; want];
-            if let Err(e) = file.read_exact(&mut chunk) {
+            // Read into fresh capacity: a file reads into it without zeroing it first.
+            let mut chunk = Vec::with_capacity(want);
+            let read = Read::take(&mut file, want as u64).read_to_end(&mut chunk);
+            let whole = read.and_then(|n| {
+                if n == want {
+                    Ok(())
+                } else {
+                    Err(io::Error::from(io::ErrorKind::UnexpectedEof))
+                }
+            });
+            if let Err(e) = whole {
                 let _ = tx.blocking_send(Err(e));
                 return hasher;
             }
