@@ -511,6 +511,26 @@ mod testnet {
         found
     }
 
+    /// plane-bench's raw stream between two processes: the sink (`gpux testnet
+    /// stream-sink`, a process of its own) takes every byte, into a new file when asked.
+    #[test]
+    fn the_benchmark_stream_between_two_processes_carries_every_byte() {
+        use gpux_testnet::plane_baselines::libp2p_stream_two_processes;
+        let dir = tempfile::tempdir().unwrap();
+        let into = dir.path().join("sink.bin");
+        let gpux = std::path::Path::new(env!("CARGO_BIN_EXE_gpux"));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let bytes = (8 << 20) + 5;
+        let took = runtime
+            .block_on(libp2p_stream_two_processes(gpux, bytes, Some(into.clone())))
+            .unwrap();
+        assert!(!took.is_zero());
+        assert_eq!(std::fs::metadata(&into).unwrap().len(), bytes);
+        runtime
+            .block_on(libp2p_stream_two_processes(gpux, 3 << 20, None))
+            .unwrap();
+    }
+
     #[test]
     fn a_testnet_runs_reports_and_leaves_nothing_behind() {
         // The fake driver must sit next to gpux, as `cargo build --workspace` leaves it.

@@ -111,7 +111,7 @@ pub(crate) async fn libp2p_stream(bytes: u64, into: Option<PathBuf>) -> anyhow::
 
 /// `bytes` through a raw libp2p stream from a peer in this process to one in a process of
 /// its own (`gpux testnet stream-sink`, run from `gpux`), as a copy runs between two nodes.
-pub(crate) async fn libp2p_stream_two_processes(
+pub async fn libp2p_stream_two_processes(
     gpux: &Path,
     bytes: u64,
     into: Option<PathBuf>,
