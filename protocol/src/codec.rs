@@ -48,10 +48,36 @@ pub(crate) fn decode_exact<T: Encode + Decode<()>>(bytes: &[u8]) -> Result<T, Bo
     }
     // bincode accepts several encodings of one value (a varint may be padded). Requiring the
     // canonical form makes an envelope's id a function of its content.
-    match encode(&value) {
-        Ok(again) if again == bytes => Ok(value),
-        _ => Err(BodyError::NonCanonical),
+    if encodes_to(&value, bytes, wire_config()) {
+        Ok(value)
+    } else {
+        Err(BodyError::NonCanonical)
     }
+}
+
+/// A bincode writer that compares what is written with the bytes it holds, in order,
+/// instead of keeping it.
+struct SameBytes<'a> {
+    rest: &'a [u8],
+}
+
+impl bincode::enc::write::Writer for SameBytes<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+        match self.rest.split_at_checked(bytes.len()) {
+            Some((head, tail)) if head == bytes => {
+                self.rest = tail;
+                Ok(())
+            }
+            _ => Err(EncodeError::Other("not the same bytes")),
+        }
+    }
+}
+
+/// Whether `value` encodes to exactly `bytes`: its canonical form, checked without writing
+/// a second copy (a file frame's quarter megabyte is compared, not copied again).
+fn encodes_to<T: Encode, C: bincode::config::Config>(value: &T, bytes: &[u8], config: C) -> bool {
+    let mut same = SameBytes { rest: bytes };
+    bincode::encode_into_writer(value, &mut same, config).is_ok() && same.rest.is_empty()
 }
 
 /// A frame (of a stream protocol, not an envelope) that cannot be read.
@@ -92,7 +118,7 @@ pub(crate) fn decode_frame<T: Decode<()> + Encode, const LIMIT: usize>(
     if used != bytes.len() {
         return Err(FrameError::Trailing(bytes.len() - used));
     }
-    if encode_frame(&value) != bytes {
+    if !encodes_to(&value, bytes, bincode::config::standard()) {
         return Err(FrameError::NonCanonical);
     }
     Ok(value)
@@ -547,6 +573,31 @@ mod tests {
         // Hand-made map with keys 2 then 1.
         let bad = [2u8, 2, 1, 1, 1, 1, 2];
         assert!(decode_exact::<Ext>(&bad).is_err());
+    }
+
+    #[test]
+    fn a_frame_is_compared_with_its_one_encoding() {
+        let data = vec![7u8; 300];
+        let bytes = encode_frame(&data);
+        assert_eq!(decode_frame::<Vec<u8>, 1024>(&bytes).unwrap(), data);
+        // Its length written long: 300 as a u32 varint (252, ...) instead of a u16 (251, ...).
+        let mut padded = vec![252u8];
+        padded.extend(300u32.to_le_bytes());
+        padded.extend(&data);
+        assert!(matches!(
+            decode_frame::<Vec<u8>, 1024>(&padded),
+            Err(FrameError::NonCanonical)
+        ));
+        // The comparison: the same bytes, one byte off, one short, one more.
+        let standard = bincode::config::standard();
+        assert!(encodes_to(&data, &bytes, standard));
+        let mut off = bytes.clone();
+        *off.last_mut().unwrap() = 8;
+        assert!(!encodes_to(&data, &off, standard));
+        assert!(!encodes_to(&data, &bytes[..bytes.len() - 1], standard));
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(!encodes_to(&data, &long, standard));
     }
 
     #[test]
