@@ -512,7 +512,8 @@ mod testnet {
     }
 
     /// plane-bench's raw stream between two processes: the sink (`gpux testnet
-    /// stream-sink`, a process of its own) takes every byte, into a new file when asked.
+    /// stream-sink`, a process of its own) takes every byte, into a new file when asked,
+    /// and from a file the sender reads when given one.
     #[test]
     fn the_benchmark_stream_between_two_processes_carries_every_byte() {
         use gpux_testnet::plane_baselines::libp2p_stream_two_processes;
@@ -522,13 +523,34 @@ mod testnet {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let bytes = (8 << 20) + 5;
         let took = runtime
-            .block_on(libp2p_stream_two_processes(gpux, bytes, Some(into.clone())))
+            .block_on(libp2p_stream_two_processes(
+                gpux,
+                bytes,
+                None,
+                Some(into.clone()),
+            ))
             .unwrap();
         assert!(!took.is_zero());
         assert_eq!(std::fs::metadata(&into).unwrap().len(), bytes);
         runtime
-            .block_on(libp2p_stream_two_processes(gpux, 3 << 20, None))
+            .block_on(libp2p_stream_two_processes(gpux, 3 << 20, None, None))
             .unwrap();
+
+        // From a file into a file: the sink's file holds the source's first bytes.
+        let from = dir.path().join("source.bin");
+        let source: Vec<u8> = (0..(5u32 << 20)).map(|i| (i * 31 % 251) as u8).collect();
+        std::fs::write(&from, &source).unwrap();
+        let part = (4 << 20) + 3;
+        let into = dir.path().join("copied.bin");
+        runtime
+            .block_on(libp2p_stream_two_processes(
+                gpux,
+                part as u64,
+                Some(&from),
+                Some(into.clone()),
+            ))
+            .unwrap();
+        assert!(std::fs::read(&into).unwrap() == source[..part]);
     }
 
     #[test]

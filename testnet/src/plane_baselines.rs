@@ -53,12 +53,19 @@ async fn open(from: &Client, peer: PeerId, addr: Multiaddr) -> anyhow::Result<p2
         .await?)
 }
 
-/// Writes `bytes` (one repeated 64 KiB block) to `stream` and closes it.
-async fn fill(stream: &mut p2p::Stream, bytes: u64) -> anyhow::Result<()> {
-    let buf = vec![7u8; 64 * 1024];
+/// Writes `bytes` to `stream` and closes it: one repeated 64 KiB block, or the first
+/// `bytes` of the file `from`, read in 256 KiB pieces (as a copy reads its file).
+async fn fill(stream: &mut p2p::Stream, bytes: u64, from: Option<&Path>) -> anyhow::Result<()> {
+    let mut file = from.map(std::fs::File::open).transpose()?;
+    let mut buf = vec![7u8; if file.is_some() { 256 } else { 64 } * 1024];
     let mut left = bytes;
     while left > 0 {
         let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        if let Some(file) = &mut file {
+            // A blocking read, in the benchmark's own sending task: from the page cache, a
+            // piece takes tens of microseconds, and nothing else waits on this peer.
+            std::io::Read::read_exact(file, &mut buf[..n])?;
+        }
         stream.write_all(&buf[..n]).await?;
         left -= n as u64;
     }
@@ -103,17 +110,20 @@ pub(crate) async fn libp2p_stream(bytes: u64, into: Option<PathBuf>) -> anyhow::
     });
     let mut stream = open(&a, b.local_peer_id(), address(&b).await?).await?;
     let start = Instant::now();
-    fill(&mut stream, bytes).await?;
+    fill(&mut stream, bytes, None).await?;
     let got = reader.await??;
     anyhow::ensure!(got == bytes, "the stream carried {got} of {bytes} bytes");
     Ok(start.elapsed())
 }
 
 /// `bytes` through a raw libp2p stream from a peer in this process to one in a process of
-/// its own (`gpux testnet stream-sink`, run from `gpux`), as a copy runs between two nodes.
+/// its own (`gpux testnet stream-sink`, run from `gpux`), as a copy runs between two nodes;
+/// the sender reads them from the file `from` when given, the receiver writes them into a
+/// new file `into` when given.
 pub async fn libp2p_stream_two_processes(
     gpux: &Path,
     bytes: u64,
+    from: Option<&Path>,
     into: Option<PathBuf>,
 ) -> anyhow::Result<Duration> {
     let mut command = tokio::process::Command::new(gpux);
@@ -139,7 +149,7 @@ pub async fn libp2p_stream_two_processes(
     let a = peer(3).await?;
     let mut stream = open(&a, sink_id, addr).await?;
     let start = Instant::now();
-    fill(&mut stream, bytes).await?;
+    fill(&mut stream, bytes, from).await?;
     let got = said
         .next_line()
         .await?

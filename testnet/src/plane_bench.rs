@@ -68,6 +68,12 @@ pub struct PlaneBenchReport {
     pub libp2p_two_processes_mib_s: f64,
     /// The same with the receiver writing into a new file, MiB/s.
     pub libp2p_two_processes_to_file_mib_s: f64,
+    /// See `cp_up_runs`: the raw stream between two processes from a file into a new file.
+    pub libp2p_file_to_file_runs: Vec<f64>,
+    /// The raw stream between two processes with the sender reading the copy's file and
+    /// the receiver writing a new one: a copy's work without gpux's protocol on top (its
+    /// frames, blake3, resuming), MiB/s.
+    pub libp2p_file_to_file_mib_s: f64,
     /// Raw loopback TCP, MiB/s.
     pub tcp_mib_s: f64,
     /// The same stream with the receiver writing into a new file, as a copy does, MiB/s.
@@ -81,6 +87,9 @@ pub struct PlaneBenchReport {
     /// The slower cp direction over the stream between two processes into a file
     /// (reported).
     pub cp_over_libp2p_two_processes_to_file: f64,
+    /// The slower cp direction over the stream between two processes from a file into a
+    /// file: what gpux's protocol costs a copy over the transport doing the same file work.
+    pub cp_over_libp2p_file_to_file: f64,
     /// Exec echo round trips, ms.
     pub exec_echo_ms_p50: f64,
     /// See `exec_echo_ms_p50`.
@@ -543,11 +552,26 @@ fn measure(
         std::fs::remove_file(&sink)?;
         report.libp2p_two_processes_runs.push(mib_s(
             bytes,
-            runtime.block_on(libp2p_stream_two_processes(gpux, bytes, None))?,
+            runtime.block_on(libp2p_stream_two_processes(gpux, bytes, None, None))?,
         ));
         apart_to_file.push(mib_s(
             bytes,
-            runtime.block_on(libp2p_stream_two_processes(gpux, bytes, Some(sink.clone())))?,
+            runtime.block_on(libp2p_stream_two_processes(
+                gpux,
+                bytes,
+                None,
+                Some(sink.clone()),
+            ))?,
+        ));
+        std::fs::remove_file(&sink)?;
+        report.libp2p_file_to_file_runs.push(mib_s(
+            bytes,
+            runtime.block_on(libp2p_stream_two_processes(
+                gpux,
+                bytes,
+                Some(&file),
+                Some(sink.clone()),
+            ))?,
         ));
         std::fs::remove_file(&sink)?;
     }
@@ -555,19 +579,22 @@ fn measure(
     report.libp2p_to_file_mib_s = median(&to_file);
     report.libp2p_two_processes_mib_s = median(&report.libp2p_two_processes_runs);
     report.libp2p_two_processes_to_file_mib_s = median(&apart_to_file);
+    report.libp2p_file_to_file_mib_s = median(&report.libp2p_file_to_file_runs);
     let slower_cp = report.cp_up_mib_s.min(report.cp_down_mib_s);
     report.cp_over_libp2p_to_file = slower_cp / report.libp2p_to_file_mib_s.max(1e-9);
     report.cp_over_libp2p = slower_cp / report.libp2p_stream_mib_s.max(1e-9);
     report.cp_over_libp2p_two_processes = slower_cp / report.libp2p_two_processes_mib_s.max(1e-9);
     report.cp_over_libp2p_two_processes_to_file =
         slower_cp / report.libp2p_two_processes_to_file_mib_s.max(1e-9);
+    report.cp_over_libp2p_file_to_file = slower_cp / report.libp2p_file_to_file_mib_s.max(1e-9);
     report.tcp_mib_s = mib_s(config.bytes, runtime.block_on(tcp(config.bytes))?);
     progress(&format!(
-        "raw libp2p stream {:.0} MiB/s ({:.0} into a new file); between two processes {:.0} MiB/s ({:.0} into a new file); raw TCP {:.0} MiB/s",
+        "raw libp2p stream {:.0} MiB/s ({:.0} into a new file); between two processes {:.0} MiB/s ({:.0} into a new file, {:.0} from a file into a new one); raw TCP {:.0} MiB/s",
         report.libp2p_stream_mib_s,
         report.libp2p_to_file_mib_s,
         report.libp2p_two_processes_mib_s,
         report.libp2p_two_processes_to_file_mib_s,
+        report.libp2p_file_to_file_mib_s,
         report.tcp_mib_s
     ));
 
