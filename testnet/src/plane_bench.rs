@@ -580,13 +580,15 @@ fn measure(
     report.libp2p_two_processes_mib_s = median(&report.libp2p_two_processes_runs);
     report.libp2p_two_processes_to_file_mib_s = median(&apart_to_file);
     report.libp2p_file_to_file_mib_s = median(&report.libp2p_file_to_file_runs);
+    // The slower copy direction against each baseline.
     let slower_cp = report.cp_up_mib_s.min(report.cp_down_mib_s);
-    report.cp_over_libp2p_to_file = slower_cp / report.libp2p_to_file_mib_s.max(1e-9);
-    report.cp_over_libp2p = slower_cp / report.libp2p_stream_mib_s.max(1e-9);
-    report.cp_over_libp2p_two_processes = slower_cp / report.libp2p_two_processes_mib_s.max(1e-9);
+    let cp_over = |baseline: f64| slower_cp / baseline.max(1e-9);
+    report.cp_over_libp2p_to_file = cp_over(report.libp2p_to_file_mib_s);
+    report.cp_over_libp2p = cp_over(report.libp2p_stream_mib_s);
+    report.cp_over_libp2p_two_processes = cp_over(report.libp2p_two_processes_mib_s);
     report.cp_over_libp2p_two_processes_to_file =
-        slower_cp / report.libp2p_two_processes_to_file_mib_s.max(1e-9);
-    report.cp_over_libp2p_file_to_file = slower_cp / report.libp2p_file_to_file_mib_s.max(1e-9);
+        cp_over(report.libp2p_two_processes_to_file_mib_s);
+    report.cp_over_libp2p_file_to_file = cp_over(report.libp2p_file_to_file_mib_s);
     report.tcp_mib_s = mib_s(config.bytes, runtime.block_on(tcp(config.bytes))?);
     progress(&format!(
         "raw libp2p stream {:.0} MiB/s ({:.0} into a new file); between two processes {:.0} MiB/s ({:.0} into a new file, {:.0} from a file into a new one); raw TCP {:.0} MiB/s",
