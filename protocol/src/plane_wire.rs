@@ -416,8 +416,125 @@ pub fn decode<T: Decode<()> + Encode>(bytes: &[u8]) -> Result<T, FrameError> {
     crate::codec::decode_frame::<T, MAX_PLANE_FRAME>(bytes)
 }
 
+/// Frames that carry a file's bytes as their one and last field ([`FilesRequest::Data`],
+/// [`FilesResponse::Data`]), which are written and read without copying the bytes into or
+/// out of a value: a sender reads the file straight in behind [`data_head`], a receiver
+/// takes the bytes where [`data_in`] finds them. Either way the frame is exactly what
+/// [`encode`] writes and [`decode`] accepts.
+pub trait DataFrame: Encode {
+    /// The frame with no bytes.
+    fn no_data() -> Self;
+}
+
+impl DataFrame for FilesRequest {
+    fn no_data() -> Self {
+        FilesRequest::Data(BoundedBytes::default())
+    }
+}
+
+impl DataFrame for FilesResponse {
+    fn no_data() -> Self {
+        FilesResponse::Data(BoundedBytes::default())
+    }
+}
+
+/// The variant's tag: the frame with no bytes, less their length (a zero, one byte).
+fn data_tag<T: DataFrame>() -> Vec<u8> {
+    let mut tag = encode(&T::no_data());
+    tag.pop();
+    tag
+}
+
+/// What precedes `len` bytes in their data frame of `T`: the frame is this head and then
+/// the bytes, as [`encode`] writes it.
+pub fn data_head<T: DataFrame>(len: usize) -> Vec<u8> {
+    let mut head = data_tag::<T>();
+    head.extend(encode(&(len as u64)));
+    head
+}
+
+/// Where the bytes lie in `frame` when it is a data frame of `T` in canonical form with at
+/// most [`MAX_FILE_DATA`] of them (what [`decode`] would accept as one); `None` for any
+/// other frame, which is then decoded as usual.
+pub fn data_in<T: DataFrame>(frame: &[u8]) -> Option<std::ops::Range<usize>> {
+    let tag = data_tag::<T>();
+    let rest = frame.strip_prefix(tag.as_slice())?;
+    let (len, used): (u64, usize) =
+        bincode::decode_from_slice(rest, bincode::config::standard()).ok()?;
+    let len = usize::try_from(len).ok().filter(|&n| n <= MAX_FILE_DATA)?;
+    // The length's one canonical form, and nothing after the bytes.
+    if encode(&(len as u64)).len() != used || rest.len() - used != len {
+        return None;
+    }
+    Some(frame.len() - len..frame.len())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn data_frames_are_found_in_place_exactly_when_they_decode_as_data() {
+        for len in [
+            0,
+            1,
+            250,
+            251,
+            252,
+            65_535,
+            65_536,
+            MAX_FILE_DATA - 1,
+            MAX_FILE_DATA,
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+            let framed = encode(&FilesResponse::Data(
+                BoundedBytes::new(data.clone()).unwrap(),
+            ));
+            let mut built = data_head::<FilesResponse>(len);
+            built.extend(&data);
+            assert_eq!(built, framed, "{len} bytes");
+            let at = data_in::<FilesResponse>(&framed).expect("a data frame");
+            assert_eq!(&framed[at], &data[..]);
+            // The request's tag differs: not taken for a response's data.
+            let request = encode(&FilesRequest::Data(BoundedBytes::new(data).unwrap()));
+            assert!(data_in::<FilesResponse>(&request).is_none());
+            assert_eq!(
+                data_in::<FilesRequest>(&request).map(|r| r.len()),
+                Some(len)
+            );
+        }
+        // Other frames, short and long ones, non-canonical lengths, trailing bytes, more
+        // than a data frame may hold: not in place (and decode says why, as for any frame).
+        let frame = encode(&FilesResponse::Data(
+            BoundedBytes::new(vec![9; 300]).unwrap(),
+        ));
+        let mut trailing = frame.clone();
+        trailing.push(0);
+        let mut short = frame.clone();
+        short.pop();
+        let mut wide = data_tag::<FilesResponse>();
+        wide.extend([253, 3, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7]);
+        let mut huge = data_head::<FilesResponse>(MAX_FILE_DATA + 1);
+        huge.resize(huge.len() + MAX_FILE_DATA + 1, 0);
+        for bad in [
+            encode(&FilesResponse::Done),
+            encode(&FilesResponse::End([0; 32])),
+            trailing,
+            short,
+            wide,
+            huge,
+            vec![],
+        ] {
+            assert!(
+                data_in::<FilesResponse>(&bad).is_none(),
+                "{:?}",
+                &bad[..bad.len().min(12)]
+            );
+            assert!(!matches!(
+                decode::<FilesResponse>(&bad),
+                Ok(FilesResponse::Data(_))
+            ));
+        }
+    }
+
     use super::*;
 
     #[test]

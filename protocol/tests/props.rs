@@ -59,6 +59,32 @@ proptest! {
     }
 
     #[test]
+    fn data_found_in_place_is_what_decoding_finds(
+        len in 0usize..1024,
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        cut in 0usize..3,
+        extra in prop::collection::vec(any::<u8>(), 0..3),
+    ) {
+        use gpux_protocol::plane_wire::{self, FilesResponse};
+        let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let mut frame = plane_wire::encode(&FilesResponse::Data(BoundedBytes::new(data).unwrap()));
+        for (at, byte) in edits {
+            let i = at.index(frame.len());
+            frame[i] = byte;
+        }
+        frame.truncate(frame.len().saturating_sub(cut));
+        frame.extend(extra);
+        let decoded = plane_wire::decode::<FilesResponse>(&frame);
+        match plane_wire::data_in::<FilesResponse>(&frame) {
+            Some(at) => prop_assert!(
+                matches!(&decoded, Ok(FilesResponse::Data(d)) if &d[..] == &frame[at]),
+                "found in place but decoded as {decoded:?}"
+            ),
+            None => prop_assert!(!matches!(decoded, Ok(FilesResponse::Data(_)))),
+        }
+    }
+
+    #[test]
     fn money_text_round_trips(micros in any::<u64>()) {
         let amount = MicroCredits(micros);
         prop_assert_eq!(amount.amount_text().parse::<MicroCredits>(), Ok(amount));

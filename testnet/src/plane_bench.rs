@@ -328,6 +328,12 @@ fn http_via_cli_best(renter: &Node, lease: &str) -> anyhow::Result<f64> {
 }
 
 /// The median of `runs`.
+/// Writes out every dirty page before a timed run, so that no run pays for the writeback of
+/// the files an earlier one wrote.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 fn median(runs: &[f64]) -> f64 {
     let mut sorted = runs.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -476,9 +482,11 @@ fn measure(
                 &["exec", lease, "--", "rm", "-f", "/workspace/blob.bin"],
             )?;
         }
+        settle();
         let t = Instant::now();
         run_ok(renter, &["cp", &file.display().to_string(), &remote])?;
         report.cp_up_runs.push(mib_s(config.bytes, t.elapsed()));
+        settle();
         let t = Instant::now();
         run_ok(
             renter,
@@ -542,18 +550,22 @@ fn measure(
     for _ in 0..rounds {
         let gpux = &config.gpux;
         let bytes = config.bytes;
+        settle();
         report
             .libp2p_stream_runs
             .push(mib_s(bytes, runtime.block_on(libp2p_stream(bytes, None))?));
+        settle();
         to_file.push(mib_s(
             bytes,
             runtime.block_on(libp2p_stream(bytes, Some(sink.clone())))?,
         ));
         std::fs::remove_file(&sink)?;
+        settle();
         report.libp2p_two_processes_runs.push(mib_s(
             bytes,
             runtime.block_on(libp2p_stream_two_processes(gpux, bytes, None, None))?,
         ));
+        settle();
         apart_to_file.push(mib_s(
             bytes,
             runtime.block_on(libp2p_stream_two_processes(
@@ -564,6 +576,7 @@ fn measure(
             ))?,
         ));
         std::fs::remove_file(&sink)?;
+        settle();
         report.libp2p_file_to_file_runs.push(mib_s(
             bytes,
             runtime.block_on(libp2p_stream_two_processes(

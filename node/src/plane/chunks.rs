@@ -1,10 +1,13 @@
 //! Files read and written in [`MAX_FILE_DATA`] chunks on a blocking thread, hashed (blake3)
 //! there as they go: the stream's task only moves the chunks, the file's own thread reads
-//! ahead (or writes behind) by a few of them, and each byte is copied once on its way.
+//! ahead (or writes behind) by a few of them. A chunk read is read straight into its data
+//! frame (behind the frame's head), and a chunk received is written from where it lies in
+//! the frame that brought it: the bytes are never copied into a value and out again.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
-use gpux_protocol::plane_wire::MAX_FILE_DATA;
+use bytes::Bytes;
+use gpux_protocol::plane_wire::{self, DataFrame, MAX_FILE_DATA};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -24,15 +27,23 @@ pub(crate) fn hash_prefix(file: &mut std::fs::File, len: u64) -> io::Result<blak
     Ok(hasher)
 }
 
+/// A chunk read, in its data frame.
+pub(crate) struct Chunk {
+    /// The whole frame, as [`plane_wire::encode`] would write it.
+    pub(crate) frame: Vec<u8>,
+    /// How many of the file's bytes it carries (at its end).
+    pub(crate) len: usize,
+}
+
 /// A file read from a thread of its own.
 pub(crate) struct ChunkReader {
-    rx: mpsc::Receiver<io::Result<Vec<u8>>>,
+    rx: mpsc::Receiver<io::Result<Chunk>>,
     task: JoinHandle<blake3::Hasher>,
 }
 
-/// Reads `len` bytes of `file` from `from`, going on hashing into `hasher`. A file that
-/// ends early yields an `UnexpectedEof` error, and nothing after it.
-pub(crate) fn read_chunks(
+/// Reads `len` bytes of `file` from `from` into data frames of `T`, going on hashing into
+/// `hasher`. A file that ends early yields an `UnexpectedEof` error, and nothing after it.
+pub(crate) fn read_chunks<T: DataFrame>(
     mut file: std::fs::File,
     from: u64,
     len: u64,
@@ -47,9 +58,12 @@ pub(crate) fn read_chunks(
         let mut left = len;
         while left > 0 {
             let want = MAX_FILE_DATA.min(usize::try_from(left).unwrap_or(usize::MAX));
-            // Read into fresh capacity: a file reads into it without zeroing it first.
-            let mut chunk = Vec::with_capacity(want);
-            let read = Read::take(&mut file, want as u64).read_to_end(&mut chunk);
+            // Read behind the frame's head, into fresh capacity: a file reads into it
+            // without zeroing it first.
+            let mut frame = plane_wire::data_head::<T>(want);
+            let head = frame.len();
+            frame.reserve_exact(want);
+            let read = Read::take(&mut file, want as u64).read_to_end(&mut frame);
             let whole = read.and_then(|n| {
                 if n == want {
                     Ok(())
@@ -61,8 +75,8 @@ pub(crate) fn read_chunks(
                 let _ = tx.blocking_send(Err(e));
                 return hasher;
             }
-            hasher.update(&chunk);
-            if tx.blocking_send(Ok(chunk)).is_err() {
+            hasher.update(&frame[head..]);
+            if tx.blocking_send(Ok(Chunk { frame, len: want })).is_err() {
                 break;
             }
             left -= want as u64;
@@ -74,7 +88,7 @@ pub(crate) fn read_chunks(
 
 impl ChunkReader {
     /// The next chunk; `None` once all were read.
-    pub(crate) async fn next(&mut self) -> Option<io::Result<Vec<u8>>> {
+    pub(crate) async fn next(&mut self) -> Option<io::Result<Chunk>> {
         self.rx.recv().await
     }
 
@@ -87,7 +101,7 @@ impl ChunkReader {
 
 /// A file written from a thread of its own.
 pub(crate) struct ChunkWriter {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<Bytes>,
     task: JoinHandle<io::Result<blake3::Hasher>>,
 }
 
@@ -97,7 +111,7 @@ pub(crate) fn write_chunks(
     at: u64,
     mut hasher: blake3::Hasher,
 ) -> ChunkWriter {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(AHEAD);
+    let (tx, mut rx) = mpsc::channel::<Bytes>(AHEAD);
     let task = tokio::task::spawn_blocking(move || {
         file.seek(SeekFrom::Start(at))?;
         while let Some(chunk) = rx.blocking_recv() {
@@ -113,7 +127,7 @@ pub(crate) fn write_chunks(
 impl ChunkWriter {
     /// Hands over one chunk. Fails once the file's thread has stopped (its error comes
     /// from [`ChunkWriter::finish`]).
-    pub(crate) async fn write(&self, chunk: Vec<u8>) -> Result<(), ()> {
+    pub(crate) async fn write(&self, chunk: Bytes) -> Result<(), ()> {
         self.tx.send(chunk).await.map_err(|_| ())
     }
 
@@ -129,6 +143,7 @@ impl ChunkWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpux_protocol::plane_wire::FilesResponse;
 
     #[tokio::test]
     async fn chunks_come_back_whole_and_hashed_and_a_short_file_is_said() {
@@ -143,7 +158,7 @@ mod tests {
             blake3::Hasher::new(),
         );
         for chunk in data.chunks(MAX_FILE_DATA) {
-            writer.write(chunk.to_vec()).await.unwrap();
+            writer.write(Bytes::copy_from_slice(chunk)).await.unwrap();
         }
         let written = writer.finish().await.unwrap();
         assert_eq!(written.finalize(), blake3::hash(&data));
@@ -152,7 +167,7 @@ mod tests {
         // From an offset, going on from the hash of what came before it.
         let mut head = blake3::Hasher::new();
         head.update(&data[..100]);
-        let mut reader = read_chunks(
+        let mut reader = read_chunks::<FilesResponse>(
             std::fs::File::open(&path).unwrap(),
             100,
             (data.len() - 100) as u64,
@@ -160,7 +175,13 @@ mod tests {
         );
         let mut got = Vec::new();
         while let Some(chunk) = reader.next().await {
-            got.extend(chunk.unwrap());
+            // Each is a data frame as encoding one would write it.
+            let chunk = chunk.unwrap();
+            let Ok(FilesResponse::Data(data)) = plane_wire::decode(&chunk.frame) else {
+                panic!("not a data frame");
+            };
+            assert_eq!(data.len(), chunk.len);
+            got.extend(data.into_inner());
         }
         assert_eq!(got, data[100..]);
         assert_eq!(
@@ -169,7 +190,7 @@ mod tests {
         );
 
         // Asked for more than the file has: an error, not a short success.
-        let mut reader = read_chunks(
+        let mut reader = read_chunks::<FilesResponse>(
             std::fs::File::open(&path).unwrap(),
             0,
             data.len() as u64 + 1,

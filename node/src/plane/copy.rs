@@ -15,12 +15,13 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures::future::ready;
 use futures::{Sink, SinkExt, Stream, StreamExt};
+use gpux_protocol::BoundedString;
 use gpux_protocol::plane_wire::{
     self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, WorkspacePath,
 };
-use gpux_protocol::{BoundedBytes, BoundedString};
 use tokio_tungstenite::tungstenite::{self, Message};
 
+use super::Incoming;
 use super::chunks::{hash_prefix, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
 use crate::api_client::{ApiClient, ClientError};
@@ -233,8 +234,16 @@ impl Session {
     }
 
     async fn recv(&mut self) -> Result<FilesResponse, CopyError> {
+        match self.recv_data().await? {
+            Incoming::Frame(answer) => Ok(answer),
+            Incoming::Data(_) => Err(CopyError::Link("data out of turn".into())),
+        }
+    }
+
+    /// The next frame, a data frame's bytes in place.
+    async fn recv_data(&mut self) -> Result<Incoming<FilesResponse>, CopyError> {
         match self.rx.next().await {
-            Some(Ok(bytes)) => plane_wire::decode(&bytes).map_err(link),
+            Some(Ok(bytes)) => Incoming::of(bytes).map_err(link),
             Some(Err(e)) => Err(e),
             None => Err(CopyError::Link("the host closed the stream".into())),
         }
@@ -307,7 +316,7 @@ impl Session {
         self.send(&FilesRequest::PutFrom(offset)).await?;
         progress.advance(offset);
         let file = std::fs::File::open(from).map_err(local(from))?;
-        let mut reader = read_chunks(file, offset, size - offset, hasher);
+        let mut reader = read_chunks::<FilesRequest>(file, offset, size - offset, hasher);
         while let Some(chunk) = reader.next().await {
             let chunk = chunk.map_err(|e| CopyError::Local {
                 path: from.to_path_buf(),
@@ -317,9 +326,7 @@ impl Session {
                     e
                 },
             })?;
-            let n = chunk.len();
-            let data = BoundedBytes::new(chunk).unwrap_or_default();
-            let frame = Bytes::from(plane_wire::encode(&FilesRequest::Data(data)));
+            let (n, frame) = (chunk.len, Bytes::from(chunk.frame));
             // The host answers early only to fail (its disk is full, say).
             tokio::select! {
                 biased;
@@ -396,7 +403,7 @@ impl Session {
         let mut left = size - start;
         while left > 0 {
             // A broken link keeps what arrived in the part, written out, for the next try.
-            let answer = match self.recv().await {
+            let answer = match self.recv_data().await {
                 Ok(answer) => answer,
                 Err(e) => {
                     let _ = writer.finish().await;
@@ -404,15 +411,21 @@ impl Session {
                 }
             };
             match answer {
-                FilesResponse::Data(data) if data.len() as u64 <= left => {
+                Incoming::Data(data) if data.len() as u64 <= left => {
                     let n = data.len() as u64;
-                    if writer.write(data.into_inner()).await.is_err() {
+                    if writer.write(data).await.is_err() {
                         break;
                     }
                     left -= n;
                     progress.advance(n);
                 }
-                other => {
+                Incoming::Data(_) => {
+                    writer.finish().await.map_err(local(&part))?;
+                    return Err(CopyError::Link(format!(
+                        "the host sent more of {from} than the file has"
+                    )));
+                }
+                Incoming::Frame(other) => {
                     writer.finish().await.map_err(local(&part))?;
                     return Err(unexpected(from, other));
                 }

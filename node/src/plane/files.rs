@@ -16,13 +16,13 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::SinkExt;
 use gpux_protocol::plane_wire::{
-    self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_LIST_PAGE,
+    Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_LIST_PAGE,
 };
-use gpux_protocol::{BoundedBytes, BoundedString, BoundedVec};
+use gpux_protocol::{BoundedString, BoundedVec};
 
 use super::chunks::{hash_prefix, read_chunks, write_chunks};
 use super::confined::{PathError, Root};
-use super::{FramedStream, IDLE, PlaneError, recv, send};
+use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
 
 /// The most entries a listing walks.
 pub(crate) const MAX_LISTED: usize = 100_000;
@@ -273,7 +273,7 @@ async fn put(
     while at < size {
         // A broken stream keeps what arrived in the part, written out before the next put
         // of the file can look at it.
-        let frame = match recv::<FilesRequest>(framed, IDLE).await {
+        let frame = match recv_data::<FilesRequest>(framed, IDLE).await {
             Ok(frame) => frame,
             Err(e) => {
                 let _ = writer.finish().await;
@@ -281,19 +281,19 @@ async fn put(
             }
         };
         let data = match frame {
-            FilesRequest::Data(data) if at + data.len() as u64 <= size => data,
+            Incoming::Data(data) if at + data.len() as u64 <= size => data,
             other => {
                 let _ = writer.finish().await;
                 let detail = match other {
-                    FilesRequest::Data(_) => "more data than announced",
-                    _ => "a put's data was cut short",
+                    Incoming::Data(_) => "more data than announced",
+                    Incoming::Frame(_) => "a put's data was cut short",
                 };
                 send(framed, &FilesResponse::failed(FilesError::Invalid, detail)).await?;
                 return Ok(false);
             }
         };
         at += data.len() as u64;
-        if writer.write(data.into_inner()).await.is_err() {
+        if writer.write(data).await.is_err() {
             failed = true;
             break;
         }
@@ -368,7 +368,7 @@ async fn get(
         Err(e) => return send(framed, &failure(&e)).await,
     };
     send(framed, &FilesResponse::Sending { size, from }).await?;
-    let mut reader = read_chunks(file, from, size - from, hasher);
+    let mut reader = read_chunks::<FilesResponse>(file, from, size - from, hasher);
     while let Some(chunk) = reader.next().await {
         let Ok(chunk) = chunk else {
             let answer = FilesResponse::failed(
@@ -377,10 +377,7 @@ async fn get(
             );
             return send(framed, &answer).await;
         };
-        let data = BoundedBytes::new(chunk).unwrap_or_default();
-        framed
-            .feed(Bytes::from(plane_wire::encode(&FilesResponse::Data(data))))
-            .await?;
+        framed.feed(Bytes::from(chunk.frame)).await?;
     }
     let hasher = reader.finish().await?;
     send(framed, &FilesResponse::End(*hasher.finalize().as_bytes())).await

@@ -126,6 +126,38 @@ pub(crate) async fn send<T: bincode::Encode>(
         .map_err(PlaneError::Io)
 }
 
+/// A frame received where a file's bytes may come: a data frame's bytes, taken where they
+/// lie in the frame received (no copy), or any other frame, decoded.
+pub(crate) enum Incoming<T> {
+    /// The bytes of a data frame.
+    Data(Bytes),
+    /// Any other frame.
+    Frame(T),
+}
+
+impl<T: plane_wire::DataFrame + bincode::Decode<()>> Incoming<T> {
+    /// Takes `frame` apart: in place when it is a data frame, else decoded as any frame.
+    pub(crate) fn of(frame: Bytes) -> Result<Incoming<T>, FrameError> {
+        match plane_wire::data_in::<T>(&frame) {
+            Some(at) => Ok(Incoming::Data(frame.slice(at))),
+            None => plane_wire::decode(&frame).map(Incoming::Frame),
+        }
+    }
+}
+
+/// Receives one frame within `within`, a data frame's bytes in place.
+pub(crate) async fn recv_data<T: plane_wire::DataFrame + bincode::Decode<()>>(
+    framed: &mut FramedStream,
+    within: Duration,
+) -> Result<Incoming<T>, PlaneError> {
+    match tokio::time::timeout(within, framed.next()).await {
+        Err(_) => Err(PlaneError::Timeout(within)),
+        Ok(None) => Err(PlaneError::Closed),
+        Ok(Some(Err(e))) => Err(PlaneError::Io(e)),
+        Ok(Some(Ok(bytes))) => Ok(Incoming::of(bytes.freeze())?),
+    }
+}
+
 /// Receives one frame within `within`.
 pub(crate) async fn recv<T: bincode::Decode<()> + bincode::Encode>(
     framed: &mut FramedStream,
