@@ -63,11 +63,7 @@ fn main() {
         runs.sort_by(f64::total_cmp);
         runs[runs.len() / 2]
     };
-    let (before, decoded, now) = (
-        median(&mut before),
-        median(&mut decoded),
-        median(&mut now),
-    );
+    let (before, decoded, now) = (median(&mut before), median(&mut decoded), median(&mut now));
     println!(
         "{{\"frames\":{PER_ROUND},\"frame_bytes\":{MAX_FILE_DATA},\"rounds\":{rounds},\"decode_reencode_ms\":{before:.0},\"decode_compare_ms\":{decoded:.0},\"in_place_ms\":{now:.3},\"decode_compare_over_in_place\":{:.0}}}",
         decoded / now.max(1e-6)

@@ -77,7 +77,7 @@ proptest! {
         let decoded = plane_wire::decode::<FilesResponse>(&frame);
         match plane_wire::data_in::<FilesResponse>(&frame) {
             Some(at) => prop_assert!(
-                matches!(&decoded, Ok(FilesResponse::Data(d)) if &d[..] == &frame[at]),
+                matches!(&decoded, Ok(FilesResponse::Data(d)) if d[..] == frame[at]),
                 "found in place but decoded as {decoded:?}"
             ),
             None => prop_assert!(!matches!(decoded, Ok(FilesResponse::Data(_)))),
