@@ -171,10 +171,12 @@ fn stage_bench(
     std::fs::remove_dir_all(&context)?;
     let archive = dir.join("stage.tar");
     let archive_s = archive.display().to_string();
+    settle();
     let t = Instant::now();
     docker(&["save", "-o", &archive_s, &image])?;
     report.docker_save_ms = t.elapsed().as_millis() as u64;
     docker(&["rmi", &image])?;
+    settle();
     let t = Instant::now();
     docker(&["load", "-q", "-i", &archive_s])?;
     report.docker_load_ms = t.elapsed().as_millis() as u64;
@@ -183,6 +185,7 @@ fn stage_bench(
         "docker save {} ms, docker load {} ms",
         report.docker_save_ms, report.docker_load_ms
     ));
+    settle();
     let rented = run_ok(
         renter,
         &[
@@ -327,13 +330,13 @@ fn http_via_cli_best(renter: &Node, lease: &str) -> anyhow::Result<f64> {
     Ok(best)
 }
 
-/// The median of `runs`.
 /// Writes out every dirty page before a timed run, so that no run pays for the writeback of
-/// the files an earlier one wrote.
+/// the files an earlier one wrote (a failed `sync` only makes the run noisier).
 fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
+/// The median of `runs`.
 fn median(runs: &[f64]) -> f64 {
     let mut sorted = runs.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -474,6 +477,12 @@ fn measure(
     let back = base.join("back.bin");
     let rounds = config.rounds.max(1);
     report.rounds = rounds;
+    // Each round copies up and down and then runs every baseline, so that a copy and its
+    // baselines are measured within the same minute (these VMs drift from one minute to
+    // the next).
+    let runtime = tokio::runtime::Runtime::new()?;
+    let sink = base.join("libp2p-sink.bin");
+    let (mut to_file, mut apart_to_file) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Nothing in place: a copy finds what is there and sends only the rest.
         if round > 0 {
@@ -504,50 +513,6 @@ fn measure(
             report.cp_up_runs[round],
             report.cp_down_runs[round]
         ));
-    }
-    report.cp_up_mib_s = median(&report.cp_up_runs);
-    report.cp_down_mib_s = median(&report.cp_down_runs);
-
-    // The earlier way, in the same run: the bytes cross a WebSocket between the client
-    // (this process) and the renter's node. Another name, so nothing is found in place (the
-    // first copy is removed: the workspace holds one).
-    run_ok(
-        renter,
-        &["exec", lease, "--", "rm", "-f", "/workspace/blob.bin"],
-    )?;
-    let runtime = tokio::runtime::Runtime::new()?;
-    {
-        use gpux_node::plane::copy::{Place, copy};
-        let api = gpux_node::api_client::ApiClient::for_data_dir(&renter.dir)?;
-        let there = Place::parse(&format!("{lease}:/workspace/via-socket.bin"))
-            .map_err(anyhow::Error::msg)?;
-        let t = Instant::now();
-        runtime.block_on(copy(&api, &Place::Local(file.clone()), &there, &()))?;
-        report.cp_via_cli_socket_up_mib_s = mib_s(config.bytes, t.elapsed());
-        let t = Instant::now();
-        runtime.block_on(copy(&api, &there, &Place::Local(back.clone()), &()))?;
-        report.cp_via_cli_socket_down_mib_s = mib_s(config.bytes, t.elapsed());
-        std::fs::remove_file(&back)?;
-    }
-    run_ok(
-        renter,
-        &[
-            "exec",
-            lease,
-            "--",
-            "mv",
-            "/workspace/via-socket.bin",
-            "/workspace/blob.bin",
-        ],
-    )?;
-    progress(&format!(
-        "cp over the CLI's socket (before): up {:.0} MiB/s, down {:.0} MiB/s",
-        report.cp_via_cli_socket_up_mib_s, report.cp_via_cli_socket_down_mib_s
-    ));
-
-    let sink = base.join("libp2p-sink.bin");
-    let (mut to_file, mut apart_to_file) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
         let gpux = &config.gpux;
         let bytes = config.bytes;
         settle();
@@ -588,6 +553,47 @@ fn measure(
         ));
         std::fs::remove_file(&sink)?;
     }
+    report.cp_up_mib_s = median(&report.cp_up_runs);
+    report.cp_down_mib_s = median(&report.cp_down_runs);
+
+    // The earlier way, in the same run: the bytes cross a WebSocket between the client
+    // (this process) and the renter's node. Another name, so nothing is found in place (the
+    // first copy is removed: the workspace holds one).
+    run_ok(
+        renter,
+        &["exec", lease, "--", "rm", "-f", "/workspace/blob.bin"],
+    )?;
+    {
+        use gpux_node::plane::copy::{Place, copy};
+        let api = gpux_node::api_client::ApiClient::for_data_dir(&renter.dir)?;
+        let there = Place::parse(&format!("{lease}:/workspace/via-socket.bin"))
+            .map_err(anyhow::Error::msg)?;
+        settle();
+        let t = Instant::now();
+        runtime.block_on(copy(&api, &Place::Local(file.clone()), &there, &()))?;
+        report.cp_via_cli_socket_up_mib_s = mib_s(config.bytes, t.elapsed());
+        settle();
+        let t = Instant::now();
+        runtime.block_on(copy(&api, &there, &Place::Local(back.clone()), &()))?;
+        report.cp_via_cli_socket_down_mib_s = mib_s(config.bytes, t.elapsed());
+        std::fs::remove_file(&back)?;
+    }
+    run_ok(
+        renter,
+        &[
+            "exec",
+            lease,
+            "--",
+            "mv",
+            "/workspace/via-socket.bin",
+            "/workspace/blob.bin",
+        ],
+    )?;
+    progress(&format!(
+        "cp over the CLI's socket (before): up {:.0} MiB/s, down {:.0} MiB/s",
+        report.cp_via_cli_socket_up_mib_s, report.cp_via_cli_socket_down_mib_s
+    ));
+
     report.libp2p_stream_mib_s = median(&report.libp2p_stream_runs);
     report.libp2p_to_file_mib_s = median(&to_file);
     report.libp2p_two_processes_mib_s = median(&report.libp2p_two_processes_runs);
