@@ -4,7 +4,7 @@
 //! frame (behind the frame's head), and a chunk received is written from where it lies in
 //! the frame that brought it: the bytes are never copied into a value and out again.
 
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 
 use bytes::Bytes;
 use gpux_protocol::plane_wire::{self, DataFrame, MAX_FILE_DATA};
@@ -105,20 +105,80 @@ pub(crate) struct ChunkWriter {
     task: JoinHandle<io::Result<blake3::Hasher>>,
 }
 
+/// `RWF_DONTCACHE` (Linux 6.14): the write goes through the page cache, whose pages are
+/// written back at once and dropped once they are.
+const RWF_DONTCACHE: u32 = 0x80;
+
+/// Whether a file written keeps its pages in the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cache {
+    /// Cached as any write (a file put into a workspace, which its workload reads next).
+    Keep,
+    /// Uncached where the kernel and the filesystem can (a file a renter gets). A copy
+    /// writes gigabytes once: cached, they would push out what the renter's machine had in
+    /// its page cache and stay there. Uncached writes recycle a few pages instead, which
+    /// also spares virtual machines whose hypervisor takes back freed memory the slow first
+    /// touch of every new page (docs/benchmarks.md). Where `RWF_DONTCACHE` is refused (an
+    /// older kernel, a filesystem without it), writes are plain.
+    Drop,
+}
+
+/// A file written at an offset, uncached while `uncached` holds.
+struct Uncached {
+    file: std::fs::File,
+    at: u64,
+    uncached: bool,
+}
+
+impl Uncached {
+    fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        while !buf.is_empty() {
+            let written = if self.uncached {
+                let flags = rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE);
+                match rustix::io::pwritev2(&self.file, &[io::IoSlice::new(buf)], self.at, flags) {
+                    Ok(n) => n,
+                    Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {
+                        self.uncached = false;
+                        continue;
+                    }
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                match self.file.write_at(buf, self.at) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => other?,
+                }
+            };
+            if written == 0 {
+                return Err(io::Error::from(io::ErrorKind::WriteZero));
+            }
+            buf = &buf[written..];
+            self.at += written as u64;
+        }
+        Ok(())
+    }
+}
+
 /// Writes chunks into `file` from `at` on, going on hashing into `hasher`.
 pub(crate) fn write_chunks(
-    mut file: std::fs::File,
+    file: std::fs::File,
     at: u64,
     mut hasher: blake3::Hasher,
+    cache: Cache,
 ) -> ChunkWriter {
     let (tx, mut rx) = mpsc::channel::<Bytes>(AHEAD);
     let task = tokio::task::spawn_blocking(move || {
-        file.seek(SeekFrom::Start(at))?;
+        let mut file = Uncached {
+            file,
+            at,
+            uncached: cache == Cache::Drop,
+        };
         while let Some(chunk) = rx.blocking_recv() {
             file.write_all(&chunk)?;
             hasher.update(&chunk);
         }
-        file.flush()?;
         Ok(hasher)
     });
     ChunkWriter { tx, task }
@@ -142,8 +202,56 @@ impl ChunkWriter {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use gpux_protocol::plane_wire::FilesResponse;
+
+    #[tokio::test]
+    async fn a_write_goes_on_at_its_offset_cached_or_not() {
+        // On disk, where uncached writes are taken, and on tmpfs, which refuses them (the
+        // writes go on plain).
+        let mut dirs = vec![tempfile::tempdir().unwrap()];
+        if Path::new("/dev/shm").is_dir() {
+            dirs.push(tempfile::tempdir_in("/dev/shm").unwrap());
+        }
+        let data: Vec<u8> = (0..MAX_FILE_DATA * 3 + 77)
+            .map(|i| (i % 241) as u8)
+            .collect();
+        let cases = [(Cache::Keep, Cache::Drop), (Cache::Drop, Cache::Keep)];
+        for (dir, (first, then)) in dirs.iter().flat_map(|d| cases.map(|c| (d, c))) {
+            let path = dir.path().join(format!("{first:?}-{then:?}"));
+            let half = MAX_FILE_DATA + 5;
+            let open = || {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+            };
+            let writer = write_chunks(open(), 0, blake3::Hasher::new(), first);
+            writer
+                .write(Bytes::copy_from_slice(&data[..half]))
+                .await
+                .unwrap();
+            let held = writer.finish().await.unwrap();
+            // Going on from what is there, as a resumed copy does.
+            let writer = write_chunks(open(), half as u64, held, then);
+            for chunk in data[half..].chunks(MAX_FILE_DATA) {
+                writer.write(Bytes::copy_from_slice(chunk)).await.unwrap();
+            }
+            assert_eq!(
+                writer.finish().await.unwrap().finalize(),
+                blake3::hash(&data)
+            );
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                data,
+                "{first:?} then {then:?}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn chunks_come_back_whole_and_hashed_and_a_short_file_is_said() {
@@ -156,6 +264,7 @@ mod tests {
             std::fs::File::create(&path).unwrap(),
             0,
             blake3::Hasher::new(),
+            Cache::Drop,
         );
         for chunk in data.chunks(MAX_FILE_DATA) {
             writer.write(Bytes::copy_from_slice(chunk)).await.unwrap();

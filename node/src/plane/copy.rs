@@ -22,7 +22,7 @@ use gpux_protocol::plane_wire::{
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::Incoming;
-use super::chunks::{hash_prefix, read_chunks, write_chunks};
+use super::chunks::{Cache, hash_prefix, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
 use crate::api_client::{ApiClient, ClientError};
 
@@ -399,7 +399,7 @@ impl Session {
             .open(&part)
             .map_err(local(&part))?;
         file.set_len(start).map_err(local(&part))?;
-        let writer = write_chunks(file, start, hasher);
+        let writer = write_chunks(file, start, hasher, Cache::Drop);
         let mut left = size - start;
         while left > 0 {
             // A broken link keeps what arrived in the part, written out, for the next try.

@@ -20,7 +20,7 @@ use gpux_protocol::plane_wire::{
 };
 use gpux_protocol::{BoundedString, BoundedVec};
 
-use super::chunks::{hash_prefix, read_chunks, write_chunks};
+use super::chunks::{Cache, hash_prefix, read_chunks, write_chunks};
 use super::confined::{PathError, Root};
 use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
 
@@ -267,7 +267,7 @@ async fn put(
         }
     };
     let mut at = keep;
-    let writer = write_chunks(file, keep, hasher);
+    let writer = write_chunks(file, keep, hasher, Cache::Keep);
     // The file's thread stops at its first error: that error is the answer.
     let mut failed = false;
     while at < size {
