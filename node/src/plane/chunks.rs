@@ -124,13 +124,13 @@ pub(crate) enum Cache {
 }
 
 /// A file written at an offset, uncached while `uncached` holds.
-struct Uncached {
+struct FileAt {
     file: std::fs::File,
     at: u64,
     uncached: bool,
 }
 
-impl Uncached {
+impl FileAt {
     fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         while !buf.is_empty() {
@@ -170,7 +170,7 @@ pub(crate) fn write_chunks(
 ) -> ChunkWriter {
     let (tx, mut rx) = mpsc::channel::<Bytes>(AHEAD);
     let task = tokio::task::spawn_blocking(move || {
-        let mut file = Uncached {
+        let mut file = FileAt {
             file,
             at,
             uncached: cache == Cache::Drop,

@@ -150,11 +150,19 @@ pub(crate) async fn recv_data<T: plane_wire::DataFrame + bincode::Decode<()>>(
     framed: &mut FramedStream,
     within: Duration,
 ) -> Result<Incoming<T>, PlaneError> {
+    Ok(Incoming::of(next_frame(framed, within).await?.freeze())?)
+}
+
+/// The next frame's bytes, within `within`.
+async fn next_frame(
+    framed: &mut FramedStream,
+    within: Duration,
+) -> Result<bytes::BytesMut, PlaneError> {
     match tokio::time::timeout(within, framed.next()).await {
         Err(_) => Err(PlaneError::Timeout(within)),
         Ok(None) => Err(PlaneError::Closed),
         Ok(Some(Err(e))) => Err(PlaneError::Io(e)),
-        Ok(Some(Ok(bytes))) => Ok(Incoming::of(bytes.freeze())?),
+        Ok(Some(Ok(bytes))) => Ok(bytes),
     }
 }
 
@@ -163,10 +171,5 @@ pub(crate) async fn recv<T: bincode::Decode<()> + bincode::Encode>(
     framed: &mut FramedStream,
     within: Duration,
 ) -> Result<T, PlaneError> {
-    match tokio::time::timeout(within, framed.next()).await {
-        Err(_) => Err(PlaneError::Timeout(within)),
-        Ok(None) => Err(PlaneError::Closed),
-        Ok(Some(Err(e))) => Err(PlaneError::Io(e)),
-        Ok(Some(Ok(bytes))) => Ok(plane_wire::decode(&bytes)?),
-    }
+    Ok(plane_wire::decode(&next_frame(framed, within).await?)?)
 }
