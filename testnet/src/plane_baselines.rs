@@ -206,3 +206,71 @@ pub(crate) async fn tcp(bytes: u64) -> anyhow::Result<Duration> {
     reader.await??;
     Ok(start.elapsed())
 }
+
+/// A plain TCP relay on loopback: each connection to the returned port is carried, both
+/// ways, to `to` on loopback, through a 256 KiB buffer as a forward's splice does, without
+/// encryption or framing. Two chained in front of a server make the three loopback hops
+/// any forward's bytes take (client, renter node, host node, server), at their least cost.
+/// The listener's thread lives as long as the process; each connection gets its own two.
+pub(crate) fn tcp_relay(to: u16) -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(down) = conn else { continue };
+            let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let (Ok(down2), Ok(up2)) = (down.try_clone(), up.try_clone()) else {
+                continue;
+            };
+            std::thread::spawn(move || relay_one_way(down, up));
+            std::thread::spawn(move || relay_one_way(up2, down2));
+        }
+    });
+    Ok(port)
+}
+
+/// Copies `from` into `to` until `from` ends, then shuts `to`'s writing half.
+fn relay_one_way(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut buf = vec![0u8; 256 * 1024];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::tcp_relay;
+
+    /// A request goes up through two chained relays and its answer comes back whole, ended
+    /// when the server closes: what the plane bench's HTTP bound measures.
+    #[test]
+    fn two_relays_carry_a_request_and_its_answer() {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        let answer: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = answer.clone();
+        let served = std::thread::spawn(move || {
+            let (mut conn, _) = server.accept().unwrap();
+            let mut request = [0u8; 5];
+            conn.read_exact(&mut request).unwrap();
+            conn.write_all(&sent).unwrap();
+            request
+        });
+        let front = tcp_relay(tcp_relay(port).unwrap()).unwrap();
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", front)).unwrap();
+        client.write_all(b"hello").unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        assert_eq!(&served.join().unwrap(), b"hello");
+        assert_eq!(got.len(), answer.len());
+        assert!(got == answer, "the answer changed on its way");
+    }
+}

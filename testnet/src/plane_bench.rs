@@ -21,7 +21,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::harness::{Node, free_port};
-use crate::plane_baselines::{libp2p_stream, libp2p_stream_two_processes, tcp};
+use crate::plane_baselines::{libp2p_stream, libp2p_stream_two_processes, tcp, tcp_relay};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -103,6 +103,19 @@ pub struct PlaneBenchReport {
     pub direct_http_mib_s: f64,
     /// Forward over direct (goal ≥ 0.5).
     pub forward_over_direct: f64,
+    /// The same download from this machine's httpd through two plain TCP relays on loopback
+    /// (`plane_baselines::tcp_relay`): the three loopback hops of any forward, without
+    /// encryption or framing: the most a forward could carry on this machine, MiB/s (best
+    /// of 3).
+    pub two_tcp_relays_http_mib_s: f64,
+    /// Two plain relays over direct: the bound of `forward_over_direct` (reported).
+    pub two_tcp_relays_over_direct: f64,
+    /// The same download from the httpd in the container, made from inside its network
+    /// namespace (the server the forward reaches, under the lease's CPU and memory limits,
+    /// without the forward), MiB/s (best of 3).
+    pub in_container_http_mib_s: f64,
+    /// Forward over the download inside the container's namespace (reported).
+    pub forward_over_in_container: f64,
     /// Forward over the raw libp2p stream, the transport under it (reported).
     pub forward_over_libp2p: f64,
     /// Staging against `docker save` + `docker load` (flattened into the same object).
@@ -285,16 +298,55 @@ const HTTP_BYTES: u64 = 256 << 20;
 fn http_best(port: u16) -> anyhow::Result<f64> {
     let mut best = 0.0f64;
     for _ in 0..3 {
-        let start = Instant::now();
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        conn.set_read_timeout(Some(Duration::from_secs(60)))?;
-        conn.write_all(b"GET /blob HTTP/1.0\r\nHost: x\r\n\r\n")?;
-        let mut got = Vec::new();
-        conn.read_to_end(&mut got)?;
-        anyhow::ensure!(got.starts_with(b"HTTP/1.1 200"), "the download failed");
-        best = best.max(mib_s(got.len() as u64, start.elapsed()));
+        best = best.max(http_once(port)?);
     }
     Ok(best)
+}
+
+/// One HTTP/1.0 download of `/blob` from `port` on this thread's loopback, MiB/s.
+fn http_once(port: u16) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    conn.set_read_timeout(Some(Duration::from_secs(60)))?;
+    conn.write_all(b"GET /blob HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    // Read into one buffer and count, as `curl -o /dev/null` does: a client that kept the
+    // download in memory would spend more CPU touching fresh pages than on reading.
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut head = Vec::new();
+    let mut got = 0u64;
+    loop {
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if head.len() < 16 {
+            head.extend_from_slice(&buf[..n.min(16)]);
+        }
+        got += n as u64;
+    }
+    anyhow::ensure!(head.starts_with(b"HTTP/1.1 200"), "the download failed");
+    Ok(mib_s(got, start.elapsed()))
+}
+
+/// The best of three downloads as [`http_best`], made from a thread inside `lease`'s
+/// container's network namespace: the same server the forward reaches, with the forward
+/// taken out of the way, MiB/s.
+fn http_in_container_best(lease: &str, port: u16) -> anyhow::Result<f64> {
+    let label = format!("label={}={lease}", gpux_node::executor::LEASE_LABEL);
+    let id = docker(&["ps", "-q", "--filter", &label])?;
+    let id = id.trim();
+    anyhow::ensure!(!id.is_empty(), "no running container for lease {lease}");
+    let pid = docker(&["inspect", "-f", "{{.State.Pid}}", id])?;
+    let ns = std::fs::File::open(format!("/proc/{}/ns/net", pid.trim()))
+        .context("the container's network namespace (needs root)")?;
+    // A thread of its own: the namespace change ends with it.
+    std::thread::spawn(move || -> anyhow::Result<f64> {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .context("joining the container's network namespace")?;
+        http_best(port)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the download thread panicked"))?
 }
 
 /// The best of three HTTP/1.0 downloads of `/blob` from port 8080 in `lease`'s container
@@ -691,9 +743,12 @@ fn measure(
     let mut said = String::new();
     BufReader::new(forward.stderr.take().context("forward's stderr")?).read_line(&mut said)?;
     std::thread::sleep(Duration::from_millis(300));
-    let measured = (|| -> anyhow::Result<(f64, f64, f64)> {
+    let relayed_port = tcp_relay(tcp_relay(direct_port)?)?;
+    let measured = (|| -> anyhow::Result<(f64, f64, f64, f64, f64)> {
         Ok((
             http_best(direct_port)?,
+            http_best(relayed_port)?,
+            http_in_container_best(lease, 8080)?,
             http_best(forward_port)?,
             http_via_cli_best(renter, lease)?,
         ))
@@ -702,14 +757,18 @@ fn measure(
     let _ = direct.kill();
     let _ = forward.wait();
     let _ = direct.wait();
-    let (direct_rate, forward_rate, via_cli_rate) = measured?;
+    let (direct_rate, relayed_rate, in_container_rate, forward_rate, via_cli_rate) = measured?;
+    report.two_tcp_relays_http_mib_s = relayed_rate;
+    report.two_tcp_relays_over_direct = relayed_rate / direct_rate.max(1e-9);
     report.forward_via_cli_socket_http_mib_s = via_cli_rate;
     report.direct_http_mib_s = direct_rate;
+    report.in_container_http_mib_s = in_container_rate;
+    report.forward_over_in_container = forward_rate / in_container_rate.max(1e-9);
     report.forward_http_mib_s = forward_rate;
     report.forward_over_direct = forward_rate / direct_rate.max(1e-9);
     report.forward_over_libp2p = forward_rate / report.libp2p_stream_mib_s.max(1e-9);
     progress(&format!(
-        "HTTP: forward {forward_rate:.0} MiB/s (over the CLI's socket {:.0}), direct {direct_rate:.0} MiB/s",
+        "HTTP: forward {forward_rate:.0} MiB/s (over the CLI's socket {:.0}), direct {direct_rate:.0} MiB/s, through two plain TCP relays {relayed_rate:.0} MiB/s, direct to the container's own server {in_container_rate:.0} MiB/s",
         report.forward_via_cli_socket_http_mib_s
     ));
 
