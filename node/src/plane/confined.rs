@@ -29,6 +29,8 @@ pub(crate) enum PathError {
     Invalid(String),
     #[error("{0:?} leaves the workspace or goes through a symbolic link")]
     Outside(String),
+    #[error("{0:?} is not a regular file")]
+    NotAFile(String),
     #[error("{0:?}: {1}")]
     Io(String, io::Error),
 }
@@ -116,15 +118,12 @@ impl Root {
     /// Opens the regular file `path` for reading.
     pub(crate) fn open_read(&self, path: &str) -> Result<File, PathError> {
         check(path)?;
-        let fd = self.resolve(path, OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty())?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| PathError::from_errno(path, e))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(PathError::Io(
-                path.to_string(),
-                io::Error::other("not a regular file"),
-            ));
-        }
-        Ok(File::from(fd))
+        let fd = self.resolve(
+            path,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        regular_file(fd, path)
     }
 
     /// Opens (creating it, owned by the workload) the regular file `path` for writing,
@@ -133,18 +132,12 @@ impl Root {
         check(path)?;
         let fd = self.resolve(
             path,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK,
             Mode::from_raw_mode(0o644),
         )?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| PathError::from_errno(path, e))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(PathError::Io(
-                path.to_string(),
-                io::Error::other("not a regular file"),
-            ));
-        }
-        own(&fd, path)?;
-        Ok(File::from(fd))
+        let file = regular_file(fd, path)?;
+        own(&file, path)?;
+        Ok(file)
     }
 
     /// What is at `path` (`None`: nothing); `""` is the root.
@@ -221,13 +214,14 @@ impl Root {
     pub(crate) fn walk(
         &self,
         path: &str,
-        limit: usize,
+        limit: Limit,
     ) -> Result<Vec<(String, rustix::fs::Stat)>, PathError> {
         if !path.is_empty() {
             check(path)?;
         }
         let mut out = Vec::new();
-        self.walk_into(path, "", limit, &mut out)?;
+        let mut bytes = 0;
+        self.walk_into(path, "", limit, &mut out, &mut bytes)?;
         Ok(out)
     }
 
@@ -235,8 +229,9 @@ impl Root {
         &self,
         base: &str,
         rel: &str,
-        limit: usize,
+        limit: Limit,
         out: &mut Vec<(String, rustix::fs::Stat)>,
+        bytes: &mut usize,
     ) -> Result<(), PathError> {
         let here = join(base, rel);
         let fd = self.resolve(&here, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
@@ -250,10 +245,13 @@ impl Root {
         }
         names.sort();
         for name in names {
-            if out.len() >= limit {
+            if out.len() >= limit.entries {
                 return Err(PathError::Io(
                     here,
-                    io::Error::other(format!("more than {limit} entries")),
+                    io::Error::other(format!(
+                        "more than {} entries: copy its directories one at a time",
+                        limit.entries
+                    )),
                 ));
             }
             let stat = match rustix::fs::statat(&fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
@@ -263,15 +261,51 @@ impl Root {
                 Err(e) => return Err(PathError::from_errno(&here, e)),
             };
             let child = join(rel, &name);
+            *bytes += child.len();
+            if *bytes > limit.path_bytes {
+                return Err(PathError::Io(
+                    here,
+                    io::Error::other(format!(
+                        "more than {} MiB of paths: copy its directories one at a time",
+                        limit.path_bytes >> 20
+                    )),
+                ));
+            }
             let is_dir = rustix::fs::FileType::from_raw_mode(stat.st_mode)
                 == rustix::fs::FileType::Directory;
             out.push((child.clone(), stat));
             if is_dir {
-                self.walk_into(base, &child, limit, out)?;
+                self.walk_into(base, &child, limit, out, bytes)?;
             }
         }
         Ok(())
     }
+}
+
+/// How much a walk gathers at most: it is held whole before it is sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit {
+    /// Entries.
+    pub(crate) entries: usize,
+    /// Bytes of their paths, all together.
+    pub(crate) path_bytes: usize,
+}
+
+/// `fd`, opened with `O_NONBLOCK`, as a blocking [`File`] when it is a regular file.
+///
+/// Files are opened non-blocking so that a fifo the workload made in its workspace fails
+/// here instead of blocking the opening thread until something opens its other end (a
+/// blocking thread a timeout cannot cancel, and a busy mount the workspace's removal cannot
+/// unmount).
+fn regular_file(fd: OwnedFd, path: &str) -> Result<File, PathError> {
+    let stat = rustix::fs::fstat(&fd).map_err(|e| PathError::from_errno(path, e))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(PathError::NotAFile(path.to_string()));
+    }
+    let flags = rustix::fs::fcntl_getfl(&fd).map_err(|e| PathError::from_errno(path, e))?;
+    rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK)
+        .map_err(|e| PathError::from_errno(path, e))?;
+    Ok(File::from(fd))
 }
 
 fn join(a: &str, b: &str) -> String {
@@ -350,7 +384,13 @@ mod tests {
         assert_eq!(std::fs::read(ws.path().join("a/b/c/x")).unwrap(), b"data");
 
         let listed: Vec<String> = root
-            .walk("", 100)
+            .walk(
+                "",
+                Limit {
+                    entries: 100,
+                    path_bytes: 1 << 20,
+                },
+            )
             .unwrap()
             .into_iter()
             .map(|(p, _)| p)
@@ -363,5 +403,33 @@ mod tests {
             std::fs::read(outside.path().join("secret")).unwrap(),
             b"host"
         );
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_and_what_is_opened_blocks_as_a_file_does() {
+        let ws = tempfile::tempdir().unwrap();
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            ws.path().join("p"),
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        std::fs::write(ws.path().join("f"), b"x").unwrap();
+        let root = Root::open(ws.path()).unwrap();
+        // Nothing opens the fifo's other end: a blocking open would never return.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let read = root.open_read("p").map(|_| ());
+            let write = root.open_write("p").map(|_| ());
+            let file = root.open_read("f").unwrap();
+            let flags = rustix::fs::fcntl_getfl(&file).unwrap();
+            let _ = tx.send((read, write, flags));
+        });
+        let (read, write, flags) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("opening a fifo blocked");
+        assert!(matches!(read, Err(PathError::NotAFile(_))), "{read:?}");
+        assert!(write.is_err(), "{write:?}");
+        assert!(!flags.contains(OFlags::NONBLOCK));
     }
 }

@@ -14,18 +14,26 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use futures::SinkExt;
 use gpux_protocol::plane_wire::{
     Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_LIST_PAGE,
 };
 use gpux_protocol::{BoundedString, BoundedVec};
 
 use super::chunks::{Cache, hash_prefix, read_chunks, write_chunks};
-use super::confined::{PathError, Root};
-use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
+use super::confined::{Limit, PathError, Root};
+use super::{FramedStream, IDLE, Incoming, PlaneError, feed, recv, recv_data, send};
 
 /// The most entries a listing walks.
 pub(crate) const MAX_LISTED: usize = 100_000;
+/// The most bytes of paths a listing holds, all together (a listing is gathered whole before
+/// it is sent: 100,000 paths of 4 KiB would be 400 MiB).
+const MAX_LISTED_PATH_BYTES: usize = 16 << 20;
+/// The most bytes of entries in one page of a listing: with the page's own few bytes, it
+/// fits a frame however long its paths are.
+const PAGE_BYTES: usize = gpux_protocol::plane_wire::MAX_FILE_DATA;
+/// What one entry takes in a page at most, besides its path's bytes: the path's length
+/// (a varint) and the kind (a tag and a varint size).
+const ENTRY_OVERHEAD: usize = 16;
 
 /// The name of a put's part file, beside its target.
 pub(crate) fn part_of(path: &str) -> String {
@@ -49,6 +57,7 @@ fn failure(e: &PathError) -> FilesResponse {
     let code = match e {
         PathError::Invalid(_) => FilesError::Invalid,
         PathError::Outside(_) => FilesError::OutsideWorkspace,
+        PathError::NotAFile(_) => FilesError::WrongKind,
         e if e.is_no_space() => FilesError::NoSpace,
         e if e.kind() == Some(std::io::ErrorKind::NotFound) => FilesError::NotFound,
         e if e.kind() == Some(std::io::ErrorKind::NotADirectory) => FilesError::WrongKind,
@@ -86,7 +95,11 @@ pub(crate) async fn serve(dir: PathBuf, mut framed: FramedStream) -> Result<(), 
             }
             FilesRequest::List { path } => {
                 let r = root.clone();
-                match blocking(move || r.walk(&path, MAX_LISTED)).await? {
+                let limit = Limit {
+                    entries: MAX_LISTED,
+                    path_bytes: MAX_LISTED_PATH_BYTES,
+                };
+                match blocking(move || r.walk(&path, limit)).await? {
                     Ok(all) => list(&mut framed, all).await?,
                     Err(e) => send(&mut framed, &failure(&e)).await?,
                 }
@@ -131,7 +144,7 @@ async fn list(
         })
         .collect();
     loop {
-        let rest = entries.split_off(entries.len().min(MAX_LIST_PAGE));
+        let rest = entries.split_off(page_len(&entries));
         let page = std::mem::replace(&mut entries, rest);
         let more = !entries.is_empty();
         // At most a page by construction.
@@ -149,6 +162,20 @@ async fn list(
             return Ok(());
         }
     }
+}
+
+/// How many of `entries`, from the first, make the next page: at most [`MAX_LIST_PAGE`]
+/// entries and [`PAGE_BYTES`] of them.
+fn page_len(entries: &[Entry]) -> usize {
+    let mut bytes = 0;
+    entries
+        .iter()
+        .take(MAX_LIST_PAGE)
+        .take_while(|e| {
+            bytes += e.path.len() + ENTRY_OVERHEAD;
+            bytes <= PAGE_BYTES
+        })
+        .count()
 }
 
 /// What the host holds of a file being put.
@@ -377,7 +404,7 @@ async fn get(
             );
             return send(framed, &answer).await;
         };
-        framed.feed(Bytes::from(chunk.frame)).await?;
+        feed(framed, Bytes::from(chunk.frame)).await?;
     }
     let hasher = reader.finish().await?;
     send(framed, &FilesResponse::End(*hasher.finalize().as_bytes())).await
@@ -386,6 +413,39 @@ async fn get(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_of_long_paths_is_paged_into_frames_that_fit() {
+        let entries: Vec<Entry> = (0..600)
+            .map(|i| Entry {
+                path: BoundedString::new(format!("{i:04}{}", "x".repeat(4000))).unwrap(),
+                kind: EntryKind::File(u64::MAX),
+            })
+            .chain((0..300).map(|i| Entry {
+                path: BoundedString::new(format!("short/{i}")).unwrap(),
+                kind: EntryKind::Dir,
+            }))
+            .collect();
+        let mut left = entries.clone();
+        let mut back = Vec::new();
+        let mut pages = 0;
+        while !left.is_empty() {
+            let rest = left.split_off(page_len(&left));
+            let page = std::mem::replace(&mut left, rest);
+            assert!(!page.is_empty() && page.len() <= MAX_LIST_PAGE);
+            let frame = gpux_protocol::plane_wire::encode(&FilesResponse::Entries {
+                entries: BoundedVec::new(page.clone()).unwrap(),
+                more: !left.is_empty(),
+            });
+            let decoded: FilesResponse = gpux_protocol::plane_wire::decode(&frame).unwrap();
+            assert!(matches!(decoded, FilesResponse::Entries { .. }));
+            back.extend(page);
+            pages += 1;
+        }
+        assert_eq!(back, entries);
+        // 600 paths of 4 KiB take 10 pages of 62; the 300 short ones two more.
+        assert!(pages >= 11, "{pages} pages");
+    }
 
     #[test]
     fn parts_sit_beside_their_file() {

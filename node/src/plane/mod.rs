@@ -113,17 +113,28 @@ pub(crate) enum PlaneError {
     Closed,
     #[error("no frame within {0:?}")]
     Timeout(Duration),
+    #[error("the peer read nothing for {0:?}")]
+    Stalled(Duration),
 }
 
-/// Sends one frame.
+/// Sends one frame; fails when the peer reads nothing for [`IDLE`].
 pub(crate) async fn send<T: bincode::Encode>(
     framed: &mut FramedStream,
     value: &T,
 ) -> Result<(), PlaneError> {
-    framed
-        .send(Bytes::from(plane_wire::encode(value)))
-        .await
-        .map_err(PlaneError::Io)
+    match tokio::time::timeout(IDLE, framed.send(Bytes::from(plane_wire::encode(value)))).await {
+        Ok(sent) => sent.map_err(PlaneError::Io),
+        Err(_) => Err(PlaneError::Stalled(IDLE)),
+    }
+}
+
+/// Queues one encoded frame without flushing it; fails when the peer reads nothing for
+/// [`IDLE`].
+pub(crate) async fn feed(framed: &mut FramedStream, frame: Bytes) -> Result<(), PlaneError> {
+    match tokio::time::timeout(IDLE, framed.feed(frame)).await {
+        Ok(fed) => fed.map_err(PlaneError::Io),
+        Err(_) => Err(PlaneError::Stalled(IDLE)),
+    }
 }
 
 /// A frame received where a file's bytes may come: a data frame's bytes, taken where they
