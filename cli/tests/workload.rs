@@ -495,6 +495,19 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     }
     assert!(out_dir.join("tree/empty").is_dir());
     assert!(!out_dir.join("tree/link").exists());
+    // Again: every file is there already, the same, so nothing crosses.
+    let again =
+        copy_report(&renter.gpux(&["cp", &remote("tree"), out_dir.to_str().unwrap(), "--json"]));
+    assert_eq!(again["files"].as_u64(), Some(3), "{again}");
+    assert_eq!(again["bytes_sent"].as_u64(), Some(0), "{again}");
+    // A destination written with a trailing `/` is a directory to copy into, made for it.
+    let fresh = format!("{}/fresh/", tmp.path().display());
+    let down = copy_report(&renter.gpux(&["cp", &remote("tree/top.txt"), &fresh, "--json"]));
+    assert_eq!(down["files"].as_u64(), Some(1), "{down}");
+    assert_eq!(
+        std::fs::read(tmp.path().join("fresh/top.txt")).unwrap(),
+        b"top\n"
+    );
 
     // A part is gone on from only when it is the start of the file (compared by blake3):
     // a stale one is started over, on either side, and the file comes out whole.
@@ -527,6 +540,11 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     assert_eq!(get(&back)["bytes_sent"].as_u64(), Some(3 * MIB));
     assert_eq!(hash_of(&back), hash_of(&small));
     assert!(!local_part.exists());
+    // The file there already: nothing crosses; at its size with other bytes: all of it.
+    assert_eq!(get(&back)["bytes_sent"].as_u64(), Some(0));
+    noise(&back, 4 * MIB, "other");
+    assert_eq!(get(&back)["bytes_sent"].as_u64(), Some(4 * MIB));
+    assert_eq!(hash_of(&back), hash_of(&small));
 
     // Nothing outside the workspace: `..`, a link the workload made, and a directory the
     // workload keeps flipping to a link.

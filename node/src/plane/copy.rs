@@ -279,6 +279,13 @@ impl Session {
             match self.recv().await? {
                 FilesResponse::Entries { entries, more } => {
                     all.extend(entries.into_inner());
+                    // A host lists at most this many; one that goes on is not believed.
+                    if all.len() > super::files::MAX_LISTED {
+                        return Err(CopyError::Link(format!(
+                            "the host listed more than {} entries under {path:?}",
+                            super::files::MAX_LISTED
+                        )));
+                    }
                     if !more {
                         return Ok(all);
                     }
@@ -353,22 +360,36 @@ impl Session {
         }
     }
 
-    /// Gets one file into `to`; returns its size and the bytes received. What an
-    /// interrupted get left is hashed once to go on from it; the rest is hashed as it is
-    /// written, and compared with the host's hash of the file as it read it.
+    /// Gets one file, listed at `listed` bytes, into `to`; returns its size and the bytes
+    /// received. What an interrupted get left is hashed once to go on from it; the rest is
+    /// hashed as it is written, and compared with the host's hash of the file as it read
+    /// it. A file already at `to` at the listed size, with no part beside it, is offered
+    /// the same way: when the host's file hashes the same, nothing is sent (a copy of a
+    /// tree run again after an interruption sends only the files it lacks).
     async fn get(
         &mut self,
         from: &str,
         to: &Path,
+        listed: u64,
         progress: &dyn Progress,
     ) -> Result<(u64, u64), CopyError> {
         let part = local_part(to);
-        let have = tokio::fs::metadata(&part)
+        let part_len = tokio::fs::metadata(&part)
             .await
             .map(|m| m.len())
             .unwrap_or(0);
+        let whole = part_len == 0
+            && listed > 0
+            && tokio::fs::symlink_metadata(to)
+                .await
+                .is_ok_and(|m| m.is_file() && m.len() == listed);
+        let (held_at, have) = if whole {
+            (to.to_path_buf(), listed)
+        } else {
+            (part.clone(), part_len)
+        };
         let held = if have > 0 {
-            hash_local(&part, have).await?
+            hash_local(&held_at, have).await?
         } else {
             blake3::Hasher::new()
         };
@@ -392,6 +413,26 @@ impl Session {
             blake3::Hasher::new()
         };
         progress.advance(start);
+        if whole && start == have {
+            if size == have {
+                // The file is here already: only the host's hash of it comes.
+                return match self.recv().await? {
+                    FilesResponse::End(hash) if hash == *hasher.finalize().as_bytes() => {
+                        Ok((size, 0))
+                    }
+                    FilesResponse::End(_) => Err(CopyError::Remote {
+                        path: from.to_string(),
+                        code: FilesError::HashMismatch,
+                        detail: "the file changed on the host while it was compared; copy again"
+                            .into(),
+                    }),
+                    other => Err(unexpected(from, other)),
+                };
+            }
+            // The host's file grew past the one here since it was listed: go on from a
+            // copy of this one.
+            tokio::fs::copy(to, &part).await.map_err(local(&part))?;
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -655,6 +696,10 @@ async fn download(
         .next()
         .filter(|n| !n.is_empty())
         .unwrap_or("workspace");
+    // Written with a trailing `/`: a directory to copy into, made when it is not there.
+    if to.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        tokio::fs::create_dir_all(to).await.map_err(local(to))?;
+    }
     let local_is_dir = tokio::fs::metadata(to).await.is_ok_and(|m| m.is_dir());
     let target = if local_is_dir {
         to.join(name)
@@ -665,7 +710,7 @@ async fn download(
     match kind {
         EntryKind::File(size) => {
             progress.total(size);
-            let (size, got) = session.get(from, &target, progress).await?;
+            let (size, got) = session.get(from, &target, size, progress).await?;
             report.files = 1;
             report.bytes = size;
             report.bytes_sent = got;
@@ -702,8 +747,9 @@ async fn download(
                             .map_err(local(&local_path))?;
                         report.dirs += 1;
                     }
-                    EntryKind::File(_) => {
-                        let (size, got) = session.get(&remote, &local_path, progress).await?;
+                    EntryKind::File(listed) => {
+                        let (size, got) =
+                            session.get(&remote, &local_path, listed, progress).await?;
                         report.files += 1;
                         report.bytes += size;
                         report.bytes_sent += got;
