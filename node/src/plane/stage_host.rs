@@ -42,7 +42,9 @@ pub(crate) const PART_TTL: Duration = Duration::from_secs(3600);
 /// Staged-image holds kept at most (each is a renter's image in Docker).
 pub(crate) const MAX_HOLDS: usize = 1024;
 /// A staging's data may take this long, plus a second per [`MIN_RATE`] bytes: a peer that
-/// trickles cannot hold a staging turn for long.
+/// trickles cannot hold a staging turn for long. The same bound holds at every frame for the
+/// bytes received so far ([`Pace`]), so a peer that announces a large image and then sends
+/// little (or empty frames) loses its turn within this time, whatever size it announced.
 const DATA_DEADLINE: Duration = Duration::from_secs(120);
 /// See [`DATA_DEADLINE`], bytes a second.
 const MIN_RATE: u64 = 1 << 20;
@@ -83,6 +85,22 @@ pub(crate) struct StageHost {
     quota_bytes: u64,
     all: Arc<Semaphore>,
     renters: Arc<Mutex<BTreeMap<PublicKey, RenterUse>>>,
+    /// Bytes the stagings under way may still bring, counted against the quota before they
+    /// arrive, so that stagings at once cannot together pass it.
+    reserved: Arc<Mutex<u64>>,
+}
+
+/// Bytes a staging may still bring, reserved against the quota; given back when dropped.
+struct Reservation {
+    bytes: u64,
+    reserved: Arc<Mutex<u64>>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        *reserved = reserved.saturating_sub(self.bytes);
+    }
 }
 
 type Refusal = (PlaneRefusal, String);
@@ -115,6 +133,7 @@ impl StageHost {
             quota_bytes,
             all: Arc::new(Semaphore::new(MAX_STAGINGS)),
             renters: Arc::new(Mutex::new(BTreeMap::new())),
+            reserved: Arc::new(Mutex::new(0)),
         };
         let mut streams = net.accept_streams(STAGE)?;
         let h = host.clone();
@@ -175,9 +194,9 @@ impl StageHost {
             ));
         }
         let busy = |d: &str| (PlaneRefusal::Busy, d.to_string());
-        if self.staged.len() >= MAX_HOLDS && !self.staged.held(&open.image, &renter) {
+        if !self.staged.held(&open.image, &renter) && !self.staged.make_room(MAX_HOLDS) {
             return Err(busy(
-                "this host holds as many staged images as it keeps; try later",
+                "this host holds as many staged images as it keeps, all in use; try later",
             ));
         }
         let all = self
@@ -291,7 +310,6 @@ impl StageHost {
             .join("parts")
             .join(gpux_protocol::hex(&renter.0))
             .join(gpux_protocol::hex(&image.0));
-        tokio::fs::create_dir_all(&dir).await?;
         // Layers to load (not in the layer store with their chain), and which of them to
         // send, from where.
         let mut load = Vec::new();
@@ -317,15 +335,20 @@ impl StageHost {
                 from,
             });
         }
-        let used = self.staged.bytes() + dir_bytes(self.root.join("parts")).await;
-        if used.saturating_add(incoming) > self.quota_bytes {
-            let detail = format!(
-                "this host's staging quota is full ({used} of {} bytes used); try later",
-                self.quota_bytes
-            );
-            Self::refuse(framed, (PlaneRefusal::Busy, detail)).await;
-            return Ok(None);
-        }
+        let on_disk = self.staged.bytes() + dir_bytes(self.root.join("parts")).await;
+        let _reservation = match self.reserve(on_disk, incoming) {
+            Ok(reservation) => reservation,
+            Err(used) => {
+                let detail = format!(
+                    "this host's staging quota is full ({used} of {} bytes used or on their way); \
+                 try later",
+                    self.quota_bytes
+                );
+                Self::refuse(framed, (PlaneRefusal::Busy, detail)).await;
+                return Ok(None);
+            }
+        };
+        tokio::fs::create_dir_all(&dir).await?;
         send(framed, &Opened::Yes).await?;
         send(
             framed,
@@ -335,7 +358,8 @@ impl StageHost {
             },
         )
         .await?;
-        let config = receive_config(framed, open.config_bytes).await?;
+        let mut pace = Pace::new();
+        let config = receive_config(framed, open.config_bytes, &mut pace).await?;
         if image_id(&config) != image {
             return Err(Failed(
                 "the config is not the image's (its sha256 differs)".into(),
@@ -351,6 +375,7 @@ impl StageHost {
             deadline,
             self.receive_and_load(
                 framed,
+                &mut pace,
                 &dir,
                 &config,
                 open,
@@ -374,6 +399,22 @@ impl StageHost {
         Ok(Some(()))
     }
 
+    /// Reserves `incoming` bytes against the quota, `on_disk` being used already; `Err`
+    /// with the bytes used when they do not fit. What other stagings under way have
+    /// received is on disk and reserved both: counted twice, never missed.
+    fn reserve(&self, on_disk: u64, incoming: u64) -> Result<Reservation, u64> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let used = on_disk.saturating_add(*reserved);
+        if used.saturating_add(incoming) > self.quota_bytes {
+            return Err(used);
+        }
+        *reserved += incoming;
+        Ok(Reservation {
+            bytes: incoming,
+            reserved: self.reserved.clone(),
+        })
+    }
+
     fn hold(&self, open: &StageOpen, renter: PublicKey, host_image: bool) -> Hold {
         Hold {
             image: open.image,
@@ -395,6 +436,7 @@ impl StageHost {
     async fn receive_and_load(
         &self,
         framed: &mut FramedStream,
+        pace: &mut Pace,
         dir: &Path,
         config: &[u8],
         open: &StageOpen,
@@ -425,7 +467,9 @@ impl StageHost {
                 tar.header(&names[i], layer.bytes).await?;
                 let sha = verify.contains(&i).then(Sha256::new);
                 let sha = match needs.iter().find(|n| usize::from(n.index) == i) {
-                    Some(need) => receive_layer(framed, dir, &layer, need.from, &tar, sha).await?,
+                    Some(need) => {
+                        receive_layer(framed, pace, dir, &layer, need.from, &tar, sha).await?
+                    }
                     None => {
                         let hex = gpux_protocol::hex(&layer.diff_id);
                         tar.copy_file(&dir.join(format!("{hex}.tar")), layer.bytes, sha)
@@ -595,10 +639,54 @@ fn stream_of(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-async fn receive_config(framed: &mut FramedStream, size: u32) -> Result<Vec<u8>, Failed> {
+/// The bytes a staging has received against its own clock: at every frame they must keep up
+/// with [`MIN_RATE`] after the first [`DATA_DEADLINE`].
+struct Pace {
+    start: tokio::time::Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace {
+            start: tokio::time::Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// The next data frame, within [`DATA_WITHIN`], when the staging keeps its pace.
+    async fn recv(&mut self, framed: &mut FramedStream) -> Result<StageData, Failed> {
+        let data: StageData = recv(framed, DATA_WITHIN)
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        self.bytes += data.0.len() as u64;
+        let elapsed = self.start.elapsed();
+        if !keeps_pace(self.bytes, elapsed) {
+            return Err(Failed(format!(
+                "the image arrives too slowly ({} bytes in {} s; at least 1 MiB/s is needed \
+                 after the first {} s)",
+                self.bytes,
+                elapsed.as_secs(),
+                DATA_DEADLINE.as_secs()
+            )));
+        }
+        Ok(data)
+    }
+}
+
+/// Whether `bytes` received in `elapsed` keep a staging's pace.
+fn keeps_pace(bytes: u64, elapsed: Duration) -> bool {
+    elapsed <= DATA_DEADLINE + Duration::from_secs(bytes / MIN_RATE)
+}
+
+async fn receive_config(
+    framed: &mut FramedStream,
+    size: u32,
+    pace: &mut Pace,
+) -> Result<Vec<u8>, Failed> {
     let mut config = Vec::with_capacity(size as usize);
     while config.len() < size as usize {
-        let StageData(data) = recv(framed, DATA_WITHIN).await?;
+        let StageData(data) = pace.recv(framed).await?;
         if config.len() + data.len() > size as usize {
             return Err(Failed("more config bytes than announced".into()));
         }
@@ -613,6 +701,7 @@ async fn receive_config(framed: &mut FramedStream, size: u32) -> Result<Vec<u8>,
 /// breaks; a layer that does not verify is dropped.
 async fn receive_layer(
     framed: &mut FramedStream,
+    pace: &mut Pace,
     dir: &Path,
     layer: &gpux_protocol::plane_wire::StageLayer,
     from: u64,
@@ -645,10 +734,10 @@ async fn receive_layer(
     let mut left = layer.bytes - from;
     let mut result = Ok(());
     while left > 0 {
-        let StageData(data) = match recv(framed, DATA_WITHIN).await {
+        let StageData(data) = match pace.recv(framed).await {
             Ok(d) => d,
             Err(e) => {
-                result = Err(Failed(e.to_string()));
+                result = Err(e);
                 break;
             }
         };
@@ -725,5 +814,23 @@ fn remove_stale(parts: &Path, ttl: Duration) {
             }
         }
         let _ = std::fs::remove_dir(renter.path());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_staging_that_sends_too_little_loses_its_turn_whatever_it_announced() {
+        let s = Duration::from_secs;
+        // Within the first two minutes anything goes, empty frames too.
+        assert!(keeps_pace(0, s(120)));
+        assert!(!keeps_pace(0, s(121)));
+        // Then a second more per MiB received.
+        assert!(keeps_pace(60 * MIN_RATE, s(180)));
+        assert!(!keeps_pace(60 * MIN_RATE - 1, s(180)));
+        // A steady 1 MiB/s always keeps it.
+        assert!((1..10_000).all(|t| keeps_pace(t * MIN_RATE, s(t))));
     }
 }

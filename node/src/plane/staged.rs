@@ -21,6 +21,9 @@ pub(crate) const CACHE_TTL_MS: u64 = 24 * 3600 * 1000;
 const RETRY_ERASE_MS: u64 = 30_000;
 /// The record of staged images, in the staging root.
 const RECORD: &str = "staged.json";
+/// The "renter" of a hold that only waits for its image to be erased (no renter has the key
+/// of zeros' signatures; such a hold is never offered, never counted, and soon swept).
+const ERASING: PublicKey = PublicKey([0; 32]);
 
 /// One renter's hold on a staged image.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -190,9 +193,49 @@ impl StagedImages {
         self.read(|h| h.iter().any(|h| h.image == *image))
     }
 
-    /// How many holds there are.
+    /// How many renters' holds there are.
     pub(crate) fn len(&self) -> usize {
-        self.read(<[Hold]>::len)
+        self.read(|h| h.iter().filter(|h| h.renter != ERASING).count())
+    }
+
+    /// Makes room for one more hold when renters hold `max` already: the hold that no lease
+    /// runs and that would expire first is dropped (its image erased at the next sweep
+    /// when no one else holds it). False when every hold is in use by a lease.
+    ///
+    /// Refusing new stagings once the table is full would let anyone who makes identities
+    /// fill it with tiny images and keep every other renter out; dropping the stalest
+    /// unused hold instead means a flood has to outpace the stagings themselves (a few at
+    /// once, each loaded by Docker) to push out a hold staged moments before its lease.
+    pub(crate) fn make_room(&self, max: usize) -> bool {
+        if self.len() < max {
+            return true;
+        }
+        self.change(|holds| {
+            let Some(at) = holds
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.renter != ERASING && h.leases.is_empty())
+                .min_by_key(|(_, h)| h.until_ms)
+                .map(|(i, _)| i)
+            else {
+                return false;
+            };
+            let gone = holds.remove(at);
+            tracing::info!(
+                "dropped the staged image {} of renter {} to make room",
+                gone.image,
+                gone.renter
+            );
+            if !gone.host_image && !holds.iter().any(|h| h.image == gone.image) {
+                holds.push(Hold {
+                    renter: ERASING,
+                    bytes: 0,
+                    until_ms: 0,
+                    ..gone
+                });
+            }
+            true
+        })
     }
 
     /// The disk renters' images take, bytes (each image once).
@@ -200,7 +243,8 @@ impl StagedImages {
         self.read(|h| {
             let mut seen = BTreeMap::new();
             for h in h.iter().filter(|h| !h.host_image) {
-                seen.insert(h.image, h.bytes);
+                let bytes = seen.entry(h.image).or_insert(0);
+                *bytes = h.bytes.max(*bytes);
             }
             seen.values().sum()
         })
@@ -216,7 +260,7 @@ impl StagedImages {
                     tracing::warn!("cannot erase staged image {image} yet: {e}");
                     self.add(Hold {
                         image,
-                        renter: PublicKey([0; 32]),
+                        renter: ERASING,
                         bytes: 0,
                         leases: BTreeMap::new(),
                         until_ms: now().0 + RETRY_ERASE_MS,
@@ -283,5 +327,43 @@ mod tests {
         std::fs::write(dir.path().join(RECORD), b"{not json").unwrap();
         let err = StagedImages::open(dir.path()).unwrap_err();
         assert!(format!("{err:#}").contains("damaged"), "{err:#}");
+    }
+
+    #[test]
+    fn a_full_table_drops_the_stalest_unused_hold_and_never_one_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = StagedImages::open(dir.path()).unwrap();
+        let until = |image: u8, renter: u8, until_ms| Hold {
+            until_ms,
+            ..hold(image, renter, false)
+        };
+        staged.add(until(1, 1, 5_000));
+        staged.add(until(2, 2, 3_000));
+        staged.add(until(2, 3, 4_000));
+        staged.add(until(4, 4, 1_000));
+        staged.attach(
+            &ImageDigest([4; 32]),
+            &PublicKey([4; 32]),
+            ContentId([4; 32]),
+            false,
+        );
+        assert!(staged.make_room(5));
+        assert_eq!(staged.len(), 4);
+        // Full: renter 2's hold would expire first of those no lease runs; image 2 is
+        // renter 3's too, so nothing is erased.
+        assert!(staged.make_room(4));
+        assert_eq!(staged.len(), 3);
+        assert!(!staged.held(&ImageDigest([2; 32]), &PublicKey([2; 32])));
+        assert!(staged.held(&ImageDigest([2; 32]), &PublicKey([3; 32])));
+        assert_eq!(staged.take_expired(0), vec![]);
+        // Then renter 3's: image 2 goes at the next sweep, and the pending erasure is not
+        // counted as a hold.
+        assert!(staged.make_room(3));
+        assert_eq!(staged.len(), 2);
+        assert_eq!(staged.take_expired(0), vec![ImageDigest([2; 32])]);
+        // Then renter 1's; renter 4's image runs in a lease and is never dropped.
+        assert!(staged.make_room(2));
+        assert!(!staged.make_room(1));
+        assert!(staged.held(&ImageDigest([4; 32]), &PublicKey([4; 32])));
     }
 }
