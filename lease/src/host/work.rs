@@ -284,8 +284,10 @@ impl HostLease {
             }
             HostPhase::Running => {
                 self.rec.phase = HostPhase::Stopping;
-                // At the end of its time, or when the renter stops paying, the work is killed
-                // at once (every second is unpaid); otherwise it gets a moment to exit.
+                // Stopped by the renter, by the host's shutdown or for want of escrow, the
+                // work gets a moment to exit; at the end of its time, or when the renter
+                // stops acknowledging (or disputes) receipts, it is killed at once (every
+                // second more would be unpaid).
                 let grace_s = match (end, &self.rec.preemption) {
                     (End::RenterStopped | End::HostShutdown | End::EscrowExhausted, _) => 2,
                     // Asked to stop before the notice ends, killed at its end.
