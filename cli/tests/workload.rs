@@ -508,6 +508,18 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
         std::fs::read(tmp.path().join("fresh/top.txt")).unwrap(),
         b"top\n"
     );
+    // A link already in the destination is never followed out of it: the host names the
+    // paths, and `a` here leads elsewhere.
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let linked = tmp.path().join("linked");
+    std::fs::create_dir_all(linked.join("tree")).unwrap();
+    std::os::unix::fs::symlink(&outside, linked.join("tree/a")).unwrap();
+    let out = renter.gpux(&["cp", &remote("tree"), linked.to_str().unwrap()]);
+    let (_, err) = text(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 
     // A part is gone on from only when it is the start of the file (compared by blake3):
     // a stale one is started over, on either side, and the file comes out whole.

@@ -61,6 +61,8 @@ impl PathError {
 /// A workspace's root, by descriptor.
 pub(crate) struct Root {
     fd: OwnedFd,
+    /// Whether what is made under it is handed to the workload's user.
+    workload_owns: bool,
 }
 
 /// Checks a workspace path: relative, non-empty components, no `.` or `..`, no NUL.
@@ -94,7 +96,35 @@ impl Root {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Root { fd })
+        Ok(Root {
+            fd,
+            workload_owns: true,
+        })
+    }
+
+    /// Opens a directory of this machine's (a renter's download target), where a copy from
+    /// a host must not follow a link the user has there out of it. What is made under it
+    /// keeps this process's owner.
+    pub(crate) fn open_local(dir: &Path) -> io::Result<Root> {
+        let root = Root::open(dir)?;
+        Ok(Root {
+            workload_owns: false,
+            ..root
+        })
+    }
+
+    /// Bytes free to this process on the root's filesystem.
+    pub(crate) fn free_bytes(&self) -> io::Result<u64> {
+        let stat = rustix::fs::fstatvfs(&self.fd)?;
+        Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
+
+    fn own(&self, fd: impl AsFd, path: &str) -> Result<(), PathError> {
+        if self.workload_owns {
+            own(fd, path)
+        } else {
+            Ok(())
+        }
     }
 
     /// `openat2` from the root, confined; `""` is the root itself.
@@ -136,7 +166,7 @@ impl Root {
             Mode::from_raw_mode(0o644),
         )?;
         let file = regular_file(fd, path)?;
-        own(&file, path)?;
+        self.own(&file, path)?;
         Ok(file)
     }
 
@@ -172,7 +202,7 @@ impl Root {
                         OFlags::RDONLY | OFlags::DIRECTORY,
                         Mode::empty(),
                     )?;
-                    own(&made, path)?;
+                    self.own(&made, path)?;
                 }
                 Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(PathError::from_errno(path, e)),

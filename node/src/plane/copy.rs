@@ -8,6 +8,7 @@
 //! that leaves the directory is refused.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use std::pin::Pin;
@@ -21,9 +22,11 @@ use gpux_protocol::plane_wire::{
 };
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use super::Incoming;
 use super::chunks::{Cache, hash_prefix, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
+use super::confined::{PathError, Root};
+use super::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
+use super::{IDLE, Incoming};
 use crate::api_client::{ApiClient, ClientError};
 
 /// One side of a copy.
@@ -171,13 +174,110 @@ async fn hash_local(path: &Path, len: u64) -> Result<blake3::Hasher, CopyError> 
         .map_err(local(path))
 }
 
-/// The part file beside a local target.
-fn local_part(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.gpux-part"))
+/// What a copy leaves free on the filesystem it downloads to: a host announces the size
+/// of what it sends, and a size the filesystem cannot take (less this) is refused before a
+/// byte is written.
+const KEEP_FREE: u64 = 64 << 20;
+
+/// The directory a get writes under, opened as a confined root: a path a host names is
+/// resolved under it by the kernel without following any link, so neither a link the user
+/// has there nor one a listing names leads a write out of it.
+struct LocalDir {
+    root: Arc<Root>,
+    /// The directory as the user named it, for messages.
+    shown: PathBuf,
+}
+
+impl LocalDir {
+    fn open(dir: &Path) -> Result<LocalDir, CopyError> {
+        let root = Root::open_local(dir).map_err(local(dir))?;
+        Ok(LocalDir {
+            root: Arc::new(root),
+            shown: dir.to_path_buf(),
+        })
+    }
+
+    /// `op` on the root, on a blocking thread; its errors name `path`.
+    async fn with<T: Send + 'static>(
+        &self,
+        path: &str,
+        op: impl FnOnce(&Root) -> Result<T, PathError> + Send + 'static,
+    ) -> Result<T, CopyError> {
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || op(&root))
+            .await
+            .map_err(|e| CopyError::Link(e.to_string()))?
+            .map_err(|e| self.failed(path, e))
+    }
+
+    fn failed(&self, path: &str, e: PathError) -> CopyError {
+        let source = match e {
+            PathError::Io(_, e) => e,
+            PathError::Outside(_) => std::io::Error::other(
+                "goes through a symbolic link, which a copy from a host never follows",
+            ),
+            PathError::NotAFile(_) => std::io::Error::other("is not a regular file"),
+            PathError::Invalid(_) => std::io::Error::other("is not a plain relative path"),
+        };
+        CopyError::Local {
+            path: self.shown.join(path),
+            source,
+        }
+    }
+
+    /// The size of the regular file at `path`, if one is there.
+    async fn file_len(&self, path: &str) -> Result<Option<u64>, CopyError> {
+        let at = path.to_string();
+        self.with(path, move |root| {
+            Ok(root.stat(&at)?.and_then(|stat| {
+                (rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                    == rustix::fs::FileType::RegularFile)
+                    .then(|| u64::try_from(stat.st_size).unwrap_or(0))
+            }))
+        })
+        .await
+    }
+
+    /// blake3 of the first `len` bytes of the file at `path`, as a hasher that can go on.
+    async fn hash(&self, path: &str, len: u64) -> Result<blake3::Hasher, CopyError> {
+        let at = path.to_string();
+        self.with(path, move |root| {
+            let mut file = root.open_read(&at)?;
+            hash_prefix(&mut file, len).map_err(|e| PathError::Io(at, e))
+        })
+        .await
+    }
+
+    /// Fails unless `bytes` more fit on the filesystem with [`KEEP_FREE`] to spare.
+    async fn room_for(&self, path: &str, bytes: u64) -> Result<(), CopyError> {
+        let at = path.to_string();
+        let free = self
+            .with(path, move |root| {
+                root.free_bytes().map_err(|e| PathError::Io(at, e))
+            })
+            .await?;
+        if bytes > free.saturating_sub(KEEP_FREE) {
+            return Err(CopyError::Local {
+                path: self.shown.join(path),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!(
+                        "{bytes} bytes to write, {free} free (a copy leaves {} MiB)",
+                        KEEP_FREE >> 20
+                    ),
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The part file beside a target, both relative to the same directory.
+fn part_of(path: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((parent, name)) => format!("{parent}/.{name}.gpux-part"),
+        None => format!(".{path}.gpux-part"),
+    }
 }
 
 /// Where a session's frames go: the node's WebSocket (the CLI), or the host's stream
@@ -230,7 +330,10 @@ impl Session {
     }
 
     async fn send(&mut self, request: &FilesRequest) -> Result<(), CopyError> {
-        self.tx.send(Bytes::from(plane_wire::encode(request))).await
+        stalled(
+            tokio::time::timeout(IDLE, self.tx.send(Bytes::from(plane_wire::encode(request))))
+                .await,
+        )
     }
 
     async fn recv(&mut self) -> Result<FilesResponse, CopyError> {
@@ -242,10 +345,11 @@ impl Session {
 
     /// The next frame, a data frame's bytes in place.
     async fn recv_data(&mut self) -> Result<Incoming<FilesResponse>, CopyError> {
-        match self.rx.next().await {
-            Some(Ok(bytes)) => Incoming::of(bytes).map_err(link),
-            Some(Err(e)) => Err(e),
-            None => Err(CopyError::Link("the host closed the stream".into())),
+        match tokio::time::timeout(IDLE, self.rx.next()).await {
+            Ok(Some(Ok(bytes))) => Incoming::of(bytes).map_err(link),
+            Ok(Some(Err(e))) => Err(e),
+            Ok(None) => Err(CopyError::Link("the host closed the stream".into())),
+            Err(_) => Err(stall()),
         }
     }
 
@@ -274,16 +378,23 @@ impl Session {
     async fn list(&mut self, path: &str) -> Result<Vec<Entry>, CopyError> {
         self.send(&FilesRequest::List { path: wpath(path)? })
             .await?;
-        let mut all = Vec::new();
+        let (mut all, mut path_bytes) = (Vec::new(), 0);
         loop {
             match self.recv().await? {
                 FilesResponse::Entries { entries, more } => {
-                    all.extend(entries.into_inner());
-                    // A host lists at most this many; one that goes on is not believed.
-                    if all.len() > super::files::MAX_LISTED {
+                    if entries.is_empty() && more {
                         return Err(CopyError::Link(format!(
-                            "the host listed more than {} entries under {path:?}",
-                            super::files::MAX_LISTED
+                            "the host sent an empty page of the listing of {path:?}"
+                        )));
+                    }
+                    path_bytes += entries.iter().map(|e| e.path.len()).sum::<usize>();
+                    all.extend(entries.into_inner());
+                    // A host lists at most this much; one that goes on is not believed.
+                    if all.len() > MAX_LISTED || path_bytes > MAX_LISTED_PATH_BYTES {
+                        return Err(CopyError::Link(format!(
+                            "the host listed more than {MAX_LISTED} entries or {} MiB of \
+                             paths under {path:?}",
+                            MAX_LISTED_PATH_BYTES >> 20
                         )));
                     }
                     if !more {
@@ -347,7 +458,7 @@ impl Session {
                         None => CopyError::Link("the host closed the stream".into()),
                     });
                 }
-                sent = self.tx.feed(frame) => sent?,
+                sent = tokio::time::timeout(IDLE, self.tx.feed(frame)) => stalled(sent)?,
             }
             progress.advance(n as u64);
         }
@@ -360,36 +471,30 @@ impl Session {
         }
     }
 
-    /// Gets one file, listed at `listed` bytes, into `to`; returns its size and the bytes
-    /// received. What an interrupted get left is hashed once to go on from it; the rest is
-    /// hashed as it is written, and compared with the host's hash of the file as it read
-    /// it. A file already at `to` at the listed size, with no part beside it, is offered
-    /// the same way: when the host's file hashes the same, nothing is sent (a copy of a
-    /// tree run again after an interruption sends only the files it lacks).
+    /// Gets one file, listed at `listed` bytes, into `to` under `dir`; returns its size and
+    /// the bytes received. What an interrupted get left is hashed once to go on from it;
+    /// the rest is hashed as it is written, and compared with the host's hash of the file
+    /// as it read it. A file already at `to` at the listed size, with no part beside it, is
+    /// offered the same way: when the host's file hashes the same, nothing is sent (a copy
+    /// of a tree run again after an interruption sends only the files it lacks).
     async fn get(
         &mut self,
         from: &str,
-        to: &Path,
+        dir: &LocalDir,
+        to: &str,
         listed: u64,
         progress: &dyn Progress,
     ) -> Result<(u64, u64), CopyError> {
-        let part = local_part(to);
-        let part_len = tokio::fs::metadata(&part)
-            .await
-            .map(|m| m.len())
-            .unwrap_or(0);
-        let whole = part_len == 0
-            && listed > 0
-            && tokio::fs::symlink_metadata(to)
-                .await
-                .is_ok_and(|m| m.is_file() && m.len() == listed);
+        let part = part_of(to);
+        let part_len = dir.file_len(&part).await?.unwrap_or(0);
+        let whole = part_len == 0 && listed > 0 && dir.file_len(to).await? == Some(listed);
         let (held_at, have) = if whole {
-            (to.to_path_buf(), listed)
+            (to, listed)
         } else {
-            (part.clone(), part_len)
+            (part.as_str(), part_len)
         };
         let held = if have > 0 {
-            hash_local(&held_at, have).await?
+            dir.hash(held_at, have).await?
         } else {
             blake3::Hasher::new()
         };
@@ -413,33 +518,41 @@ impl Session {
             blake3::Hasher::new()
         };
         progress.advance(start);
-        if whole && start == have {
-            if size == have {
-                // The file is here already: only the host's hash of it comes.
-                return match self.recv().await? {
-                    FilesResponse::End(hash) if hash == *hasher.finalize().as_bytes() => {
-                        Ok((size, 0))
-                    }
-                    FilesResponse::End(_) => Err(CopyError::Remote {
-                        path: from.to_string(),
-                        code: FilesError::HashMismatch,
-                        detail: "the file changed on the host while it was compared; copy again"
-                            .into(),
-                    }),
-                    other => Err(unexpected(from, other)),
-                };
-            }
-            // The host's file grew past the one here since it was listed: go on from a
-            // copy of this one.
-            tokio::fs::copy(to, &part).await.map_err(local(&part))?;
+        let go_on_from_whole = whole && start == have;
+        if go_on_from_whole && size == have {
+            // The file is here already: only the host's hash of it comes.
+            return match self.recv().await? {
+                FilesResponse::End(hash) if hash == *hasher.finalize().as_bytes() => Ok((size, 0)),
+                FilesResponse::End(_) => Err(CopyError::Remote {
+                    path: from.to_string(),
+                    code: FilesError::HashMismatch,
+                    detail: "the file changed on the host while it was compared; copy again".into(),
+                }),
+                other => Err(unexpected(from, other)),
+            };
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&part)
-            .map_err(local(&part))?;
-        file.set_len(start).map_err(local(&part))?;
+        // The host says how much comes: it must fit before a byte is written.
+        let copied = if go_on_from_whole { have } else { 0 };
+        dir.room_for(to, (size - start).saturating_add(copied))
+            .await?;
+        let (at, whole_at) = (part.clone(), to.to_string());
+        let file = dir
+            .with(&part, move |root| {
+                if go_on_from_whole {
+                    // The host's file grew past the one here since it was listed: go on
+                    // from a copy of this one.
+                    let mut from = root.open_read(&whole_at)?;
+                    root.remove_file(&at)?;
+                    let mut into = root.open_write(&at)?;
+                    std::io::copy(&mut std::io::Read::take(&mut from, start), &mut into)
+                        .map_err(|e| PathError::Io(at.clone(), e))?;
+                }
+                let file = root.open_write(&at)?;
+                file.set_len(start).map_err(|e| PathError::Io(at, e))?;
+                Ok(file)
+            })
+            .await?;
+        let shown = dir.shown.join(&part);
         let writer = write_chunks(file, start, hasher, Cache::Drop);
         let mut left = size - start;
         while left > 0 {
@@ -452,7 +565,7 @@ impl Session {
                 }
             };
             match answer {
-                Incoming::Data(data) if data.len() as u64 <= left => {
+                Incoming::Data(data) if !data.is_empty() && data.len() as u64 <= left => {
                     let n = data.len() as u64;
                     if writer.write(data).await.is_err() {
                         break;
@@ -460,22 +573,24 @@ impl Session {
                     left -= n;
                     progress.advance(n);
                 }
-                Incoming::Data(_) => {
-                    writer.finish().await.map_err(local(&part))?;
-                    return Err(CopyError::Link(format!(
-                        "the host sent more of {from} than the file has"
-                    )));
+                Incoming::Data(data) => {
+                    writer.finish().await.map_err(local(&shown))?;
+                    return Err(CopyError::Link(if data.is_empty() {
+                        format!("the host sent an empty piece of {from}")
+                    } else {
+                        format!("the host sent more of {from} than the file has")
+                    }));
                 }
                 Incoming::Frame(other) => {
-                    writer.finish().await.map_err(local(&part))?;
+                    writer.finish().await.map_err(local(&shown))?;
                     return Err(unexpected(from, other));
                 }
             }
         }
-        let hasher = writer.finish().await.map_err(local(&part))?;
+        let hasher = writer.finish().await.map_err(local(&shown))?;
         if left > 0 {
             return Err(CopyError::Local {
-                path: part,
+                path: shown,
                 source: std::io::Error::other("the write stopped"),
             });
         }
@@ -484,7 +599,8 @@ impl Session {
             other => return Err(unexpected(from, other)),
         };
         if *hasher.finalize().as_bytes() != hash {
-            let _ = tokio::fs::remove_file(&part).await;
+            let at = part.clone();
+            let _ = dir.with(&part, move |root| root.remove_file(&at)).await;
             return Err(CopyError::Remote {
                 path: from.to_string(),
                 code: FilesError::HashMismatch,
@@ -492,9 +608,22 @@ impl Session {
                     .into(),
             });
         }
-        tokio::fs::rename(&part, to).await.map_err(local(to))?;
+        let (at, into) = (part, to.to_string());
+        dir.with(to, move |root| root.rename_in_place(&at, &into))
+            .await?;
         Ok((size, size - start))
     }
+}
+
+/// A frame the host did not read or send within [`IDLE`].
+fn stall() -> CopyError {
+    CopyError::Link(format!("nothing moved for {} minutes", IDLE.as_secs() / 60))
+}
+
+fn stalled<T>(
+    result: Result<Result<T, CopyError>, tokio::time::error::Elapsed>,
+) -> Result<T, CopyError> {
+    result.unwrap_or_else(|_| Err(stall()))
 }
 
 fn unexpected(path: &str, answer: FilesResponse) -> CopyError {
@@ -710,7 +839,13 @@ async fn download(
     match kind {
         EntryKind::File(size) => {
             progress.total(size);
-            let (size, got) = session.get(from, &target, size, progress).await?;
+            let name = base_name(&target)?;
+            let parent = match target.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            let dir = LocalDir::open(parent)?;
+            let (size, got) = session.get(from, &dir, &name, size, progress).await?;
             report.files = 1;
             report.bytes = size;
             report.bytes_sent = got;
@@ -724,11 +859,12 @@ async fn download(
                     EntryKind::File(n) => n,
                     _ => 0,
                 })
-                .sum();
+                .fold(0u64, u64::saturating_add);
             progress.total(total);
             tokio::fs::create_dir_all(&target)
                 .await
                 .map_err(local(&target))?;
+            let dir = LocalDir::open(&target)?;
             report.dirs += 1;
             for entry in entries {
                 // The host names what it lists: nothing may lead out of the target.
@@ -738,21 +874,20 @@ async fn download(
                         entry.path.as_str()
                     )));
                 }
-                let local_path = target.join(entry.path.as_str());
-                let remote = join(from, &entry.path);
+                let path = entry.path.to_string();
+                let remote = join(from, &path);
                 match entry.kind {
                     EntryKind::Dir => {
-                        tokio::fs::create_dir_all(&local_path)
-                            .await
-                            .map_err(local(&local_path))?;
+                        let at = path.clone();
+                        dir.with(&path, move |root| root.mkdir_all(&at)).await?;
                         report.dirs += 1;
                     }
                     EntryKind::File(listed) => {
                         let (size, got) =
-                            session.get(&remote, &local_path, listed, progress).await?;
+                            session.get(&remote, &dir, &path, listed, progress).await?;
                         report.files += 1;
-                        report.bytes += size;
-                        report.bytes_sent += got;
+                        report.bytes = report.bytes.saturating_add(size);
+                        report.bytes_sent = report.bytes_sent.saturating_add(got);
                     }
                     EntryKind::Symlink | EntryKind::Other => {
                         report.skipped.push(entry.path.to_string())

@@ -27,7 +27,7 @@ use super::{FramedStream, IDLE, Incoming, PlaneError, feed, recv, recv_data, sen
 pub(crate) const MAX_LISTED: usize = 100_000;
 /// The most bytes of paths a listing holds, all together (a listing is gathered whole before
 /// it is sent: 100,000 paths of 4 KiB would be 400 MiB).
-const MAX_LISTED_PATH_BYTES: usize = 16 << 20;
+pub(crate) const MAX_LISTED_PATH_BYTES: usize = 16 << 20;
 /// The most bytes of entries in one page of a listing: with the page's own few bytes, it
 /// fits a frame however long its paths are.
 const PAGE_BYTES: usize = gpux_protocol::plane_wire::MAX_FILE_DATA;
