@@ -352,16 +352,27 @@ pub(crate) async fn stage_image(
     let (mut sink, mut source) = stream.split();
     let sending = send_all(&mut sink, archive, &plan);
     let answer = async {
-        match tokio::time::timeout(LOAD_WITHIN, source.next()).await {
-            Err(_) => Err(broken(&format!("no answer within {LOAD_WITHIN:?}"))),
-            Ok(None) => Err(broken(&"the host closed the stream")),
-            Ok(Some(Err(e))) => Err(broken(&e)),
-            Ok(Some(Ok(frame))) => plane_wire::decode::<StageDone>(&frame).map_err(|e| broken(&e)),
+        match source.next().await {
+            None => Err(broken(&"the host closed the stream")),
+            Some(Err(e)) => Err(broken(&e)),
+            Some(Ok(frame)) => plane_wire::decode::<StageDone>(&frame).map_err(|e| broken(&e)),
         }
     };
     tokio::pin!(sending, answer);
     let (sent, done) = tokio::select! {
-        sent = &mut sending => (Some(sent?), answer.await?),
+        sent = &mut sending => {
+            let sent = sent?;
+            // Every byte is there: the host loads the image, and answers within the time
+            // a load may take (the sending, however long, was bounded by the host's pace).
+            match tokio::time::timeout(LOAD_WITHIN, &mut answer).await {
+                Ok(done) => (Some(sent), done?),
+                Err(_) => {
+                    return Err(broken(&format!(
+                        "no answer within {LOAD_WITHIN:?} of the last byte"
+                    )));
+                }
+            }
+        }
         done = &mut answer => (None, done?),
     };
     match (done, sent) {
@@ -383,6 +394,8 @@ async fn send_all(
     plan: &StagePlan,
 ) -> Result<Sent, StageError> {
     let broken = |e: &dyn std::fmt::Display| StageError::Broken(format!("staging: {e}"));
+    // A host that reads nothing for as long as a load may take is gone.
+    let stalled = |_| broken(&format!("the host read nothing for {LOAD_WITHIN:?}"));
     let frame = |chunk: &[u8]| -> Result<bytes::Bytes, StageError> {
         let data =
             BoundedBytes::new(chunk.to_vec()).map_err(|e| StageError::Refused(e.to_string()))?;
@@ -391,14 +404,31 @@ async fn send_all(
     let mut sent = Sent::default();
     if plan.config {
         for chunk in archive.config.chunks(MAX_FILE_DATA) {
-            sink.feed(frame(chunk)?).await.map_err(|e| broken(&e))?;
+            tokio::time::timeout(LOAD_WITHIN, sink.feed(frame(chunk)?))
+                .await
+                .map_err(stalled)?
+                .map_err(|e| broken(&e))?;
         }
-        sink.flush().await.map_err(|e| broken(&e))?;
+        tokio::time::timeout(LOAD_WITHIN, sink.flush())
+            .await
+            .map_err(stalled)?
+            .map_err(|e| broken(&e))?;
         sent.bytes += archive.config.len() as u64;
     }
     let mut file = tokio::fs::File::open(&archive.path)
         .await
         .map_err(|e| StageError::Refused(format!("{}: {e}", archive.path.display())))?;
+    // Each layer at most once, in the archive's order: a host cannot multiply the upload.
+    if plan
+        .layers
+        .iter()
+        .zip(plan.layers.iter().skip(1))
+        .any(|(a, b)| a.index >= b.index)
+    {
+        return Err(StageError::Refused(
+            "the host asked for a layer twice or out of order".into(),
+        ));
+    }
     for need in plan.layers.iter() {
         let Some(layer) = archive.layers.get(usize::from(need.index)) else {
             return Err(StageError::Refused(format!(
@@ -421,9 +451,15 @@ async fn send_all(
             left -= block.len() as u64;
             sent.bytes += block.len() as u64;
             for chunk in block.chunks(MAX_FILE_DATA) {
-                sink.feed(frame(chunk)?).await.map_err(|e| broken(&e))?;
+                tokio::time::timeout(LOAD_WITHIN, sink.feed(frame(chunk)?))
+                    .await
+                    .map_err(stalled)?
+                    .map_err(|e| broken(&e))?;
             }
-            sink.flush().await.map_err(|e| broken(&e))?;
+            tokio::time::timeout(LOAD_WITHIN, sink.flush())
+                .await
+                .map_err(stalled)?
+                .map_err(|e| broken(&e))?;
         }
         sent.layers += 1;
     }
