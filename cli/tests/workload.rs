@@ -156,6 +156,38 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     assert!(stdout.contains("/dev/pts/"), "{stdout:?} {stderr:?}");
     assert!(stdout.contains("typed-42"), "{stdout:?} {stderr:?}");
     assert_eq!(out.status.code(), Some(3), "{stdout:?} {stderr:?}");
+    // A terminal without -i: no input goes in, and the output and exit code come out whole
+    // (the end of input must not close the terminal).
+    let inner = format!(
+        "{gpux} --data-dir {} exec -t {lease} -- sh -c \"sleep 1; echo late-out; exit 4\"",
+        renter.dir.display()
+    );
+    let shell = format!("sleep 4 | script -qfec '{inner}' /dev/null");
+    let out = Command::new("sh").args(["-c", &shell]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("late-out"), "{stdout:?} {stderr:?}");
+    assert_eq!(out.status.code(), Some(4), "{stdout:?} {stderr:?}");
+    // A command whose renter goes away ends with it, however quiet it was.
+    let quiet = KillOnDrop(
+        renter
+            .gpux_command(&["exec", &lease, "--", "sleep", "4321"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let sleeping = || {
+        let ps = "ps | grep -q '[s]leep 4321'";
+        renter
+            .gpux(&["exec", &lease, "--", "sh", "-c", ps])
+            .status
+            .success()
+    };
+    wait_for("the quiet command to run", 30, sleeping);
+    drop(quiet);
+    wait_for("the quiet command to end with its renter's CLI", 30, || {
+        !sleeping()
+    });
 
     // A port on the container's loopback, on the renter's.
     let port = free_port();

@@ -38,6 +38,21 @@ pub struct ExecSession {
     pub input: Pin<Box<dyn AsyncWrite + Send>>,
 }
 
+/// A started command's process, held by a pidfd (a recycled pid is never signalled), to end
+/// it when nobody waits for it any more: Docker has no call to kill an exec.
+#[derive(Debug)]
+pub struct ExecProcess(Option<std::os::fd::OwnedFd>);
+
+impl ExecProcess {
+    /// Kills the process (not what it started in the background); nothing when it has
+    /// ended, or when this host may not signal it (it is not root).
+    pub fn kill(&self) {
+        if let Some(fd) = &self.0 {
+            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 impl std::fmt::Debug for ExecSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecSession").field("id", &self.id).finish()
@@ -187,6 +202,33 @@ impl Executor {
             path: "a socket".into(),
             source,
         })
+    }
+
+    /// The process of the command `id` (Docker reports its pid in the host's namespace a
+    /// moment after the start, so it is polled for, as the exit is).
+    pub async fn exec_process(&self, id: &str) -> ExecProcess {
+        let deadline = tokio::time::Instant::now() + EXIT_WAIT;
+        let pid = loop {
+            match self.docker.inspect_exec(id).await {
+                Ok(inspected) => match inspected.pid.and_then(|p| i32::try_from(p).ok()) {
+                    Some(pid) if pid > 0 => break Some(pid),
+                    // Ended already, or not started yet.
+                    _ if inspected.exit_code.is_some() => break None,
+                    _ => {}
+                },
+                Err(_) => break None,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        };
+        ExecProcess(
+            pid.and_then(rustix::process::Pid::from_raw)
+                .and_then(|pid| {
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+                }),
+        )
     }
 
     /// Resizes a command's terminal.

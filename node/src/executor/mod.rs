@@ -58,7 +58,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use gpux_protocol::ImageDigest;
 
-pub use exec::{ExecSession, RELAY_BIN, RELAY_DIR, check_env};
+pub use exec::{ExecProcess, ExecSession, RELAY_BIN, RELAY_DIR, check_env};
 pub use image::{BUSYBOX_PATH, WORKLOAD_TAG, build_workload_image};
 pub use logs::LogCursor;
 pub use spec::{

@@ -89,6 +89,8 @@ pub async fn exec(
     let up = async {
         let mut buf = vec![0u8; MAX_EXEC_DATA];
         let mut reading = stdin.is_some();
+        // Without a terminal no sizes come: the channel is closed from the start.
+        let mut resizing = true;
         if !reading {
             // No stdin: the command reads end-of-file at once, as with `docker exec`
             // without `-i`.
@@ -117,11 +119,14 @@ pub async fn exec(
                         },
                     }
                 }
-                size = resizes.recv() => match size {
+                size = resizes.recv(), if resizing => match size {
                     Some((rows, cols)) => ExecInput::Resize { rows, cols },
-                    None if reading => continue,
-                    None => std::future::pending().await,
+                    None => {
+                        resizing = false;
+                        continue;
+                    }
                 },
+                else => std::future::pending().await,
             };
             let bytes = plane_wire::encode(&frame);
             if tx.send(Message::Binary(bytes.into())).await.is_err() {

@@ -32,6 +32,9 @@ use crate::store::{NodeState, SledStore};
 pub(crate) const MAX_STREAMS: usize = 256;
 /// Plane streams served at once for one lease.
 pub(crate) const MAX_STREAMS_PER_LEASE: usize = 32;
+/// Plane streams being opened at once (their open frame read, their lease checked), before
+/// any is admitted: what a peer without a lease can make the host do is bounded by this.
+const MAX_OPENING: usize = 64;
 /// How long a files stream waits for a held lease's workspace to be mounted.
 const WORKSPACE_WAIT: Duration = Duration::from_secs(30);
 
@@ -43,6 +46,7 @@ pub(crate) struct PlaneHost {
     workspaces: Workspaces,
     all: Arc<Semaphore>,
     per_lease: Arc<Mutex<BTreeMap<ContentId, usize>>>,
+    opening: Arc<Semaphore>,
 }
 
 /// A lease the plane may serve: its container, and when the lease ends.
@@ -99,6 +103,7 @@ impl PlaneHost {
             workspaces,
             all: Arc::new(Semaphore::new(MAX_STREAMS)),
             per_lease: Arc::new(Mutex::new(BTreeMap::new())),
+            opening: Arc::new(Semaphore::new(MAX_OPENING)),
         };
         let mut exec_streams = net.accept_streams(super::EXEC)?;
         let mut forward_streams = net.accept_streams(super::FORWARD)?;
@@ -223,6 +228,15 @@ impl PlaneHost {
         lease_of: fn(&T) -> ContentId,
         retained: bool,
     ) -> Option<(T, Served, Slot)> {
+        let Ok(_opening) = self.opening.clone().try_acquire_owned() else {
+            let busy = (
+                PlaneRefusal::Busy,
+                "this host is opening too many streams now",
+            );
+            let refused = Self::refuse(framed, (busy.0, busy.1.to_string()));
+            let _ = tokio::time::timeout(OPEN_WITHIN, refused).await;
+            return None;
+        };
         let open: T = match recv(framed, OPEN_WITHIN).await {
             Ok(open) => open,
             Err(e) => {
@@ -253,7 +267,11 @@ impl PlaneHost {
             return;
         };
         let container = match served.container() {
-            Ok(c) => c.to_string(),
+            Ok(c) if !served.left.is_zero() => c.to_string(),
+            Ok(_) => {
+                let ended = (PlaneRefusal::NotRunning, "the lease has ended".to_string());
+                return Self::refuse(&mut framed, ended).await;
+            }
             Err(refusal) => return Self::refuse(&mut framed, refusal).await,
         };
         let command: Vec<String> = open.command.iter().map(|a| a.to_string()).collect();
@@ -274,16 +292,20 @@ impl PlaneHost {
                 return Self::refuse(&mut framed, (PlaneRefusal::Malformed, e.to_string())).await;
             }
         };
-        if send(&mut framed, &Opened::Yes).await.is_err() {
-            return;
-        }
+        // Whatever ends the session (the command, the renter going away, the lease's end),
+        // the command ends with it.
+        let process = self.exec.exec_process(&session.id).await;
+        let tty = open.tty.is_some();
         let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
         let id = session.id.clone();
-        match tokio::time::timeout(limit, run_exec(&self.exec, session, framed)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!("exec {id}: {e}"),
-            Err(_) => tracing::debug!("exec {id}: the lease ended"),
+        if send(&mut framed, &Opened::Yes).await.is_ok() {
+            match tokio::time::timeout(limit, run_exec(&self.exec, session, framed, tty)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!("exec {id}: {e}"),
+                Err(_) => tracing::debug!("exec {id}: the lease ended"),
+            }
         }
+        process.kill();
     }
 
     async fn files(self, peer: PeerId, mut framed: FramedStream) {
@@ -379,11 +401,18 @@ impl PlaneHost {
 }
 
 /// Carries an exec's stdin in and its output out until the command ends, then sends its
-/// exit code.
+/// exit code. The command may be silent as long as it likes; the renter closing its side
+/// (its CLI stopped, its node or the link went away) ends the session, and the caller ends
+/// the command (the renter ends its input with `StdinEnd`, never by closing).
+///
+/// With a terminal, the end of the renter's input is not passed on: Docker answers it by
+/// closing the terminal's output, which would cut the command off from its renter (as
+/// `gpux exec -t` without `-i` sends it at once).
 async fn run_exec(
     exec: &Executor,
     session: ExecSession,
     framed: FramedStream,
+    tty: bool,
 ) -> Result<(), PlaneError> {
     let ExecSession {
         id,
@@ -391,26 +420,30 @@ async fn run_exec(
         mut input,
     } = session;
     let (mut sink, mut frames) = framed.split();
-    let activity = Activity::new();
     let inbound = async {
+        // A command that closed its input (`head -1`) takes no more; its output still comes.
+        let mut taking = true;
         while let Some(bytes) = frames.next().await {
             let Ok(bytes) = bytes else { break };
-            activity.touch();
             match gpux_protocol::plane_wire::decode::<ExecInput>(&bytes)? {
-                ExecInput::Stdin(data) => input.write_all(&data).await?,
-                ExecInput::StdinEnd => input.shutdown().await?,
+                ExecInput::Stdin(data) if taking => {
+                    taking = input.write_all(&data).await.is_ok();
+                }
+                ExecInput::Stdin(_) => {}
+                ExecInput::StdinEnd if tty || !taking => {}
+                ExecInput::StdinEnd => {
+                    taking = false;
+                    let _ = input.shutdown().await;
+                }
                 ExecInput::Resize { rows, cols } => {
                     let _ = exec.resize_exec(&id, rows, cols).await;
                 }
             }
         }
-        // The renter closed its side: stdin ends.
-        let _ = input.shutdown().await;
         Ok(())
     };
     let outbound = async {
         while let Some(item) = output.next().await {
-            activity.touch();
             let frames = match item {
                 Ok(bollard::container::LogOutput::StdErr { message }) => {
                     chunks(message, ExecOutput::Stderr)
@@ -429,7 +462,10 @@ async fn run_exec(
         let _ = sink.close().await;
         Ok(())
     };
-    both_ways(&activity, outbound, inbound).await
+    tokio::select! {
+        done = outbound => done,
+        gone = inbound => gone,
+    }
 }
 
 fn chunks(bytes: Bytes, make: fn(BoundedBytes<MAX_EXEC_DATA>) -> ExecOutput) -> Vec<ExecOutput> {
