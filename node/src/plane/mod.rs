@@ -24,9 +24,11 @@ pub mod copy;
 pub mod delegate;
 mod files;
 pub(crate) mod host;
+mod local;
 mod splice;
 pub(crate) mod stage;
 pub(crate) mod stage_host;
+mod stage_pace;
 pub(crate) mod staged;
 
 pub(crate) use stage::chain_ids;
