@@ -394,25 +394,9 @@ async fn send_all(
     plan: &StagePlan,
 ) -> Result<Sent, StageError> {
     let broken = |e: &dyn std::fmt::Display| StageError::Broken(format!("staging: {e}"));
-    // A host that reads nothing for as long as a load may take is gone.
-    let stalled = |_| broken(&format!("the host read nothing for {LOAD_WITHIN:?}"));
-    let frame = |chunk: &[u8]| -> Result<bytes::Bytes, StageError> {
-        let data =
-            BoundedBytes::new(chunk.to_vec()).map_err(|e| StageError::Refused(e.to_string()))?;
-        Ok(bytes::Bytes::from(plane_wire::encode(&StageData(data))))
-    };
     let mut sent = Sent::default();
     if plan.config {
-        for chunk in archive.config.chunks(MAX_FILE_DATA) {
-            tokio::time::timeout(LOAD_WITHIN, sink.feed(frame(chunk)?))
-                .await
-                .map_err(stalled)?
-                .map_err(|e| broken(&e))?;
-        }
-        tokio::time::timeout(LOAD_WITHIN, sink.flush())
-            .await
-            .map_err(stalled)?
-            .map_err(|e| broken(&e))?;
+        send_block(sink, &archive.config).await?;
         sent.bytes += archive.config.len() as u64;
     }
     let mut file = tokio::fs::File::open(&archive.path)
@@ -450,20 +434,34 @@ async fn send_all(
             file.read_exact(&mut block).await.map_err(|e| broken(&e))?;
             left -= block.len() as u64;
             sent.bytes += block.len() as u64;
-            for chunk in block.chunks(MAX_FILE_DATA) {
-                tokio::time::timeout(LOAD_WITHIN, sink.feed(frame(chunk)?))
-                    .await
-                    .map_err(stalled)?
-                    .map_err(|e| broken(&e))?;
-            }
-            tokio::time::timeout(LOAD_WITHIN, sink.flush())
-                .await
-                .map_err(stalled)?
-                .map_err(|e| broken(&e))?;
+            send_block(sink, &block).await?;
         }
         sent.layers += 1;
     }
     Ok(sent)
+}
+
+/// Sends `block` as `StageData` frames and flushes them; a host that reads nothing for as
+/// long as a load may take is gone.
+async fn send_block(
+    sink: &mut futures::stream::SplitSink<super::FramedStream, bytes::Bytes>,
+    block: &[u8],
+) -> Result<(), StageError> {
+    let broken = |e: &dyn std::fmt::Display| StageError::Broken(format!("staging: {e}"));
+    let stalled = |_| broken(&format!("the host read nothing for {LOAD_WITHIN:?}"));
+    for chunk in block.chunks(MAX_FILE_DATA) {
+        let data =
+            BoundedBytes::new(chunk.to_vec()).map_err(|e| StageError::Refused(e.to_string()))?;
+        let frame = bytes::Bytes::from(plane_wire::encode(&StageData(data)));
+        tokio::time::timeout(LOAD_WITHIN, sink.feed(frame))
+            .await
+            .map_err(stalled)?
+            .map_err(|e| broken(&e))?;
+    }
+    tokio::time::timeout(LOAD_WITHIN, sink.flush())
+        .await
+        .map_err(stalled)?
+        .map_err(|e| broken(&e))
 }
 
 #[cfg(test)]
