@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -500,6 +501,43 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     assert_eq!(down["bytes_sent"].as_u64(), Some(GIB));
     assert_eq!(hash_of(&back), hash_of(&big));
     std::fs::remove_file(&back).unwrap();
+
+    // A second copy of a file while one is under way takes over: the first ends, saying
+    // so, and the second goes on from its part. (The workspace holds one GiB at a time.)
+    std::fs::remove_file(host.dir.join(format!("workspaces/{lease}/mnt/big.bin"))).unwrap();
+    let part = host
+        .dir
+        .join(format!("workspaces/{lease}/mnt/.big2.bin.gpux-part"));
+    let mut first = KillOnDrop(
+        renter
+            .gpux_command(&["cp", big.to_str().unwrap(), &remote("big2.bin")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("a quarter of the file to arrive", 120, || {
+        std::fs::metadata(&part).is_ok_and(|m| m.len() >= GIB / 4)
+    });
+    let second =
+        copy_report(&renter.gpux(&["cp", big.to_str().unwrap(), &remote("big2.bin"), "--json"]));
+    assert!(second["bytes_sent"].as_u64().unwrap() < GIB, "{second}");
+    let mut said = String::new();
+    first
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    assert!(!first.0.wait().unwrap().success());
+    assert!(
+        said.contains("another copy of this file took over"),
+        "{said}"
+    );
+    let copied = host.dir.join(format!("workspaces/{lease}/mnt/big2.bin"));
+    assert_eq!(hash_of(&copied), hash_of(&big));
+    std::fs::remove_file(&copied).unwrap();
+
     std::fs::remove_file(&big).unwrap();
 
     // A tree, up and down; links are left out and said so.
@@ -510,14 +548,35 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     std::fs::write(tree.join("top.txt"), b"top\n").unwrap();
     std::fs::write(tree.join("a/zero"), b"").unwrap();
     std::os::unix::fs::symlink("/etc/passwd", tree.join("link")).unwrap();
+    let bad = std::ffi::OsStr::from_bytes(b"bad\xff");
+    std::fs::write(tree.join(bad), b"x").unwrap();
     let up = copy_report(&renter.gpux(&["cp", tree.to_str().unwrap(), &remote(""), "--json"]));
     assert_eq!(up["files"].as_u64(), Some(3), "{up}");
-    assert_eq!(up["skipped"], serde_json::json!(["link"]), "{up}");
+    assert_eq!(
+        up["skipped"],
+        serde_json::json!(["bad\u{fffd}", "link"]),
+        "{up}"
+    );
+    // A name that is not UTF-8 (no path on the wire is) is reported, never copied.
+    let odd = renter.gpux(&[
+        "exec",
+        &lease,
+        "--",
+        "sh",
+        "-c",
+        "printf x > \"/workspace/tree/odd$(printf '\\377')\"",
+    ]);
+    assert!(odd.status.success(), "{:?}", text(&odd));
     let out_dir = tmp.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     let down =
         copy_report(&renter.gpux(&["cp", &remote("tree"), out_dir.to_str().unwrap(), "--json"]));
     assert_eq!(down["files"].as_u64(), Some(3), "{down}");
+    assert_eq!(
+        down["skipped"],
+        serde_json::json!(["odd\u{fffd}"]),
+        "{down}"
+    );
     for f in ["a/b/deep.bin", "top.txt", "a/zero"] {
         assert_eq!(
             hash_of(&out_dir.join("tree").join(f)),

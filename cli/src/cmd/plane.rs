@@ -248,7 +248,9 @@ pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result
         return super::print_json(&report);
     }
     for skipped in &report.skipped {
-        eprintln!("skipped {skipped}: links and special files are never copied");
+        eprintln!(
+            "skipped {skipped}: links, special files and names that are not UTF-8 are never copied"
+        );
     }
     super::out!(
         "{} file(s), {} director(ies), {} bytes ({} sent) in {:.1} s",

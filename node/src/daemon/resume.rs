@@ -175,11 +175,16 @@ impl ResumeTask {
     }
 
     /// Copies the checkpoint into the new lease's workspace.
+    ///
+    /// `from` is named as `dir`'s last part, so it is copied into `dir`'s parent: an
+    /// attempt after one that made `dir` goes on in it, where a copy onto `dir` would copy
+    /// into it, nested.
     async fn put(&self, lease: &str, from: &std::path::Path, dir: &str) -> Result<(), String> {
+        let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
         let mut last = String::new();
         for _ in 0..FETCH_ATTEMPTS {
             match self.bridge.open_files(lease).await {
-                Ok(stream) => match upload_over(stream, from, dir, false, &()).await {
+                Ok(stream) => match upload_over(stream, from, parent, true, &()).await {
                     Ok(_) => return Ok(()),
                     Err(e) => last = e.to_string(),
                 },

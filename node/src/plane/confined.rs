@@ -80,6 +80,23 @@ pub(crate) fn check(path: &str) -> Result<(), PathError> {
     }
 }
 
+/// The longest name a Linux filesystem takes, bytes.
+const NAME_MAX: usize = 255;
+
+/// The name of a copy's part file, beside its target `path` (both relative to one
+/// directory): `.<name>.gpux-part`, or for a name too long to take the dot and suffix,
+/// `.<blake3 of the name, 32 hex digits>.gpux-part`.
+pub(crate) fn part_of(path: &str) -> String {
+    let (parent, name) = split(path);
+    let part = if name.len() + ".".len() + ".gpux-part".len() <= NAME_MAX {
+        format!(".{name}.gpux-part")
+    } else {
+        let hex = blake3::hash(name.as_bytes()).to_hex();
+        format!(".{}.gpux-part", &hex[..32])
+    };
+    join(parent, &part)
+}
+
 /// `path`'s parent directory and last name.
 fn split(path: &str) -> (&str, &str) {
     match path.rsplit_once('/') {
@@ -156,13 +173,13 @@ impl Root {
         regular_file(fd, path)
     }
 
-    /// Opens (creating it, owned by the workload) the regular file `path` for writing,
-    /// without truncating it.
+    /// Opens (creating it, owned by the workload) the regular file `path` for reading and
+    /// writing, without truncating it.
     pub(crate) fn open_write(&self, path: &str) -> Result<File, PathError> {
         check(path)?;
         let fd = self.resolve(
             path,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK,
             Mode::from_raw_mode(0o644),
         )?;
         let file = regular_file(fd, path)?;
@@ -241,11 +258,7 @@ impl Root {
 
     /// Every entry under the directory `path` (`""`: the whole workspace), depth first and
     /// sorted, with paths relative to it; at most `limit`. Links are listed, never entered.
-    pub(crate) fn walk(
-        &self,
-        path: &str,
-        limit: Limit,
-    ) -> Result<Vec<(String, rustix::fs::Stat)>, PathError> {
+    pub(crate) fn walk(&self, path: &str, limit: Limit) -> Result<Vec<Walked>, PathError> {
         if !path.is_empty() {
             check(path)?;
         }
@@ -260,56 +273,94 @@ impl Root {
         base: &str,
         rel: &str,
         limit: Limit,
-        out: &mut Vec<(String, rustix::fs::Stat)>,
+        out: &mut Vec<Walked>,
         bytes: &mut usize,
     ) -> Result<(), PathError> {
         let here = join(base, rel);
         let fd = self.resolve(&here, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
+        // The limits hold while the directory is read, so one directory of millions of
+        // names is refused before they are all held.
         let mut names = Vec::new();
+        let mut pending = 0;
         for entry in rustix::fs::Dir::read_from(&fd).map_err(|e| PathError::from_errno(&here, e))? {
             let entry = entry.map_err(|e| PathError::from_errno(&here, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name != "." && name != ".." && !name.contains('/') {
-                names.push(name);
+            let raw = entry.file_name();
+            if raw == c"." || raw == c".." {
+                continue;
             }
+            if out.len() + names.len() >= limit.entries {
+                return Err(too_many(here, limit));
+            }
+            pending += rel.len() + 1 + raw.to_bytes().len();
+            if *bytes + pending > limit.path_bytes {
+                return Err(too_long(here, limit));
+            }
+            names.push(raw.to_owned());
         }
+        // By bytes: for UTF-8 names, the order of their characters.
         names.sort();
-        for name in names {
+        for raw in names {
+            // Counted again as taken: what deeper directories took came after this one
+            // was read.
             if out.len() >= limit.entries {
-                return Err(PathError::Io(
-                    here,
-                    io::Error::other(format!(
-                        "more than {} entries: copy its directories one at a time",
-                        limit.entries
-                    )),
-                ));
+                return Err(too_many(here, limit));
             }
-            let stat = match rustix::fs::statat(&fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) => stat,
-                // Gone since the listing: the workload is busy there.
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => return Err(PathError::from_errno(&here, e)),
+            let (child, stat) = match raw.to_str() {
+                Ok(name) => match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => (join(rel, name), Some(stat)),
+                    // Gone since the listing: the workload is busy there.
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => return Err(PathError::from_errno(&here, e)),
+                },
+                // Every path on the wire is UTF-8: this one is listed as neither a file
+                // nor a directory, under its name as near as UTF-8 comes, and not entered.
+                Err(_) => (join(rel, &raw.to_string_lossy()), None),
             };
-            let child = join(rel, &name);
             *bytes += child.len();
             if *bytes > limit.path_bytes {
-                return Err(PathError::Io(
-                    here,
-                    io::Error::other(format!(
-                        "more than {} MiB of paths: copy its directories one at a time",
-                        limit.path_bytes >> 20
-                    )),
-                ));
+                return Err(too_long(here, limit));
             }
-            let is_dir = rustix::fs::FileType::from_raw_mode(stat.st_mode)
-                == rustix::fs::FileType::Directory;
-            out.push((child.clone(), stat));
+            let is_dir = stat.is_some_and(|stat| {
+                rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory
+            });
+            out.push(Walked {
+                path: child.clone(),
+                stat,
+            });
             if is_dir {
                 self.walk_into(base, &child, limit, out, bytes)?;
             }
         }
         Ok(())
     }
+}
+
+/// One entry a walk found.
+pub(crate) struct Walked {
+    /// Relative to the directory walked.
+    pub(crate) path: String,
+    /// What it is; `None` for a name that is not UTF-8 (the path is then its lossy form).
+    pub(crate) stat: Option<rustix::fs::Stat>,
+}
+
+fn too_many(here: String, limit: Limit) -> PathError {
+    PathError::Io(
+        here,
+        io::Error::other(format!(
+            "more than {} entries: copy its directories one at a time",
+            limit.entries
+        )),
+    )
+}
+
+fn too_long(here: String, limit: Limit) -> PathError {
+    PathError::Io(
+        here,
+        io::Error::other(format!(
+            "more than {} MiB of paths: copy its directories one at a time",
+            limit.path_bytes >> 20
+        )),
+    )
 }
 
 /// How much a walk gathers at most: it is held whole before it is sent.
@@ -382,6 +433,60 @@ mod tests {
     }
 
     #[test]
+    fn parts_sit_beside_their_file_and_fit_a_name() {
+        assert_eq!(part_of("a/b/c.bin"), "a/b/.c.bin.gpux-part");
+        assert_eq!(part_of("c.bin"), ".c.bin.gpux-part");
+        let ws = tempfile::tempdir().unwrap();
+        let root = Root::open_local(ws.path()).unwrap();
+        root.mkdir_all("d").unwrap();
+        // Names up to the longest a filesystem takes have parts it takes too, each their own.
+        let mut parts = std::collections::BTreeSet::new();
+        for len in [244, 245, 254, 255] {
+            for last in ['x', 'y'] {
+                let name = format!("{}{last}", "n".repeat(len - 1));
+                let part = part_of(&format!("d/{name}"));
+                root.open_write(&part).unwrap();
+                root.rename_in_place(&part, &format!("d/{name}")).unwrap();
+                assert!(parts.insert(part));
+            }
+        }
+        assert_eq!(std::fs::read_dir(ws.path().join("d")).unwrap().count(), 8);
+    }
+
+    #[test]
+    fn a_walk_reports_names_that_are_not_utf8_and_stops_at_its_limits_as_it_reads() {
+        use std::os::unix::ffi::OsStrExt;
+        let ws = tempfile::tempdir().unwrap();
+        let odd = std::ffi::OsStr::from_bytes(b"odd\xff");
+        std::fs::create_dir(ws.path().join(odd)).unwrap();
+        std::fs::write(ws.path().join(odd).join("inside"), b"x").unwrap();
+        std::fs::write(ws.path().join("plain"), b"x").unwrap();
+        let root = Root::open(ws.path()).unwrap();
+        let limit = |entries, path_bytes| Limit {
+            entries,
+            path_bytes,
+        };
+        let walked = root.walk("", limit(100, 1 << 20)).unwrap();
+        let listed: Vec<(&str, bool)> = walked
+            .iter()
+            .map(|w| (w.path.as_str(), w.stat.is_some()))
+            .collect();
+        // Listed (without a kind) and not entered.
+        assert_eq!(listed, [("odd\u{fffd}", false), ("plain", true)]);
+
+        let many = ws.path().join("many");
+        std::fs::create_dir(&many).unwrap();
+        for i in 0..50 {
+            std::fs::write(many.join(format!("f{i:02}")), b"").unwrap();
+        }
+        let e = root.walk("many", limit(49, 1 << 20)).err().unwrap();
+        assert!(e.to_string().contains("more than 49 entries"), "{e}");
+        assert_eq!(root.walk("many", limit(50, 1 << 20)).unwrap().len(), 50);
+        let e = root.walk("many", limit(50, 100)).err().unwrap();
+        assert!(e.to_string().contains("MiB of paths"), "{e}");
+    }
+
+    #[test]
     fn nothing_outside_the_root_or_through_a_link_is_reached() {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), b"host").unwrap();
@@ -423,7 +528,7 @@ mod tests {
             )
             .unwrap()
             .into_iter()
-            .map(|(p, _)| p)
+            .map(|w| w.path)
             .collect();
         assert_eq!(
             listed,

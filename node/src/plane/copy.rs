@@ -23,9 +23,10 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::chunks::{Cache, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
-use super::confined::PathError;
+use super::confined::{PathError, part_of};
+use super::copy_tree::{download, upload};
 use super::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
-use super::local::{LocalDir, LocalTree, hash_local, part_of, walk_local};
+use super::local::{LocalDir, hash_local};
 use super::{IDLE, Incoming};
 use crate::api_client::{ApiClient, ClientError};
 
@@ -91,7 +92,8 @@ pub struct CopyReport {
     /// Bytes that crossed the link (less, when a part from an interrupted copy was kept or
     /// a file was there already).
     pub bytes_sent: u64,
-    /// What was left out: symbolic links and special files (never copied).
+    /// What was left out: symbolic links, special files and names that are not UTF-8
+    /// (never copied).
     pub skipped: Vec<String>,
     /// How long it took, milliseconds.
     pub elapsed_ms: u64,
@@ -138,6 +140,19 @@ pub enum CopyError {
         "the link to the host broke ({0}); run the same copy again to go on from where it stopped"
     )]
     Link(String),
+    /// The link broke during a directory copy that made its destination `made`: the same
+    /// copy again would copy into it, nested; `again` says how to go on.
+    #[error(
+        "the link to the host broke ({why}); this copy made /workspace/{made}, and the same command again would copy into it: {again}"
+    )]
+    LinkMade {
+        /// Why it broke.
+        why: String,
+        /// The directory the copy made.
+        made: String,
+        /// How to go on.
+        again: String,
+    },
     /// A copy that cannot be done as asked.
     #[error("{0}")]
     Usage(String),
@@ -172,7 +187,7 @@ type FrameSink = Pin<Box<dyn Sink<Bytes, Error = CopyError> + Send>>;
 type FrameSource = Pin<Box<dyn Stream<Item = Result<Bytes, CopyError>> + Send>>;
 
 /// One files stream.
-struct Session {
+pub(super) struct Session {
     tx: FrameSink,
     rx: FrameSource,
 }
@@ -243,14 +258,14 @@ impl Session {
         self.recv().await
     }
 
-    async fn stat(&mut self, path: &str) -> Result<Option<EntryKind>, CopyError> {
+    pub(super) async fn stat(&mut self, path: &str) -> Result<Option<EntryKind>, CopyError> {
         match self.ask(&FilesRequest::Stat { path: wpath(path)? }).await? {
             FilesResponse::Stat(kind) => Ok(kind),
             other => Err(unexpected(path, other)),
         }
     }
 
-    async fn mkdir(&mut self, path: &str) -> Result<(), CopyError> {
+    pub(super) async fn mkdir(&mut self, path: &str) -> Result<(), CopyError> {
         match self
             .ask(&FilesRequest::Mkdir { path: wpath(path)? })
             .await?
@@ -260,7 +275,7 @@ impl Session {
         }
     }
 
-    async fn list(&mut self, path: &str) -> Result<Vec<Entry>, CopyError> {
+    pub(super) async fn list(&mut self, path: &str) -> Result<Vec<Entry>, CopyError> {
         self.send(&FilesRequest::List { path: wpath(path)? })
             .await?;
         let (mut all, mut path_bytes) = (Vec::new(), 0);
@@ -294,7 +309,7 @@ impl Session {
     /// Puts one local file; returns the bytes sent. The file is read once: its first bytes
     /// only to compare with what the host holds, the rest as they are sent, hashed as they
     /// go.
-    async fn put(
+    pub(super) async fn put(
         &mut self,
         from: &Path,
         to: &str,
@@ -362,7 +377,7 @@ impl Session {
     /// as it read it. A file already at `to` at the listed size, with no part beside it, is
     /// offered the same way: when the host's file hashes the same, nothing is sent (a copy
     /// of a tree run again after an interruption sends only the files it lacks).
-    async fn get(
+    pub(super) async fn get(
         &mut self,
         from: &str,
         dir: &LocalDir,
@@ -522,7 +537,7 @@ fn unexpected(path: &str, answer: FilesResponse) -> CopyError {
     }
 }
 
-fn base_name(path: &Path) -> Result<String, CopyError> {
+pub(super) fn base_name(path: &Path) -> Result<String, CopyError> {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| CopyError::Usage(format!("{} has no name to copy under", path.display())))
@@ -576,166 +591,6 @@ pub(crate) async fn download_over(
     progress: &dyn Progress,
 ) -> Result<CopyReport, CopyError> {
     download(&mut Session::over(stream), from, to, progress).await
-}
-
-async fn upload(
-    session: &mut Session,
-    from: &Path,
-    to: &str,
-    into: bool,
-    progress: &dyn Progress,
-) -> Result<CopyReport, CopyError> {
-    let meta = tokio::fs::symlink_metadata(from)
-        .await
-        .map_err(local(from))?;
-    let at = session.stat(to).await?;
-    let target = match at {
-        Some(EntryKind::Dir) => join(to, &base_name(from)?),
-        None if into && !to.is_empty() => {
-            session.mkdir(to).await?;
-            join(to, &base_name(from)?)
-        }
-        Some(EntryKind::File(_)) if meta.is_dir() => {
-            return Err(CopyError::Usage(format!(
-                "/workspace/{to} is a file; a directory cannot be copied onto it"
-            )));
-        }
-        _ => to.to_string(),
-    };
-    let mut report = CopyReport::default();
-    if meta.is_file() {
-        progress.total(meta.len());
-        report.bytes_sent += session.put(from, &target, meta.len(), progress).await?;
-        report.files = 1;
-        report.bytes = meta.len();
-        return Ok(report);
-    }
-    if !meta.is_dir() {
-        return Err(CopyError::Usage(format!(
-            "{} is neither a file nor a directory",
-            from.display()
-        )));
-    }
-    let from_dir = from.to_path_buf();
-    let LocalTree {
-        files,
-        dirs,
-        skipped,
-    } = tokio::task::spawn_blocking(move || walk_local(&from_dir))
-        .await
-        .map_err(|e| CopyError::Link(e.to_string()))??;
-    progress.total(files.iter().map(|(_, n)| n).sum());
-    session.mkdir(&target).await?;
-    report.dirs += 1;
-    for dir in &dirs {
-        session.mkdir(&join(&target, dir)).await?;
-        report.dirs += 1;
-    }
-    for (file, size) in &files {
-        let remote = join(&target, file);
-        report.bytes_sent += session
-            .put(&from.join(file), &remote, *size, progress)
-            .await?;
-        report.files += 1;
-        report.bytes += size;
-    }
-    report.skipped = skipped;
-    Ok(report)
-}
-
-async fn download(
-    session: &mut Session,
-    from: &str,
-    to: &Path,
-    progress: &dyn Progress,
-) -> Result<CopyReport, CopyError> {
-    let kind = session.stat(from).await?.ok_or_else(|| CopyError::Remote {
-        path: from.to_string(),
-        code: FilesError::NotFound,
-        detail: format!("nothing at /workspace/{from}"),
-    })?;
-    let name = from
-        .rsplit('/')
-        .next()
-        .filter(|n| !n.is_empty())
-        .unwrap_or("workspace");
-    // Written with a trailing `/`: a directory to copy into, made when it is not there.
-    if to.as_os_str().as_encoded_bytes().ends_with(b"/") {
-        tokio::fs::create_dir_all(to).await.map_err(local(to))?;
-    }
-    let local_is_dir = tokio::fs::metadata(to).await.is_ok_and(|m| m.is_dir());
-    let target = if local_is_dir {
-        to.join(name)
-    } else {
-        to.to_path_buf()
-    };
-    let mut report = CopyReport::default();
-    match kind {
-        EntryKind::File(size) => {
-            progress.total(size);
-            let name = base_name(&target)?;
-            let parent = match target.parent() {
-                Some(parent) if !parent.as_os_str().is_empty() => parent,
-                _ => Path::new("."),
-            };
-            let dir = LocalDir::open(parent)?;
-            let (size, got) = session.get(from, &dir, &name, size, progress).await?;
-            report.files = 1;
-            report.bytes = size;
-            report.bytes_sent = got;
-            Ok(report)
-        }
-        EntryKind::Dir => {
-            let entries = session.list(from).await?;
-            let total = entries
-                .iter()
-                .map(|e| match e.kind {
-                    EntryKind::File(n) => n,
-                    _ => 0,
-                })
-                .fold(0u64, u64::saturating_add);
-            progress.total(total);
-            tokio::fs::create_dir_all(&target)
-                .await
-                .map_err(local(&target))?;
-            let dir = LocalDir::open(&target)?;
-            report.dirs += 1;
-            for entry in entries {
-                // The host names what it lists: nothing may lead out of the target.
-                if super::confined::check(&entry.path).is_err() {
-                    return Err(CopyError::Link(format!(
-                        "the host listed {:?}, a path that leaves the directory",
-                        entry.path.as_str()
-                    )));
-                }
-                let path = entry.path.to_string();
-                let remote = join(from, &path);
-                match entry.kind {
-                    EntryKind::Dir => {
-                        let at = path.clone();
-                        dir.with(&path, move |root| root.mkdir_all(&at)).await?;
-                        report.dirs += 1;
-                    }
-                    EntryKind::File(listed) => {
-                        let (size, got) =
-                            session.get(&remote, &dir, &path, listed, progress).await?;
-                        report.files += 1;
-                        report.bytes = report.bytes.saturating_add(size);
-                        report.bytes_sent = report.bytes_sent.saturating_add(got);
-                    }
-                    EntryKind::Symlink | EntryKind::Other => {
-                        report.skipped.push(entry.path.to_string())
-                    }
-                }
-            }
-            Ok(report)
-        }
-        EntryKind::Symlink | EntryKind::Other => Err(CopyError::Remote {
-            path: from.to_string(),
-            code: FilesError::WrongKind,
-            detail: format!("/workspace/{from} is a link or a special file: never copied"),
-        }),
-    }
 }
 
 #[cfg(test)]

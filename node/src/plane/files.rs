@@ -11,16 +11,19 @@
 //! offset the renter holds when its bytes hash as the host's, and ends with the blake3 of
 //! the whole file as read.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
 use gpux_protocol::plane_wire::{
     Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_LIST_PAGE,
 };
 use gpux_protocol::{BoundedString, BoundedVec};
+use tokio_util::sync::CancellationToken;
 
 use super::chunks::{Cache, hash_prefix, read_chunks, write_chunks};
-use super::confined::{Limit, PathError, Root};
+use super::confined::{Limit, PathError, Root, Walked, check, part_of};
 use super::{FramedStream, IDLE, Incoming, PlaneError, feed, recv, recv_data, send};
 
 /// The most entries a listing walks.
@@ -34,14 +37,6 @@ const PAGE_BYTES: usize = gpux_protocol::plane_wire::MAX_FILE_DATA;
 /// What one entry takes in a page at most, besides its path's bytes: the path's length
 /// (a varint) and the kind (a tag and a varint size).
 const ENTRY_OVERHEAD: usize = 16;
-
-/// The name of a put's part file, beside its target.
-pub(crate) fn part_of(path: &str) -> String {
-    match path.rsplit_once('/') {
-        Some((parent, name)) => format!("{parent}/.{name}.gpux-part"),
-        None => format!(".{path}.gpux-part"),
-    }
-}
 
 fn kind_of(stat: &rustix::fs::Stat) -> EntryKind {
     use rustix::fs::FileType;
@@ -77,7 +72,8 @@ async fn blocking<T: Send + 'static>(
 
 /// Serves one files stream on the workspace mounted at `dir` until the renter closes it.
 pub(crate) async fn serve(dir: PathBuf, mut framed: FramedStream) -> Result<(), PlaneError> {
-    let root = std::sync::Arc::new(blocking(move || Root::open(&dir)).await??);
+    let at = dir.clone();
+    let root = std::sync::Arc::new(blocking(move || Root::open(&at)).await??);
     loop {
         let request = match recv::<FilesRequest>(&mut framed, IDLE).await {
             Ok(r) => r,
@@ -114,7 +110,8 @@ pub(crate) async fn serve(dir: PathBuf, mut framed: FramedStream) -> Result<(), 
             }
             FilesRequest::Put { path, size } => {
                 // A put that fails part-way leaves the stream in the middle of its data.
-                if !put(&root, &mut framed, path.to_string(), size).await? {
+                if !put(&root, &dir, &mut framed, path.to_string(), size).await? {
+                    linger(&mut framed).await;
                     return Ok(());
                 }
             }
@@ -130,16 +127,28 @@ pub(crate) async fn serve(dir: PathBuf, mut framed: FramedStream) -> Result<(), 
     }
 }
 
-async fn list(
-    framed: &mut FramedStream,
-    all: Vec<(String, rustix::fs::Stat)>,
-) -> Result<(), PlaneError> {
+/// How long a stream left mid-put stays open to be read after the host's answer.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// Reads (and drops) what the renter still sends after a put failed in its data, for at
+/// most [`LINGER`] or until it closes: a stream closed at once would fail the renter's
+/// next write before it read why.
+async fn linger(framed: &mut FramedStream) {
+    use futures::StreamExt;
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Some(Ok(_)) = framed.next().await {}
+    })
+    .await;
+}
+
+async fn list(framed: &mut FramedStream, all: Vec<Walked>) -> Result<(), PlaneError> {
     let mut entries: Vec<Entry> = all
         .into_iter()
-        .filter_map(|(path, stat)| {
+        .filter_map(|walked| {
             Some(Entry {
-                path: BoundedString::new(path).ok()?,
-                kind: kind_of(&stat),
+                path: BoundedString::new(walked.path).ok()?,
+                // A name that is not UTF-8 is listed for the renter to report, never copied.
+                kind: walked.stat.as_ref().map_or(EntryKind::Other, kind_of),
             })
         })
         .collect();
@@ -184,14 +193,141 @@ struct Held {
     whole: bool,
     len: u64,
     hasher: blake3::Hasher,
+    /// The part, locked for this put (not yet opened when the whole file is held).
+    part: Option<std::fs::File>,
 }
 
-/// One put. Returns whether the stream can go on (false: it was left mid-data).
+/// How many times a part renamed between its open and its lock is opened again.
+const LOCK_TRIES: usize = 4;
+/// How long a put waits for the put it took over from to let go of the part.
+const TAKEOVER: Duration = Duration::from_secs(10);
+
+/// Opens a put's part and locks it, so that one put of a file writes at a time: a second
+/// one would write between the first one's bytes. The lock is the descriptor's, so it is
+/// held until the last write of the put's file thread; a put taking over (see [`Claim`])
+/// waits here for it, up to `wait` ([`TAKEOVER`]). The part is written only through the descriptor
+/// locked here, and its hash is taken through it too.
+fn lock_part(root: &Root, part: &str, wait: Duration) -> Result<std::fs::File, PathError> {
+    use rustix::fs::{FlockOperation, flock, fstat};
+    let io = |e: rustix::io::Errno| PathError::Io(part.to_string(), e.into());
+    let busy = |why: &str| {
+        PathError::Io(
+            part.to_string(),
+            std::io::Error::new(std::io::ErrorKind::ResourceBusy, why.to_string()),
+        )
+    };
+    let until = std::time::Instant::now() + wait;
+    for _ in 0..LOCK_TRIES {
+        let file = root.open_write(part)?;
+        loop {
+            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    return Err(busy(
+                        "something else holds this file's part; copy again once it has let go",
+                    ));
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        // A put that held the lock may have renamed this very file to its target between
+        // the open and the lock: then it is the target now, not a part.
+        let mine = fstat(&file).map_err(io)?;
+        if root
+            .stat(part)?
+            .is_some_and(|there| (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino))
+        {
+            return Ok(file);
+        }
+    }
+    Err(busy("the part keeps being replaced; copy again"))
+}
+
+/// The puts under way, by workspace and path: a put of a file takes over from one of the
+/// same file still under way, which ends at once. The one under way is most likely left by
+/// a link that died unseen (a renter copying again after a dropped connection), and would
+/// otherwise hold the file until its stream idled out.
+static PUTS: std::sync::Mutex<BTreeMap<(PathBuf, String), (u64, CancellationToken)>> =
+    std::sync::Mutex::new(BTreeMap::new());
+static NEXT_CLAIM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One put's claim on its file, given up when dropped.
+struct Claim {
+    key: (PathBuf, String),
+    id: u64,
+    /// Cancelled when another put of the file takes over.
+    taken_over: CancellationToken,
+}
+
+impl Claim {
+    fn take(dir: &std::path::Path, path: &str) -> Claim {
+        let key = (dir.to_path_buf(), path.to_string());
+        let id = NEXT_CLAIM.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let taken_over = CancellationToken::new();
+        let mut puts = PUTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, earlier)) = puts.insert(key.clone(), (id, taken_over.clone())) {
+            earlier.cancel();
+        }
+        Claim {
+            key,
+            id,
+            taken_over,
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut puts = PUTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if puts.get(&self.key).is_some_and(|(id, _)| *id == self.id) {
+            puts.remove(&self.key);
+        }
+    }
+}
+
+/// One put, ended at once when another put of the same file takes over. Returns whether
+/// the stream can go on (false: it was left mid-data).
+async fn put(
+    root: &std::sync::Arc<Root>,
+    dir: &std::path::Path,
+    framed: &mut FramedStream,
+    path: String,
+    size: u64,
+) -> Result<bool, PlaneError> {
+    // A path that names no file (empty, or ending in `/`) has no part either.
+    if let Err(e) = check(&path) {
+        send(framed, &failure(&e)).await?;
+        return Ok(true);
+    }
+    let claim = Claim::take(dir, &path);
+    let done = tokio::select! {
+        done = put_claimed(root, framed, path, size) => Some(done),
+        () = claim.taken_over.cancelled() => None,
+    };
+    match done {
+        Some(done) => done,
+        None => {
+            let answer =
+                FilesResponse::failed(FilesError::Io, "another copy of this file took over");
+            let _ = send(framed, &answer).await;
+            Ok(false)
+        }
+    }
+}
+
+/// One put of a checked path.
 ///
 /// Every byte is hashed as it is written (and a kept part once, as the put opens), so the
 /// file is read back never: the renter's whole-file blake3 at the end is compared with what
 /// the host holds.
-async fn put(
+async fn put_claimed(
     root: &std::sync::Arc<Root>,
     framed: &mut FramedStream,
     path: String,
@@ -209,26 +345,27 @@ async fn put(
                 whole: true,
                 len: size,
                 hasher,
+                part: None,
             });
         }
-        let mut len = 0;
-        let mut hasher = blake3::Hasher::new();
-        if let Ok(mut file) = r.open_read(&pp) {
-            let on_disk = file
-                .metadata()
-                .map_err(|e| PathError::Io(pp.clone(), e))?
-                .len();
-            // A part longer than the file is from another version of it: not held.
-            if on_disk <= size {
-                hasher =
-                    hash_prefix(&mut file, on_disk).map_err(|e| PathError::Io(pp.clone(), e))?;
-                len = on_disk;
-            }
-        }
+        let mut file = lock_part(&r, &pp, TAKEOVER)?;
+        let on_disk = file
+            .metadata()
+            .map_err(|e| PathError::Io(pp.clone(), e))?
+            .len();
+        // A part longer than the file is from another version of it: not held.
+        let (len, hasher) = if on_disk <= size {
+            let hasher =
+                hash_prefix(&mut file, on_disk).map_err(|e| PathError::Io(pp.clone(), e))?;
+            (on_disk, hasher)
+        } else {
+            (0, blake3::Hasher::new())
+        };
         Ok(Held {
             whole: false,
             len,
             hasher,
+            part: Some(file),
         })
     })
     .await?;
@@ -278,9 +415,24 @@ async fn put(
     } else {
         (blake3::Hasher::new(), 0)
     };
-    let (r, pp) = (root.clone(), part.clone());
+    let (r, pp, locked) = (root.clone(), part.clone(), held.part);
     let opened = blocking(move || -> Result<std::fs::File, PathError> {
-        let file = r.open_write(&pp)?;
+        let file = match locked {
+            Some(file) => file,
+            None => lock_part(&r, &pp, TAKEOVER)?,
+        };
+        // No other put writes the part now, but the workload may have cut it since it was
+        // hashed: growing it back would put zeros where the hash says the bytes are.
+        let on_disk = file
+            .metadata()
+            .map_err(|e| PathError::Io(pp.clone(), e))?
+            .len();
+        if on_disk < keep {
+            return Err(PathError::Io(
+                pp,
+                std::io::Error::other("the part shrank while it was compared; copy again"),
+            ));
+        }
         file.set_len(keep)
             .map_err(|e| PathError::Io(pp.clone(), e))?;
         Ok(file)
@@ -415,6 +567,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_put_of_a_file_writes_at_a_time_and_a_later_one_takes_over() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = std::sync::Arc::new(Root::open(ws.path()).unwrap());
+        let part = part_of("f.bin");
+        let short = Duration::from_millis(100);
+        let first = lock_part(&root, &part, short).unwrap();
+        let e = lock_part(&root, &part, short).err().unwrap();
+        assert_eq!(e.kind(), Some(std::io::ErrorKind::ResourceBusy), "{e}");
+        // A put taking over waits for the one before to let go.
+        let (r, p) = (root.clone(), part.clone());
+        let second = std::thread::spawn(move || lock_part(&r, &p, TAKEOVER));
+        std::thread::sleep(Duration::from_millis(300));
+        drop(first);
+        let second = second.join().unwrap().unwrap();
+        // A part renamed to its file is a part no more.
+        root.rename_in_place(&part, "f.bin").unwrap();
+        let third = lock_part(&root, &part, short).unwrap();
+        let (a, b) = (
+            rustix::fs::fstat(&second).unwrap(),
+            rustix::fs::fstat(&third).unwrap(),
+        );
+        assert_ne!(a.st_ino, b.st_ino);
+
+        // Claims: a later put of the same file ends the one before; others are left be.
+        let one = Claim::take(ws.path(), "f.bin");
+        let other = Claim::take(ws.path(), "g.bin");
+        let two = Claim::take(ws.path(), "f.bin");
+        assert!(one.taken_over.is_cancelled());
+        assert!(!other.taken_over.is_cancelled() && !two.taken_over.is_cancelled());
+        drop(one);
+        let three = Claim::take(ws.path(), "f.bin");
+        assert!(two.taken_over.is_cancelled() && !three.taken_over.is_cancelled());
+    }
+
+    #[test]
     fn a_listing_of_long_paths_is_paged_into_frames_that_fit() {
         let entries: Vec<Entry> = (0..600)
             .map(|i| Entry {
@@ -445,11 +632,5 @@ mod tests {
         assert_eq!(back, entries);
         // 600 paths of 4 KiB take 10 pages of 62; the 300 short ones two more.
         assert!(pages >= 11, "{pages} pages");
-    }
-
-    #[test]
-    fn parts_sit_beside_their_file() {
-        assert_eq!(part_of("a/b/c.bin"), "a/b/.c.bin.gpux-part");
-        assert_eq!(part_of("c.bin"), ".c.bin.gpux-part");
     }
 }

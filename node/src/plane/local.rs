@@ -115,21 +115,13 @@ impl LocalDir {
     }
 }
 
-/// The part file beside a target, both relative to the same directory.
-pub(super) fn part_of(path: &str) -> String {
-    match path.rsplit_once('/') {
-        Some((parent, name)) => format!("{parent}/.{name}.gpux-part"),
-        None => format!(".{path}.gpux-part"),
-    }
-}
-
 /// What is under a local directory, relative to it, sorted.
 #[derive(Default)]
 pub(super) struct LocalTree {
     /// Files and their sizes.
     pub(super) files: Vec<(String, u64)>,
     pub(super) dirs: Vec<String>,
-    /// Links and special files.
+    /// Links, special files and names that are not UTF-8.
     pub(super) skipped: Vec<String>,
 }
 
@@ -151,8 +143,14 @@ pub(super) fn walk_local(root: &Path) -> Result<LocalTree, CopyError> {
             .collect();
         names.sort_by_key(std::fs::DirEntry::file_name);
         for entry in names {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let child = join(&rel, &name);
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str() else {
+                // Every path on the wire is UTF-8: reported, under its name as near as
+                // UTF-8 comes, and never copied.
+                skipped.push(join(&rel, &file_name.to_string_lossy()));
+                continue;
+            };
+            let child = join(&rel, name);
             let kind = entry.file_type().map_err(local(&entry.path()))?;
             if kind.is_dir() {
                 dirs.push(child.clone());

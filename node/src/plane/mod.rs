@@ -21,6 +21,7 @@ mod chunks;
 pub mod client;
 mod confined;
 pub mod copy;
+mod copy_tree;
 pub mod delegate;
 mod files;
 pub(crate) mod host;

@@ -1,0 +1,236 @@
+//! The trees of `gpux cp`: what a copy of a file or a directory does on its one files
+//! stream, either way, as `cp -r` would (see [`super::copy`]).
+
+use std::path::Path;
+
+use gpux_protocol::plane_wire::{EntryKind, FilesError};
+
+use super::copy::{CopyError, CopyReport, Progress, Session, base_name, join, local};
+use super::local::{LocalDir, LocalTree, walk_local};
+
+/// Copies local `from` into the workspace at `to`: into `to` when it is a directory (or
+/// `into`, written with a trailing `/`), as `to` otherwise.
+pub(super) async fn upload(
+    session: &mut Session,
+    from: &Path,
+    to: &str,
+    into: bool,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let meta = tokio::fs::symlink_metadata(from)
+        .await
+        .map_err(local(from))?;
+    let at = session.stat(to).await?;
+    let target = match at {
+        Some(EntryKind::Dir) => join(to, &base_name(from)?),
+        None if into && !to.is_empty() => {
+            session.mkdir(to).await?;
+            join(to, &base_name(from)?)
+        }
+        Some(EntryKind::File(_)) if meta.is_dir() => {
+            return Err(CopyError::Usage(format!(
+                "/workspace/{to} is a file; a directory cannot be copied onto it"
+            )));
+        }
+        _ => to.to_string(),
+    };
+    let mut report = CopyReport::default();
+    if meta.is_file() {
+        progress.total(meta.len());
+        report.bytes_sent += session.put(from, &target, meta.len(), progress).await?;
+        report.files = 1;
+        report.bytes = meta.len();
+        return Ok(report);
+    }
+    if !meta.is_dir() {
+        return Err(CopyError::Usage(format!(
+            "{} is neither a file nor a directory",
+            from.display()
+        )));
+    }
+    // A directory copied onto a name not there yet is made under that name: the same copy
+    // again would find it there and copy into it, nested.
+    let made_here = at.is_none() && !into;
+    put_tree(session, from, &target, progress)
+        .await
+        .map_err(|e| match e {
+            CopyError::Link(why) if made_here => CopyError::LinkMade {
+                why,
+                made: to.to_string(),
+                again: go_on_with(to, &base_name(from).unwrap_or_default()),
+            },
+            e => e,
+        })
+}
+
+/// How to go on with a directory copy named `name` here that made `to` and broke: copy it
+/// into `to`'s parent, which takes it to `to` when the names agree.
+fn go_on_with(to: &str, name: &str) -> String {
+    let (parent, made_name) = to.rsplit_once('/').unwrap_or(("", to));
+    let parent = if parent.is_empty() {
+        String::new()
+    } else {
+        format!("{parent}/")
+    };
+    if made_name == name {
+        format!(
+            "to go on from where it stopped, copy it into the parent: `gpux cp SRC LEASE:/workspace/{parent}`"
+        )
+    } else {
+        format!(
+            "to go on from where it stopped, copy it from a local directory named {made_name:?} into the parent (`gpux cp .../{made_name} LEASE:/workspace/{parent}`), or remove /workspace/{to} and copy again"
+        )
+    }
+}
+
+/// Copies the local directory `from` to the workspace's `target`, made when not there.
+async fn put_tree(
+    session: &mut Session,
+    from: &Path,
+    target: &str,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let mut report = CopyReport::default();
+    let from_dir = from.to_path_buf();
+    let LocalTree {
+        files,
+        dirs,
+        skipped,
+    } = tokio::task::spawn_blocking(move || walk_local(&from_dir))
+        .await
+        .map_err(|e| CopyError::Link(e.to_string()))??;
+    progress.total(files.iter().map(|(_, n)| n).sum());
+    session.mkdir(target).await?;
+    report.dirs += 1;
+    for dir in &dirs {
+        session.mkdir(&join(target, dir)).await?;
+        report.dirs += 1;
+    }
+    for (file, size) in &files {
+        let remote = join(target, file);
+        report.bytes_sent += session
+            .put(&from.join(file), &remote, *size, progress)
+            .await?;
+        report.files += 1;
+        report.bytes += size;
+    }
+    report.skipped = skipped;
+    Ok(report)
+}
+
+/// Copies `/workspace/{from}` to local `to`: into `to` when it is a directory (or written
+/// with a trailing `/`, made then), as `to` otherwise.
+pub(super) async fn download(
+    session: &mut Session,
+    from: &str,
+    to: &Path,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let kind = session.stat(from).await?.ok_or_else(|| CopyError::Remote {
+        path: from.to_string(),
+        code: FilesError::NotFound,
+        detail: format!("nothing at /workspace/{from}"),
+    })?;
+    let name = from
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("workspace");
+    // Written with a trailing `/`: a directory to copy into, made when it is not there.
+    if to.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        tokio::fs::create_dir_all(to).await.map_err(local(to))?;
+    }
+    let local_is_dir = tokio::fs::metadata(to).await.is_ok_and(|m| m.is_dir());
+    let target = if local_is_dir {
+        to.join(name)
+    } else {
+        to.to_path_buf()
+    };
+    let mut report = CopyReport::default();
+    match kind {
+        EntryKind::File(size) => {
+            progress.total(size);
+            let name = base_name(&target)?;
+            let parent = match target.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            let dir = LocalDir::open(parent)?;
+            let (size, got) = session.get(from, &dir, &name, size, progress).await?;
+            report.files = 1;
+            report.bytes = size;
+            report.bytes_sent = got;
+            Ok(report)
+        }
+        EntryKind::Dir => {
+            let entries = session.list(from).await?;
+            let total = entries
+                .iter()
+                .map(|e| match e.kind {
+                    EntryKind::File(n) => n,
+                    _ => 0,
+                })
+                .fold(0u64, u64::saturating_add);
+            progress.total(total);
+            tokio::fs::create_dir_all(&target)
+                .await
+                .map_err(local(&target))?;
+            let dir = LocalDir::open(&target)?;
+            report.dirs += 1;
+            for entry in entries {
+                // The host names what it lists: nothing may lead out of the target.
+                if super::confined::check(&entry.path).is_err() {
+                    return Err(CopyError::Link(format!(
+                        "the host listed {:?}, a path that leaves the directory",
+                        entry.path.as_str()
+                    )));
+                }
+                let path = entry.path.to_string();
+                let remote = join(from, &path);
+                match entry.kind {
+                    EntryKind::Dir => {
+                        let at = path.clone();
+                        dir.with(&path, move |root| root.mkdir_all(&at)).await?;
+                        report.dirs += 1;
+                    }
+                    EntryKind::File(listed) => {
+                        let (size, got) =
+                            session.get(&remote, &dir, &path, listed, progress).await?;
+                        report.files += 1;
+                        report.bytes = report.bytes.saturating_add(size);
+                        report.bytes_sent = report.bytes_sent.saturating_add(got);
+                    }
+                    EntryKind::Symlink | EntryKind::Other => {
+                        report.skipped.push(entry.path.to_string())
+                    }
+                }
+            }
+            Ok(report)
+        }
+        EntryKind::Symlink | EntryKind::Other => Err(CopyError::Remote {
+            path: from.to_string(),
+            code: FilesError::WrongKind,
+            detail: format!("/workspace/{from} is a link or a special file: never copied"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_directory_copy_says_how_to_go_on_without_nesting() {
+        assert!(
+            go_on_with("tree", "tree").ends_with("`gpux cp SRC LEASE:/workspace/`"),
+            "{}",
+            go_on_with("tree", "tree")
+        );
+        assert!(go_on_with("in/tree", "tree").ends_with("`gpux cp SRC LEASE:/workspace/in/`"));
+        let renamed = go_on_with("in/out", "tree");
+        assert!(
+            renamed.contains("named \"out\"") && renamed.contains("LEASE:/workspace/in/`"),
+            "{renamed}"
+        );
+    }
+}
