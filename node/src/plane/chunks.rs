@@ -17,12 +17,37 @@ const AHEAD: usize = 8;
 /// blake3 of a file's first `len` bytes, as a hasher that can go on (blocking). A file
 /// shorter than `len` is an error.
 pub(crate) fn hash_prefix(file: &mut std::fs::File, len: u64) -> io::Result<blake3::Hasher> {
+    hash_prefix_while(file, len, || true)
+}
+
+/// How much [`hash_prefix_while`] reads between two questions.
+const HASH_STEP: usize = 1 << 20;
+
+/// [`hash_prefix`], asking `go_on` before each mebibyte and stopping (`Interrupted`) when
+/// it says no: a hash of a large file for a request given up does not hold its thread.
+pub(crate) fn hash_prefix_while(
+    file: &mut std::fs::File,
+    len: u64,
+    go_on: impl Fn() -> bool,
+) -> io::Result<blake3::Hasher> {
     file.seek(SeekFrom::Start(0))?;
     let mut hasher = blake3::Hasher::new();
-    let mut prefix = Read::take(&mut *file, len);
-    hasher.update_reader(&mut prefix)?;
-    if prefix.limit() > 0 {
-        return Err(io::Error::other("the file is shorter than it was"));
+    let mut buf = vec![0; HASH_STEP.min(usize::try_from(len).unwrap_or(HASH_STEP))];
+    let mut left = len;
+    while left > 0 {
+        if !go_on() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "given up"));
+        }
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        file.read_exact(&mut buf[..n]).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                io::Error::other("the file is shorter than it was")
+            } else {
+                e
+            }
+        })?;
+        hasher.update(&buf[..n]);
+        left -= n as u64;
     }
     Ok(hasher)
 }
@@ -206,6 +231,29 @@ mod tests {
 
     use super::*;
     use gpux_protocol::plane_wire::FilesResponse;
+
+    #[test]
+    fn a_prefix_hash_goes_step_by_step_and_stops_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..(5 << 19) + 7).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let mut file = std::fs::File::open(&path).unwrap();
+        for len in [0, 1, 1 << 20, bytes.len()] {
+            let hasher = hash_prefix(&mut file, len as u64).unwrap();
+            assert_eq!(hasher.finalize(), blake3::hash(&bytes[..len]), "{len}");
+        }
+        let short = hash_prefix(&mut file, bytes.len() as u64 + 1).unwrap_err();
+        assert!(short.to_string().contains("shorter"), "{short}");
+        let asked = std::cell::Cell::new(0);
+        let stopped = hash_prefix_while(&mut file, bytes.len() as u64, || {
+            asked.set(asked.get() + 1);
+            asked.get() < 2
+        })
+        .unwrap_err();
+        assert_eq!(stopped.kind(), io::ErrorKind::Interrupted);
+        assert_eq!(asked.get(), 2);
+    }
 
     #[tokio::test]
     async fn a_write_goes_on_at_its_offset_cached_or_not() {

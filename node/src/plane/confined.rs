@@ -263,8 +263,7 @@ impl Root {
             check(path)?;
         }
         let mut out = Vec::new();
-        let mut bytes = 0;
-        self.walk_into(path, "", limit, &mut out, &mut bytes)?;
+        self.walk_into(path, "", limit, &mut out, &mut Seen::default())?;
         Ok(out)
     }
 
@@ -274,25 +273,27 @@ impl Root {
         rel: &str,
         limit: Limit,
         out: &mut Vec<Walked>,
-        bytes: &mut usize,
+        seen: &mut Seen,
     ) -> Result<(), PathError> {
         let here = join(base, rel);
         let fd = self.resolve(&here, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
-        // The limits hold while the directory is read, so one directory of millions of
-        // names is refused before they are all held.
+        // Every name is charged as it is read, and never given back: what all the
+        // directories being walked hold at once stays within the limits, however the
+        // workload nests them.
         let mut names = Vec::new();
-        let mut pending = 0;
         for entry in rustix::fs::Dir::read_from(&fd).map_err(|e| PathError::from_errno(&here, e))? {
             let entry = entry.map_err(|e| PathError::from_errno(&here, e))?;
             let raw = entry.file_name();
             if raw == c"." || raw == c".." {
                 continue;
             }
-            if out.len() + names.len() >= limit.entries {
+            seen.entries += 1;
+            if seen.entries > limit.entries {
                 return Err(too_many(here, limit));
             }
-            pending += rel.len() + 1 + raw.to_bytes().len();
-            if *bytes + pending > limit.path_bytes {
+            // At least the length of the path it is listed under.
+            seen.path_bytes += rel.len() + 1 + raw.to_bytes().len();
+            if seen.path_bytes > limit.path_bytes {
                 return Err(too_long(here, limit));
             }
             names.push(raw.to_owned());
@@ -300,11 +301,6 @@ impl Root {
         // By bytes: for UTF-8 names, the order of their characters.
         names.sort();
         for raw in names {
-            // Counted again as taken: what deeper directories took came after this one
-            // was read.
-            if out.len() >= limit.entries {
-                return Err(too_many(here, limit));
-            }
             let (child, stat) = match raw.to_str() {
                 Ok(name) => match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(stat) => (join(rel, name), Some(stat)),
@@ -316,10 +312,6 @@ impl Root {
                 // nor a directory, under its name as near as UTF-8 comes, and not entered.
                 Err(_) => (join(rel, &raw.to_string_lossy()), None),
             };
-            *bytes += child.len();
-            if *bytes > limit.path_bytes {
-                return Err(too_long(here, limit));
-            }
             let is_dir = stat.is_some_and(|stat| {
                 rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory
             });
@@ -328,11 +320,18 @@ impl Root {
                 stat,
             });
             if is_dir {
-                self.walk_into(base, &child, limit, out, bytes)?;
+                self.walk_into(base, &child, limit, out, seen)?;
             }
         }
         Ok(())
     }
+}
+
+/// What a walk has read so far.
+#[derive(Default)]
+struct Seen {
+    entries: usize,
+    path_bytes: usize,
 }
 
 /// One entry a walk found.

@@ -140,13 +140,13 @@ pub enum CopyError {
         "the link to the host broke ({0}); run the same copy again to go on from where it stopped"
     )]
     Link(String),
-    /// The link broke during a directory copy that made its destination `made`: the same
-    /// copy again would copy into it, nested; `again` says how to go on.
+    /// A directory copy that made its destination `made` stopped: the same copy again
+    /// would copy into it, nested; `again` says how to go on.
     #[error(
-        "the link to the host broke ({why}); this copy made /workspace/{made}, and the same command again would copy into it: {again}"
+        "{why}; this copy made /workspace/{made}, and the same command again would copy into it: {again}"
     )]
-    LinkMade {
-        /// Why it broke.
+    Made {
+        /// Why it stopped.
         why: String,
         /// The directory the copy made.
         made: String,

@@ -49,21 +49,31 @@ pub(super) async fn upload(
         )));
     }
     // A directory copied onto a name not there yet is made under that name: the same copy
-    // again would find it there and copy into it, nested.
+    // again would find it there and copy into it, nested. Once it is made, whatever stops
+    // the copy says how to go on instead.
     let made_here = at.is_none() && !into;
+    if made_here {
+        session.mkdir(&target).await?;
+    }
     put_tree(session, from, &target, progress)
         .await
-        .map_err(|e| match e {
-            CopyError::Link(why) if made_here => CopyError::LinkMade {
+        .map_err(|e| {
+            if !made_here {
+                return e;
+            }
+            let why = match e {
+                CopyError::Link(why) => format!("the link to the host broke ({why})"),
+                e => e.to_string(),
+            };
+            CopyError::Made {
                 why,
                 made: to.to_string(),
                 again: go_on_with(to, &base_name(from).unwrap_or_default()),
-            },
-            e => e,
+            }
         })
 }
 
-/// How to go on with a directory copy named `name` here that made `to` and broke: copy it
+/// How to go on with a directory copy named `name` here that made `to` and stopped: copy it
 /// into `to`'s parent, which takes it to `to` when the names agree.
 fn go_on_with(to: &str, name: &str) -> String {
     let (parent, made_name) = to.rsplit_once('/').unwrap_or(("", to));

@@ -26,6 +26,7 @@ pub mod delegate;
 mod files;
 pub(crate) mod host;
 mod local;
+mod put;
 mod splice;
 pub(crate) mod stage;
 pub(crate) mod stage_host;

@@ -1,0 +1,437 @@
+//! The host's side of a put on `/gpux/files/1`: a file from the renter into the workspace.
+//!
+//! A put lands in its part (see [`part_of`]) and becomes the file only once the whole
+//! file hashes (blake3, computed as the bytes are written) to what the renter sends at its
+//! end; an interrupted put leaves the part, and the next put of that file goes on from its
+//! end when the renter's first bytes hash as the part.
+//!
+//! One put of a file writes at a time: the part is written, hashed and renamed only through
+//! a descriptor holding an exclusive `flock` on it, and a put of a file takes over from one
+//! of the same file still under way (see [`Claim`]).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gpux_protocol::plane_wire::{FilesError, FilesRequest, FilesResponse};
+use tokio_util::sync::CancellationToken;
+
+use super::chunks::{Cache, hash_prefix_while, write_chunks};
+use super::confined::{PathError, Root, check, part_of};
+use super::files::{blocking, failure};
+use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
+
+/// What the host holds of a file being put.
+struct Held {
+    /// The whole file, at the size announced (else the part an interrupted put left).
+    whole: bool,
+    len: u64,
+    hasher: blake3::Hasher,
+    /// The part, locked for this put (not yet opened when the whole file is held).
+    part: Option<File>,
+}
+
+/// How many times a part renamed between its open and its lock is opened again.
+const LOCK_TRIES: usize = 4;
+/// How long a put waits for the put it took over from to let go of the part.
+const TAKEOVER: Duration = Duration::from_secs(10);
+/// How often a put waiting for a part tries its lock again.
+const LOCK_POLL: Duration = Duration::from_millis(50);
+
+fn busy(part: &str, why: &str) -> PathError {
+    PathError::Io(
+        part.to_string(),
+        std::io::Error::new(std::io::ErrorKind::ResourceBusy, why.to_string()),
+    )
+}
+
+/// Opens a put's part and takes its lock (blocking); `None` while another descriptor
+/// holds it.
+fn try_lock_part(root: &Root, part: &str) -> Result<Option<File>, PathError> {
+    use rustix::fs::{FlockOperation, flock, fstat};
+    let io = |e: rustix::io::Errno| PathError::Io(part.to_string(), e.into());
+    for _ in 0..LOCK_TRIES {
+        let file = root.open_write(part)?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+            Err(e) => return Err(io(e)),
+        }
+        // A put that held the lock may have renamed this very file to its target between
+        // the open and the lock: then it is the target now, not a part.
+        let mine = fstat(&file).map_err(io)?;
+        if root
+            .stat(part)?
+            .is_some_and(|there| (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino))
+        {
+            return Ok(Some(file));
+        }
+    }
+    Err(busy(part, "the part keeps being replaced; copy again"))
+}
+
+/// Opens a put's part and locks it, waiting up to `wait` while another descriptor holds it
+/// (a put taken over lets go once its file thread has written what it had). The lock is
+/// the open file's, so it holds while any descriptor of it is open: the put's file thread
+/// and the put itself, up to its rename. The wait is asynchronous: a put taken over while
+/// it waits holds no thread.
+async fn lock_part(root: &Arc<Root>, part: &str, wait: Duration) -> Result<File, PathError> {
+    let until = Instant::now() + wait;
+    loop {
+        let (r, p) = (root.clone(), part.to_string());
+        let tried = tokio::task::spawn_blocking(move || try_lock_part(&r, &p))
+            .await
+            .map_err(|e| PathError::Io(part.to_string(), std::io::Error::other(e.to_string())))?;
+        match tried? {
+            Some(file) => return Ok(file),
+            None if Instant::now() < until => tokio::time::sleep(LOCK_POLL).await,
+            None => {
+                return Err(busy(
+                    part,
+                    "something else holds this file's part; copy again once it has let go",
+                ));
+            }
+        }
+    }
+}
+
+/// The puts under way, by workspace and path. The one under way when another put of the
+/// same file comes is most likely left by a link that died unseen (a renter copying again
+/// after a dropped connection), and would otherwise hold the file until its stream idled
+/// out.
+type Puts = BTreeMap<(PathBuf, String), (u64, CancellationToken)>;
+static PUTS: std::sync::Mutex<Puts> = std::sync::Mutex::new(BTreeMap::new());
+static NEXT_CLAIM: AtomicU64 = AtomicU64::new(0);
+
+/// One put's claim on its file, given up when dropped.
+struct Claim {
+    key: (PathBuf, String),
+    id: u64,
+    /// Cancelled when another put of the file takes over.
+    taken_over: CancellationToken,
+}
+
+impl Claim {
+    /// Claims `path` in the workspace at `dir`, ending the put that held it.
+    fn take(dir: &Path, path: &str) -> Claim {
+        let key = (dir.to_path_buf(), path.to_string());
+        let id = NEXT_CLAIM.fetch_add(1, Ordering::Relaxed);
+        let taken_over = CancellationToken::new();
+        let mut puts = PUTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, earlier)) = puts.insert(key.clone(), (id, taken_over.clone())) {
+            earlier.cancel();
+        }
+        Claim {
+            key,
+            id,
+            taken_over,
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut puts = PUTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if puts.get(&self.key).is_some_and(|(id, _)| *id == self.id) {
+            puts.remove(&self.key);
+        }
+    }
+}
+
+/// One put into the workspace at `dir`, ended at once when another put of the same file
+/// takes over. Returns whether the stream can go on (false: it was left mid-data).
+pub(super) async fn put(
+    root: &Arc<Root>,
+    dir: &Path,
+    framed: &mut FramedStream,
+    path: String,
+    size: u64,
+) -> Result<bool, PlaneError> {
+    // A path that names no file (empty, or ending in `/`) has no part either.
+    if let Err(e) = check(&path) {
+        send(framed, &failure(&e)).await?;
+        return Ok(true);
+    }
+    let claim = Claim::take(dir, &path);
+    let done = tokio::select! {
+        done = put_claimed(root, framed, path, size, &claim.taken_over) => Some(done),
+        () = claim.taken_over.cancelled() => None,
+    };
+    match done {
+        Some(done) => done,
+        None => {
+            let answer =
+                FilesResponse::failed(FilesError::Io, "another copy of this file took over");
+            let _ = send(framed, &answer).await;
+            Ok(false)
+        }
+    }
+}
+
+/// What the host holds of `path` at `size`: the whole file, when it is there at that size,
+/// else the part, locked, and as much of it as counts. An error is the answer to the put.
+async fn holding(
+    root: &Arc<Root>,
+    path: &str,
+    part: &str,
+    size: u64,
+    stop: &CancellationToken,
+) -> Result<Result<Held, PathError>, PlaneError> {
+    let (r, p, t) = (root.clone(), path.to_string(), stop.clone());
+    let whole = blocking(move || {
+        let mut file = r.open_read(&p).ok()?;
+        if file.metadata().ok()?.len() != size {
+            return None;
+        }
+        hash_prefix_while(&mut file, size, || !t.is_cancelled()).ok()
+    })
+    .await?;
+    if let Some(hasher) = whole {
+        // The renter may have nothing to send.
+        return Ok(Ok(Held {
+            whole: true,
+            len: size,
+            hasher,
+            part: None,
+        }));
+    }
+    let mut file = match lock_part(root, part, TAKEOVER).await {
+        Ok(file) => file,
+        Err(e) => return Ok(Err(e)),
+    };
+    let (pp, t) = (part.to_string(), stop.clone());
+    blocking(move || {
+        let on_disk = file
+            .metadata()
+            .map_err(|e| PathError::Io(pp.clone(), e))?
+            .len();
+        // A part longer than the file is from another version of it: not held.
+        let (len, hasher) = if on_disk <= size {
+            let hasher = hash_prefix_while(&mut file, on_disk, || !t.is_cancelled())
+                .map_err(|e| PathError::Io(pp.clone(), e))?;
+            (on_disk, hasher)
+        } else {
+            (0, blake3::Hasher::new())
+        };
+        Ok(Held {
+            whole: false,
+            len,
+            hasher,
+            part: Some(file),
+        })
+    })
+    .await
+}
+
+/// One put of a checked path, given up when `stop` is cancelled.
+///
+/// Every byte is hashed as it is written (and a kept part once, as the put opens), so the
+/// file is read back never: the renter's whole-file blake3 at the end is compared with what
+/// the host holds.
+async fn put_claimed(
+    root: &Arc<Root>,
+    framed: &mut FramedStream,
+    path: String,
+    size: u64,
+    stop: &CancellationToken,
+) -> Result<bool, PlaneError> {
+    let part = part_of(&path);
+    let held = match holding(root, &path, &part, size, stop).await? {
+        Ok(held) => held,
+        Err(e) => {
+            send(framed, &failure(&e)).await?;
+            return Ok(true);
+        }
+    };
+    let hash = *held.hasher.finalize().as_bytes();
+    send(
+        framed,
+        &FilesResponse::Holding {
+            len: held.len,
+            hash,
+        },
+    )
+    .await?;
+    let from = match recv::<FilesRequest>(framed, IDLE).await? {
+        FilesRequest::PutFrom(from) if from == held.len || from == 0 => from,
+        _ => {
+            let answer = FilesResponse::failed(
+                FilesError::Invalid,
+                "a put goes on from what the host holds, or from 0",
+            );
+            send(framed, &answer).await?;
+            return Ok(false);
+        }
+    };
+    if held.whole && from == size {
+        // The renter's bytes hash as the file there: nothing to write.
+        return match recv::<FilesRequest>(framed, IDLE).await? {
+            FilesRequest::PutEnd(end) if end == hash => {
+                send(framed, &FilesResponse::Done).await?;
+                Ok(true)
+            }
+            _ => {
+                let answer = FilesResponse::failed(FilesError::Invalid, "a put's end was expected");
+                send(framed, &answer).await?;
+                Ok(false)
+            }
+        };
+    }
+    let (hasher, keep) = if from > 0 && !held.whole {
+        (held.hasher, from)
+    } else {
+        (blake3::Hasher::new(), 0)
+    };
+    let locked = match held.part {
+        Some(file) => Ok(file),
+        None => lock_part(root, &part, TAKEOVER).await,
+    };
+    let pp = part.clone();
+    let opened = blocking(move || -> Result<(File, File), PathError> {
+        let io = |e| PathError::Io(pp.clone(), e);
+        let file = locked?;
+        // No other put writes the part now, but the workload may have cut it since it was
+        // hashed: growing it back would put zeros where the hash says the bytes are.
+        if file.metadata().map_err(io)?.len() < keep {
+            return Err(io(std::io::Error::other(
+                "the part shrank while it was compared; copy again",
+            )));
+        }
+        file.set_len(keep).map_err(io)?;
+        // The lock goes with the last descriptor: this one keeps it to the rename.
+        let keeps_lock = file.try_clone().map_err(io)?;
+        Ok((file, keeps_lock))
+    })
+    .await?;
+    let (file, keeps_lock) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            send(framed, &failure(&e)).await?;
+            return Ok(false);
+        }
+    };
+    let mut at = keep;
+    let writer = write_chunks(file, keep, hasher, Cache::Keep);
+    // The file's thread stops at its first error: that error is the answer.
+    let mut failed = false;
+    while at < size {
+        // A broken stream keeps what arrived in the part, written out before the next put
+        // of the file can look at it.
+        let frame = match recv_data::<FilesRequest>(framed, IDLE).await {
+            Ok(frame) => frame,
+            Err(e) => {
+                let _ = writer.finish().await;
+                return Err(e);
+            }
+        };
+        let data = match frame {
+            Incoming::Data(data) if at + data.len() as u64 <= size => data,
+            other => {
+                let _ = writer.finish().await;
+                let detail = match other {
+                    Incoming::Data(_) => "more data than announced",
+                    Incoming::Frame(_) => "a put's data was cut short",
+                };
+                send(framed, &FilesResponse::failed(FilesError::Invalid, detail)).await?;
+                return Ok(false);
+            }
+        };
+        at += data.len() as u64;
+        if writer.write(data).await.is_err() {
+            failed = true;
+            break;
+        }
+    }
+    let (r, pp) = (root.clone(), part.clone());
+    let hasher = match writer.finish().await {
+        Ok(hasher) if !failed => hasher,
+        result => {
+            let error = result
+                .err()
+                .unwrap_or_else(|| std::io::Error::other("the write stopped"));
+            let _ = send(framed, &failure(&PathError::Io(part.clone(), error))).await;
+            let _ = blocking(move || {
+                let _locked = keeps_lock;
+                r.remove_file(&pp)
+            })
+            .await;
+            return Ok(false);
+        }
+    };
+    let FilesRequest::PutEnd(end) = recv::<FilesRequest>(framed, IDLE).await? else {
+        let answer = FilesResponse::failed(FilesError::Invalid, "a put's end was expected");
+        send(framed, &answer).await?;
+        return Ok(false);
+    };
+    let matches = *hasher.finalize().as_bytes() == end;
+    let answer = blocking(move || {
+        // Held to the end of the rename (or removal), which goes on even if this put is
+        // taken over meanwhile: the put that takes over opens the part only after it.
+        let _locked = keeps_lock;
+        if !matches {
+            let _ = r.remove_file(&pp);
+            return FilesResponse::failed(
+                FilesError::HashMismatch,
+                "the file's bytes do not hash to what the renter sent; it was not stored",
+            );
+        }
+        match r.rename_in_place(&pp, &path) {
+            Ok(()) => FilesResponse::Done,
+            Err(e) => failure(&e),
+        }
+    })
+    .await?;
+    send(framed, &answer).await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_put_of_a_file_writes_at_a_time_and_a_later_one_takes_over() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = Arc::new(Root::open(ws.path()).unwrap());
+        let part = part_of("f.bin");
+        let short = Duration::from_millis(100);
+        let first = lock_part(&root, &part, short).await.unwrap();
+        let e = lock_part(&root, &part, short).await.err().unwrap();
+        assert_eq!(e.kind(), Some(std::io::ErrorKind::ResourceBusy), "{e}");
+        // The lock is the open file's: a descriptor kept of it keeps the lock.
+        let kept = first.try_clone().unwrap();
+        drop(first);
+        assert!(lock_part(&root, &part, short).await.is_err());
+        // A put taking over waits for the one before to let go.
+        let (r, p) = (root.clone(), part.clone());
+        let second = tokio::spawn(async move { lock_part(&r, &p, TAKEOVER).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(kept);
+        let second = second.await.unwrap().unwrap();
+        // A part renamed to its file is a part no more.
+        root.rename_in_place(&part, "f.bin").unwrap();
+        let third = lock_part(&root, &part, short).await.unwrap();
+        let (a, b) = (
+            rustix::fs::fstat(&second).unwrap(),
+            rustix::fs::fstat(&third).unwrap(),
+        );
+        assert_ne!(a.st_ino, b.st_ino);
+
+        // Claims: a later put of the same file ends the one before; others are left be.
+        let one = Claim::take(ws.path(), "f.bin");
+        let other = Claim::take(ws.path(), "g.bin");
+        let two = Claim::take(ws.path(), "f.bin");
+        assert!(one.taken_over.is_cancelled());
+        assert!(!other.taken_over.is_cancelled() && !two.taken_over.is_cancelled());
+        drop(one);
+        let three = Claim::take(ws.path(), "f.bin");
+        assert!(two.taken_over.is_cancelled() && !three.taken_over.is_cancelled());
+    }
+}
