@@ -550,11 +550,13 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     std::os::unix::fs::symlink("/etc/passwd", tree.join("link")).unwrap();
     let bad = std::ffi::OsStr::from_bytes(b"bad\xff");
     std::fs::write(tree.join(bad), b"x").unwrap();
+    // What an interrupted download left is this side's own, not a file to copy.
+    std::fs::write(tree.join(".stale.gpux-part"), b"x").unwrap();
     let up = copy_report(&renter.gpux(&["cp", tree.to_str().unwrap(), &remote(""), "--json"]));
     assert_eq!(up["files"].as_u64(), Some(3), "{up}");
     assert_eq!(
         up["skipped"],
-        serde_json::json!(["bad\u{fffd}", "link"]),
+        serde_json::json!([".stale.gpux-part", "bad\u{fffd}", "link"]),
         "{up}"
     );
     // A name that is not UTF-8 (no path on the wire is) is reported, never copied.
@@ -567,6 +569,13 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
         "printf x > \"/workspace/tree/odd$(printf '\\377')\"",
     ]);
     assert!(odd.status.success(), "{:?}", text(&odd));
+    // And what an interrupted put left is the host's.
+    std::fs::write(
+        host.dir
+            .join(format!("workspaces/{lease}/mnt/tree/.half.gpux-part")),
+        b"x",
+    )
+    .unwrap();
     let out_dir = tmp.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     let down =
@@ -574,7 +583,7 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     assert_eq!(down["files"].as_u64(), Some(3), "{down}");
     assert_eq!(
         down["skipped"],
-        serde_json::json!(["odd\u{fffd}"]),
+        serde_json::json!([".half.gpux-part", "odd\u{fffd}"]),
         "{down}"
     );
     for f in ["a/b/deep.bin", "top.txt", "a/zero"] {
@@ -664,6 +673,14 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
         "{:?}",
         text(&out)
     );
+    // A part is no put's target: it would take the name of another put's part.
+    let out = renter.gpux(&[
+        "cp",
+        probe.to_str().unwrap(),
+        &remote("tree/.top.txt.gpux-part"),
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("a copy's part"), "{:?}", text(&out));
     let made = renter.gpux(&[
         "exec",
         &lease,

@@ -249,7 +249,7 @@ pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result
     }
     for skipped in &report.skipped {
         eprintln!(
-            "skipped {skipped}: links, special files and names that are not UTF-8 are never copied"
+            "skipped {skipped}: links, special files, names that are not UTF-8 and copies' part files are never copied"
         );
     }
     super::out!(

@@ -82,19 +82,29 @@ pub(crate) fn check(path: &str) -> Result<(), PathError> {
 
 /// The longest name a Linux filesystem takes, bytes.
 const NAME_MAX: usize = 255;
+/// What a part file's name ends with.
+const PART_SUFFIX: &str = ".gpux-part";
 
 /// The name of a copy's part file, beside its target `path` (both relative to one
 /// directory): `.<name>.gpux-part`, or for a name too long to take the dot and suffix,
 /// `.<blake3 of the name, 32 hex digits>.gpux-part`.
 pub(crate) fn part_of(path: &str) -> String {
     let (parent, name) = split(path);
-    let part = if name.len() + ".".len() + ".gpux-part".len() <= NAME_MAX {
-        format!(".{name}.gpux-part")
+    let part = if name.len() + ".".len() + PART_SUFFIX.len() <= NAME_MAX {
+        format!(".{name}{PART_SUFFIX}")
     } else {
         let hex = blake3::hash(name.as_bytes()).to_hex();
-        format!(".{}.gpux-part", &hex[..32])
+        format!(".{}{PART_SUFFIX}", &hex[..32])
     };
     join(parent, &part)
+}
+
+/// Whether `name` (one name, not a path) is a copy's part file: `.<...>.gpux-part`. Parts
+/// are a copy's own: never copied, never a put's target.
+pub(crate) fn is_part_name(name: &str) -> bool {
+    name.len() > ".".len() + PART_SUFFIX.len()
+        && name.starts_with('.')
+        && name.ends_with(PART_SUFFIX)
 }
 
 /// `path`'s parent directory and last name.
@@ -291,8 +301,13 @@ impl Root {
             if seen.entries > limit.entries {
                 return Err(too_many(here, limit));
             }
-            // At least the length of the path it is listed under.
-            seen.path_bytes += rel.len() + 1 + raw.to_bytes().len();
+            // At least the length of the path it is listed under (a name that is not
+            // UTF-8 is listed in its lossy form, up to three times longer).
+            let listed = match raw.to_str() {
+                Ok(name) => name.len(),
+                Err(_) => raw.to_string_lossy().len(),
+            };
+            seen.path_bytes += rel.len() + 1 + listed;
             if seen.path_bytes > limit.path_bytes {
                 return Err(too_long(here, limit));
             }
@@ -450,6 +465,15 @@ mod tests {
             }
         }
         assert_eq!(std::fs::read_dir(ws.path().join("d")).unwrap().count(), 8);
+        for (name, part) in [
+            (".x.gpux-part", true),
+            (&part_of(&"n".repeat(250)), true),
+            ("x.gpux-part", false),
+            (".gpux-part", false),
+            (".x.gpux-part.txt", false),
+        ] {
+            assert_eq!(is_part_name(name), part, "{name}");
+        }
     }
 
     #[test]

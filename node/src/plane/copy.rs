@@ -92,8 +92,8 @@ pub struct CopyReport {
     /// Bytes that crossed the link (less, when a part from an interrupted copy was kept or
     /// a file was there already).
     pub bytes_sent: u64,
-    /// What was left out: symbolic links, special files and names that are not UTF-8
-    /// (never copied).
+    /// What was left out: symbolic links, special files, names that are not UTF-8 and
+    /// copies' part files (never copied).
     pub skipped: Vec<String>,
     /// How long it took, milliseconds.
     pub elapsed_ms: u64,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use gpux_protocol::plane_wire::{EntryKind, FilesError};
 
+use super::confined::is_part_name;
 use super::copy::{CopyError, CopyReport, Progress, Session, base_name, join, local};
 use super::local::{LocalDir, LocalTree, walk_local};
 
@@ -52,10 +53,12 @@ pub(super) async fn upload(
     // again would find it there and copy into it, nested. Once it is made, whatever stops
     // the copy says how to go on instead.
     let made_here = at.is_none() && !into;
-    if made_here {
-        session.mkdir(&target).await?;
-    }
-    put_tree(session, from, &target, progress)
+    let from_dir = from.to_path_buf();
+    let tree = tokio::task::spawn_blocking(move || walk_local(&from_dir))
+        .await
+        .map_err(|e| CopyError::Link(e.to_string()))??;
+    session.mkdir(&target).await?;
+    put_tree(session, from, tree, &target, progress)
         .await
         .map_err(|e| {
             if !made_here {
@@ -93,24 +96,22 @@ fn go_on_with(to: &str, name: &str) -> String {
     }
 }
 
-/// Copies the local directory `from` to the workspace's `target`, made when not there.
+/// Copies `tree`, walked from the local directory `from`, into the workspace's directory
+/// `target`, made already.
 async fn put_tree(
     session: &mut Session,
     from: &Path,
+    tree: LocalTree,
     target: &str,
     progress: &dyn Progress,
 ) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
-    let from_dir = from.to_path_buf();
     let LocalTree {
         files,
         dirs,
         skipped,
-    } = tokio::task::spawn_blocking(move || walk_local(&from_dir))
-        .await
-        .map_err(|e| CopyError::Link(e.to_string()))??;
+    } = tree;
     progress.total(files.iter().map(|(_, n)| n).sum());
-    session.mkdir(target).await?;
     report.dirs += 1;
     for dir in &dirs {
         session.mkdir(&join(target, dir)).await?;
@@ -197,6 +198,13 @@ pub(super) async fn download(
                 }
                 let path = entry.path.to_string();
                 let remote = join(from, &path);
+                // An interrupted put's part is the host's to go on from, not a file.
+                if matches!(entry.kind, EntryKind::File(_))
+                    && is_part_name(path.rsplit('/').next().unwrap_or(&path))
+                {
+                    report.skipped.push(path);
+                    continue;
+                }
                 match entry.kind {
                     EntryKind::Dir => {
                         let at = path.clone();

@@ -15,8 +15,9 @@ use gpux_protocol::plane_wire::{
     Entry, EntryKind, FilesError, FilesRequest, FilesResponse, MAX_LIST_PAGE,
 };
 use gpux_protocol::{BoundedString, BoundedVec};
+use tokio_util::sync::CancellationToken;
 
-use super::chunks::{hash_prefix, read_chunks};
+use super::chunks::{hash_prefix_while, read_chunks};
 use super::confined::{Limit, PathError, Root, Walked};
 use super::{FramedStream, IDLE, PlaneError, feed, recv, send};
 
@@ -136,16 +137,19 @@ async fn linger(framed: &mut FramedStream) {
 }
 
 async fn list(framed: &mut FramedStream, all: Vec<Walked>) -> Result<(), PlaneError> {
-    let mut entries: Vec<Entry> = all
-        .into_iter()
-        .filter_map(|walked| {
-            Some(Entry {
-                path: BoundedString::new(walked.path).ok()?,
-                // A name that is not UTF-8 is listed for the renter to report, never copied.
-                kind: walked.stat.as_ref().map_or(EntryKind::Other, kind_of),
-            })
-        })
-        .collect();
+    let mut entries = Vec::with_capacity(all.len());
+    for walked in all {
+        // A name that is not UTF-8 is listed for the renter to report, never copied.
+        let kind = walked.stat.as_ref().map_or(EntryKind::Other, kind_of);
+        let Ok(path) = BoundedString::new(walked.path) else {
+            let answer = FilesResponse::failed(
+                FilesError::Io,
+                "a path under it is longer than a path on the wire (4096 bytes): copy the directories under it one at a time",
+            );
+            return send(framed, &answer).await;
+        };
+        entries.push(Entry { path, kind });
+    }
     loop {
         let rest = entries.split_off(page_len(&entries));
         let page = std::mem::replace(&mut entries, rest);
@@ -190,6 +194,9 @@ async fn get(
     offset: u64,
     hash: [u8; 32],
 ) -> Result<(), PlaneError> {
+    // A hash of a large file stops when this get is dropped (its stream or lease ended).
+    let stop = CancellationToken::new();
+    let _stop_when_dropped = stop.clone().drop_guard();
     let r = root.clone();
     let opened = blocking(
         move || -> Result<(std::fs::File, u64, u64, blake3::Hasher), PathError> {
@@ -199,8 +206,8 @@ async fn get(
                 .map_err(|e| PathError::Io(path.clone(), e))?
                 .len();
             if offset > 0 && offset <= size {
-                let hasher =
-                    hash_prefix(&mut file, offset).map_err(|e| PathError::Io(path.clone(), e))?;
+                let hasher = hash_prefix_while(&mut file, offset, || !stop.is_cancelled())
+                    .map_err(|e| PathError::Io(path.clone(), e))?;
                 if *hasher.finalize().as_bytes() == hash {
                     return Ok((file, size, offset, hasher));
                 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::chunks::hash_prefix;
-use super::confined::{PathError, Root};
+use super::confined::{PathError, Root, is_part_name};
 use super::copy::{CopyError, join, local};
 
 /// blake3 of a local file's first `len` bytes, as a hasher that can go on.
@@ -121,7 +121,7 @@ pub(super) struct LocalTree {
     /// Files and their sizes.
     pub(super) files: Vec<(String, u64)>,
     pub(super) dirs: Vec<String>,
-    /// Links, special files and names that are not UTF-8.
+    /// Links, special files, names that are not UTF-8 and parts of copies.
     pub(super) skipped: Vec<String>,
 }
 
@@ -151,6 +151,11 @@ pub(super) fn walk_local(root: &Path) -> Result<LocalTree, CopyError> {
                 continue;
             };
             let child = join(&rel, name);
+            // An interrupted download's part is this side's to go on from, not a file.
+            if is_part_name(name) {
+                skipped.push(child);
+                continue;
+            }
             let kind = entry.file_type().map_err(local(&entry.path()))?;
             if kind.is_dir() {
                 dirs.push(child.clone());

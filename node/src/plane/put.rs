@@ -20,7 +20,7 @@ use gpux_protocol::plane_wire::{FilesError, FilesRequest, FilesResponse};
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{Cache, hash_prefix_while, write_chunks};
-use super::confined::{PathError, Root, check, part_of};
+use super::confined::{PathError, Root, check, is_part_name, part_of};
 use super::files::{blocking, failure};
 use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
 
@@ -51,7 +51,7 @@ fn busy(part: &str, why: &str) -> PathError {
 /// Opens a put's part and takes its lock (blocking); `None` while another descriptor
 /// holds it.
 fn try_lock_part(root: &Root, part: &str) -> Result<Option<File>, PathError> {
-    use rustix::fs::{FlockOperation, flock, fstat};
+    use rustix::fs::{FlockOperation, flock};
     let io = |e: rustix::io::Errno| PathError::Io(part.to_string(), e.into());
     for _ in 0..LOCK_TRIES {
         let file = root.open_write(part)?;
@@ -62,15 +62,19 @@ fn try_lock_part(root: &Root, part: &str) -> Result<Option<File>, PathError> {
         }
         // A put that held the lock may have renamed this very file to its target between
         // the open and the lock: then it is the target now, not a part.
-        let mine = fstat(&file).map_err(io)?;
-        if root
-            .stat(part)?
-            .is_some_and(|there| (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino))
-        {
+        if names(root, part, &file) {
             return Ok(Some(file));
         }
     }
     Err(busy(part, "the part keeps being replaced; copy again"))
+}
+
+/// Whether `path` names `file` now (blocking).
+fn names(root: &Root, path: &str, file: &File) -> bool {
+    match (rustix::fs::fstat(file), root.stat(path)) {
+        (Ok(mine), Ok(Some(there))) => (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino),
+        _ => false,
+    }
 }
 
 /// Opens a put's part and locks it, waiting up to `wait` while another descriptor holds it
@@ -136,6 +140,9 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
+        // What the put left on blocking threads (a hash) stops too: its stream or lease
+        // has ended.
+        self.taken_over.cancel();
         let mut puts = PUTS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -154,9 +161,18 @@ pub(super) async fn put(
     path: String,
     size: u64,
 ) -> Result<bool, PlaneError> {
-    // A path that names no file (empty, or ending in `/`) has no part either.
+    // A path that names no file (empty, or ending in `/`) has no part either, and a part
+    // is no put's target (it would take the name of another put's part).
     if let Err(e) = check(&path) {
         send(framed, &failure(&e)).await?;
+        return Ok(true);
+    }
+    if is_part_name(path.rsplit('/').next().unwrap_or(&path)) {
+        let answer = FilesResponse::failed(
+            FilesError::Invalid,
+            "a name of the form .NAME.gpux-part is a copy's part, never copied",
+        );
+        send(framed, &answer).await?;
         return Ok(true);
     }
     let claim = Claim::take(dir, &path);
@@ -185,15 +201,7 @@ async fn holding(
     stop: &CancellationToken,
 ) -> Result<Result<Held, PathError>, PlaneError> {
     let (r, p, t) = (root.clone(), path.to_string(), stop.clone());
-    let whole = blocking(move || {
-        let mut file = r.open_read(&p).ok()?;
-        if file.metadata().ok()?.len() != size {
-            return None;
-        }
-        hash_prefix_while(&mut file, size, || !t.is_cancelled()).ok()
-    })
-    .await?;
-    if let Some(hasher) = whole {
+    if let Some(hasher) = blocking(move || whole_hash(&r, &p, size, &t)).await? {
         // The renter may have nothing to send.
         return Ok(Ok(Held {
             whole: true,
@@ -206,12 +214,30 @@ async fn holding(
         Ok(file) => file,
         Err(e) => return Ok(Err(e)),
     };
-    let (pp, t) = (part.to_string(), stop.clone());
+    let (r, p, pp, t) = (
+        root.clone(),
+        path.to_string(),
+        part.to_string(),
+        stop.clone(),
+    );
     blocking(move || {
         let on_disk = file
             .metadata()
             .map_err(|e| PathError::Io(pp.clone(), e))?
             .len();
+        if on_disk == 0
+            && let Some(hasher) = whole_hash(&r, &p, size, &t)
+        {
+            // A put this one took over from renamed its part to the file while this one
+            // waited: the file is whole now. The empty part goes, under its lock.
+            r.remove_file(&pp)?;
+            return Ok(Held {
+                whole: true,
+                len: size,
+                hasher,
+                part: None,
+            });
+        }
         // A part longer than the file is from another version of it: not held.
         let (len, hasher) = if on_disk <= size {
             let hasher = hash_prefix_while(&mut file, on_disk, || !t.is_cancelled())
@@ -228,6 +254,20 @@ async fn holding(
         })
     })
     .await
+}
+
+/// The hash of the file at `path` when it is there at `size` (blocking).
+fn whole_hash(
+    root: &Root,
+    path: &str,
+    size: u64,
+    stop: &CancellationToken,
+) -> Option<blake3::Hasher> {
+    let mut file = root.open_read(path).ok()?;
+    if file.metadata().ok()?.len() != size {
+        return None;
+    }
+    hash_prefix_while(&mut file, size, || !stop.is_cancelled()).ok()
 }
 
 /// One put of a checked path, given up when `stop` is cancelled.
@@ -372,9 +412,16 @@ async fn put_claimed(
     };
     let matches = *hasher.finalize().as_bytes() == end;
     let answer = blocking(move || {
-        // Held to the end of the rename (or removal), which goes on even if this put is
-        // taken over meanwhile: the put that takes over opens the part only after it.
-        let _locked = keeps_lock;
+        // `keeps_lock`, moved here, holds the lock to the end of the rename (or removal),
+        // which goes on even if this put is taken over meanwhile: the put that takes over
+        // opens the part only after it. The name must still be this put's part: the
+        // workload may have renamed another file onto it.
+        if !names(&r, &pp, &keeps_lock) {
+            return FilesResponse::failed(
+                FilesError::Io,
+                "the part was replaced while it was written; copy again",
+            );
+        }
         if !matches {
             let _ = r.remove_file(&pp);
             return FilesResponse::failed(
