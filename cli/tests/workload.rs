@@ -569,13 +569,11 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
         "printf x > \"/workspace/tree/odd$(printf '\\377')\"",
     ]);
     assert!(odd.status.success(), "{:?}", text(&odd));
-    // And what an interrupted put left is the host's.
-    std::fs::write(
-        host.dir
-            .join(format!("workspaces/{lease}/mnt/tree/.half.gpux-part")),
-        b"x",
-    )
-    .unwrap();
+    // And what an interrupted put left is the host's, as is a directory under such a name.
+    let host_tree = host.dir.join(format!("workspaces/{lease}/mnt/tree"));
+    std::fs::write(host_tree.join(".half.gpux-part"), b"x").unwrap();
+    std::fs::create_dir(host_tree.join(".dir.gpux-part")).unwrap();
+    std::fs::write(host_tree.join(".dir.gpux-part/inner"), b"x").unwrap();
     let out_dir = tmp.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     let down =
@@ -583,7 +581,7 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     assert_eq!(down["files"].as_u64(), Some(3), "{down}");
     assert_eq!(
         down["skipped"],
-        serde_json::json!([".half.gpux-part", "odd\u{fffd}"]),
+        serde_json::json!([".dir.gpux-part", ".half.gpux-part", "odd\u{fffd}"]),
         "{down}"
     );
     for f in ["a/b/deep.bin", "top.txt", "a/zero"] {
@@ -681,6 +679,10 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     ]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("a copy's part"), "{:?}", text(&out));
+    // Nor is a name longer than a filesystem takes: refused before a byte is sent.
+    let out = renter.gpux(&["cp", probe.to_str().unwrap(), &remote(&"n".repeat(300))]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("too long"), "{:?}", text(&out));
     let made = renter.gpux(&[
         "exec",
         &lease,

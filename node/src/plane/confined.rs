@@ -23,15 +23,18 @@ const OWNER: u32 = 65534;
 const RACE_RETRIES: usize = 8;
 
 /// Why a path cannot be used.
+///
+/// The reason comes first: a host's answer is cut at 200 characters, and a long path must
+/// not push the reason out of it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PathError {
-    #[error("{0:?} is not a path inside the workspace")]
+    #[error("not a path inside the workspace: {0:?}")]
     Invalid(String),
-    #[error("{0:?} leaves the workspace or goes through a symbolic link")]
+    #[error("leaves the workspace or goes through a symbolic link: {0:?}")]
     Outside(String),
-    #[error("{0:?} is not a regular file")]
+    #[error("not a regular file: {0:?}")]
     NotAFile(String),
-    #[error("{0:?}: {1}")]
+    #[error("{1}: {0:?}")]
     Io(String, io::Error),
 }
 
@@ -81,7 +84,7 @@ pub(crate) fn check(path: &str) -> Result<(), PathError> {
 }
 
 /// The longest name a Linux filesystem takes, bytes.
-const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 /// What a part file's name ends with.
 const PART_SUFFIX: &str = ".gpux-part";
 

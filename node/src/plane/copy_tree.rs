@@ -198,10 +198,14 @@ pub(super) async fn download(
                 }
                 let path = entry.path.to_string();
                 let remote = join(from, &path);
-                // An interrupted put's part is the host's to go on from, not a file.
-                if matches!(entry.kind, EntryKind::File(_))
-                    && is_part_name(path.rsplit('/').next().unwrap_or(&path))
-                {
+                // An interrupted put's part is the host's to go on from, not a file (and a
+                // directory under such a name is skipped with all it holds, as an upload
+                // skips one).
+                let (above, name) = path.rsplit_once('/').unwrap_or(("", &path));
+                if above.split('/').any(is_part_name) {
+                    continue;
+                }
+                if is_part_name(name) {
                     report.skipped.push(path);
                     continue;
                 }

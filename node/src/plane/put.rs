@@ -20,7 +20,7 @@ use gpux_protocol::plane_wire::{FilesError, FilesRequest, FilesResponse};
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{Cache, hash_prefix_while, write_chunks};
-use super::confined::{PathError, Root, check, is_part_name, part_of};
+use super::confined::{NAME_MAX, PathError, Root, check, is_part_name, part_of};
 use super::files::{blocking, failure};
 use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
 
@@ -167,27 +167,52 @@ pub(super) async fn put(
         send(framed, &failure(&e)).await?;
         return Ok(true);
     }
-    if is_part_name(path.rsplit('/').next().unwrap_or(&path)) {
-        let answer = FilesResponse::failed(
-            FilesError::Invalid,
-            "a name of the form .NAME.gpux-part is a copy's part, never copied",
-        );
-        send(framed, &answer).await?;
+    let name = path.rsplit('/').next().unwrap_or(&path);
+    let refused = if is_part_name(name) {
+        Some("a name of the form .NAME.gpux-part is a copy's part, never copied")
+    } else if name.len() > NAME_MAX {
+        // Refused before a byte is sent: its part would take it, its rename never.
+        Some("a name too long: over 255 bytes, more than a filesystem takes")
+    } else {
+        None
+    };
+    if let Some(why) = refused {
+        send(framed, &FilesResponse::failed(FilesError::Invalid, why)).await?;
         return Ok(true);
     }
     let claim = Claim::take(dir, &path);
+    let part = part_of(&path);
     let done = tokio::select! {
         done = put_claimed(root, framed, path, size, &claim.taken_over) => Some(done),
         () = claim.taken_over.cancelled() => None,
     };
     match done {
-        Some(done) => done,
+        Some(done) => {
+            // A put given up before its first byte leaves no empty part behind.
+            let r = root.clone();
+            let _ = blocking(move || drop_empty_part(&r, &part)).await;
+            done
+        }
         None => {
             let answer =
                 FilesResponse::failed(FilesError::Io, "another copy of this file took over");
             let _ = send(framed, &answer).await;
             Ok(false)
         }
+    }
+}
+
+/// Removes the part at `part` when it is empty and no put holds it (blocking).
+fn drop_empty_part(root: &Root, part: &str) {
+    use rustix::fs::{FlockOperation, flock};
+    let Ok(file) = root.open_read(part) else {
+        return;
+    };
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
+        && file.metadata().is_ok_and(|m| m.len() == 0)
+        && names(root, part, &file)
+    {
+        let _ = root.remove_file(part);
     }
 }
 
@@ -470,6 +495,20 @@ mod tests {
             rustix::fs::fstat(&third).unwrap(),
         );
         assert_ne!(a.st_ino, b.st_ino);
+
+        // An empty part no put holds goes; one that holds bytes, or that a put holds, stays.
+        drop(third);
+        let empty = part_of("e.bin");
+        std::fs::write(ws.path().join(&empty), b"").unwrap();
+        let held = lock_part(&root, &empty, short).await.unwrap();
+        drop_empty_part(&root, &empty);
+        assert!(ws.path().join(&empty).exists());
+        drop(held);
+        drop_empty_part(&root, &empty);
+        assert!(!ws.path().join(&empty).exists());
+        std::fs::write(ws.path().join(&part), b"x").unwrap();
+        drop_empty_part(&root, &part);
+        assert!(ws.path().join(&part).exists());
 
         // Claims: a later put of the same file ends the one before; others are left be.
         let one = Claim::take(ws.path(), "f.bin");
