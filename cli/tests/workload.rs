@@ -494,12 +494,42 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     );
     assert!(!part.exists());
 
-    // Down again, identical.
+    // Down again, identical; a second download of it into the same place meanwhile is
+    // refused, and the first goes on.
     let back = tmp.path().join("back.bin");
-    let down =
-        copy_report(&renter.gpux(&["cp", &remote("big.bin"), back.to_str().unwrap(), "--json"]));
+    let back_s = back.to_str().unwrap();
+    let mut first = KillOnDrop(
+        renter
+            .gpux_command(&["cp", &remote("big.bin"), back_s, "--json"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let local_part = tmp.path().join(".back.bin.gpux-part");
+    wait_for("a quarter of the file to come", 120, || {
+        std::fs::metadata(&local_part).is_ok_and(|m| m.len() >= GIB / 4)
+    });
+    let second = renter.gpux(&["cp", &remote("big.bin"), back_s]);
+    assert!(!second.status.success());
+    let (_, said) = text(&second);
+    // (Or, should the first have ended meanwhile, the part it compared is gone.)
+    assert!(
+        said.contains("under way") || said.contains("changed while it was compared"),
+        "{said}"
+    );
+    let mut printed = String::new();
+    first
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut printed)
+        .unwrap();
+    assert!(first.0.wait().unwrap().success(), "{printed}");
+    let down: serde_json::Value = serde_json::from_str(&printed).unwrap();
     assert_eq!(down["bytes_sent"].as_u64(), Some(GIB));
     assert_eq!(hash_of(&back), hash_of(&big));
+    assert!(!local_part.exists());
     std::fs::remove_file(&back).unwrap();
 
     // A second copy of a file while one is under way takes over: the first ends, saying

@@ -21,6 +21,8 @@ const OWNER: u32 = 65534;
 
 /// How many times an `openat2` that raced with a rename (`EAGAIN`) is tried.
 const RACE_RETRIES: usize = 8;
+/// How many times a part renamed between its open and its lock is opened again.
+const LOCK_TRIES: usize = 4;
 
 /// Why a path cannot be used.
 ///
@@ -53,6 +55,14 @@ impl PathError {
             PathError::Io(_, e) => Some(e.kind()),
             _ => None,
         }
+    }
+
+    /// `path` is held by something else.
+    pub(crate) fn busy(path: &str, why: &str) -> Self {
+        PathError::Io(
+            path.to_string(),
+            io::Error::new(io::ErrorKind::ResourceBusy, why.to_string()),
+        )
     }
 
     /// Whether the filesystem is full.
@@ -198,6 +208,40 @@ impl Root {
         let file = regular_file(fd, path)?;
         self.own(&file, path)?;
         Ok(file)
+    }
+
+    /// Opens (creating it) a copy's part file and takes an exclusive `flock` on it, without
+    /// waiting; `None` while another descriptor holds it. The lock is the open file's: it
+    /// holds while any descriptor of it (a dup too) is open.
+    pub(crate) fn try_lock_part(&self, part: &str) -> Result<Option<File>, PathError> {
+        use rustix::fs::{FlockOperation, flock};
+        for _ in 0..LOCK_TRIES {
+            let file = self.open_write(part)?;
+            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+                Err(e) => return Err(PathError::from_errno(part, e)),
+            }
+            // A copy that held the lock may have renamed this very file to its target
+            // between the open and the lock: then it is the target now, not a part.
+            if self.names(part, &file) {
+                return Ok(Some(file));
+            }
+        }
+        Err(PathError::busy(
+            part,
+            "the part keeps being replaced; copy again",
+        ))
+    }
+
+    /// Whether `path` names `file` now.
+    pub(crate) fn names(&self, path: &str, file: &File) -> bool {
+        match (rustix::fs::fstat(file), self.stat(path)) {
+            (Ok(mine), Ok(Some(there))) => {
+                (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+            }
+            _ => false,
+        }
     }
 
     /// What is at `path` (`None`: nothing); `""` is the root.

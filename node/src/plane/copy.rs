@@ -436,20 +436,41 @@ impl Session {
         dir.room_for(to, (size - start).saturating_add(copied))
             .await?;
         let (at, whole_at) = (part.clone(), to.to_string());
-        let file = dir
+        let (file, keeps_lock) = dir
             .with(&part, move |root| {
+                let io = |e| PathError::Io(at.clone(), e);
+                // One get of a file writes its part at a time.
+                let Some(mut file) = root.try_lock_part(&at)? else {
+                    return Err(PathError::busy(
+                        &at,
+                        "another copy of this file into here is under way",
+                    ));
+                };
                 if go_on_from_whole {
                     // The host's file grew past the one here since it was listed: go on
                     // from a copy of this one.
                     let mut from = root.open_read(&whole_at)?;
-                    root.remove_file(&at)?;
-                    let mut into = root.open_write(&at)?;
-                    std::io::copy(&mut std::io::Read::take(&mut from, start), &mut into)
-                        .map_err(|e| PathError::Io(at.clone(), e))?;
+                    file.set_len(0).map_err(io)?;
+                    std::io::copy(&mut std::io::Read::take(&mut from, start), &mut file)
+                        .map_err(io)?;
+                } else {
+                    let len = file.metadata().map_err(io)?.len();
+                    if len < start {
+                        // Cut (or taken as its file by another copy) since it was hashed:
+                        // growing it back would put zeros where the hash says the bytes
+                        // are. An empty part made here goes.
+                        if len == 0 {
+                            let _ = root.remove_file(&at);
+                        }
+                        return Err(io(std::io::Error::other(
+                            "the part changed while it was compared; copy again",
+                        )));
+                    }
                 }
-                let file = root.open_write(&at)?;
-                file.set_len(start).map_err(|e| PathError::Io(at, e))?;
-                Ok(file)
+                file.set_len(start).map_err(io)?;
+                // The lock goes with the last descriptor: this one keeps it to the rename.
+                let keeps_lock = file.try_clone().map_err(io)?;
+                Ok((file, keeps_lock))
             })
             .await?;
         let shown = dir.shown.join(&part);
@@ -500,7 +521,12 @@ impl Session {
         };
         if *hasher.finalize().as_bytes() != hash {
             let at = part.clone();
-            let _ = dir.with(&part, move |root| root.remove_file(&at)).await;
+            let _ = dir
+                .with(&part, move |root| {
+                    let _locked = keeps_lock;
+                    root.remove_file(&at)
+                })
+                .await;
             return Err(CopyError::Remote {
                 path: from.to_string(),
                 code: FilesError::HashMismatch,
@@ -509,8 +535,11 @@ impl Session {
             });
         }
         let (at, into) = (part, to.to_string());
-        dir.with(to, move |root| root.rename_in_place(&at, &into))
-            .await?;
+        dir.with(to, move |root| {
+            let _locked = keeps_lock;
+            root.rename_in_place(&at, &into)
+        })
+        .await?;
         Ok((size, size - start))
     }
 }

@@ -34,48 +34,10 @@ struct Held {
     part: Option<File>,
 }
 
-/// How many times a part renamed between its open and its lock is opened again.
-const LOCK_TRIES: usize = 4;
 /// How long a put waits for the put it took over from to let go of the part.
 const TAKEOVER: Duration = Duration::from_secs(10);
 /// How often a put waiting for a part tries its lock again.
 const LOCK_POLL: Duration = Duration::from_millis(50);
-
-fn busy(part: &str, why: &str) -> PathError {
-    PathError::Io(
-        part.to_string(),
-        std::io::Error::new(std::io::ErrorKind::ResourceBusy, why.to_string()),
-    )
-}
-
-/// Opens a put's part and takes its lock (blocking); `None` while another descriptor
-/// holds it.
-fn try_lock_part(root: &Root, part: &str) -> Result<Option<File>, PathError> {
-    use rustix::fs::{FlockOperation, flock};
-    let io = |e: rustix::io::Errno| PathError::Io(part.to_string(), e.into());
-    for _ in 0..LOCK_TRIES {
-        let file = root.open_write(part)?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
-            Err(e) => return Err(io(e)),
-        }
-        // A put that held the lock may have renamed this very file to its target between
-        // the open and the lock: then it is the target now, not a part.
-        if names(root, part, &file) {
-            return Ok(Some(file));
-        }
-    }
-    Err(busy(part, "the part keeps being replaced; copy again"))
-}
-
-/// Whether `path` names `file` now (blocking).
-fn names(root: &Root, path: &str, file: &File) -> bool {
-    match (rustix::fs::fstat(file), root.stat(path)) {
-        (Ok(mine), Ok(Some(there))) => (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino),
-        _ => false,
-    }
-}
 
 /// Opens a put's part and locks it, waiting up to `wait` while another descriptor holds it
 /// (a put taken over lets go once its file thread has written what it had). The lock is
@@ -86,14 +48,14 @@ async fn lock_part(root: &Arc<Root>, part: &str, wait: Duration) -> Result<File,
     let until = Instant::now() + wait;
     loop {
         let (r, p) = (root.clone(), part.to_string());
-        let tried = tokio::task::spawn_blocking(move || try_lock_part(&r, &p))
+        let tried = tokio::task::spawn_blocking(move || r.try_lock_part(&p))
             .await
             .map_err(|e| PathError::Io(part.to_string(), std::io::Error::other(e.to_string())))?;
         match tried? {
             Some(file) => return Ok(file),
             None if Instant::now() < until => tokio::time::sleep(LOCK_POLL).await,
             None => {
-                return Err(busy(
+                return Err(PathError::busy(
                     part,
                     "something else holds this file's part; copy again once it has let go",
                 ));
@@ -210,7 +172,7 @@ fn drop_empty_part(root: &Root, part: &str) {
     };
     if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
         && file.metadata().is_ok_and(|m| m.len() == 0)
-        && names(root, part, &file)
+        && root.names(part, &file)
     {
         let _ = root.remove_file(part);
     }
@@ -441,7 +403,7 @@ async fn put_claimed(
         // which goes on even if this put is taken over meanwhile: the put that takes over
         // opens the part only after it. The name must still be this put's part: the
         // workload may have renamed another file onto it.
-        if !names(&r, &pp, &keeps_lock) {
+        if !r.names(&pp, &keeps_lock) {
             return FilesResponse::failed(
                 FilesError::Io,
                 "the part was replaced while it was written; copy again",
