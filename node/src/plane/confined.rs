@@ -120,6 +120,21 @@ pub(crate) fn is_part_name(name: &str) -> bool {
         && name.ends_with(PART_SUFFIX)
 }
 
+/// Cuts a copy's locked part `file` (at `part`) to the `keep` bytes that were hashed of it,
+/// and returns a second descriptor of it, which keeps its lock while the first is written
+/// through and closed. Fails when the part is shorter than `keep` now (cut since it was
+/// hashed): growing it back would put zeros where the hash says the bytes are.
+pub(crate) fn go_on_from(file: &File, keep: u64, part: &str) -> Result<File, PathError> {
+    let io = |e| PathError::Io(part.to_string(), e);
+    if file.metadata().map_err(io)?.len() < keep {
+        return Err(io(io::Error::other(
+            "the part changed while it was compared; copy again",
+        )));
+    }
+    file.set_len(keep).map_err(io)?;
+    file.try_clone().map_err(io)
+}
+
 /// `path`'s parent directory and last name.
 fn split(path: &str) -> (&str, &str) {
     match path.rsplit_once('/') {

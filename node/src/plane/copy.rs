@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::chunks::{Cache, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
-use super::confined::{PathError, part_of};
+use super::confined::{PathError, go_on_from, part_of};
 use super::copy_tree::{download, upload};
 use super::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
 use super::local::{LocalDir, hash_local};
@@ -453,24 +453,19 @@ impl Session {
                     file.set_len(0).map_err(io)?;
                     std::io::copy(&mut std::io::Read::take(&mut from, start), &mut file)
                         .map_err(io)?;
-                } else {
-                    let len = file.metadata().map_err(io)?.len();
-                    if len < start {
-                        // Cut (or taken as its file by another copy) since it was hashed:
-                        // growing it back would put zeros where the hash says the bytes
-                        // are. An empty part made here goes.
-                        if len == 0 {
+                }
+                // The part may have been cut (or taken as its file by another copy) since
+                // it was hashed. The second descriptor keeps the lock to the rename.
+                match go_on_from(&file, start, &at) {
+                    Ok(keeps_lock) => Ok((file, keeps_lock)),
+                    Err(e) => {
+                        // An empty part made here goes.
+                        if file.metadata().is_ok_and(|m| m.len() == 0) {
                             let _ = root.remove_file(&at);
                         }
-                        return Err(io(std::io::Error::other(
-                            "the part changed while it was compared; copy again",
-                        )));
+                        Err(e)
                     }
                 }
-                file.set_len(start).map_err(io)?;
-                // The lock goes with the last descriptor: this one keeps it to the rename.
-                let keeps_lock = file.try_clone().map_err(io)?;
-                Ok((file, keeps_lock))
             })
             .await?;
         let shown = dir.shown.join(&part);

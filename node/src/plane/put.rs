@@ -20,7 +20,7 @@ use gpux_protocol::plane_wire::{FilesError, FilesRequest, FilesResponse};
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{Cache, hash_prefix_while, write_chunks};
-use super::confined::{NAME_MAX, PathError, Root, check, is_part_name, part_of};
+use super::confined::{NAME_MAX, PathError, Root, check, go_on_from, is_part_name, part_of};
 use super::files::{blocking, failure};
 use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
 
@@ -322,18 +322,10 @@ async fn put_claimed(
     };
     let pp = part.clone();
     let opened = blocking(move || -> Result<(File, File), PathError> {
-        let io = |e| PathError::Io(pp.clone(), e);
         let file = locked?;
         // No other put writes the part now, but the workload may have cut it since it was
-        // hashed: growing it back would put zeros where the hash says the bytes are.
-        if file.metadata().map_err(io)?.len() < keep {
-            return Err(io(std::io::Error::other(
-                "the part shrank while it was compared; copy again",
-            )));
-        }
-        file.set_len(keep).map_err(io)?;
-        // The lock goes with the last descriptor: this one keeps it to the rename.
-        let keeps_lock = file.try_clone().map_err(io)?;
+        // hashed. The second descriptor keeps the lock to the rename.
+        let keeps_lock = go_on_from(&file, keep, &pp)?;
         Ok((file, keeps_lock))
     })
     .await?;
