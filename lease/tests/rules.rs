@@ -247,6 +247,57 @@ fn a_host_killed_as_its_container_started_stops_it_after_the_restart() {
 }
 
 #[test]
+fn a_container_that_does_not_start_is_refused_to_the_renter_saying_so() {
+    use gpux_lease::StartFailure;
+    for (why, says) in [
+        (
+            StartFailure::Failed,
+            "the container did not start on the host",
+        ),
+        (StartFailure::ImageMissing, "the image is not on the host"),
+    ] {
+        let (mut lease, r) = accepted();
+        lease.handle(
+            Timestamp(T0 + 10),
+            HostInput::Lock(lock(&r, 3_600_000, T0 + 10)),
+        );
+        let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+        ledger
+            .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+            .unwrap();
+        let verdict = LedgerVerdict::from_response(
+            submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
+            &[ledger_key().public()],
+        );
+        let effects = lease.handle(
+            Timestamp(T0 + 20),
+            HostInput::Ledger {
+                call: LedgerCall::Lock,
+                verdict,
+            },
+        );
+        assert!(effects.contains(&HostEffect::StartContainer));
+        // The renter cannot read the host's log: the refusal it gets names what went wrong.
+        let effects = lease.handle(Timestamp(T0 + 30), HostInput::ContainerNotStarted(why));
+        let reject = effects
+            .iter()
+            .find_map(|e| match e {
+                HostEffect::AnswerLock {
+                    envelope,
+                    started: false,
+                } => match AnySigned::from_bytes(envelope.clone()).and_then(AnySigned::verify) {
+                    Ok(AnyVerified::LeaseReject(r)) => Some(r),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no refusal: {effects:?}"));
+        assert_eq!(reject.detail.as_str(), says);
+        assert_eq!(reject.request, r.id());
+    }
+}
+
+#[test]
 fn a_restarted_host_keeps_leased_gpus_out_of_the_market_even_with_no_offer_stored() {
     let (lease, _) = accepted();
     let mut book = HostBook::new(host(), Timing::default());

@@ -156,8 +156,16 @@ impl Node {
                 c
             }
         };
-        cmd.args(["node", "run", "--data-dir"])
-            .arg(&self.dir)
+        // Run from beside its data dir, which it is given by a relative path, as people
+        // start nodes by hand (`--data-dir ./host`): nothing a node does may hang on the
+        // path being absolute.
+        let (beside, name) = match (self.dir.parent(), self.dir.file_name()) {
+            (Some(beside), Some(name)) => (beside, Path::new(name)),
+            _ => (Path::new("/"), self.dir.as_path()),
+        };
+        cmd.current_dir(beside)
+            .args(["node", "run", "--data-dir"])
+            .arg(Path::new(".").join(name))
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(log);

@@ -21,6 +21,11 @@ pub(crate) struct NodeRunArgs {
 
 /// Runs the node until Ctrl-C or SIGTERM.
 pub(crate) fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
+    // Everything under the data directory is named by an absolute path from here on: Docker
+    // mounts only absolute paths (a lease's workspace), and a mount is found in
+    // /proc/self/mountinfo by its absolute path (unmounting it when the lease ends).
+    let dir = std::path::absolute(&dir)
+        .with_context(|| format!("making the data directory {} absolute", dir.display()))?;
     let effective = args.options.effective(&dir)?;
     if args.print_config {
         out!("# the settings of the node on {}", dir.display())?;

@@ -271,12 +271,14 @@ impl HostLease {
             HostPhase::Starting => {
                 if self.lock_pending {
                     self.lock_pending = false;
-                    self.refuse_lock(
-                        now,
-                        RejectReason::Invalid,
-                        "the lease ended as it started",
-                        out,
-                    );
+                    // Said to the renter, who cannot see the host's log.
+                    let why = match end {
+                        End::ContainerFailed => "the container did not start on the host",
+                        End::ImageMissing => "the image is not on the host",
+                        End::HostShutdown => "the host is shutting down",
+                        _ => "the lease ended as it started",
+                    };
+                    self.refuse_lock(now, RejectReason::Invalid, why, out);
                 }
                 // The start under way reports first; the container is stopped then.
                 self.rec.phase = HostPhase::Stopping;

@@ -58,26 +58,44 @@ async fn run(program: &str, args: &[&str]) -> Result<(), ExecError> {
     }
 }
 
+/// `dir` as `/proc/self/mountinfo` names it: absolute, with its links resolved (the kernel
+/// names a mount by where it really is), and with space, tab, newline and backslash written
+/// as octal escapes.
+fn mountinfo_name(dir: &Path) -> Option<String> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let mut name = String::new();
+    for c in dir.to_str()?.chars() {
+        match c {
+            ' ' | '\t' | '\n' | '\\' => name.push_str(&format!("\\{:03o}", c as u32)),
+            c => name.push(c),
+        }
+    }
+    Some(name)
+}
+
+/// The line of `/proc/self/mountinfo` that mounts something at `dir`, the last one (a
+/// mount over another hides it).
+fn mountinfo_line(dir: &Path) -> Option<String> {
+    let want = mountinfo_name(dir)?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .map(String::from)
+}
+
 /// Whether `dir` is a mount point now (from `/proc/self/mountinfo`).
 fn is_mounted(dir: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let Some(want) = dir.to_str() else {
-        return false;
-    };
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mount_point| mount_point == want)
+    mountinfo_line(dir).is_some()
 }
 
 /// The device mounted at `dir` (`/dev/loop3`), from `/proc/self/mountinfo`.
 fn mounted_device(dir: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = dir.to_str()?;
-    info.lines()
-        .filter(|l| l.split(' ').nth(4) == Some(want))
-        .find_map(|l| l.split_once(" - ")?.1.split(' ').nth(1).map(String::from))
+    mountinfo_line(dir)?
+        .split_once(" - ")?
+        .1
+        .split(' ')
+        .nth(1)
+        .map(String::from)
 }
 
 impl Workspaces {
@@ -240,5 +258,29 @@ impl Workspaces {
             .collect();
         leases.sort();
         leases
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mounts_are_found_by_any_path_to_them() {
+        // A relative path, through `..`, names the mount the kernel lists as /proc.
+        let cwd = std::env::current_dir().unwrap();
+        let up: PathBuf = cwd.components().skip(1).map(|_| "..").collect();
+        let relative = up.join("proc");
+        assert!(relative.is_relative());
+        assert!(is_mounted(&relative), "{}", relative.display());
+        assert!(is_mounted(Path::new("/proc/")));
+        assert!(!is_mounted(&cwd.join("no-such-dir")));
+        // The kernel escapes a mount point's spaces and backslashes.
+        let tmp = tempfile::tempdir().unwrap();
+        let odd = tmp.path().join("a b\\c");
+        std::fs::create_dir(&odd).unwrap();
+        let name = mountinfo_name(&odd).unwrap();
+        assert!(name.ends_with("/a\\040b\\134c"), "{name}");
+        assert!(!is_mounted(&odd));
     }
 }
