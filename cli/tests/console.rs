@@ -134,6 +134,38 @@ async fn appears(browser: &Client, css: &str, secs: u64) -> bool {
     false
 }
 
+/// Clicks `css`, a link or a form's button, and waits until the page it leads to has
+/// loaded: WebDriver's click may return before the navigation starts, and a check made
+/// then would read the page left behind.
+async fn click_and_load(browser: &Client, css: &str) {
+    browser
+        .execute("window.gpuxLeft = true;", vec![])
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(SHOWN);
+    loop {
+        let loaded = browser
+            .execute(
+                "return window.gpuxLeft === undefined && document.readyState === 'complete';",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if loaded == serde_json::json!(true) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{css} led to no new page");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[test]
 fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forgeries() {
     let mut market = Market::start(1, 1, 10);
@@ -234,13 +266,7 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
         assert!(appears(&browser, "#price-chart circle.offer", SHOWN).await);
         let query = browser.find(Locator::Css("#q")).await.unwrap();
         query.send_keys("gpu=a100").await.unwrap();
-        browser
-            .find(Locator::Css("#search"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click_and_load(&browser, "#search").await;
         let families = attrs(&browser, "tr.offer", "data-family").await;
         assert_eq!(families.len(), a100.len(), "{families:?}");
         assert!(families.iter().all(|f| f == "a100"), "{families:?}");
@@ -251,13 +277,7 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             .await
             .unwrap();
         for descending in [true, false] {
-            browser
-                .find(Locator::Css("#sort-price"))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
+            click_and_load(&browser, "#sort-price").await;
             let prices: Vec<u64> = attrs(&browser, "tr.offer", "data-price")
                 .await
                 .iter()

@@ -33,6 +33,8 @@ pub(crate) struct EventLoop {
     /// Peers that may relay for this node, and through which it dials a peer it cannot
     /// reach directly (its bootstrap peers).
     relays: Vec<(PeerId, Multiaddr)>,
+    /// The bootstrap addresses, dialled again while the node has no peer at all.
+    bootstrap: Vec<Multiaddr>,
     /// Whether others can dial this node, as AutoNAT last found.
     reachability: Reachability,
     /// Relay slots this node listens through (behind NAT), by listener.
@@ -67,6 +69,18 @@ const MAX_BANNED: usize = 4096;
 
 /// How often a node with fewer than `ENOUGH_PEERS` walks the DHT for more.
 const EAGER_WALK: std::time::Duration = std::time::Duration::from_secs(30);
+/// How soon a node with no peer at all dials its bootstrap peers again, at first: a node
+/// started just before them (both started at once, or its bootstrap peer restarting)
+/// joins within seconds, not at the next walk. The wait doubles up to `EAGER_WALK`, and
+/// starts over once a peer connects.
+const LONELY_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The wait before the next redial of a node that found itself with no peer after waiting
+/// `waited` (none: it had peers then).
+fn lonely_retry(waited: Option<std::time::Duration>) -> std::time::Duration {
+    waited.map_or(LONELY_RETRY, |w| (w * 2).clamp(LONELY_RETRY, EAGER_WALK))
+}
+
 /// Peers enough that a node no longer walks the DHT on its own timer: twice gossipsub's
 /// mesh degree (6), so every topic's mesh can fill.
 const ENOUGH_PEERS: usize = 12;
@@ -108,6 +122,7 @@ impl EventLoop {
         Self {
             metrics,
             relays,
+            bootstrap: bootstrap.to_vec(),
             reachability: Reachability::Unknown,
             circuits: HashMap::new(),
             relay_dials: Default::default(),
@@ -134,8 +149,19 @@ impl EventLoop {
         let mut walk = tokio::time::interval(EAGER_WALK);
         // A relay that restarted, or was cut off, dropped this node's slot: take one again.
         let mut slots = tokio::time::interval(RESERVE_AGAIN);
+        let mut lonely_wait = LONELY_RETRY;
+        let lonely = tokio::time::sleep(lonely_wait);
+        tokio::pin!(lonely);
         loop {
             tokio::select! {
+                () = &mut lonely => {
+                    let alone = self.swarm.connected_peers().next().is_none();
+                    lonely_wait = lonely_retry(alone.then_some(lonely_wait));
+                    if alone {
+                        self.dial_bootstrap();
+                    }
+                    lonely.as_mut().reset(tokio::time::Instant::now() + lonely_wait);
+                }
                 _ = walk.tick() => {
                     if self.swarm.connected_peers().count() < ENOUGH_PEERS {
                         self.bootstrap_kad();
@@ -633,6 +659,15 @@ impl EventLoop {
         .await;
     }
 
+    /// Dials every bootstrap address again (a node with no peer).
+    fn dial_bootstrap(&mut self) {
+        for addr in self.bootstrap.clone() {
+            if let Err(e) = self.swarm.dial(addr.clone()) {
+                tracing::debug!("dialling bootstrap address {addr} again: {e}");
+            }
+        }
+    }
+
     fn bootstrap_kad(&mut self) {
         if let Some(kad) = self.swarm.behaviour_mut().kad.as_mut() {
             // Fails only when the routing table is empty: nothing to walk yet.
@@ -705,5 +740,26 @@ impl EventLoop {
             }
             request_response::Event::ResponseSent { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_alone_dials_its_bootstrap_peers_sooner_then_backs_off() {
+        let s = std::time::Duration::from_secs;
+        // Alone: 1, 2, 4, 8, 16 s, then at most every walk.
+        let mut waits = vec![];
+        let mut wait = LONELY_RETRY;
+        for _ in 0..8 {
+            wait = lonely_retry(Some(wait));
+            waits.push(wait.as_secs());
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30, 30, 30]);
+        assert_eq!(LONELY_RETRY, s(1));
+        // With a peer, the next time it is alone starts over.
+        assert_eq!(lonely_retry(None), s(1));
     }
 }
