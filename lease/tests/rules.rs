@@ -205,8 +205,9 @@ fn a_lock_of_a_closed_escrow_is_refused_not_answered_with_its_old_record() {
     );
 }
 
-#[test]
-fn a_host_killed_as_its_container_started_stops_it_after_the_restart() {
+/// A lease accepted at `T0` whose escrow the ledger locked at `T0 + 20`: its container
+/// is being started.
+fn starting() -> (HostLease, Verified<LeaseRequest>) {
     let (mut lease, r) = accepted();
     lease.handle(
         Timestamp(T0 + 10),
@@ -229,6 +230,12 @@ fn a_host_killed_as_its_container_started_stops_it_after_the_restart() {
     );
     assert!(effects.contains(&HostEffect::StartContainer));
     assert_eq!(lease.phase(), HostPhase::Starting);
+    (lease, r)
+}
+
+#[test]
+fn a_host_killed_as_its_container_started_stops_it_after_the_restart() {
+    let (lease, _) = starting();
     // Killed now; Docker started the container anyway.
     let (restored, effects) = HostLease::restore(
         host(),
@@ -256,27 +263,7 @@ fn a_container_that_does_not_start_is_refused_to_the_renter_saying_so() {
         ),
         (StartFailure::ImageMissing, "the image is not on the host"),
     ] {
-        let (mut lease, r) = accepted();
-        lease.handle(
-            Timestamp(T0 + 10),
-            HostInput::Lock(lock(&r, 3_600_000, T0 + 10)),
-        );
-        let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
-        ledger
-            .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
-            .unwrap();
-        let verdict = LedgerVerdict::from_response(
-            submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
-            &[ledger_key().public()],
-        );
-        let effects = lease.handle(
-            Timestamp(T0 + 20),
-            HostInput::Ledger {
-                call: LedgerCall::Lock,
-                verdict,
-            },
-        );
-        assert!(effects.contains(&HostEffect::StartContainer));
+        let (mut lease, r) = starting();
         // The renter cannot read the host's log: the refusal it gets names what went wrong.
         let effects = lease.handle(Timestamp(T0 + 30), HostInput::ContainerNotStarted(why));
         let reject = effects
