@@ -372,6 +372,32 @@ fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothin
         !workspace.exists()
     });
     assert!(docker_containers(&idle.lease).is_empty());
+    // A held lease without a workspace takes no file before its commit, and says why.
+    // (Rented once the host offers its GPU again, after the lease above.)
+    let options = ["--max-price", "5", "--duration", "60", "--hold", "3s"];
+    let mut out = None;
+    wait_for("the GPU to be offered again", 30, || {
+        let o = market.rent_output(renter, "gpu=l4", &options, "echo never");
+        let rented = o.status.success();
+        out = Some(o);
+        rented
+    });
+    let out = out.unwrap();
+    let bare: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    let cp = renter.gpux(&[
+        "cp",
+        input.to_str().unwrap(),
+        &format!("{}:/workspace/input.txt", bare.lease),
+    ]);
+    let said = String::from_utf8_lossy(&cp.stderr);
+    assert!(!cp.status.success());
+    assert!(
+        said.contains("waits for its commit") && said.contains("rent with --disk"),
+        "{said}"
+    );
+    wait_for("the bare held lease to end and settle", 30, || {
+        renter.lease(&bare.lease).settled
+    });
     // The renter paid for the committed lease's minute only.
     wait_for("the renter's escrows to come back", 30, || {
         renter.lease(&idle.lease).settled

@@ -174,6 +174,17 @@ impl PlaneHost {
         } else {
             match self.workspaces.retained_until(&hex) {
                 Some(until) if retained && until > now().0 => (None, until),
+                _ if record.phase == HostPhase::Starting
+                    && matches!(request.commit_wait_ms(), Ok(Some(_))) =>
+                {
+                    return Err((
+                        PlaneRefusal::NotRunning,
+                        format!(
+                            "lease {lease} waits for its commit (`gpux commit`): nothing runs \
+                             yet, and it has no workspace to copy into first (rent with --disk)"
+                        ),
+                    ));
+                }
                 _ => {
                     return Err((
                         PlaneRefusal::NotRunning,
