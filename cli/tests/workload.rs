@@ -782,17 +782,21 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     let fetched = renter.gpux(&["cp", &remote("tree/top.txt"), late.to_str().unwrap()]);
     assert!(fetched.status.success(), "{:?}", text(&fetched));
     assert_eq!(std::fs::read(&late).unwrap(), b"top\n");
-    assert!(
-        !renter
-            .gpux(&["exec", &lease, "--", "true"])
-            .status
-            .success()
-    );
+    let out = renter.gpux(&["exec", &lease, "--", "true"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("has ended"), "{:?}", text(&out));
     wait_for("the workspace to be erased after its retention", 60, || {
         !host.dir.join("workspaces").join(&lease).exists()
     });
     let out = renter.gpux(&["cp", &remote("tree/top.txt"), late.to_str().unwrap()]);
     assert!(!out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out)
+            .1
+            .contains("its workspace, if it had one, is erased"),
+        "{:?}",
+        text(&out)
+    );
 }
 
 /// `docker build` of `dockerfile` with `files` in its context; returns the image id.

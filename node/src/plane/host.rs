@@ -186,9 +186,18 @@ impl PlaneHost {
                     ));
                 }
                 _ => {
+                    let now_is = match record.phase {
+                        HostPhase::AwaitingLock | HostPhase::Locking | HostPhase::Starting => {
+                            "it is starting"
+                        }
+                        _ if retained => {
+                            "it has ended, and its workspace, if it had one, is erased (kept only for the lease's --retain)"
+                        }
+                        _ => "it has ended",
+                    };
                     return Err((
                         PlaneRefusal::NotRunning,
-                        format!("lease {lease} is not running (it is {:?})", record.phase),
+                        format!("lease {lease} is not running: {now_is}"),
                     ));
                 }
             }
