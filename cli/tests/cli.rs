@@ -486,6 +486,7 @@ mod orders;
 mod reputation;
 mod resume;
 mod shard;
+mod sizing;
 mod workload;
 
 fn attest_lib() -> std::path::PathBuf {

@@ -45,10 +45,24 @@ fn a_lease_runs_hardened_streams_logs_stops_and_settles_and_the_ledger_survives_
     );
     assert_eq!(hc["ReadonlyRootfs"], true);
     assert_eq!(hc["NetworkMode"], "none");
-    assert_eq!(hc["Memory"], 1u64 << 30);
-    assert_eq!(hc["MemorySwap"], 1u64 << 30, "no swap beyond the limit");
-    assert_eq!(hc["NanoCpus"], 1_000_000_000u64);
-    assert_eq!(hc["PidsLimit"], 256);
+    // The GPU's share of the host's machine, as its offer publishes it.
+    let out = renter.gpux(&["offers", "search", "", "--json"]);
+    let hits: Vec<gpux_api::OfferHit> = serde_json::from_slice(&out.stdout).unwrap();
+    let share = hits[0].machine.share;
+    assert_eq!(hc["Memory"], share.memory_bytes);
+    assert_eq!(
+        hc["MemorySwap"], share.memory_bytes,
+        "no swap beyond the limit"
+    );
+    assert_eq!(
+        hc["CpuQuota"].as_u64().unwrap() * 1000 / hc["CpuPeriod"].as_u64().unwrap(),
+        u64::from(share.cpu_millis)
+    );
+    assert_eq!(hc["ShmSize"], share.memory_bytes / 2);
+    assert_eq!(
+        hc["PidsLimit"],
+        u64::from(share.cpu_millis.div_ceil(1000)).max(1) * 1024
+    );
     assert!(hc["Binds"].is_null(), "no host paths: {}", hc["Binds"]);
     assert!(hc["Tmpfs"]["/scratch"].is_string(), "{}", hc["Tmpfs"]);
     assert_eq!(c["Config"]["Labels"]["gpux.lease"], lease.as_str());

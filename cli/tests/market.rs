@@ -111,6 +111,8 @@ pub struct Market {
     ack_grace_s: u64,
     /// Fake L4s on each host added.
     pub gpus_per_host: usize,
+    /// More flags for each host added (`--cpus 32`).
+    pub host_extra: Vec<String>,
     _tmp: tempfile::TempDir,
 }
 
@@ -181,6 +183,7 @@ impl Market {
             ledger_addr,
             ack_grace_s,
             gpus_per_host,
+            host_extra: Vec::new(),
             _tmp: tmp,
         };
         for _ in 0..hosts {
@@ -276,6 +279,7 @@ impl Market {
             ]
             .map(String::from),
         );
+        args.extend(self.host_extra.iter().cloned());
         let mut n = new_node(
             self._tmp.path(),
             &format!("host-{h}"),

@@ -70,6 +70,7 @@ fn reason_for(e: &RuleError) -> RejectReason {
         | RuleError::WorkspacePriceBelowOffer { .. } => RejectReason::PriceTooLow,
         RuleError::DurationOutOfRange { .. } => RejectReason::DurationOutOfRange,
         RuleError::ImageNotOffered => RejectReason::ImageMissing,
+        RuleError::LimitsAboveShare { .. } => RejectReason::LimitsTooHigh,
         RuleError::GpuNotOffered { .. } => RejectReason::GpusUnavailable,
         RuleError::Expired { .. } | RuleError::Stale { .. } => RejectReason::RequestExpired,
         _ => RejectReason::Invalid,

@@ -130,6 +130,7 @@ fn request(renter: &Keypair, host: &Keypair, n: u8) -> Verified<LeaseRequest> {
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
             },
             network: false,
             escrow: EscrowId([n; 16]),

@@ -45,6 +45,8 @@ fn offer(slot: u16, gpus: &[GpuUuid], profile: Option<&str>) -> Verified<Offer> 
             driver: Version::default(),
             cuda: Version::default(),
             images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
+
+            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             ext,
         },
     )

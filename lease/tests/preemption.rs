@@ -59,6 +59,7 @@ pub(crate) fn request(
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
             },
             network: false,
             escrow: EscrowId([t as u8; 16]),

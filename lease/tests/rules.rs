@@ -46,6 +46,7 @@ pub(crate) fn offer(t: u64) -> Verified<Offer> {
             driver: Version::default(),
             cuda: Version::default(),
             images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
+            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             ext: Ext::new(),
         },
     )
@@ -83,6 +84,7 @@ pub(crate) fn request_by(
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
             },
             network: false,
             escrow: EscrowId([5; 16]),
@@ -615,5 +617,28 @@ fn a_ledger_with_a_faucet_mints_only_its_grants_each_once_and_replays_them() {
             code: RefusalCode::WrongSigner,
             ..
         }
+    ));
+}
+
+#[test]
+fn a_request_for_more_than_its_gpus_share_of_the_machine_is_refused_as_too_high() {
+    // The offer's machine: 16 threads and 64 GiB over 16 GPUs, 1 core and 4 GiB per GPU.
+    let o = offer(T0);
+    let mut book = HostBook::new(host(), Timing::default());
+    book.add_offer(o.clone(), Timestamp(T0));
+    let ask = |limits: ResourceLimits| {
+        let mut body = request(&o, T0, LeaseKind::OnDemand).body().clone();
+        body.limits = limits;
+        Signed::sign(&renter(), body).unwrap()
+    };
+    let greedy = ask(ResourceLimits::sized(1_001, 1 << 30));
+    match book.handle_request(greedy, Timestamp(T0), false) {
+        Answer::Rejected { reason, .. } => assert_eq!(reason, RejectReason::LimitsTooHigh),
+        Answer::Accepted { .. } => panic!("a lease above its share was accepted"),
+    }
+    let whole = ask(ResourceLimits::sized(1_000, 4 << 30));
+    assert!(matches!(
+        book.handle_request(whole, Timestamp(T0), false),
+        Answer::Accepted { .. }
     ));
 }

@@ -237,6 +237,7 @@ fn request(
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
             },
             network: false,
             escrow: EscrowId([5; 16]),

@@ -121,6 +121,55 @@ fn disk_finds_hosts_that_say_they_give_a_workspace_that_large() {
 }
 
 #[test]
+fn machine_facts_filter_and_order_offers_per_gpu() {
+    let book = book_with(&[
+        // 8 GPUs on 32 threads and 256 GiB: 4 cores and 32 GiB (34 GB) per GPU.
+        O {
+            host: 1,
+            machine: (32, 256 * GIB),
+            net: (1000, 100),
+            ..O::default()
+        },
+        // 2 GPUs on 64 threads and 512 GiB: 32 cores and 256 GiB per GPU.
+        O {
+            host: 2,
+            gpus: 2,
+            machine: (64, 512 * GIB),
+            net: (10_000, 1000),
+            ..O::default()
+        },
+        // Not measured.
+        O {
+            host: 3,
+            gpus: 1,
+            machine: (3, 16 * GIB),
+            ..O::default()
+        },
+    ]);
+    let hosts = |q: &str| -> Vec<u64> {
+        search(&book, q)
+            .iter()
+            .map(|h| (1..=3).find(|&n| key(n).public() == h.host).unwrap())
+            .collect()
+    };
+    assert_eq!(hosts("cpu>=16"), [2]);
+    assert_eq!(hosts("cpu>=3 cpu<=4 order=cpu"), [3, 1]);
+    assert_eq!(hosts("cpu>=2.5 order=cpu-"), [2, 1, 3]);
+    assert_eq!(hosts("ram>=128"), [2]);
+    assert_eq!(hosts("ram>=34 order=ram"), [1, 2]);
+    assert_eq!(hosts("inet_down>=1000 order=inet_down-"), [2, 1]);
+    assert_eq!(hosts("inet_up>=500"), [2]);
+    // What was not measured is 0.
+    assert_eq!(hosts("inet_down=0"), [3]);
+    // A hit shows the machine and the share.
+    let hit = &search(&book, "cpu>=16")[0];
+    assert_eq!(hit.machine.cpu_threads, 64);
+    assert_eq!(hit.machine.share.cpu_millis, 32_000);
+    assert_eq!(hit.machine.share.memory_bytes, 256 * GIB);
+    assert_eq!(hit.machine.cpu_model.as_str(), "test CPU");
+}
+
+#[test]
 fn mig_finds_slices_by_their_profile_memory_and_whole_gpus_apart() {
     let book = book_with(&[
         // One A100 host: its whole GPUs in slot 0, 1g.10gb slices in slot 1, 3g.40gb in 2.

@@ -37,6 +37,10 @@ pub struct O {
     pub disk_price: u64,
     /// The offer lists MIG instances of this profile (`vram_gb` their memory).
     pub mig_profile: Option<&'static str>,
+    /// The machine's threads and memory, split evenly over the offer's GPUs.
+    pub machine: (u16, u64),
+    /// The measured download and upload bandwidth, Mbit/s.
+    pub net: (u32, u32),
 }
 
 impl Default for O {
@@ -58,6 +62,8 @@ impl Default for O {
             disk_bytes: 0,
             disk_price: 0,
             mig_profile: None,
+            machine: (64, 512 * GIB),
+            net: (0, 0),
         }
     }
 }
@@ -106,6 +112,16 @@ impl O {
             driver: Version::new(550, 54, 15),
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![image()]).unwrap(),
+            machine: Machine {
+                net_down_mbps: self.net.0,
+                net_up_mbps: self.net.1,
+                ..Machine::split_evenly(
+                    "test CPU",
+                    self.machine.0,
+                    self.machine.1,
+                    self.gpus.into(),
+                )
+            },
             ext: {
                 let mut ext = Ext::new();
                 if self.disk_bytes > 0 {

@@ -23,6 +23,7 @@ mod data_dir;
 pub mod executor;
 mod key_file;
 pub mod ledger;
+pub mod machine;
 pub mod metrics;
 pub mod p2p;
 pub mod plane;

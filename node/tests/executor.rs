@@ -78,6 +78,7 @@ fn spec(image: ImageDigest, lease: &str, script: &str) -> ContainerSpec {
         cpu_millis: 500,
         pids: 32,
         scratch_bytes: 8 << 20,
+        shm_bytes: 8 << 20,
         network: false,
         gpus: GpuBinding::Fake(Vec::new()),
         workspace: None,
@@ -161,7 +162,11 @@ async fn a_lease_container_runs_hardened_logs_and_is_removed() {
     assert_eq!(host.privileged, Some(false));
     assert_eq!(host.memory, Some(64 << 20));
     assert_eq!(host.memory_swap, Some(64 << 20));
-    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(
+        (host.cpu_quota, host.cpu_period),
+        (Some(50_000), Some(100_000))
+    );
+    assert_eq!(host.shm_size, Some(8 << 20));
     assert_eq!(host.pids_limit, Some(32));
     assert_eq!(host.network_mode.as_deref(), Some("none"));
     assert!(host.binds.unwrap_or_default().is_empty());

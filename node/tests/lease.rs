@@ -38,6 +38,7 @@ fn offer(host: &Keypair, t: Timestamp, gpus: u8) -> Verified<Offer> {
             driver: Version::new(550, 0, 0),
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
+            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             ext: Ext::new(),
         },
     )
@@ -71,6 +72,7 @@ fn request(
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 28,
+                shm_bytes: 1 << 28,
             },
             network: false,
             escrow: EscrowId(escrow),

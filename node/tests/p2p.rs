@@ -165,6 +165,7 @@ fn host_messages_at(
             driver: Version::new(550, 54, 15),
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
+            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             ext: Ext::new(),
         },
     )
@@ -413,4 +414,23 @@ async fn a_second_node_on_a_port_in_use_is_an_error_naming_it() {
         "{text}"
     );
     first.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_perf_protocol_measures_both_ways_and_a_peer_is_served_once_a_while() {
+    let seen: Seen = Arc::default();
+    let nodes = line(2, &seen).await;
+    p2p::perf::serve(&nodes[0].client).unwrap();
+    let server = nodes[0].client.local_peer_id();
+    let rates = p2p::perf::measure(&nodes[1].client, server, 4 << 20)
+        .await
+        .unwrap();
+    // Loopback moves far more than a megabit per second each way.
+    assert!(rates.up_bps > 1e6 && rates.down_bps > 1e6, "{rates:?}");
+    // The same peer again at once is not served: its stream is closed unanswered.
+    assert!(
+        p2p::perf::measure(&nodes[1].client, server, 1 << 20)
+            .await
+            .is_err()
+    );
 }

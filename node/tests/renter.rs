@@ -69,6 +69,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
             },
             network: false,
             escrow,

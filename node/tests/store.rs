@@ -27,6 +27,7 @@ fn record(n: u8) -> (ContentId, HostRecord) {
                 cpu_millis: 1000,
                 pids: 64,
                 scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
             },
             network: false,
             escrow: EscrowId([n; 16]),

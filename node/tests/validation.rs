@@ -67,6 +67,7 @@ fn offer(
             driver: Version::new(550, 0, 0),
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
+            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             ext: Ext::new(),
         },
     )

@@ -193,6 +193,16 @@ pub enum RuleError {
         /// The offer's longest, seconds.
         max_s: u64,
     },
+    /// A lease asks for more CPU or memory than the offer's share for its GPUs.
+    #[error("the lease asks for {asked} of {what}; its GPUs' share of this host is {share}")]
+    LimitsAboveShare {
+        /// `CPU` or `memory`.
+        what: &'static str,
+        /// What the lease asks, in words (`8.000 cores`, `64.0 GiB`).
+        asked: String,
+        /// The offer's share for the lease's GPUs, in words.
+        share: String,
+    },
     /// A lease term (an ext field) is malformed.
     #[error("a lease term: {0}")]
     BadTerm(String),
@@ -446,7 +456,8 @@ pub fn offer_matches_attestation(
 }
 
 /// A lease request against the offer it names: addressed to the offer's host, GPUs from the
-/// offer, price at least the offer's (or the spot floor for spot), duration in bounds, a
+/// offer, price at least the offer's (or the spot floor for spot), duration in bounds, CPU
+/// and memory within the offer's share for the GPUs asked ([`Machine`](crate::Machine)), a
 /// workspace retention priced at least at the offer's and no longer than it keeps one, a
 /// committed window's cancellation fees exactly the offer's, an
 /// image the offer lists, or one the renter staged on the host (`staged`: the host holds
@@ -480,6 +491,21 @@ pub fn lease_request_matches_offer(
             duration_s: request.duration_s,
             min_s: offer.min_duration_s,
             max_s: offer.max_duration_s,
+        });
+    }
+    let share = offer.machine.share.times(request.gpus.len());
+    if request.limits.cpu_millis > share.cpu_millis {
+        return Err(RuleError::LimitsAboveShare {
+            what: "CPU",
+            asked: cores(request.limits.cpu_millis),
+            share: cores(share.cpu_millis),
+        });
+    }
+    if request.limits.memory_bytes > share.memory_bytes {
+        return Err(RuleError::LimitsAboveShare {
+            what: "memory",
+            asked: gib(request.limits.memory_bytes),
+            share: gib(share.memory_bytes),
         });
     }
     let term = |e: crate::InvalidMessage| RuleError::BadTerm(e.to_string());
@@ -517,6 +543,14 @@ pub fn lease_request_matches_offer(
         return Err(RuleError::ImageNotOffered);
     }
     Ok(())
+}
+
+fn cores(millis: u32) -> String {
+    format!("{}.{:03} cores", millis / 1000, millis % 1000)
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
 }
 
 /// A lease request against the standing bid it answers: same renter, the bid's id, a price

@@ -876,3 +876,103 @@ fn a_kept_workspace_is_paid_at_the_offers_price_and_receipts_charge_no_more_than
         })
     );
 }
+
+#[test]
+fn an_offer_s_machine_shares_fit_the_machine_and_a_lease_asks_no_more_than_its_share() {
+    let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
+    let host = samples::host();
+    let invalid = |o: Offer| match Signed::sign(&host, o) {
+        Err(SignError::Invalid { source, .. }) => source,
+        other => panic!("expected an invalid offer, got {other:?}"),
+    };
+    // Two GPUs at 26 of 52 threads each fit; 27 each would be 54 threads of 52.
+    let mut greedy = samples::offer_for(&att, 9);
+    greedy.machine.share.cpu_millis = 27_000;
+    assert!(matches!(
+        invalid(greedy),
+        InvalidMessage::AboveLimit {
+            field: "machine.share.cpu_millis",
+            ..
+        }
+    ));
+    let mut hungry = samples::offer_for(&att, 9);
+    hungry.machine.share.memory_bytes = 241 << 30;
+    assert!(matches!(
+        invalid(hungry),
+        InvalidMessage::AboveLimit {
+            field: "machine.share.memory_bytes",
+            ..
+        }
+    ));
+    let mut nothing = samples::offer_for(&att, 9);
+    nothing.machine.share.cpu_millis = 0;
+    assert!(matches!(
+        invalid(nothing),
+        InvalidMessage::Zero {
+            field: "machine.share.cpu_millis"
+        }
+    ));
+    // A model name is shown to renters: no terminal escapes.
+    let mut escape = samples::offer_for(&att, 9);
+    escape.machine.cpu_model = BoundedString::new("Xeon\u{1b}[2J").unwrap();
+    assert!(matches!(
+        invalid(escape),
+        InvalidMessage::Malformed {
+            field: "machine.cpu_model",
+            ..
+        }
+    ));
+    // split_evenly shares a machine over its GPUs.
+    let split = Machine::split_evenly("EPYC 9654", 32, 256 << 30, 8);
+    assert_eq!(split.share.cpu_millis, 4_000);
+    assert_eq!(split.share.memory_bytes, 32 << 30);
+
+    // A lease gets at most its GPUs' share: the sample asks 4 cores and 8 GiB of one GPU's
+    // 26 cores and 240 GiB.
+    let offer = Signed::sign(&host, samples::offer_for(&att, 1)).unwrap();
+    let renter = samples::renter();
+    let sign = |r: LeaseRequest| Signed::sign(&renter, r).unwrap();
+    let mut all = samples::lease_request_for(&offer);
+    all.limits = ResourceLimits::sized(26_000, 240 << 30);
+    assert_eq!(
+        validate::lease_request_matches_offer(&sign(all.clone()), &offer, false),
+        Ok(())
+    );
+    all.limits.cpu_millis = 26_001;
+    let refused = validate::lease_request_matches_offer(&sign(all.clone()), &offer, false);
+    assert!(
+        matches!(
+            refused,
+            Err(RuleError::LimitsAboveShare { what: "CPU", .. })
+        ),
+        "{refused:?}"
+    );
+    all.limits = ResourceLimits::sized(1_000, (240 << 30) + 1);
+    assert!(matches!(
+        validate::lease_request_matches_offer(&sign(all), &offer, false),
+        Err(RuleError::LimitsAboveShare { what: "memory", .. })
+    ));
+}
+
+#[test]
+fn a_lease_s_tmpfs_sizes_stay_within_its_memory() {
+    let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
+    let offer = Signed::sign(&samples::host(), samples::offer_for(&att, 1)).unwrap();
+    let sized = ResourceLimits::sized(8_000, 64 << 30);
+    assert_eq!(sized.shm_bytes, 32 << 30);
+    assert_eq!(sized.scratch_bytes, 16 << 30);
+    assert_eq!(sized.pids, 8 * 1024);
+    assert_eq!(ResourceLimits::sized(500, 1 << 30).pids, 1024);
+    let mut big_shm = samples::lease_request_for(&offer);
+    big_shm.limits.shm_bytes = big_shm.limits.memory_bytes + 1;
+    assert!(matches!(
+        Signed::sign(&samples::renter(), big_shm),
+        Err(SignError::Invalid {
+            source: InvalidMessage::AboveLimit {
+                field: "limits.shm_bytes",
+                ..
+            },
+            ..
+        })
+    ));
+}

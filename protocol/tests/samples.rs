@@ -128,7 +128,25 @@ pub fn offer_for(att: &Verified<Attestation>, seq: u64) -> Offer {
         driver: Version::new(550, 54, 15),
         cuda: Version::new(12, 4, 0),
         images: BoundedVec::new(vec![image()]).unwrap(),
+        machine: machine(),
         ext: Ext::new(),
+    }
+}
+
+/// A two-GPU machine's facts: 52 of its 56 threads and 480 GiB of its memory go to leases,
+/// split over the two GPUs.
+pub fn machine() -> Machine {
+    Machine {
+        cpu_model: s("Intel(R) Xeon(R) Platinum 8480+"),
+        cpu_threads: 52,
+        memory_bytes: 480 << 30,
+        disk_write_mbps: 2_100,
+        net_up_mbps: 940,
+        net_down_mbps: 9_400,
+        share: Share {
+            cpu_millis: 26_000,
+            memory_bytes: 240 << 30,
+        },
     }
 }
 
@@ -154,6 +172,7 @@ pub fn lease_request_for(offer: &Verified<Offer>) -> LeaseRequest {
             cpu_millis: 4000,
             pids: 512,
             scratch_bytes: 1 << 30,
+            shm_bytes: 1 << 30,
         },
         network: false,
         escrow: EscrowId([0xe5; 16]),

@@ -200,6 +200,7 @@ pub(crate) fn docker_start_ms(image: &str, samples: usize) -> anyhow::Result<Vec
                 cpu_millis: 1000,
                 pids: 256,
                 scratch_bytes: 1 << 28,
+                shm_bytes: 1 << 28,
                 network: false,
                 gpus: GpuBinding::Fake(Vec::new()),
                 workspace: None,

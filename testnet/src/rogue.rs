@@ -315,6 +315,7 @@ pub fn fake_host(
             driver: Version::new(550, 54, 15),
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![image])?,
+            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             ext: Ext::new(),
         },
     )?;

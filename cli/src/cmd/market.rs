@@ -136,9 +136,31 @@ pub(crate) struct Run {
     /// (`30m`; the host's default, 10 minutes, otherwise; 0: erase at once).
     #[arg(long, value_name = "DURATION", value_parser = parse_retain)]
     retain: Option<u64>,
+    /// CPU cores for the container (`2`, `0.5`) [default: the GPUs' share of the host, as
+    /// `gpux offers search` shows it].
+    #[arg(long, value_name = "CORES", value_parser = parse_cores)]
+    cpus: Option<u32>,
+    /// Memory for the container (`8GiB`) [default: the GPUs' share of the host].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Size of `/dev/shm`, part of the memory (`16GiB`) [default: half the memory].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    shm: Option<u64>,
     /// The command to run in the container, after `--` [default: the image's].
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+/// CPU cores on the command line (`2`, `0.5`), thousandths of a core.
+fn parse_cores(text: &str) -> Result<u32, String> {
+    let bad = || format!("'{text}': CPU cores like 2 or 0.5 (at most 3 decimals)");
+    let m = text
+        .parse::<gpux_protocol::MicroCredits>()
+        .map_err(|_| bad())?;
+    if m.0 == 0 || m.0 % 1000 != 0 {
+        return Err(bad());
+    }
+    u32::try_from(m.0 / 1000).map_err(|_| bad())
 }
 
 /// A retention on the command line: seconds or a duration (`30m`); 0 is allowed.
@@ -231,12 +253,16 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         return Ok(());
     }
     out!(
-        "{:<16} {:<14} {:>7} {:>5} {:>14} {:<12} {:<14} {:>6} {:>5} {:<11}  host",
+        "{:<16} {:<14} {:>7} {:>5} {:>14} {:>7} {:>8} {:>7} {:>11} {:<12} {:<14} {:>6} {:>5} {:<11}  host",
         "offer",
         "gpu",
         "vram GB",
         "free",
         "cr per GPU-h",
+        "cpu/GPU",
+        "ram/GPU",
+        "disk GB",
+        "net Mbit/s",
         "region",
         "tier",
         "rel 0-1",
@@ -245,8 +271,9 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
     )?;
     for h in hits {
         let offer = h.offer.to_string();
+        let m = &h.machine;
         out!(
-            "{:<16} {:<14} {:>7} {:>2}/{:<2} {:>14} {:<12} {:<14} {:>7.2} {:>5} {:<11}  {}",
+            "{:<16} {:<14} {:>7} {:>2}/{:<2} {:>14} {:>7} {:>8} {:>7} {:>11} {:<12} {:<14} {:>7.2} {:>5} {:<11}  {}",
             &offer[..16.min(offer.len())],
             // A slice shows its profile: `a100 1g.10gb`.
             match &h.mig_profile {
@@ -257,6 +284,10 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
             h.free,
             h.gpus,
             h.price_per_gpu_hour.amount_text(),
+            cores_text(m.share.cpu_millis),
+            format!("{} GB", m.share.memory_bytes / 1_000_000_000),
+            h.disk_bytes / 1_000_000_000,
+            bandwidth_text(m.net_down_mbps, m.net_up_mbps),
             h.region,
             h.tier.to_string(),
             f64::from(h.reliability_permille) / 1000.0,
@@ -268,6 +299,24 @@ fn print_hits(hits: &[OfferHit]) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Cores as `8`, `2.5`, `0.125`.
+fn cores_text(millis: u32) -> String {
+    let text = format!("{}.{:03}", millis / 1000, millis % 1000);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Measured bandwidth as `down/up` Mbit/s, `-` where not measured.
+fn bandwidth_text(down: u32, up: u32) -> String {
+    let one = |v: u32| {
+        if v == 0 {
+            "-".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    format!("{}/{}", one(down), one(up))
 }
 
 pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> anyhow::Result<()> {
@@ -294,6 +343,9 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         network: run.network,
         disk_bytes: run.disk,
         retain_s: run.retain,
+        cpu_millis: run.cpus,
+        memory_bytes: run.memory,
+        shm_bytes: run.shm,
         spot: kind.spot,
         window: kind.start.zip(kind.end),
         hold_s: kind.hold,

@@ -144,6 +144,7 @@ fn make_offer(rng: &mut Rng, host: u64, slot: u16, now: Timestamp) -> Offer {
         driver: Version::new(550, 54, 15),
         cuda: Version::new(12, 4, 0),
         images: BoundedVec::new(vec![ImageDigest([0xd1; 32])]).unwrap(),
+        machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
         ext: Ext::new(),
     }
 }

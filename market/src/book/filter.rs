@@ -90,6 +90,11 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
         Field::Disk => number(clause, e.disk_bytes / 1_000_000_000),
         Field::DiskPrice => number(clause, e.disk_price),
         Field::Stage => number(clause, e.stage_bytes / 1_000_000_000),
+        Field::Cpu => number(clause, u64::from(e.share.cpu_millis)),
+        Field::Ram => number(clause, e.share.memory_bytes / 1_000_000_000),
+        Field::DiskSpeed => number(clause, u64::from(e.disk_write_mbps)),
+        Field::InetUp => number(clause, u64::from(e.net_up_mbps)),
+        Field::InetDown => number(clause, u64::from(e.net_down_mbps)),
     }
 }
 

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpux_protocol::{
     ContentId, GpuFamily, GpuUuid, ImageDigest, MicroCredits, Offer, OfferWithdrawal, PublicKey,
-    Timestamp, Verified,
+    Share, Timestamp, Verified,
 };
 
 pub use bids::BidError;
@@ -174,6 +174,16 @@ pub(crate) struct Entry {
     pub(crate) mig_profile: Option<Box<str>>,
     /// The host's cancellation fee schedule for reserved windows (empty: free).
     pub(crate) cancel_fees: gpux_protocol::CancelFees,
+    /// What of the machine goes with each GPU.
+    pub(crate) share: Share,
+    /// The machine's CPU model (interned), threads and memory given to leases.
+    pub(crate) cpu_model: u32,
+    pub(crate) cpu_threads: u16,
+    pub(crate) machine_memory: u64,
+    /// Measured: the workspace disk's write speed (MB/s), bandwidth (Mbit/s).
+    pub(crate) disk_write_mbps: u32,
+    pub(crate) net_up_mbps: u32,
+    pub(crate) net_down_mbps: u32,
 }
 
 impl Entry {
@@ -310,6 +320,8 @@ pub struct OrderBook {
     newest_seq: HashMap<(u32, u16), u64>,
     hosts: Hosts,
     regions: Interner,
+    /// CPU model names, interned as regions are (few models, many offers).
+    cpu_models: Interner,
     buckets: Vec<Bucket>,
     bucket_ids: BTreeMap<BucketKey, u32>,
     expiry: BTreeSet<(u64, u32)>,
@@ -459,6 +471,13 @@ impl OrderBook {
             mig_profile: offer.mig_profile().map(Into::into),
             // (Checked when the offer was verified.)
             cancel_fees: offer.cancel_fees().unwrap_or_default(),
+            share: offer.machine.share,
+            cpu_model: self.cpu_models.intern(&offer.machine.cpu_model),
+            cpu_threads: offer.machine.cpu_threads,
+            machine_memory: offer.machine.memory_bytes,
+            disk_write_mbps: offer.machine.disk_write_mbps,
+            net_up_mbps: offer.machine.net_up_mbps,
+            net_down_mbps: offer.machine.net_down_mbps,
         };
         let key = BucketKey {
             family,
@@ -535,6 +554,7 @@ impl OrderBook {
             list.retain(|&i| i != idx);
         }
         self.regions.release(entry.region);
+        self.cpu_models.release(entry.cpu_model);
         self.vacant.push(idx);
         Some(entry)
     }
@@ -694,6 +714,13 @@ impl OrderBook {
     pub fn offer_retention(&self, offer: &ContentId) -> Option<(MicroCredits, Option<u64>)> {
         let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
         Some((MicroCredits(e.disk_price), e.max_retain_s))
+    }
+
+    /// What of its host's machine goes with each GPU of an offer (`None` for an unknown
+    /// offer).
+    pub fn offer_share(&self, offer: &ContentId) -> Option<Share> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        Some(e.share)
     }
 
     /// The cancellation fee schedule an offer publishes for reserved windows (`None` for

@@ -5,7 +5,8 @@ use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 use gpux_protocol::{
-    ComputeCapability, ContentId, EvidenceTier, GpuFamily, MicroCredits, PublicKey, Timestamp,
+    BoundedString, ComputeCapability, ContentId, EvidenceTier, GpuFamily, Machine, MicroCredits,
+    PublicKey, Timestamp,
 };
 
 use super::filter::{Facts, allowed_families, bucket_may_pass, clause_holds, price_bounds};
@@ -48,6 +49,10 @@ pub struct Hit {
     pub created_at: Timestamp,
     /// When it lapses.
     pub expires_at: Timestamp,
+    /// The machine, and what of it goes with each GPU.
+    pub machine: Machine,
+    /// The largest workspace the host gives a lease now, bytes.
+    pub disk_bytes: u64,
 }
 
 const TIERS: [EvidenceTier; 3] = EvidenceTier::ALL;
@@ -139,6 +144,17 @@ impl OrderBook {
             reliability_permille: self.hosts.reliability(e.host),
             created_at: Timestamp(e.created_at),
             expires_at: Timestamp(e.expires_at),
+            machine: Machine {
+                cpu_model: BoundedString::new(self.cpu_models.name(e.cpu_model))
+                    .unwrap_or_default(),
+                cpu_threads: e.cpu_threads,
+                memory_bytes: e.machine_memory,
+                disk_write_mbps: e.disk_write_mbps,
+                net_up_mbps: e.net_up_mbps,
+                net_down_mbps: e.net_down_mbps,
+                share: e.share,
+            },
+            disk_bytes: e.disk_bytes,
         }
     }
 
@@ -189,6 +205,11 @@ impl OrderBook {
                 OrderKey::Age => e.created_at,
                 OrderKey::Driver => e.driver,
                 OrderKey::Cuda => e.cuda,
+                OrderKey::Cpu => u64::from(e.share.cpu_millis),
+                OrderKey::Ram => e.share.memory_bytes,
+                OrderKey::DiskSpeed => u64::from(e.disk_write_mbps),
+                OrderKey::InetUp => u64::from(e.net_up_mbps),
+                OrderKey::InetDown => u64::from(e.net_down_mbps),
             }
         };
         let compare = |a: &&Entry, b: &&Entry| {

@@ -68,11 +68,21 @@ pub enum Field {
     DiskPrice,
     /// Whether the offer lists MIG instances (slices of a GPU) rather than whole GPUs.
     Mig,
+    /// CPU cores that go with each GPU (thousandths on the query scale).
+    Cpu,
+    /// Memory that goes with each GPU, GB (10^9 bytes).
+    Ram,
+    /// The workspace disk's measured write speed, MB/s.
+    DiskSpeed,
+    /// The host's measured upload bandwidth, Mbit/s.
+    InetUp,
+    /// The host's measured download bandwidth, Mbit/s.
+    InetDown,
 }
 
 impl Field {
     /// Every field, with its name.
-    pub const ALL: [(Field, &'static str); 18] = [
+    pub const ALL: [(Field, &'static str); 23] = [
         (Field::Gpu, "gpu"),
         (Field::Vram, "vram"),
         (Field::Count, "count"),
@@ -91,6 +101,11 @@ impl Field {
         (Field::Stage, "stage"),
         (Field::DiskPrice, "disk_price"),
         (Field::Mig, "mig"),
+        (Field::Cpu, "cpu"),
+        (Field::Ram, "ram"),
+        (Field::DiskSpeed, "disk_speed"),
+        (Field::InetUp, "inet_up"),
+        (Field::InetDown, "inet_down"),
     ];
 
     /// The field's name in queries.
@@ -139,11 +154,21 @@ pub enum OrderKey {
     Driver,
     /// CUDA version.
     Cuda,
+    /// CPU that goes with each GPU.
+    Cpu,
+    /// Memory that goes with each GPU.
+    Ram,
+    /// The workspace disk's write speed.
+    DiskSpeed,
+    /// Upload bandwidth.
+    InetUp,
+    /// Download bandwidth.
+    InetDown,
 }
 
 impl OrderKey {
     /// Every key, with its name.
-    pub const ALL: [(OrderKey, &'static str); 10] = [
+    pub const ALL: [(OrderKey, &'static str); 15] = [
         (OrderKey::Price, "price"),
         (OrderKey::Reliability, "reliability"),
         (OrderKey::Vram, "vram"),
@@ -154,6 +179,11 @@ impl OrderKey {
         (OrderKey::Age, "age"),
         (OrderKey::Driver, "driver"),
         (OrderKey::Cuda, "cuda"),
+        (OrderKey::Cpu, "cpu"),
+        (OrderKey::Ram, "ram"),
+        (OrderKey::DiskSpeed, "disk_speed"),
+        (OrderKey::InetUp, "inet_up"),
+        (OrderKey::InetDown, "inet_down"),
     ];
 }
 
@@ -172,8 +202,8 @@ pub struct Ordering {
 pub enum Value {
     /// A GPU family.
     Family(GpuFamily),
-    /// An ordered value on its field's scale: GB for vram, micro-credits for price,
-    /// `major * 100 + minor` for cc, thousandths for reliability, the tier's rank,
+    /// An ordered value on its field's scale: GB for vram and ram, micro-credits for price,
+    /// `major * 100 + minor` for cc, thousandths for reliability and cpu, the tier's rank,
     /// `major << 32 | minor << 16 | patch` for versions, plain integers otherwise.
     Number(u64),
     /// A region (lower case).

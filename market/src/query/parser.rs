@@ -294,7 +294,15 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
                 },
             )
         }),
-        Field::Vram | Field::Count | Field::PcieGen | Field::Disk | Field::Stage => word
+        Field::Vram
+        | Field::Count
+        | Field::PcieGen
+        | Field::Disk
+        | Field::Stage
+        | Field::Ram
+        | Field::DiskSpeed
+        | Field::InetUp
+        | Field::InetDown => word
             .parse::<u64>()
             .map(Value::Number)
             .map_err(|_| bad(field, word, column, "a whole number")),
@@ -309,6 +317,15 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
         Field::Cc => match word.parse::<ComputeCapability>() {
             Ok(cc) if cc.minor < 100 => Ok(Value::Number(cc_key(cc))),
             _ => Err(bad(field, word, column, "a compute capability like 8.6")),
+        },
+        Field::Cpu => match word.parse::<MicroCredits>() {
+            Ok(m) if m.0 % 1000 == 0 => Ok(Value::Number(m.0 / 1000)),
+            _ => Err(bad(
+                field,
+                word,
+                column,
+                "CPU cores per GPU, like 8 or 2.5 (at most 3 decimals)",
+            )),
         },
         Field::Reliability => match word.parse::<MicroCredits>() {
             Ok(m) if m.0 <= 1_000_000 && m.0 % 1000 == 0 => Ok(Value::Number(m.0 / 1000)),

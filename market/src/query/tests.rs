@@ -129,13 +129,26 @@ fn every_field_parses_its_values() {
             Field::DiskPrice,
             Value::Number(50_000),
         ),
+        ("cpu>=2.5".into(), Field::Cpu, Value::Number(2_500)),
+        ("ram>=128".into(), Field::Ram, Value::Number(128)),
+        (
+            "disk_speed>=1000".into(),
+            Field::DiskSpeed,
+            Value::Number(1000),
+        ),
+        ("inet_up>=100".into(), Field::InetUp, Value::Number(100)),
+        (
+            "inet_down>=1000".into(),
+            Field::InetDown,
+            Value::Number(1000),
+        ),
     ];
     for (text, field, value) in cases {
         let c = one(&text);
         assert_eq!((c.field, &c.values[..]), (field, &[value][..]), "{text}");
     }
     // Every field is covered above.
-    assert_eq!(Field::ALL.len(), 18);
+    assert_eq!(Field::ALL.len(), 23);
 }
 
 #[test]

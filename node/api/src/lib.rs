@@ -201,6 +201,10 @@ pub struct OfferHit {
     /// thousandths (recent ones weigh most); `None` before any ended.
     #[serde(default)]
     pub interruption_permille: Option<u16>,
+    /// The machine, and what of it goes with each GPU (a lease gets its GPUs' shares).
+    pub machine: gpux_protocol::Machine,
+    /// The largest workspace the host gives a lease now, bytes (0: none).
+    pub disk_bytes: u64,
 }
 
 /// What a renter has learned about reaching a host.
@@ -332,6 +336,16 @@ pub struct RentRequest {
     /// the next offer is tried.
     #[serde(default)]
     pub challenge: bool,
+    /// CPU for the lease, thousandths of a core (at most its GPUs' share of the host;
+    /// that share when absent).
+    #[serde(default)]
+    pub cpu_millis: Option<u32>,
+    /// Memory for the lease, bytes (at most its GPUs' share; that share when absent).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// `/dev/shm` for the lease, bytes (at most its memory; half of it when absent).
+    #[serde(default)]
+    pub shm_bytes: Option<u64>,
 }
 
 /// A passed performance challenge, as the renter's node measured it.

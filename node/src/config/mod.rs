@@ -37,6 +37,9 @@
 //! max_image = "20GiB"                   # host: the largest renter image staged (0: none)
 //! stage_quota = "64GiB"                 # host: renters' staged images together
 //! cancel_fees = "24h:10%,1h:50%,10m:100%" # host: a reserved window's cancellation fees
+//! cpus = 32                             # host: CPU threads given to leases (default: all)
+//! memory = "256GiB"                     # host: memory given to leases (default: all but a
+//!                                       # tenth, at least 2 GiB, kept for the host)
 //! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rate, Gop/s (fake GPUs)
 //! market_families = ["h100", "a100"]    # follow only these families' offers (default: all;
 //!                                       # ["auto"]: those this node searches, rents and bids for)
@@ -170,6 +173,14 @@ pub struct Options {
     /// (`24h:10%,1h:50%,10m:100%`; `none`: cancelling is free). Published in the offers.
     #[arg(long = "cancel-fees", value_name = "SCHEDULE")]
     pub cancel_fees: Option<String>,
+    /// Host: CPU threads given to leases, split evenly over the GPUs (default: every thread
+    /// of the machine). Published in the offers; each lease's CPU limit is its GPUs' share.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u32>,
+    /// Host: memory given to leases, split evenly over the GPUs (`256GiB`; default: the
+    /// machine's, less a tenth, at least 2 GiB, kept for the host).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
     /// Renter: the performance challenge's reference rate of a GPU family, `FAMILY=GOPS`
     /// (repeatable), in place of the spec table's; for fake GPUs, whose CPU prover is
     /// measured on the machine.
@@ -308,6 +319,8 @@ macro_rules! each_setting {
             max_image,
             stage_quota,
             cancel_fees,
+            cpus,
+            memory,
             challenge_reference,
             market_families,
             link_delay_ms,
@@ -352,6 +365,8 @@ impl Options {
             max_image: Some("20GiB".into()),
             stage_quota: Some("64GiB".into()),
             cancel_fees: Some("24h:10%,1h:50%,10m:100%".into()),
+            cpus: None,
+            memory: None,
             challenge_reference: Some(Vec::new()),
             market_families: None,
             link_delay_ms: Some(0),
@@ -499,6 +514,19 @@ impl Effective {
                     format!("'{fees}': {e} (e.g. 24h:10%,1h:50%,10m:100%, or none)"),
                 )
             })?;
+            if o.cpus
+                .is_some_and(|n| !(1..=u32::from(u16::MAX)).contains(&n))
+            {
+                return Err(self.bad("cpus", "must be between 1 and 65535"));
+            }
+            let memory_bytes = o
+                .memory
+                .clone()
+                .map(|m| size("memory", Some(m)))
+                .transpose()?;
+            if memory_bytes.is_some_and(|m| m < 1 << 30) {
+                return Err(self.bad("memory", "must be at least 1GiB"));
+            }
             Some(HostOptions {
                 nvml_lib: o.nvml_lib.clone(),
                 price: price
@@ -531,6 +559,9 @@ impl Effective {
                 cancel_fees,
                 staging_root: data_dir.join("staging"),
                 run_root: data_dir.join("run"),
+                cpus: o.cpus,
+                memory_bytes,
+                machine: Default::default(),
             })
         } else {
             None

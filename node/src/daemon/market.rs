@@ -239,6 +239,8 @@ impl MarketView {
                 expires_at: h.expires_at,
                 reach: gpux_api::Reachability::Unknown,
                 interruption_permille: None,
+                machine: h.machine,
+                disk_bytes: h.disk_bytes,
             })
             .collect())
     }

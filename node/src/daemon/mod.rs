@@ -95,6 +95,12 @@ pub struct HostOptions {
     pub staging_root: PathBuf,
     /// Where each spot lease's `/run/gpux` is written (`<data-dir>/run/<lease>`).
     pub run_root: PathBuf,
+    /// CPU threads given to leases (None: every thread the machine has).
+    pub cpus: Option<u32>,
+    /// Memory given to leases, bytes (None: the machine's, less a tenth kept for the host).
+    pub memory_bytes: Option<u64>,
+    /// The machine as given to leases (read when the host starts, measured as it runs).
+    pub machine: crate::machine::MachineFacts,
 }
 
 /// The daemon's settings.
@@ -297,6 +303,7 @@ pub async fn run(
         ..NetConfig::default()
     };
     let (net, mut net_events) = p2p::spawn(&key, net_config).await?;
+    p2p::perf::serve(&net).context("serving bandwidth measurements")?;
     let (events_tx, mut events_rx) = mpsc::channel(EVENT_CAPACITY);
     let t = now();
     let ledger = match config.ledger.as_slice() {

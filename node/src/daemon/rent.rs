@@ -44,13 +44,15 @@ pub(crate) struct Candidate {
     /// The performance challenge's reference rate of its model, Gop/s (none known: the
     /// offer cannot be challenged).
     pub(crate) reference_gops: Option<f64>,
+    /// What of the host's machine goes with each GPU.
+    pub(crate) share: gpux_protocol::Share,
 }
 
 mod challenge;
 mod in_loop;
 mod request;
 mod terms;
-pub(crate) use request::{checkpoint_dir, parse};
+pub(crate) use request::{Resources, checkpoint_dir, parse};
 use terms::Terms;
 
 /// Times a broken staging is tried again on the same host (it goes on from what arrived).
@@ -126,6 +128,8 @@ pub(crate) struct Workload {
     challenge: bool,
     /// The renter asked for a hold of its own (`--hold`): it commits, not the challenge.
     own_hold: bool,
+    /// The CPU, memory and `/dev/shm` asked for.
+    resources: Resources,
 }
 
 impl Workload {
@@ -338,10 +342,19 @@ impl RentTask {
                     retention,
                     cancel_fees,
                     reference_gops,
+                    share,
                 } = candidate;
                 let host = allocation.host;
                 let terms = match self.workload.terms_for(retention, &cancel_fees) {
                     Ok(terms) => terms,
+                    Err(why) => {
+                        refusals.push(format!("{}: {why}", host.peer_id()));
+                        reasons.push(None);
+                        continue;
+                    }
+                };
+                let limits = match self.workload.resources.limits(share, allocation.gpus.len()) {
+                    Ok(limits) => limits,
                     Err(why) => {
                         refusals.push(format!("{}: {why}", host.peer_id()));
                         reasons.push(None);
@@ -403,7 +416,10 @@ impl RentTask {
                         prepare_ms,
                         stage_ms,
                     });
-                let rented = match self.request(&allocation, image, staged, terms).await {
+                let rented = match self
+                    .request(&allocation, image, staged, (terms, limits))
+                    .await
+                {
                     Ok(rented) if self.workload.challenge => {
                         self.challenge_held(rented, host, reference_gops).await
                     }
@@ -487,7 +503,7 @@ impl RentTask {
         allocation: &Allocation,
         image: ImageDigest,
         staged: Option<StagedImage>,
-        terms: Terms,
+        (terms, limits): (Terms, ResourceLimits),
     ) -> Result<Rented, Refusal> {
         let t = now();
         let refused = |e: String| Refusal::Refused(e, None);
@@ -513,12 +529,7 @@ impl RentTask {
             command: BoundedVec::new(self.workload.command.clone())
                 .map_err(|e| refused(e.to_string()))?,
             env: BoundedVec::new(self.workload.env.clone()).map_err(|e| refused(e.to_string()))?,
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 256,
-                scratch_bytes: 1 << 28,
-            },
+            limits,
             network: self.workload.network,
             escrow: EscrowId(escrow),
             escrow_amount,

@@ -23,6 +23,7 @@
 //!         cpu_millis: 1000,
 //!         pids: 64,
 //!         scratch_bytes: 64 << 20,
+//!         shm_bytes: 64 << 20,
 //!         network: false,
 //!         gpus: GpuBinding::Fake(Vec::new()),
 //!         workspace: None,

@@ -20,6 +20,10 @@ pub const SCRATCH_DIR: &str = "/scratch";
 /// The user every workload runs as: `nobody:nogroup`, numeric so the image needs no
 /// `/etc/passwd`.
 pub const WORKLOAD_USER: &str = "65534:65534";
+/// The workload user's uid (and gid), as in [`WORKLOAD_USER`].
+const WORKLOAD_UID: u32 = 65534;
+/// The CFS period CPU limits are stated in, microseconds (Docker's default).
+const CPU_PERIOD_US: i64 = 100_000;
 /// Each log file's size before Docker rotates it, and how many it keeps: a workload that
 /// floods stdout cannot fill the host's disk.
 const LOG_MAX_SIZE: &str = "16m";
@@ -55,6 +59,8 @@ pub struct ContainerSpec {
     pub pids: u32,
     /// Size of each writable tmpfs (`/scratch` and `/tmp`), bytes.
     pub scratch_bytes: u64,
+    /// Size of `/dev/shm`, bytes.
+    pub shm_bytes: u64,
     /// Whether the container gets a network (Docker's bridge) or none at all.
     pub network: bool,
     /// The GPUs passed in.
@@ -118,14 +124,20 @@ impl ContainerSpec {
     }
 }
 
-/// Options for a tmpfs of `bytes`. Exec is allowed: JIT compilers (Triton, torch inductor)
-/// write code to the cache under `$HOME` or `/tmp` and load it; with all capabilities
-/// dropped and `no-new-privileges`, code run from there has no more power than the image's
-/// own. `nosuid,nodev` keep set-uid files and device nodes meaningless. Both tmpfs count
-/// against the container's memory limit, so together they never exceed it. Linux reads
-/// `size=0` as "unlimited", hence at least one page.
+/// Options for a tmpfs of `bytes`, owned by the workload's user. Exec is allowed (named:
+/// Docker adds `noexec` to a tmpfs otherwise): JIT compilers (Triton, torch inductor) write
+/// code to the cache under `$HOME` or `/tmp` and load it; with all capabilities dropped and
+/// `no-new-privileges`, code run from there has no more power than the image's own.
+/// `nosuid,nodev` keep set-uid files and device nodes meaningless. The owner matters because
+/// runc gives a tmpfs the mode of the directory it covers: an image that ships `/scratch`
+/// as root's 0755 would otherwise leave it (and `HOME`) unwritable. Every tmpfs counts
+/// against the container's memory limit. Linux reads `size=0` as "unlimited", hence at
+/// least one page.
 fn tmpfs_options(bytes: u64) -> String {
-    format!("rw,nosuid,nodev,size={},mode=1777", bytes.max(4096))
+    format!(
+        "rw,exec,nosuid,nodev,size={},mode=1777,uid={WORKLOAD_UID},gid={WORKLOAD_UID}",
+        bytes.max(4096)
+    )
 }
 
 fn clamp_i64(v: u64) -> i64 {
@@ -186,7 +198,11 @@ pub fn container_config(spec: &ContainerSpec, node: &str) -> ContainerCreateBody
         memory: Some(memory),
         // Equal to `memory`: no swap on top of it.
         memory_swap: Some(memory),
-        nano_cpus: Some(i64::from(spec.cpu_millis) * 1_000_000),
+        // A quota per period rather than `NanoCpus`: Docker refuses more `NanoCpus` than
+        // the machine has, and a host may give its leases more than it measured.
+        cpu_period: Some(CPU_PERIOD_US),
+        cpu_quota: Some((i64::from(spec.cpu_millis) * CPU_PERIOD_US / 1000).max(1000)),
+        shm_size: Some(clamp_i64(spec.shm_bytes.max(4096))),
         pids_limit: Some(i64::from(spec.pids)),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
@@ -301,6 +317,7 @@ mod tests {
             cpu_millis: 1500,
             pids: 64,
             scratch_bytes: 100 << 20,
+            shm_bytes: 100 << 20,
             network: false,
             gpus,
             workspace: None,
@@ -337,12 +354,19 @@ mod tests {
         for dir in ["/scratch", "/tmp"] {
             assert_eq!(
                 tmpfs[dir],
-                format!("rw,nosuid,nodev,size={},mode=1777", 100 << 20)
+                format!(
+                    "rw,exec,nosuid,nodev,size={},mode=1777,uid=65534,gid=65534",
+                    100 << 20
+                )
             );
         }
         assert_eq!(h.memory, Some(512 << 20));
         assert_eq!(h.memory_swap, Some(512 << 20));
-        assert_eq!(h.nano_cpus, Some(1_500_000_000));
+        // 1.5 cores as a quota per 100 ms period (not NanoCpus, which Docker caps at the
+        // machine's count).
+        assert_eq!((h.cpu_quota, h.cpu_period), (Some(150_000), Some(100_000)));
+        assert_eq!(h.nano_cpus, None);
+        assert_eq!(h.shm_size, Some(100 << 20));
         assert_eq!(h.pids_limit, Some(64));
         assert_eq!(h.network_mode.as_deref(), Some("none"));
         assert_eq!(h.runtime.as_deref(), Some("runc"));

@@ -13,6 +13,7 @@ mod behaviour;
 mod client;
 mod codec;
 mod event_loop;
+pub mod perf;
 mod relay_server;
 pub mod shaping;
 pub mod topics;

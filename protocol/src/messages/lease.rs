@@ -94,8 +94,46 @@ pub struct ResourceLimits {
     pub cpu_millis: u32,
     /// Most processes.
     pub pids: u32,
-    /// Size of the writable tmpfs scratch, bytes.
+    /// Size of each writable tmpfs (`/scratch`, `/tmp`), bytes.
     pub scratch_bytes: u64,
+    /// Size of `/dev/shm`, bytes (PyTorch's data loaders pass batches through it).
+    pub shm_bytes: u64,
+}
+
+/// The most processes (and threads) a lease may ask for.
+pub const MAX_LEASE_PIDS: u32 = 1 << 20;
+
+impl ResourceLimits {
+    /// The limits a lease gets by default from `cpu_millis` and `memory_bytes`: half the
+    /// memory for `/dev/shm` and a quarter for each scratch tmpfs (all of them count against
+    /// the memory limit, so together they can never take more than it), and 1,024 processes
+    /// per core (data loaders and compilers start many), at least 1,024.
+    pub fn sized(cpu_millis: u32, memory_bytes: u64) -> ResourceLimits {
+        let pids = (u64::from(cpu_millis.div_ceil(1000)) * 1024).clamp(1024, MAX_LEASE_PIDS.into());
+        ResourceLimits {
+            memory_bytes,
+            cpu_millis,
+            pids: pids as u32,
+            scratch_bytes: memory_bytes / 4,
+            shm_bytes: memory_bytes / 2,
+        }
+    }
+
+    /// The structural rules: something of each, tmpfs sizes within the memory limit, and a
+    /// bounded process count.
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_nonzero("limits.memory_bytes", self.memory_bytes)?;
+        ensure_nonzero("limits.cpu_millis", self.cpu_millis.into())?;
+        ensure_nonzero("limits.pids", self.pids.into())?;
+        ensure_at_most("limits.pids", self.pids.into(), MAX_LEASE_PIDS.into())?;
+        ensure_at_most("limits.shm_bytes", self.shm_bytes, self.memory_bytes)?;
+        ensure_at_most(
+            "limits.scratch_bytes",
+            self.scratch_bytes,
+            self.memory_bytes,
+        )?;
+        Ok(())
+    }
 }
 
 /// One environment variable for the workload.
@@ -319,9 +357,7 @@ impl Message for LeaseRequest {
         ensure_nonzero("price_per_gpu_hour", self.price_per_gpu_hour.0)?;
         ensure_nonzero("duration_s", self.duration_s.into())?;
         self.kind.check(self.duration_s)?;
-        ensure_nonzero("limits.memory_bytes", self.limits.memory_bytes)?;
-        ensure_nonzero("limits.cpu_millis", self.limits.cpu_millis.into())?;
-        ensure_nonzero("limits.pids", self.limits.pids.into())?;
+        self.limits.check()?;
         ensure_unique("env", self.env.iter().map(|v| v.name.as_str()))?;
         for var in self.env.iter() {
             if !is_env_name(&var.name) {

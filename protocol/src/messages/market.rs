@@ -68,8 +68,131 @@ pub struct Offer {
     pub cuda: Version,
     /// Images the host has locally, by digest; a lease must name one of them.
     pub images: BoundedVec<ImageDigest, MAX_OFFER_IMAGES>,
+    /// The machine the GPUs are in, and what of it goes with each GPU.
+    pub machine: Machine,
     /// Extension fields.
     pub ext: Ext,
+}
+
+/// The machine an offer's GPUs are in, as its host measured it (or set it: a host may give
+/// leases less than the machine has), and the share of it that goes with each GPU. A lease
+/// of `n` GPUs gets `n` shares unless its renter asks for less; the host enforces what the
+/// lease names.
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Machine {
+    /// The CPU's model, as the kernel names it (printable ASCII).
+    pub cpu_model: BoundedString<64>,
+    /// Logical CPUs the host gives its leases.
+    pub cpu_threads: u16,
+    /// Memory the host gives its leases, bytes.
+    pub memory_bytes: u64,
+    /// Sequential write speed of the disk workspaces live on, MB/s (10^6 bytes; 0: not
+    /// measured).
+    pub disk_write_mbps: u32,
+    /// Upload bandwidth measured to peers, Mbit/s (0: not measured).
+    pub net_up_mbps: u32,
+    /// Download bandwidth measured from peers, Mbit/s (0: not measured).
+    pub net_down_mbps: u32,
+    /// What goes with each GPU (or MIG instance) of the offer.
+    pub share: Share,
+}
+
+/// The part of a machine that goes with one GPU of an offer.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Share {
+    /// CPU, thousandths of a core.
+    pub cpu_millis: u32,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+}
+
+impl Share {
+    /// `n` shares: what a lease of `n` GPUs gets (saturating).
+    pub fn times(self, n: usize) -> Share {
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        Share {
+            cpu_millis: self.cpu_millis.saturating_mul(n32),
+            memory_bytes: self.memory_bytes.saturating_mul(n as u64),
+        }
+    }
+}
+
+impl Machine {
+    /// A machine of `cpu_threads` threads and `memory_bytes` (given to leases) split evenly
+    /// over its `gpus` GPUs, nothing measured yet. A model name that does not fit is cut.
+    pub fn split_evenly(
+        cpu_model: &str,
+        cpu_threads: u16,
+        memory_bytes: u64,
+        gpus: usize,
+    ) -> Machine {
+        let n = gpus.max(1) as u64;
+        let cut = cpu_model
+            .char_indices()
+            .map(|(i, c)| i + c.len_utf8())
+            .take_while(|&end| end <= 64)
+            .last()
+            .unwrap_or(0);
+        Machine {
+            cpu_model: BoundedString::new(&cpu_model[..cut]).unwrap_or_default(),
+            cpu_threads,
+            memory_bytes,
+            share: Share {
+                cpu_millis: u32::try_from((u64::from(cpu_threads) * 1000 / n).max(1))
+                    .unwrap_or(u32::MAX),
+                memory_bytes: (memory_bytes / n).max(1),
+            },
+            ..Machine::default()
+        }
+    }
+
+    /// The rules of an offer's machine facts for an offer of `gpus` devices: something to
+    /// share, shares that fit in the machine, a printable model name.
+    fn check(&self, gpus: usize) -> Result<(), InvalidMessage> {
+        ensure_nonzero("machine.cpu_threads", self.cpu_threads.into())?;
+        ensure_nonzero("machine.memory_bytes", self.memory_bytes)?;
+        ensure_nonzero("machine.share.cpu_millis", self.share.cpu_millis.into())?;
+        ensure_nonzero("machine.share.memory_bytes", self.share.memory_bytes)?;
+        let all = self.share.times(gpus);
+        ensure_at_most(
+            "machine.share.cpu_millis",
+            all.cpu_millis.into(),
+            u64::from(self.cpu_threads) * 1000,
+        )?;
+        ensure_at_most(
+            "machine.share.memory_bytes",
+            all.memory_bytes,
+            self.memory_bytes,
+        )?;
+        if !self.cpu_model.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+            return Err(InvalidMessage::Malformed {
+                field: "machine.cpu_model",
+                reason: "printable ASCII only",
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The summary of one offered GPU, enough to match without the attestation.
@@ -178,7 +301,7 @@ impl Message for Offer {
             ensure_nonempty("images", &self.images)?;
         }
         ensure_unique("images", self.images.iter().copied())?;
-        Ok(())
+        self.machine.check(self.gpus.len())
     }
 
     fn created_at(&self) -> Timestamp {

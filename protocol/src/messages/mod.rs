@@ -54,8 +54,8 @@ pub use lease::{
     DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,
     EXT_GROUP, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar,
     LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS,
-    MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_PREEMPTOR_BYTES, PreemptionNotice, RejectReason,
-    ResourceLimits,
+    MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES, PreemptionNotice,
+    RejectReason, ResourceLimits,
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_END, EscrowLock,
@@ -65,7 +65,8 @@ pub use market::{
     Bid, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES,
     EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_MIG_PROFILE, EXT_OFFER_WORKSPACE_BYTES,
     EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS,
-    MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Offer, OfferGpu, OfferWithdrawal, is_image_tag,
+    MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferWithdrawal, Share,
+    is_image_tag,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,
@@ -192,10 +193,10 @@ macro_rules! message_kinds {
 
 message_kinds! {
     Attestation = 1, version 2, max 64 * KIB;
-    Offer = 2, version 2, max 4 * KIB;
+    Offer = 2, version 3, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 1, max 4 * KIB;
-    LeaseRequest = 5, version 2, max 32 * KIB;
+    LeaseRequest = 5, version 3, max 32 * KIB;
     LeaseAccept = 6, version 1, max 512;
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;

@@ -554,6 +554,7 @@ impl Market {
                     cpu_millis: 1000,
                     pids: 64,
                     scratch_bytes: 1 << 20,
+                    shm_bytes: 1 << 20,
                 },
                 network: false,
                 escrow: EscrowId(escrow),
@@ -622,6 +623,7 @@ fn offer_body(gpus: &[GpuUuid], family: usize, duration_ms: u64) -> anyhow::Resu
         driver: Version::default(),
         cuda: Version::default(),
         images: BoundedVec::new(vec![ImageDigest([4; 32])])?,
+        machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
         ext: Ext::new(),
     })
 }

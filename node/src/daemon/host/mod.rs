@@ -98,6 +98,20 @@ impl HostRole {
             .image_tags()
             .await
             .context("listing the host's image tags")?;
+        options.machine = crate::machine::MachineFacts::read(options.cpus, options.memory_bytes);
+        {
+            // The workspace disk's speed, in the background: the next publication says it.
+            let (machine, dir) = (options.machine.clone(), options.workspace_root.clone());
+            tokio::task::spawn_blocking(move || match crate::machine::measure_disk_write(&dir) {
+                Ok(mbps) => machine.set_disk_write_mbps(mbps),
+                Err(e) => tracing::warn!("measuring the workspace disk's speed: {e}"),
+            });
+            // And its bandwidth to peers, once it has some.
+            tokio::spawn(crate::machine::measure_bandwidth(
+                net.clone(),
+                options.machine.clone(),
+            ));
+        }
         let nvml = match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
             Ok(probe) => Some(Arc::new(probe)),
             Err(e) => {

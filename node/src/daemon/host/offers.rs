@@ -202,6 +202,11 @@ pub(crate) fn sign(
             cuda: att.cuda_driver_version.unwrap_or_default(),
             images: BoundedVec::new(options.images.clone())
                 .map_err(|e| anyhow::anyhow!("images: {e}"))?,
+            machine: options.machine.for_offer(
+                att.gpus.len(),
+                GpuFamily::classify(&group[0].gpu.name),
+                group[0].slice.map(|s| s.profile.as_str()),
+            ),
             ext,
         };
         let signed = sign_with_tags(key, offer, options)?;
@@ -344,6 +349,9 @@ mod tests {
             cancel_fees: Default::default(),
             staging_root: "/nonexistent".into(),
             run_root: "/nonexistent".into(),
+            cpus: Some(8),
+            memory_bytes: Some(64 << 30),
+            machine: crate::machine::MachineFacts::read(Some(8), Some(64 << 30)),
         }
     }
 
@@ -371,6 +379,9 @@ mod tests {
             driver: Default::default(),
             cuda: Default::default(),
             images: BoundedVec::new(options.images.clone()).unwrap(),
+            machine: options
+                .machine
+                .for_offer(1, GpuFamily::classify("NVIDIA L4"), None),
             ext: Ext::new(),
         }
     }

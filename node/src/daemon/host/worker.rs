@@ -99,6 +99,7 @@ pub(crate) fn spec(request: &LeaseRequest, lease: ContentId, fake: bool) -> Cont
         cpu_millis: request.limits.cpu_millis,
         pids: request.limits.pids,
         scratch_bytes: request.limits.scratch_bytes,
+        shm_bytes: request.limits.shm_bytes,
         network: request.network,
         gpus: {
             let devices = request.gpus.iter().map(ToString::to_string).collect();

@@ -54,12 +54,18 @@ impl Daemon {
                         .book
                         .offer_cancel_fees(&allocation.offer)
                         .unwrap_or_default();
+                    let share = self
+                        .market
+                        .book
+                        .offer_share(&allocation.offer)
+                        .unwrap_or_default();
                     found.push(Candidate {
                         allocation,
                         image,
                         retention,
                         cancel_fees,
                         reference_gops,
+                        share,
                     });
                     if found.len() >= n {
                         break;

@@ -51,6 +51,34 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         Some(bytes) => format!("{} disk>={}", request.query, bytes.div_ceil(1_000_000_000)),
         None => request.query.clone(),
     };
+    // CPU and memory asked for narrow the market to hosts whose share is that large.
+    if let Some(millis) = request.cpu_millis {
+        if millis == 0 {
+            return Err(ApiError::bad_input("--cpus must be more than 0"));
+        }
+        let per_gpu = millis.div_ceil(u32::from(request.gpus));
+        text.push_str(&format!(" cpu>={}.{:03}", per_gpu / 1000, per_gpu % 1000));
+    }
+    if let Some(bytes) = request.memory_bytes {
+        if bytes < MIN_MEMORY_BYTES {
+            return Err(ApiError::bad_input(format!(
+                "--memory must be at least {} MiB",
+                MIN_MEMORY_BYTES >> 20
+            )));
+        }
+        text.push_str(&format!(
+            " ram>={}",
+            bytes / u64::from(request.gpus) / 1_000_000_000
+        ));
+    }
+    if let Some(shm) = request.shm_bytes
+        && let Some(memory) = request.memory_bytes
+        && shm > memory
+    {
+        return Err(ApiError::bad_input(
+            "--shm is part of the lease's memory: at most --memory",
+        ));
+    }
     let image = match (&request.image, &request.image_archive) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_input(
@@ -227,8 +255,56 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         terms,
         challenge: request.challenge,
         own_hold: request.hold_s.is_some(),
+        resources: Resources {
+            cpu_millis: request.cpu_millis,
+            memory_bytes: request.memory_bytes,
+            shm_bytes: request.shm_bytes,
+        },
     };
     Ok((spec, image, workload))
+}
+
+/// The least memory a lease may ask for.
+const MIN_MEMORY_BYTES: u64 = 64 << 20;
+
+/// What a renter asked of CPU, memory and `/dev/shm` (each `None`: the default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Resources {
+    pub(crate) cpu_millis: Option<u32>,
+    pub(crate) memory_bytes: Option<u64>,
+    pub(crate) shm_bytes: Option<u64>,
+}
+
+impl Resources {
+    /// The limits of a lease of `gpus` GPUs on an offer whose share per GPU is `share`: what
+    /// was asked, else the GPUs' whole share; an error when more was asked than the share.
+    pub(crate) fn limits(
+        &self,
+        share: gpux_protocol::Share,
+        gpus: usize,
+    ) -> Result<gpux_protocol::ResourceLimits, String> {
+        let all = share.times(gpus);
+        let cpu = self.cpu_millis.unwrap_or(all.cpu_millis);
+        let memory = self.memory_bytes.unwrap_or(all.memory_bytes);
+        if cpu > all.cpu_millis || memory > all.memory_bytes {
+            return Err(format!(
+                "its share for {gpus} GPU(s) is {:.1} CPUs and {}, less than asked",
+                f64::from(all.cpu_millis) / 1000.0,
+                bytesize::ByteSize(all.memory_bytes).display().iec()
+            ));
+        }
+        let mut limits = gpux_protocol::ResourceLimits::sized(cpu, memory);
+        if let Some(shm) = self.shm_bytes {
+            if shm > memory {
+                return Err(format!(
+                    "--shm {} is more than the lease's memory",
+                    bytesize::ByteSize(shm).display().iec()
+                ));
+            }
+            limits.shm_bytes = shm;
+        }
+        Ok(limits)
+    }
 }
 
 #[cfg(test)]
