@@ -264,6 +264,16 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             all.len()
         );
         assert!(appears(&browser, "#price-chart circle.offer", SHOWN).await);
+        // Each offer shows what of the host's machine goes with a GPU, the CPU model on it.
+        let models = attrs(&browser, "td.cpu", "title").await;
+        assert_eq!(models.len(), all.len());
+        assert!(
+            models
+                .iter()
+                .zip(&all)
+                .all(|(m, h)| *m == h.machine.cpu_model.as_str()),
+            "{models:?}"
+        );
         let query = browser.find(Locator::Css("#q")).await.unwrap();
         query.send_keys("gpu=a100").await.unwrap();
         click_and_load(&browser, "#search").await;

@@ -271,6 +271,15 @@ fn sort_hits(hits: &mut [OfferHit], key: &str, desc: bool) {
     });
 }
 
+/// A measured rate, or a dash where none was measured.
+fn mbps(rate: u32) -> String {
+    if rate == 0 {
+        "—".into()
+    } else {
+        rate.to_string()
+    }
+}
+
 fn model(hit: &OfferHit) -> String {
     match &hit.mig_profile {
         Some(p) => format!("{} {}GB MIG {p}", hit.family, hit.vram_gb),
@@ -341,6 +350,8 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
                             } }
                         }
                         th { "Spot floor" } th { "Tier" } th { "Cancel fees" }
+                        th { "CPU per GPU (cores)" } th { "RAM per GPU (GB)" }
+                        th { "Workspace (GB)" } th { "Network down/up (Mbit/s)" }
                     } }
                     tbody {
                         @for h in &hits {
@@ -355,6 +366,12 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
                                 td.num { @match h.spot_floor_per_gpu_hour { Some(f) => (credits(f.0)), None => "—" } }
                                 td { (kebab(&h.tier)) }
                                 td { (h.cancel_fees.as_deref().unwrap_or("free")) }
+                                td.num.cpu title=(h.machine.cpu_model) {
+                                    (format!("{:.1}", f64::from(h.machine.share.cpu_millis) / 1000.0))
+                                }
+                                td.num.ram { (h.machine.share.memory_bytes / 1_000_000_000) }
+                                td.num { (h.disk_bytes / 1_000_000_000) }
+                                td.num { (mbps(h.machine.net_down_mbps)) "/" (mbps(h.machine.net_up_mbps)) }
                             }
                         }
                     }
