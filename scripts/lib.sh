@@ -119,6 +119,18 @@ ensure_workspace_tools() {
     apt_install e2fsprogs
 }
 
+# ensure_registry: the tests and the testnet pull images from a real registry on loopback
+# (Debian's docker-registry, with TLS from openssl and basic auth from apache2-utils'
+# htpasswd). Only installed: each test starts its own registry process.
+ensure_registry() {
+    if command -v docker-registry >/dev/null 2>&1 && command -v htpasswd >/dev/null 2>&1 \
+        && command -v openssl >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing Debian's docker-registry, apache2-utils and openssl (a registry for the tests and the testnet)"
+    apt_install docker-registry apache2-utils openssl
+}
+
 # The lease tests and the testnet run containers: a Docker daemon must be running.
 ensure_docker() {
     if ! command -v docker >/dev/null 2>&1; then

@@ -8,8 +8,8 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 
-use cmd::market::{Kind, Run, Want};
 use cmd::node::NodeRunArgs;
+use cmd::rent::{Kind, Run, Want};
 
 /// gpux: a peer-to-peer exchange for GPU compute.
 #[derive(Debug, Parser)]
@@ -623,7 +623,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             kind,
             run,
             json,
-        } => cmd::market::rent(&dir, want, kind, run, json)?,
+        } => cmd::rent::rent(&dir, want, kind, run, json)?,
         Command::Bid { want, ttl, json } => cmd::market::bid(&dir, want, ttl, json)?,
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
         Command::Logs {

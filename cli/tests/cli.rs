@@ -483,6 +483,7 @@ mod market;
 mod metrics;
 mod mig;
 mod orders;
+mod registry;
 mod reputation;
 mod resume;
 mod shard;

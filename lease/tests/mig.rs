@@ -47,6 +47,8 @@ fn offer(slot: u16, gpus: &[GpuUuid], profile: Option<&str>) -> Verified<Offer> 
             images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
 
             machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
+
+            pulls: gpux_protocol::Pulls::default(),
             ext,
         },
     )

@@ -47,6 +47,7 @@ pub(crate) fn offer(t: u64) -> Verified<Offer> {
             cuda: Version::default(),
             images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
             machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
+            pulls: gpux_protocol::Pulls::default(),
             ext: Ext::new(),
         },
     )

@@ -170,6 +170,77 @@ fn machine_facts_filter_and_order_offers_per_gpu() {
 }
 
 #[test]
+fn pulling_hosts_are_found_by_size_and_warm_ones_by_their_cached_images() {
+    let pulls = |gb: u64, cached: &[&str]| Pulls {
+        max_bytes: gb * 1_000_000_000,
+        timeout_s: 600,
+        registries: BoundedVec::empty(),
+        cached: BoundedVec::new(
+            cached
+                .iter()
+                .map(|c| BoundedString::new(*c).unwrap())
+                .collect(),
+        )
+        .unwrap(),
+    };
+    let mut book = book_with(&[
+        O {
+            host: 1,
+            pulls: pulls(
+                40,
+                &[
+                    "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                    "ubuntu:24.04",
+                ],
+            ),
+            ..O::default()
+        },
+        O {
+            host: 2,
+            pulls: pulls(10, &["ubuntu:24.04"]),
+            ..O::default()
+        },
+        O {
+            host: 3,
+            ..O::default()
+        },
+    ]);
+    let hosts = |book: &OrderBook, q: &str| -> Vec<u64> {
+        let mut found: Vec<u64> = search(book, q)
+            .iter()
+            .map(|h| (1..=3).find(|&n| key(n).public() == h.host).unwrap())
+            .collect();
+        found.sort_unstable();
+        found
+    };
+    assert_eq!(hosts(&book, "pull>=20"), [1]);
+    assert_eq!(hosts(&book, "pull>0"), [1, 2]);
+    assert_eq!(hosts(&book, "pull=0"), [3]);
+    assert_eq!(hosts(&book, "image=pytorch/pytorch:2.5*"), [1]);
+    assert_eq!(hosts(&book, "image=ubuntu:24.04"), [1, 2]);
+    assert_eq!(
+        hosts(&book, "image=ubuntu"),
+        Vec::<u64>::new(),
+        "ubuntu is ubuntu:latest"
+    );
+    let hit = &search(&book, "pull>=20")[0];
+    assert_eq!(hit.pulls.cached.len(), 2);
+    assert_eq!(
+        book.offer_pulls(&hit.offer).unwrap().max_bytes,
+        40_000_000_000
+    );
+    // A replaced offer forgets its cache: the names it alone used are gone from the book.
+    let newer = O {
+        host: 2,
+        seq: 2,
+        pulls: pulls(10, &[]),
+        ..O::default()
+    };
+    book.insert(&newer.sign(), T0).unwrap();
+    assert_eq!(hosts(&book, "image=ubuntu:24.04"), [1]);
+}
+
+#[test]
 fn mig_finds_slices_by_their_profile_memory_and_whole_gpus_apart() {
     let book = book_with(&[
         // One A100 host: its whole GPUs in slot 0, 1g.10gb slices in slot 1, 3g.40gb in 2.

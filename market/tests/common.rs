@@ -41,6 +41,8 @@ pub struct O {
     pub machine: (u16, u64),
     /// The measured download and upload bandwidth, Mbit/s.
     pub net: (u32, u32),
+    /// What the host pulls, and what it has cached.
+    pub pulls: Pulls,
 }
 
 impl Default for O {
@@ -64,6 +66,7 @@ impl Default for O {
             mig_profile: None,
             machine: (64, 512 * GIB),
             net: (0, 0),
+            pulls: Pulls::default(),
         }
     }
 }
@@ -122,6 +125,7 @@ impl O {
                     self.gpus.into(),
                 )
             },
+            pulls: self.pulls.clone(),
             ext: {
                 let mut ext = Ext::new();
                 if self.disk_bytes > 0 {

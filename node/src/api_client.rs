@@ -167,6 +167,11 @@ impl ApiClient {
         self.post_waiting("/v1/rent", request)
     }
 
+    /// `GET /v1/rent/progress/{name}`: where the rent called `name` stands.
+    pub fn rent_progress(&self, name: &str) -> Result<gpux_api::RentProgress, ClientError> {
+        self.get(&format!("/v1/rent/progress/{name}"), &[])
+    }
+
     /// `POST /v1/groups`: a group order over several hosts (waits as a rent does).
     pub fn rent_group(
         &self,

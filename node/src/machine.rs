@@ -96,22 +96,35 @@ impl MachineFacts {
 }
 
 /// Bytes moved each way to measure the bandwidth to one peer.
-const BANDWIDTH_PROBE_BYTES: u64 = 8 << 20;
+const BANDWIDTH_PROBE_BYTES: u64 = 4 << 20;
 /// Peers the bandwidth is measured to (the best rate each way counts).
 const BANDWIDTH_PEERS: usize = 3;
 /// How often the bandwidth is measured again.
 const BANDWIDTH_EVERY: std::time::Duration = std::time::Duration::from_secs(6 * 3600);
 
-/// Measures the host's bandwidth to up to three connected peers with the perf protocol, as
-/// soon as it has peers and then every six hours, and records the best rate each way in
-/// `facts` (the next publication says it). Runs until the node stops.
-pub async fn measure_bandwidth(net: crate::p2p::Client, facts: MachineFacts) {
+/// Measures the host's bandwidth with the perf protocol to up to three of `bootstrap` (the
+/// network's well-known nodes; any connected peers when it has none), once they are
+/// connected and then every six hours, and records the best rate each way in `facts` (the
+/// next publication says it). Runs until the node stops.
+pub async fn measure_bandwidth(
+    net: crate::p2p::Client,
+    facts: MachineFacts,
+    bootstrap: Vec<libp2p::PeerId>,
+) {
     let mut wait = std::time::Duration::from_secs(1);
     loop {
         tokio::time::sleep(wait).await;
-        let peers = match net.peers().await {
+        let connected = match net.peers().await {
             Ok(peers) => peers,
             Err(_) => return,
+        };
+        let peers: Vec<libp2p::PeerId> = if bootstrap.is_empty() {
+            connected
+        } else {
+            connected
+                .into_iter()
+                .filter(|p| bootstrap.contains(p))
+                .collect()
         };
         if peers.is_empty() {
             wait = (wait * 2).min(std::time::Duration::from_secs(60));

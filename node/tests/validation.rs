@@ -68,6 +68,7 @@ fn offer(
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
             machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
+            pulls: gpux_protocol::Pulls::default(),
             ext: Ext::new(),
         },
     )

@@ -14,7 +14,9 @@
 //! - forward: raw bytes both ways, the container's TCP connection, until either side closes;
 //! - files: [`FilesRequest`] frames, each answered by [`FilesResponse`] frames;
 //! - stage: the host's [`StagePlan`], the renter's [`StageData`] frames (the config, then
-//!   the layers the host lacks), and the host's [`StageDone`] once the image is loaded.
+//!   the layers the host lacks), and the host's [`StageDone`] once the image is loaded;
+//! - pull: the renter's [`PullOpen`] (with the registry's credentials, when it needs any),
+//!   then the host's [`PullStatus`] frames: progress while it pulls, then done or failed.
 //!
 //! ```
 //! use gpux_protocol::plane_wire::{self, ExecInput};
@@ -41,6 +43,11 @@ pub const FILES_PROTOCOL: &str = "/gpux/files/1";
 pub const STAGE_PROTOCOL: &str = "/gpux/stage/1";
 /// `gpux rent --challenge`: the performance challenge on a held lease's GPUs.
 pub const CHALLENGE_PROTOCOL: &str = "/gpux/challenge/1";
+/// `gpux rent --image REGISTRY/NAME:TAG`: the host pulls an image from its registry before
+/// the lease.
+pub const PULL_PROTOCOL: &str = "/gpux/pull/1";
+/// The longest image reference a pull names, bytes.
+pub const MAX_REFERENCE_BYTES: usize = 512;
 
 /// The largest plane frame, either way.
 pub const MAX_PLANE_FRAME: usize = MAX_FILE_DATA + 16 * 1024;
@@ -406,6 +413,103 @@ impl StageDone {
     }
 }
 
+/// A registry's credentials for one pull. They travel only on the pull's stream (noise
+/// encrypted, to the chosen host); the host uses them for that pull and keeps them nowhere.
+/// Never printed: its `Debug` shows the user name only.
+#[derive(Clone, PartialEq, Eq, Encode, Decode)]
+pub struct RegistryAuth {
+    /// The user name.
+    pub username: BoundedString<256>,
+    /// The password or access token.
+    pub password: BoundedString<4096>,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("username", &self.username.as_str())
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+/// The renter's one frame on `/gpux/pull/1`: the image the host is to pull and hold for it.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct PullOpen {
+    /// `[REGISTRY/]NAME[:TAG][@sha256:DIGEST]`, as Docker reads it (Docker Hub when no
+    /// registry is named).
+    pub reference: BoundedString<MAX_REFERENCE_BYTES>,
+    /// The registry's credentials, for a private image.
+    pub auth: Option<RegistryAuth>,
+}
+
+/// Why a host did not pull an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PullFailure {
+    /// The reference does not read, or names nothing Docker can pull.
+    Malformed,
+    /// The host pulls no images, or none from that registry (its offers say which).
+    NotAllowed,
+    /// The registry refused the credentials, or wants some.
+    Unauthorized,
+    /// No such image or tag at the registry.
+    NotFound,
+    /// The image is larger than the host takes.
+    TooLarge,
+    /// The pull took longer than the host allows.
+    TimedOut,
+    /// The host pulls no more images for this renter now (or for anyone).
+    Busy,
+    /// Anything else (the registry could not be reached, the disk is full...).
+    Failed,
+}
+
+/// The host's frames on `/gpux/pull/1`: progress while it pulls, then one last frame.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum PullStatus {
+    /// How far the pull is: bytes downloaded of those Docker has announced (more layers may
+    /// be announced later), and layers done of those announced.
+    Progress {
+        /// Bytes downloaded (layers already here count as done).
+        done: u64,
+        /// Bytes announced.
+        total: u64,
+        /// Layers done.
+        layers_done: u16,
+        /// Layers announced.
+        layers: u16,
+    },
+    /// Pulled and held for this renter: a lease request may name `image` now.
+    Done {
+        /// The image id (sha256 of its config).
+        image: ImageDigest,
+        /// Its size on the host, bytes.
+        bytes: u64,
+        /// Every layer was here already (the host had it cached).
+        warm: bool,
+    },
+    /// Not pulled; nothing is held.
+    Failed {
+        /// Why, as a code.
+        code: PullFailure,
+        /// Why, in words (at most [`MAX_DETAIL_CHARS`]).
+        detail: BoundedString<800>,
+    },
+}
+
+impl PullStatus {
+    /// A failure, its detail cut to [`MAX_DETAIL_CHARS`].
+    pub fn failed(code: PullFailure, detail: &str) -> Self {
+        let detail: String = detail.chars().take(MAX_DETAIL_CHARS).collect();
+        PullStatus::Failed {
+            code,
+            detail: BoundedString::new(detail).unwrap_or_default(),
+        }
+    }
+}
+
 /// Encodes a plane frame (without its length prefix).
 pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
     crate::codec::encode_frame(value)
@@ -585,5 +689,44 @@ mod tests {
             decode::<FilesResponse>(&frame),
             Ok(FilesResponse::Data(d)) if d.len() == MAX_FILE_DATA
         ));
+    }
+
+    #[test]
+    fn a_pull_round_trips_and_never_prints_its_password() {
+        let open = PullOpen {
+            reference: BoundedString::new("127.0.0.1:5000/team/train:1").unwrap(),
+            auth: Some(RegistryAuth {
+                username: BoundedString::new("team").unwrap(),
+                password: BoundedString::new("s3cret-token").unwrap(),
+            }),
+        };
+        assert_eq!(decode::<PullOpen>(&encode(&open)).unwrap(), open);
+        let shown = format!("{open:?}");
+        assert!(
+            shown.contains("team") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        for status in [
+            PullStatus::Progress {
+                done: 1 << 30,
+                total: 4 << 30,
+                layers_done: 2,
+                layers: 9,
+            },
+            PullStatus::Done {
+                image: ImageDigest([7; 32]),
+                bytes: 5 << 30,
+                warm: false,
+            },
+            PullStatus::failed(PullFailure::Unauthorized, &"y".repeat(900)),
+        ] {
+            let back = decode::<PullStatus>(&encode(&status)).unwrap();
+            match (&status, &back) {
+                (PullStatus::Failed { .. }, PullStatus::Failed { detail, .. }) => {
+                    assert_eq!(detail.len(), MAX_DETAIL_CHARS)
+                }
+                _ => assert_eq!(back, status),
+            }
+        }
     }
 }

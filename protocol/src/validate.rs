@@ -460,8 +460,8 @@ pub fn offer_matches_attestation(
 /// and memory within the offer's share for the GPUs asked ([`Machine`](crate::Machine)), a
 /// workspace retention priced at least at the offer's and no longer than it keeps one, a
 /// committed window's cancellation fees exactly the offer's, an
-/// image the offer lists, or one the renter staged on the host (`staged`: the host holds
-/// it for this renter) when the offer says it stages renters' images.
+/// image the offer lists, or one the renter staged on the host or had it pull (`staged`:
+/// the host holds it for this renter) when the offer says it stages or pulls images.
 pub fn lease_request_matches_offer(
     request: &Verified<LeaseRequest>,
     offer: &Verified<Offer>,
@@ -538,7 +538,8 @@ pub fn lease_request_matches_offer(
         }
     }
     let listed = offer.images.contains(&request.image);
-    let staged_here = staged && offer.max_image_bytes() > 0;
+    // A renter's image held for it on the host: staged, or pulled from a registry.
+    let staged_here = staged && (offer.max_image_bytes() > 0 || offer.pulls.max_bytes > 0);
     if !(listed || staged_here) {
         return Err(RuleError::ImageNotOffered);
     }

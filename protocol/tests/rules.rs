@@ -402,11 +402,23 @@ fn lease_request_must_fit_its_offer() {
         validate::lease_request_matches_offer(&image, &offer, false),
         Err(RuleError::ImageNotOffered)
     );
-    // A staged image counts only where the offer says the host stages renters' images.
+    // A staged (or pulled) image counts only where the offer says the host stages or pulls
+    // renters' images: the sample pulls, an offer of the same GPUs without pulls does not.
     assert_eq!(
         validate::lease_request_matches_offer(&image, &offer, true),
+        Ok(())
+    );
+    let mut own_only = offer.body().clone();
+    own_only.pulls = Pulls::default();
+    let own_only = Signed::sign(&samples::host(), own_only).unwrap();
+    let mut image = samples::lease_request_for(&own_only);
+    image.image = ImageDigest([0; 32]);
+    let image = sign(image);
+    assert_eq!(
+        validate::lease_request_matches_offer(&image, &own_only, true),
         Err(RuleError::ImageNotOffered)
     );
+    let offer = own_only;
     let mut staging = offer.body().clone();
     staging
         .ext
@@ -569,6 +581,7 @@ fn structural_rules_refuse_inconsistent_messages() {
     let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
     let mut imageless = samples::offer_for(&att, 9);
     imageless.images = BoundedVec::empty();
+    imageless.pulls = Pulls::default();
     assert!(matches!(
         Signed::sign(&samples::host(), imageless),
         Err(SignError::Invalid {
@@ -577,8 +590,13 @@ fn structural_rules_refuse_inconsistent_messages() {
         })
     ));
 
-    // ...unless it stages renters' images.
+    // ...unless it pulls images from registries,
+    let mut pulling = samples::offer_for(&att, 9);
+    pulling.images = BoundedVec::empty();
+    assert!(Signed::sign(&samples::host(), pulling).is_ok());
+    // ...or stages renters' images.
     let mut staging = samples::offer_for(&att, 9);
+    staging.pulls = Pulls::default();
     staging.images = BoundedVec::empty();
     staging
         .ext
@@ -974,5 +992,83 @@ fn a_lease_s_tmpfs_sizes_stay_within_its_memory() {
             },
             ..
         })
+    ));
+}
+
+#[test]
+fn a_pull_policy_names_registries_and_lists_its_cache_only_when_it_pulls() {
+    let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
+    let pulls = samples::pulls();
+    assert!(pulls.allows("docker.io") && pulls.allows("GHCR.IO") && pulls.allows("nvcr.io"));
+    assert!(!pulls.allows("quay.io"), "only the registries it names");
+    assert!(!pulls.allows("registry.evil.example"));
+    let with = |names: &[&str]| Pulls {
+        registries: BoundedVec::new(
+            names
+                .iter()
+                .map(|n| BoundedString::new(*n).unwrap())
+                .collect(),
+        )
+        .unwrap(),
+        ..pulls.clone()
+    };
+    // Refusals only: anything else is allowed.
+    let open = with(&["!registry.evil.example"]);
+    assert!(!open.allows("registry.evil.example"));
+    assert!(open.allows("quay.io") && open.allows("127.0.0.1:5000"));
+    // A domain's hosts, on any port.
+    let internal = with(&["*.internal"]);
+    assert!(internal.allows("cache.internal:5000") && !internal.allows("quay.io"));
+    assert!(
+        !Pulls::default().allows("docker.io"),
+        "a host that pulls nothing"
+    );
+
+    let invalid = |pulls: Pulls| {
+        let mut offer = samples::offer_for(&att, 9);
+        offer.pulls = pulls;
+        match Signed::sign(&samples::host(), offer) {
+            Err(SignError::Invalid { source, .. }) => source,
+            other => panic!("expected an invalid offer, got {other:?}"),
+        }
+    };
+    let cache_without_pulls = Pulls {
+        max_bytes: 0,
+        ..pulls.clone()
+    };
+    assert!(matches!(
+        invalid(cache_without_pulls),
+        InvalidMessage::Inconsistent { field: "pulls", .. }
+    ));
+    let mut upper = pulls.clone();
+    upper.registries = BoundedVec::new(vec![BoundedString::new("Docker.IO").unwrap()]).unwrap();
+    assert!(matches!(
+        invalid(upper),
+        InvalidMessage::Malformed {
+            field: "pulls.registries",
+            ..
+        }
+    ));
+    let mut twice = pulls.clone();
+    twice.cached = BoundedVec::new(vec![
+        BoundedString::new("ubuntu:24.04").unwrap(),
+        BoundedString::new("ubuntu:24.04").unwrap(),
+    ])
+    .unwrap();
+    assert!(matches!(
+        invalid(twice),
+        InvalidMessage::Duplicate {
+            field: "pulls.cached",
+            ..
+        }
+    ));
+    let mut odd = pulls;
+    odd.cached = BoundedVec::new(vec![BoundedString::new("a b").unwrap()]).unwrap();
+    assert!(matches!(
+        invalid(odd),
+        InvalidMessage::Malformed {
+            field: "pulls.cached",
+            ..
+        }
     ));
 }

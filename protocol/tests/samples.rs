@@ -129,7 +129,43 @@ pub fn offer_for(att: &Verified<Attestation>, seq: u64) -> Offer {
         cuda: Version::new(12, 4, 0),
         images: BoundedVec::new(vec![image()]).unwrap(),
         machine: machine(),
+        pulls: pulls(),
         ext: Ext::new(),
+    }
+}
+
+/// A host that pulls images of up to 40 GiB from three registries in 30 minutes, with 16
+/// images cached (an offer of its two GPUs stays under 1 KiB).
+pub fn pulls() -> Pulls {
+    let cached = [
+        "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-devel",
+        "vllm/vllm-openai:v0.6.4",
+        "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
+        "nvcr.io/nvidia/pytorch:24.10-py3",
+        "tensorflow/tensorflow:2.18.0-gpu",
+        "huggingface/transformers-pytorch-gpu:4.41.2",
+        "ghcr.io/huggingface/text-generation-inference:2.4",
+        "jupyter/pytorch-notebook:cuda12-2024-10-07",
+        "python:3.12-slim",
+        "ubuntu:24.04",
+        "rocker/ml-verse:4.4",
+        "ollama/ollama:0.4.2",
+        "nvidia/cuda:12.6.2-devel-ubuntu24.04",
+        "lmsysorg/sglang:v0.3.6-cu124",
+        "ghcr.io/ggerganov/llama.cpp:server-cuda",
+    ];
+    Pulls {
+        max_bytes: 40 << 30,
+        timeout_s: 1800,
+        registries: BoundedVec::new(
+            ["docker.io", "ghcr.io", "nvcr.io", "!registry.evil.example"]
+                .into_iter()
+                .map(s)
+                .collect(),
+        )
+        .unwrap(),
+        cached: BoundedVec::new(cached.into_iter().map(s).collect()).unwrap(),
     }
 }
 

@@ -24,6 +24,7 @@ pub mod orders;
 pub mod partitions;
 pub mod plane_baselines;
 pub mod plane_bench;
+pub mod registry;
 mod report;
 pub mod rogue;
 pub mod workload;

@@ -316,6 +316,7 @@ pub fn fake_host(
             cuda: Version::new(12, 4, 0),
             images: BoundedVec::new(vec![image])?,
             machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
+            pulls: gpux_protocol::Pulls::default(),
             ext: Ext::new(),
         },
     )?;

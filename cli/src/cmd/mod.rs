@@ -3,6 +3,7 @@
 
 pub(crate) mod attest;
 pub(crate) mod console;
+mod docker_login;
 pub(crate) mod estimate;
 pub(crate) mod host;
 pub(crate) mod install;
@@ -10,6 +11,7 @@ pub(crate) mod lease;
 pub(crate) mod market;
 pub(crate) mod node;
 pub(crate) mod plane;
+pub(crate) mod rent;
 pub(crate) mod testnet;
 
 use std::io::Write;

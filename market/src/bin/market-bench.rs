@@ -100,6 +100,25 @@ impl Rng {
     }
 }
 
+/// CPU models hosts report.
+const CPUS: [&str; 4] = [
+    "AMD EPYC 9654 96-Core Processor",
+    "Intel(R) Xeon(R) Platinum 8480+",
+    "AMD Ryzen 9 7950X 16-Core Processor",
+    "Intel(R) Core(TM) i9-14900K",
+];
+/// Images hosts cache (with a few tags each).
+const POPULAR: [&str; 8] = [
+    "pytorch/pytorch",
+    "vllm/vllm-openai",
+    "nvidia/cuda",
+    "nvcr.io/nvidia/pytorch",
+    "tensorflow/tensorflow",
+    "ollama/ollama",
+    "lmsysorg/sglang",
+    "ghcr.io/huggingface/text-generation-inference",
+];
+
 fn make_offer(rng: &mut Rng, host: u64, slot: u16, now: Timestamp) -> Offer {
     let (family, vrams, cc, base, _) = MODELS[rng.pick_model()];
     let vram = vrams[rng.below(vrams.len() as u64) as usize];
@@ -144,7 +163,38 @@ fn make_offer(rng: &mut Rng, host: u64, slot: u16, now: Timestamp) -> Offer {
         driver: Version::new(550, 54, 15),
         cuda: Version::new(12, 4, 0),
         images: BoundedVec::new(vec![ImageDigest([0xd1; 32])]).unwrap(),
-        machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
+        machine: Machine {
+            disk_write_mbps: 500 + rng.below(3000) as u32,
+            net_up_mbps: 100 + rng.below(1000) as u32,
+            net_down_mbps: 500 + rng.below(10_000) as u32,
+            ..Machine::split_evenly(
+                CPUS[rng.below(CPUS.len() as u64) as usize],
+                16 << rng.below(4),
+                (64u64 << 30) << rng.below(4),
+                gpus.into(),
+            )
+        },
+        pulls: Pulls {
+            max_bytes: 40 << 30,
+            timeout_s: 1800,
+            registries: BoundedVec::empty(),
+            // Hosts cache a few of the popular images (the book interns their names).
+            cached: BoundedVec::new(
+                (0..rng.below(9))
+                    .map(|_| {
+                        BoundedString::new(format!(
+                            "{}:v{}",
+                            POPULAR[rng.below(8) as usize],
+                            rng.below(5)
+                        ))
+                        .unwrap()
+                    })
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+            )
+            .unwrap(),
+        },
         ext: Ext::new(),
     }
 }

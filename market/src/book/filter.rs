@@ -11,6 +11,8 @@ pub(crate) struct Facts<'a> {
     pub(crate) free: u64,
     pub(crate) reliability: u64,
     pub(crate) region: &'a str,
+    /// The book's cached image names.
+    pub(crate) images: &'a Interner,
 }
 
 fn compare(op: CompareOp, actual: u64, wanted: u64) -> bool {
@@ -84,12 +86,18 @@ pub(crate) fn clause_holds(clause: &Clause, f: &Facts<'_>) -> bool {
         Field::Host => holds(clause, |v| matches!(v, Value::Host(h) if *h == e.host_key)),
         Field::Image => holds(clause, |v| match v {
             Value::Image(d) => e.images.contains(d),
-            Value::ImageTag(p) => e.tags.iter().any(|(_, t)| crate::query::tag_matches(p, t)),
+            Value::ImageTag(p) => {
+                e.tags.iter().any(|(_, t)| crate::query::tag_matches(p, t))
+                    || e.cached
+                        .iter()
+                        .any(|&i| crate::query::tag_matches(p, f.images.name(i)))
+            }
             _ => false,
         }),
         Field::Disk => number(clause, e.disk_bytes / 1_000_000_000),
         Field::DiskPrice => number(clause, e.disk_price),
         Field::Stage => number(clause, e.stage_bytes / 1_000_000_000),
+        Field::Pull => number(clause, e.pull_bytes / 1_000_000_000),
         Field::Cpu => number(clause, u64::from(e.share.cpu_millis)),
         Field::Ram => number(clause, e.share.memory_bytes / 1_000_000_000),
         Field::DiskSpeed => number(clause, u64::from(e.disk_write_mbps)),
@@ -180,6 +188,7 @@ impl Facts<'_> {
             free: u64::from(book.free_at(entry, now)),
             reliability: u64::from(book.hosts.reliability(entry.host)),
             region: book.regions.name(entry.region),
+            images: &book.images,
         }
     }
 }

@@ -184,6 +184,13 @@ pub(crate) struct Entry {
     pub(crate) disk_write_mbps: u32,
     pub(crate) net_up_mbps: u32,
     pub(crate) net_down_mbps: u32,
+    /// The largest image the host pulls from a registry, bytes (0: none), the longest a
+    /// pull may take, and the registries it names.
+    pub(crate) pull_bytes: u64,
+    pub(crate) pull_timeout_s: u32,
+    pub(crate) pull_registries: Box<[Box<str>]>,
+    /// The images in its pull cache (interned).
+    pub(crate) cached: Box<[u32]>,
 }
 
 impl Entry {
@@ -322,6 +329,8 @@ pub struct OrderBook {
     regions: Interner,
     /// CPU model names, interned as regions are (few models, many offers).
     cpu_models: Interner,
+    /// Cached image references, interned (many hosts cache the same popular images).
+    images: Interner,
     buckets: Vec<Bucket>,
     bucket_ids: BTreeMap<BucketKey, u32>,
     expiry: BTreeSet<(u64, u32)>,
@@ -478,6 +487,20 @@ impl OrderBook {
             disk_write_mbps: offer.machine.disk_write_mbps,
             net_up_mbps: offer.machine.net_up_mbps,
             net_down_mbps: offer.machine.net_down_mbps,
+            pull_bytes: offer.pulls.max_bytes,
+            pull_timeout_s: offer.pulls.timeout_s,
+            pull_registries: offer
+                .pulls
+                .registries
+                .iter()
+                .map(|r| r.as_str().into())
+                .collect(),
+            cached: offer
+                .pulls
+                .cached
+                .iter()
+                .map(|r| self.images.intern(r))
+                .collect(),
         };
         let key = BucketKey {
             family,
@@ -555,6 +578,9 @@ impl OrderBook {
         }
         self.regions.release(entry.region);
         self.cpu_models.release(entry.cpu_model);
+        for &image in entry.cached.iter() {
+            self.images.release(image);
+        }
         self.vacant.push(idx);
         Some(entry)
     }
@@ -721,6 +747,32 @@ impl OrderBook {
     pub fn offer_share(&self, offer: &ContentId) -> Option<Share> {
         let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
         Some(e.share)
+    }
+
+    /// What an offer's host pulls from registries, and has cached (`None` for an unknown
+    /// offer).
+    pub fn offer_pulls(&self, offer: &ContentId) -> Option<gpux_protocol::Pulls> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        use gpux_protocol::{BoundedString, BoundedVec};
+        // (Each was a bounded string of the offer when it was verified.)
+        Some(gpux_protocol::Pulls {
+            max_bytes: e.pull_bytes,
+            timeout_s: e.pull_timeout_s,
+            registries: BoundedVec::new(
+                e.pull_registries
+                    .iter()
+                    .map(|r| BoundedString::new(&**r).unwrap_or_default())
+                    .collect(),
+            )
+            .unwrap_or_default(),
+            cached: BoundedVec::new(
+                e.cached
+                    .iter()
+                    .map(|&i| BoundedString::new(self.images.name(i)).unwrap_or_default())
+                    .collect(),
+            )
+            .unwrap_or_default(),
+        })
     }
 
     /// The cancellation fee schedule an offer publishes for reserved windows (`None` for

@@ -53,6 +53,8 @@ pub struct Hit {
     pub machine: Machine,
     /// The largest workspace the host gives a lease now, bytes.
     pub disk_bytes: u64,
+    /// What the host pulls from registries, and has cached.
+    pub pulls: gpux_protocol::Pulls,
 }
 
 const TIERS: [EvidenceTier; 3] = EvidenceTier::ALL;
@@ -155,6 +157,7 @@ impl OrderBook {
                 share: e.share,
             },
             disk_bytes: e.disk_bytes,
+            pulls: self.offer_pulls(&e.id).unwrap_or_default(),
         }
     }
 

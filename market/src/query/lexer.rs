@@ -59,8 +59,9 @@ impl CompareOp {
 }
 
 fn is_word_char(c: char) -> bool {
-    // `/` and `*` for image tags (`nvcr.io/nvidia/pytorch:24.01`, `pytorch*`).
-    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '+' | '/' | '*')
+    // `/`, `*` and `@` for image references (`nvcr.io/nvidia/pytorch:24.01`, `pytorch*`,
+    // `name@sha256:...`).
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '+' | '/' | '*' | '@')
 }
 
 pub(crate) fn tokenize(text: &str) -> Result<Vec<Token>, QueryError> {

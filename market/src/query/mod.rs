@@ -57,8 +57,8 @@ pub enum Field {
     Driver,
     /// CUDA version the driver supports.
     Cuda,
-    /// An image the host has: its digest (`sha256:...`) or a tag it lists (`pytorch:2.4`,
-    /// `pytorch*`).
+    /// An image the host has: its digest (`sha256:...`), a tag it lists (`pytorch:2.4`,
+    /// `pytorch*`) or an image in its pull cache (`pytorch/pytorch:2.5*`).
     Image,
     /// The largest workspace the host gives a lease now, GB (10^9 bytes).
     Disk,
@@ -78,11 +78,13 @@ pub enum Field {
     InetUp,
     /// The host's measured download bandwidth, Mbit/s.
     InetDown,
+    /// The largest image the host pulls from a registry, GB (10^9 bytes; 0: none).
+    Pull,
 }
 
 impl Field {
     /// Every field, with its name.
-    pub const ALL: [(Field, &'static str); 23] = [
+    pub const ALL: [(Field, &'static str); 24] = [
         (Field::Gpu, "gpu"),
         (Field::Vram, "vram"),
         (Field::Count, "count"),
@@ -106,6 +108,7 @@ impl Field {
         (Field::DiskSpeed, "disk_speed"),
         (Field::InetUp, "inet_up"),
         (Field::InetDown, "inet_down"),
+        (Field::Pull, "pull"),
     ];
 
     /// The field's name in queries.

@@ -302,7 +302,8 @@ fn parse_value(field: Field, word: &str, column: usize) -> Result<Value, QueryEr
         | Field::Ram
         | Field::DiskSpeed
         | Field::InetUp
-        | Field::InetDown => word
+        | Field::InetDown
+        | Field::Pull => word
             .parse::<u64>()
             .map(Value::Number)
             .map_err(|_| bad(field, word, column, "a whole number")),

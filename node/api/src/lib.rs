@@ -46,6 +46,9 @@ pub enum ErrorCode {
     Unavailable,
     /// The node failed (500).
     Internal,
+    /// The image cannot be had (422): its registry refused the credentials, or has no
+    /// such image. Nothing was charged.
+    ImageRefused,
 }
 
 impl ErrorCode {
@@ -58,6 +61,7 @@ impl ErrorCode {
             ErrorCode::Conflict | ErrorCode::NoOffer | ErrorCode::AllTaken => 409,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
+            ErrorCode::ImageRefused => 422,
         }
     }
 }
@@ -205,6 +209,8 @@ pub struct OfferHit {
     pub machine: gpux_protocol::Machine,
     /// The largest workspace the host gives a lease now, bytes (0: none).
     pub disk_bytes: u64,
+    /// What the host pulls from registries, and the images it has cached.
+    pub pulls: gpux_protocol::Pulls,
 }
 
 /// What a renter has learned about reaching a host.
@@ -346,6 +352,70 @@ pub struct RentRequest {
     /// `/dev/shm` for the lease, bytes (at most its memory; half of it when absent).
     #[serde(default)]
     pub shm_bytes: Option<u64>,
+    /// The registry's credentials for an image the host pulls (`image` names a private
+    /// registry's image). They go to the chosen host only, for that pull; this node keeps
+    /// them in memory, never on disk ([`RentRequest::without_secrets`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_auth: Option<RegistryCredentials>,
+    /// A name the caller picks (16 to 64 letters and digits) to follow the rent's progress
+    /// while it runs: `GET /v1/rent/progress/{name}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+}
+
+impl RentRequest {
+    /// The request without the registry's credentials: the form that may be kept on disk
+    /// (a resumable lease's record, a group's).
+    pub fn without_secrets(&self) -> RentRequest {
+        RentRequest {
+            registry_auth: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// A registry's user name and password (or token). Its `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredentials {
+    /// The user name.
+    pub username: String,
+    /// The password or access token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredentials")
+            .field("username", &self.username)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+/// `GET /v1/rent/progress/{name}`: where a rent is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentProgress {
+    /// `pulling` (the host pulls the image), `staging` (this node sends it), `requesting`
+    /// (the lease is asked for and its container started), `done`.
+    pub phase: String,
+    /// The host it is with (peer id), once one is chosen.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The image, as named.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Bytes moved, of `total` announced so far.
+    #[serde(default)]
+    pub done: u64,
+    /// Bytes announced so far (more layers may be announced).
+    #[serde(default)]
+    pub total: u64,
+    /// Layers done, of `layers` announced.
+    #[serde(default)]
+    pub layers_done: u16,
+    /// Layers announced.
+    #[serde(default)]
+    pub layers: u16,
 }
 
 /// A passed performance challenge, as the renter's node measured it.
@@ -450,6 +520,9 @@ pub struct Rented {
     /// How the renter's own image was staged, when it was.
     #[serde(default)]
     pub staged: Option<StagedImage>,
+    /// How the host pulled the image from its registry, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled: Option<PulledImage>,
     /// The workspace kept after the workload, when the lease has one.
     #[serde(default)]
     pub retention: Option<Retention>,
@@ -484,6 +557,19 @@ pub struct Retention {
     pub price_per_gib_hour: String,
     /// What the retention costs, credits: owed in full from the first receipt.
     pub charge: String,
+}
+
+/// An image the host pulled from its registry before the lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PulledImage {
+    /// The reference, in Docker's short form (`ubuntu:24.04`, `127.0.0.1:5000/team/train:1`).
+    pub reference: String,
+    /// Its size on the host, bytes.
+    pub bytes: u64,
+    /// Every layer was on the host already (it had the image cached).
+    pub warm: bool,
+    /// From asking the host to its "done", ms.
+    pub pull_ms: u64,
 }
 
 /// A renter's image staged on the host before its lease.

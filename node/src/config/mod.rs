@@ -37,6 +37,10 @@
 //! max_image = "20GiB"                   # host: the largest renter image staged (0: none)
 //! stage_quota = "64GiB"                 # host: renters' staged images together
 //! cancel_fees = "24h:10%,1h:50%,10m:100%" # host: a reserved window's cancellation fees
+//! pull = true                           # host: pull renters' images from registries
+//! pull_registries = ["docker.io", "ghcr.io", "!evil.example"] # host: (default: any)
+//! pull_timeout_s = 1800                 # host: the longest a pull may take
+//! pull_cache = "64GiB"                  # host: images pulled without credentials, kept
 //! cpus = 32                             # host: CPU threads given to leases (default: all)
 //! memory = "256GiB"                     # host: memory given to leases (default: all but a
 //!                                       # tenth, at least 2 GiB, kept for the host)
@@ -173,6 +177,25 @@ pub struct Options {
     /// (`24h:10%,1h:50%,10m:100%`; `none`: cancelling is free). Published in the offers.
     #[arg(long = "cancel-fees", value_name = "SCHEDULE")]
     pub cancel_fees: Option<String>,
+    /// Host: pull the images renters name from their registries (public or private, the
+    /// credentials given for that pull only), up to `max-image` each, before the lease.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub pull: Option<bool>,
+    /// Host: the registries pulled from (`docker.io`, `ghcr.io`, `127.0.0.1:5000`,
+    /// `*.example.com`); `!name` refuses one. Default: any. Published in the offers.
+    #[arg(
+        long = "pull-registries",
+        value_delimiter = ',',
+        value_name = "REGISTRY,..."
+    )]
+    pub pull_registries: Option<Vec<String>>,
+    /// Host: the longest a pull may take, seconds.
+    #[arg(long = "pull-timeout", value_name = "SECONDS")]
+    pub pull_timeout_s: Option<u64>,
+    /// Host: the disk images pulled without credentials may take, kept for the next
+    /// renters who name them (least recently used erased first; `0`: none kept).
+    #[arg(long = "pull-cache", value_name = "SIZE")]
+    pub pull_cache: Option<String>,
     /// Host: CPU threads given to leases, split evenly over the GPUs (default: every thread
     /// of the machine). Published in the offers; each lease's CPU limit is its GPUs' share.
     #[arg(long, value_name = "N")]
@@ -319,6 +342,10 @@ macro_rules! each_setting {
             max_image,
             stage_quota,
             cancel_fees,
+            pull,
+            pull_registries,
+            pull_timeout_s,
+            pull_cache,
             cpus,
             memory,
             challenge_reference,
@@ -365,6 +392,10 @@ impl Options {
             max_image: Some("20GiB".into()),
             stage_quota: Some("64GiB".into()),
             cancel_fees: Some("24h:10%,1h:50%,10m:100%".into()),
+            pull: Some(true),
+            pull_registries: Some(Vec::new()),
+            pull_timeout_s: Some(1800),
+            pull_cache: Some("64GiB".into()),
             cpus: None,
             memory: None,
             challenge_reference: Some(Vec::new()),
@@ -527,6 +558,43 @@ impl Effective {
             if memory_bytes.is_some_and(|m| m < 1 << 30) {
                 return Err(self.bad("memory", "must be at least 1GiB"));
             }
+            let pull_timeout = o.pull_timeout_s.or(d.pull_timeout_s).unwrap_or(1800);
+            if !(1..=u64::from(u32::MAX)).contains(&pull_timeout) {
+                return Err(self.bad("pull_timeout_s", "must be at least 1"));
+            }
+            let registries = o.pull_registries.clone().unwrap_or_default();
+            let pulls = gpux_protocol::Pulls {
+                max_bytes: if o.pull.or(d.pull).unwrap_or(true) {
+                    max_image_bytes
+                } else {
+                    0
+                },
+                timeout_s: pull_timeout as u32,
+                registries: gpux_protocol::BoundedVec::new(
+                    registries
+                        .iter()
+                        .map(|r| {
+                            gpux_protocol::BoundedString::new(r.to_ascii_lowercase())
+                                .map_err(|e| self.bad("pull_registries", format!("'{r}': {e}")))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+                .map_err(|e| self.bad("pull_registries", e))?,
+                cached: gpux_protocol::BoundedVec::empty(),
+            };
+            if pulls.max_bytes == 0 && !pulls.registries.is_empty() {
+                return Err(self.bad(
+                    "pull_registries",
+                    "names registries for a host that pulls nothing (pull = false, or max_image = 0)",
+                ));
+            }
+            pulls.check().map_err(|e| {
+                self.bad(
+                    "pull_registries",
+                    format!("{e} (e.g. docker.io,ghcr.io,!evil.example)"),
+                )
+            })?;
+            let pull_cache_bytes = size("pull_cache", o.pull_cache.clone().or(d.pull_cache))?;
             Some(HostOptions {
                 nvml_lib: o.nvml_lib.clone(),
                 price: price
@@ -562,6 +630,8 @@ impl Effective {
                 cpus: o.cpus,
                 memory_bytes,
                 machine: Default::default(),
+                pulls,
+                pull_cache_bytes,
             })
         } else {
             None

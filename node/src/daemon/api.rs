@@ -50,6 +50,10 @@ pub(crate) enum ApiCommand {
         request: Box<RentRequest>,
         reply: Reply<Rented>,
     },
+    RentProgress {
+        name: String,
+        reply: Reply<gpux_api::RentProgress>,
+    },
     Group {
         request: Box<RentRequest>,
         reply: Reply<gpux_api::GroupPlaced>,
@@ -243,6 +247,14 @@ async fn rent(
         reply,
     })
     .await
+}
+
+async fn rent_progress(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::RentProgress { name, reply }).await
 }
 
 async fn group(
@@ -637,6 +649,7 @@ pub(crate) async fn serve(
         .route("/v1/ledger/mint", post(mint))
         .route("/v1/ledger/readd", post(ledger_readd))
         .route("/v1/rent", post(rent))
+        .route("/v1/rent/progress/{name}", get(rent_progress))
         .route("/v1/bid", post(bid))
         .route("/v1/block", post(block))
         .route("/v1/shutdown", post(shutdown_node))

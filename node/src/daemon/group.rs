@@ -378,7 +378,8 @@ impl Placer {
             &self.events,
             Event::Group(GroupEvent::Joined {
                 group,
-                request: Box::new(request.clone()),
+                // (Kept on disk: without the registry's credentials.)
+                request: Box::new(request.without_secrets()),
                 members,
                 stored,
             }),

@@ -241,6 +241,7 @@ impl MarketView {
                 interruption_permille: None,
                 machine: h.machine,
                 disk_bytes: h.disk_bytes,
+                pulls: h.pulls,
             })
             .collect())
     }

@@ -101,6 +101,11 @@ pub struct HostOptions {
     pub memory_bytes: Option<u64>,
     /// The machine as given to leases (read when the host starts, measured as it runs).
     pub machine: crate::machine::MachineFacts,
+    /// What the host pulls from registries (its cached images are added as offers are
+    /// signed).
+    pub pulls: gpux_protocol::Pulls,
+    /// The disk images pulled without credentials may take, kept for later renters.
+    pub pull_cache_bytes: u64,
 }
 
 /// The daemon's settings.
@@ -273,6 +278,11 @@ pub(crate) struct Daemon {
     /// Whether a search, rent, group or bid outside `families` follows its families at
     /// once (`--market-families auto`) rather than being refused.
     families_auto: bool,
+    /// Registry credentials of resumable leases, by lease (in memory only, never stored).
+    registry_secrets:
+        std::collections::BTreeMap<gpux_protocol::ContentId, gpux_api::RegistryCredentials>,
+    /// Where rents under way stand, for `gpux rent`'s progress.
+    rent_progress: rent::ProgressBoard,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -379,6 +389,8 @@ pub async fn run(
         spend_pending: 0,
         families: config.market_families.clone(),
         families_auto: config.market_auto,
+        registry_secrets: std::collections::BTreeMap::new(),
+        rent_progress: rent::ProgressBoard::default(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -394,6 +406,21 @@ pub async fn run(
             (config.timing, daemon.recorder.clone()),
         )
         .await?;
+        // Its bandwidth, measured to its bootstrap peers (the network's well-known nodes)
+        // once they are reached, and published with its offers.
+        let bootstrap = config
+            .bootstrap
+            .iter()
+            .filter_map(|a| match a.iter().last() {
+                Some(libp2p::multiaddr::Protocol::P2p(peer)) => Some(peer),
+                _ => None,
+            })
+            .collect();
+        tokio::spawn(crate::machine::measure_bandwidth(
+            net.clone(),
+            role.machine(),
+            bootstrap,
+        ));
         // A host follows the market of its own families unless told otherwise: it sells,
         // and other families' offers would only cost it bandwidth.
         if config.market_families.is_none() || config.market_auto {

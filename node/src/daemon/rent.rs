@@ -46,12 +46,18 @@ pub(crate) struct Candidate {
     pub(crate) reference_gops: Option<f64>,
     /// What of the host's machine goes with each GPU.
     pub(crate) share: gpux_protocol::Share,
+    /// What the host pulls from registries, and has cached.
+    pub(crate) pulls: gpux_protocol::Pulls,
 }
 
 mod challenge;
+mod image;
 mod in_loop;
+mod progress;
 mod request;
 mod terms;
+use image::PullOutcome;
+pub(crate) use progress::{ProgressBoard, ProgressSlot, valid_name};
 pub(crate) use request::{Resources, checkpoint_dir, parse};
 use terms::Terms;
 
@@ -66,12 +72,18 @@ pub(crate) enum ImageChoice {
     Any,
     /// One the host lists, by digest.
     Host(ImageDigest),
-    /// One the host lists under this tag (`pytorch:2.4`): the lease names its digest.
-    HostTag(String),
     /// An image in this node's Docker, by reference: staged on the host.
     Local(String),
     /// A `docker save` archive: staged on the host.
     Archive(std::path::PathBuf),
+    /// An image in a registry: the host pulls it (with the registry's credentials when
+    /// given), unless it lists an image under that name itself.
+    Registry {
+        /// As Docker reads it.
+        reference: crate::plane::pull::ImageRef,
+        /// As the renter named it (hosts list their own images under such names).
+        named: String,
+    },
 }
 
 /// A renter's image ready to stage: its archive, indexed.
@@ -151,6 +163,10 @@ pub(crate) struct RentTask {
     outbox: std::path::PathBuf,
     /// Hosts not to rent from.
     avoid: BTreeSet<gpux_protocol::PublicKey>,
+    /// The registry's credentials, for an image the host pulls (in memory only).
+    auth: Option<gpux_protocol::plane_wire::RegistryAuth>,
+    /// Where the rent's progress is shown (`GET /v1/rent/progress/{name}`).
+    progress: ProgressSlot,
 }
 
 /// Why one host did not give a lease.
@@ -181,6 +197,8 @@ impl RentTask {
             workload,
             outbox,
             avoid: BTreeSet::new(),
+            auth: None,
+            progress: ProgressSlot::default(),
         }
     }
 
@@ -188,7 +206,9 @@ impl RentTask {
     /// the rent runs a host's image.
     async fn prepare(&self) -> Result<Option<Staging>, ApiError> {
         let (path, saved) = match &self.image {
-            ImageChoice::Any | ImageChoice::Host(_) | ImageChoice::HostTag(_) => return Ok(None),
+            ImageChoice::Any | ImageChoice::Host(_) | ImageChoice::Registry { .. } => {
+                return Ok(None);
+            }
             ImageChoice::Archive(path) => (path.clone(), false),
             ImageChoice::Local(reference) => {
                 let docker = crate::executor::Executor::connect(&self.key.peer_id().to_string())
@@ -240,14 +260,6 @@ impl RentTask {
         Ok(Some(Staging { archive, saved }))
     }
 
-    /// Whether this node's Docker has an image called `reference` (no Docker: no).
-    async fn local_has(&self, reference: &str) -> bool {
-        match crate::executor::Executor::connect(&self.key.peer_id().to_string()).await {
-            Ok(docker) => matches!(docker.resolve_image(reference).await, Ok(Some(_))),
-            Err(_) => false,
-        }
-    }
-
     /// Stages the renter's image on `host`, trying again (from what arrived) when the stream
     /// breaks.
     async fn stage(
@@ -278,21 +290,7 @@ impl RentTask {
 
     pub(crate) async fn run(mut self) -> Result<Rented, ApiError> {
         let stopping = || ApiError::new(ErrorCode::Unavailable, "the node is shutting down");
-        // A name the local Docker does not have is a tag hosts list (the renter's own
-        // image of that name wins: a host's tag is only its say-so).
-        if let ImageChoice::Local(reference) = &self.image
-            && !self.local_has(reference).await
-        {
-            let query =
-                gpux_market::query::Query::parse(&format!("image={reference}")).map_err(|_| {
-                    ApiError::bad_input(format!(
-                        "--image {reference}: this node's Docker has no such image, and it is \
-                         not a tag a host could list"
-                    ))
-                })?;
-            self.spec.query.clauses.extend(query.clauses);
-            self.image = ImageChoice::HostTag(reference.clone());
-        }
+        self.resolve_image().await?;
         let prepared = std::time::Instant::now();
         let staging = self.prepare().await?;
         let prepare_ms = prepared.elapsed().as_millis() as u64;
@@ -303,19 +301,27 @@ impl RentTask {
                 .map_err(|e| ApiError::bad_input(e.to_string()))?;
             self.spec.query.clauses.extend(stage.clauses);
         }
+        // A registry's image: first the hosts that list it or have it cached (a warm
+        // start), then any host that pulls.
+        let mut phases = self.phases()?.into_iter();
+        let mut phase = phases.next();
         let mut excluded = BTreeSet::new();
         let mut refusals = Vec::new();
         let mut reasons = Vec::new();
-        for _ in 0..MAX_ROUNDS {
+        let mut rounds = 0;
+        while let Some(spec) = phase.clone()
+            && rounds < MAX_ROUNDS
+        {
+            rounds += 1;
             let (tx, rx) = oneshot::channel();
             report(
                 &self.events,
                 Event::Rent(RentEvent::Candidates {
-                    spec: self.spec.clone(),
+                    spec,
                     excluded: excluded.clone(),
                     n: CANDIDATES,
                     tag: match &self.image {
-                        ImageChoice::HostTag(tag) => Some(tag.clone()),
+                        ImageChoice::Registry { named, .. } => Some(named.clone()),
                         _ => None,
                     },
                     avoid: self.avoid.clone(),
@@ -325,7 +331,8 @@ impl RentTask {
             .await;
             let candidates = rx.await.map_err(|_| stopping())?;
             if candidates.is_empty() {
-                break;
+                phase = phases.next();
+                continue;
             }
             excluded.extend(candidates.iter().map(|c| c.allocation.offer));
             // Reach them all at once; ask the reachable ones one at a time, best first.
@@ -343,6 +350,7 @@ impl RentTask {
                     cancel_fees,
                     reference_gops,
                     share,
+                    pulls,
                 } = candidate;
                 let host = allocation.host;
                 let terms = match self.workload.terms_for(retention, &cancel_fees) {
@@ -383,8 +391,26 @@ impl RentTask {
                     continue;
                 }
                 let mut sent = None;
+                let mut pulled = None;
                 let staged_at = std::time::Instant::now();
                 let image = match (&self.image, &staging) {
+                    // The host lists an image under the name: it runs that one.
+                    (ImageChoice::Registry { .. }, _) if offered_image.is_some() => offered_image,
+                    (ImageChoice::Registry { reference, .. }, _) => {
+                        match self.pull(host, reference, &pulls).await {
+                            Ok(p) => {
+                                let image = p.image;
+                                pulled = Some(p.view);
+                                Some(image)
+                            }
+                            Err(PullOutcome::Next(why)) => {
+                                refusals.push(format!("{}: {why}", host.peer_id()));
+                                reasons.push(None);
+                                continue;
+                            }
+                            Err(PullOutcome::Stop(e)) => return Err(e),
+                        }
+                    }
                     (_, Some(staging)) => match self.stage(staging, host).await {
                         Ok(s) => {
                             sent = Some((s, staged_at.elapsed().as_millis() as u64));
@@ -416,8 +442,13 @@ impl RentTask {
                         prepare_ms,
                         stage_ms,
                     });
+                self.progress.set(gpux_api::RentProgress {
+                    phase: "requesting".into(),
+                    host: Some(host.peer_id().to_string()),
+                    ..gpux_api::RentProgress::default()
+                });
                 let rented = match self
-                    .request(&allocation, image, staged, (terms, limits))
+                    .request(&allocation, image, (staged, pulled), (terms, limits))
                     .await
                 {
                     Ok(rented) if self.workload.challenge => {
@@ -458,16 +489,20 @@ impl RentTask {
                      --image-archive FILE",
                 )
             } else if refusals.is_empty()
-                && let ImageChoice::HostTag(tag) = &self.image
+                && let ImageChoice::Registry { reference, named } = &self.image
             {
                 ApiError::new(
                     ErrorCode::NoOffer,
                     format!(
-                        "--image {tag}: this node's Docker has no such image, and no offer that \
-                     satisfies the request lists that tag"
+                        "--image {named}: this node's Docker has no such image, and no offer that \
+                         satisfies the request lists it, has it cached or pulls from {}",
+                        reference.registry()
                     ),
                 )
-                .with_hint("build it here to stage it, or `gpux offers search 'image=NAME*'`")
+                .with_hint(
+                    "build it here to stage it, or `gpux offers search 'pull>0'` for hosts that \
+                     pull (their offers name the registries)",
+                )
             } else if refusals.is_empty() {
                 ApiError::new(
                     ErrorCode::NoOffer,
@@ -502,7 +537,7 @@ impl RentTask {
         &self,
         allocation: &Allocation,
         image: ImageDigest,
-        staged: Option<StagedImage>,
+        (staged, pulled): (Option<StagedImage>, Option<gpux_api::PulledImage>),
         (terms, limits): (Terms, ResourceLimits),
     ) -> Result<Rented, Refusal> {
         let t = now();
@@ -593,6 +628,7 @@ impl RentTask {
                 escrow_amount: escrow_amount.amount_text(),
                 image: image.to_string(),
                 staged,
+                pulled,
                 retention: terms.retention,
                 starts_at_ms: starts_at,
                 commit_by_ms: (report == RentReport::Held).then_some(commit_by).flatten(),
@@ -613,6 +649,7 @@ pub(crate) struct RentContext {
     net: Client,
     events: mpsc::Sender<Event>,
     outbox: std::path::PathBuf,
+    progress: ProgressBoard,
 }
 
 impl RentContext {
@@ -638,6 +675,34 @@ impl RentContext {
             self.outbox.clone(),
         );
         task.avoid = avoid.clone();
-        task.run().await
+        task.auth = request
+            .registry_auth
+            .as_ref()
+            .map(|a| {
+                Ok::<_, ApiError>(gpux_protocol::plane_wire::RegistryAuth {
+                    username: BoundedString::new(a.username.clone())
+                        .map_err(|e| ApiError::bad_input(format!("--registry-user: {e}")))?,
+                    password: BoundedString::new(a.password.clone())
+                        .map_err(|e| ApiError::bad_input(format!("the registry password: {e}")))?,
+                })
+            })
+            .transpose()?;
+        if let Some(name) = &request.progress
+            && !valid_name(name)
+        {
+            return Err(ApiError::bad_input(
+                "progress: a name of 16 to 64 letters and digits",
+            ));
+        }
+        task.progress = self.progress.slot(request.progress.as_deref());
+        let result = task.run().await;
+        // The caller hears the end from the result itself; the board only says it is over.
+        self.progress
+            .slot(request.progress.as_deref())
+            .set(gpux_api::RentProgress {
+                phase: "done".into(),
+                ..gpux_api::RentProgress::default()
+            });
+        result
     }
 }

@@ -200,7 +200,12 @@ impl Daemon {
     pub(super) fn on_resume_event(&mut self, event: ResumeEvent) {
         match event {
             ResumeEvent::Started { lease, request } => {
-                let Ok(json) = serde_json::to_vec(&*request) else {
+                // The registry's credentials stay in memory, with the chain; the record on
+                // disk has none.
+                if let Some(auth) = request.registry_auth.clone() {
+                    self.registry_secrets.insert(lease, auth);
+                }
+                let Ok(json) = serde_json::to_vec(&request.without_secrets()) else {
                     return;
                 };
                 self.save_resume(
@@ -216,6 +221,9 @@ impl Daemon {
             }
             ResumeEvent::Preempted(lease) => self.start_resume(lease),
             ResumeEvent::Rented { previous, next } => {
+                if let Some(auth) = self.registry_secrets.remove(&previous) {
+                    self.registry_secrets.insert(next, auth);
+                }
                 let Ok(Some(mut old)) = self.state.resume(&previous) else {
                     return;
                 };
@@ -265,10 +273,13 @@ impl Daemon {
         if record.status != ResumeStatus::Watching {
             return;
         }
-        let Ok(request) = serde_json::from_slice::<RentRequest>(&record.request) else {
+        let Ok(mut request) = serde_json::from_slice::<RentRequest>(&record.request) else {
             record.status = ResumeStatus::Failed("its stored rent does not read".into());
             return self.save_resume(lease, record);
         };
+        // (None after a restart of this node: a private registry's image then fails to pull,
+        // saying so.)
+        request.registry_auth = self.registry_secrets.get(&lease).cloned();
         record.status = ResumeStatus::Resuming;
         self.save_resume(lease, record);
         tracing::info!("lease {}: preempted; resuming it", lease.short());

@@ -375,6 +375,14 @@ impl Daemon {
                 let _ = reply.send(Ok(self.lease_views()));
             }
             ApiCommand::Rent { request, reply } => self.start_rent(*request, reply),
+            ApiCommand::RentProgress { name, reply } => {
+                let _ = reply.send(self.rent_progress.get(&name).ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::UnknownLease,
+                        "no rent under way by that name (it has not begun, or ended long ago)",
+                    )
+                }));
+            }
             ApiCommand::Group { request, reply } => self.start_group(*request, reply),
             ApiCommand::ScaleGroup {
                 group,

@@ -115,6 +115,22 @@ impl Executor {
         }
     }
 
+    /// A local image by reference: its id and the registry digests Docker knows it by
+    /// (`repo@sha256:...`: where it was pulled from or pushed to), if the daemon has it.
+    pub async fn image_origin(
+        &self,
+        reference: &str,
+    ) -> Result<Option<(ImageDigest, Vec<String>)>, ExecError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(inspect) => Ok(inspect
+                .id
+                .and_then(|id| id.parse().ok())
+                .map(|id| (id, inspect.repo_digests.unwrap_or_default()))),
+            Err(e) if is_status(&e, 404) => Ok(None),
+            Err(e) => Err(docker_err("inspect image")(e)),
+        }
+    }
+
     /// Saves `image` (by id: no tags in the archive) to `path` (`docker save`).
     pub async fn save_image(&self, image: &ImageDigest, path: &Path) -> Result<(), ExecError> {
         let io = |source| ExecError::Io {

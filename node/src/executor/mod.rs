@@ -40,6 +40,7 @@ mod exec;
 mod image;
 mod images;
 mod logs;
+mod pull;
 mod spec;
 mod workspace;
 
@@ -62,6 +63,7 @@ use gpux_protocol::ImageDigest;
 pub use exec::{ExecProcess, ExecSession, RELAY_BIN, RELAY_DIR, check_env};
 pub use image::{BUSYBOX_PATH, WORKLOAD_TAG, build_workload_image};
 pub use logs::LogCursor;
+pub use pull::{PullError, PullProgress, Pulled};
 pub use spec::{
     ContainerSpec, FAKE_DEVICES_ENV, GpuBinding, LEASE_LABEL, NODE_LABEL, SCRATCH_DIR,
     WORKLOAD_USER, container_config,

@@ -26,12 +26,16 @@ pub mod delegate;
 mod files;
 pub(crate) mod host;
 mod local;
+pub mod pull;
+pub(crate) mod pull_host;
+pub(crate) mod pulled;
 mod put;
 mod splice;
 pub(crate) mod stage;
 pub(crate) mod stage_host;
 mod stage_pace;
 pub(crate) mod staged;
+pub(crate) mod turns;
 
 pub(crate) use stage::chain_ids;
 

@@ -23,50 +23,24 @@ use gpux_protocol::{BoundedVec, PublicKey};
 use libp2p::PeerId;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::Semaphore;
 
 use super::stage::{STAGE, chain_ids, diff_ids, image_id};
 use super::stage_pace::{DATA_DEADLINE, MIN_RATE, Pace};
 use super::staged::{Hold, StagedImages, UNUSED_TTL_MS};
+use super::turns::{Turn, Turns};
 use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
 use crate::attest::now;
-use crate::budget::Bucket;
 use crate::executor::Executor;
 use crate::p2p::Client;
 
 /// Stagings served at once, all renters together.
 pub(crate) const MAX_STAGINGS: usize = 4;
-/// Stagings a renter may start in a burst (then one a minute).
-pub(crate) const STARTS_BURST: f64 = 10.0;
 /// How long an interrupted staging's bytes wait for the renter to come back.
 pub(crate) const PART_TTL: Duration = Duration::from_secs(3600);
 /// Staged-image holds kept at most (each is a renter's image in Docker).
 pub(crate) const MAX_HOLDS: usize = 1024;
 /// How often expired images and stale bytes are erased.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
-
-/// A renter's stagings now, and its start budget.
-#[derive(Debug, Clone, Copy)]
-struct RenterUse {
-    running: usize,
-    starts: Bucket,
-}
-
-/// Holds a renter's staging turn; gives it back when dropped.
-struct Turn {
-    renter: PublicKey,
-    renters: Arc<Mutex<BTreeMap<PublicKey, RenterUse>>>,
-    _all: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let mut renters = self.renters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(u) = renters.get_mut(&self.renter) {
-            u.running = u.running.saturating_sub(1);
-        }
-    }
-}
 
 /// The host's staging service.
 #[derive(Clone)]
@@ -77,8 +51,7 @@ pub(crate) struct StageHost {
     root: PathBuf,
     max_image_bytes: u64,
     quota_bytes: u64,
-    all: Arc<Semaphore>,
-    renters: Arc<Mutex<BTreeMap<PublicKey, RenterUse>>>,
+    turns: Turns,
     /// Bytes the stagings under way may still bring, counted against the quota before they
     /// arrive, so that stagings at once cannot together pass it.
     reserved: Arc<Mutex<u64>>,
@@ -125,8 +98,7 @@ impl StageHost {
             root,
             max_image_bytes,
             quota_bytes,
-            all: Arc::new(Semaphore::new(MAX_STAGINGS)),
-            renters: Arc::new(Mutex::new(BTreeMap::new())),
+            turns: Turns::new(MAX_STAGINGS),
             reserved: Arc::new(Mutex::new(0)),
         };
         let mut streams = net.accept_streams(STAGE)?;
@@ -193,34 +165,7 @@ impl StageHost {
                 "this host holds as many staged images as it keeps, all in use; try later",
             ));
         }
-        let all = self
-            .all
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| busy("this host stages too many images now; try again shortly"))?;
-        let mut renters = self.renters.lock().unwrap_or_else(|p| p.into_inner());
-        let t = now().0;
-        let usage = renters.entry(renter).or_insert(RenterUse {
-            running: 0,
-            starts: Bucket::full(STARTS_BURST, t),
-        });
-        if usage.running > 0 {
-            return Err(busy("you are staging an image here already"));
-        }
-        if !usage.starts.take(1.0 / 60.0, STARTS_BURST, t) {
-            return Err(busy(
-                "you started too many stagings here; try again in a minute",
-            ));
-        }
-        usage.running += 1;
-        if renters.len() > 4096 {
-            renters.retain(|_, u| u.running > 0);
-        }
-        Ok(Turn {
-            renter,
-            renters: self.renters.clone(),
-            _all: all,
-        })
+        self.turns.take(renter, "staging")
     }
 
     async fn serve(self, peer: PeerId, mut framed: FramedStream) {

@@ -70,8 +70,109 @@ pub struct Offer {
     pub images: BoundedVec<ImageDigest, MAX_OFFER_IMAGES>,
     /// The machine the GPUs are in, and what of it goes with each GPU.
     pub machine: Machine,
+    /// Which images the host pulls from registries for a lease, and which it has cached.
+    pub pulls: Pulls,
     /// Extension fields.
     pub ext: Ext,
+}
+
+/// The most registries a host's pull policy names.
+pub const MAX_PULL_REGISTRIES: usize = 8;
+/// The most cached images an offer lists.
+pub const MAX_CACHED_IMAGES: usize = 16;
+
+/// What a host pulls from registries before a lease (`/gpux/pull/1`), and what it has
+/// pulled already: a renter that names a cached image gets a warm start.
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Pulls {
+    /// The largest image it pulls, bytes as Docker stores it (0: it pulls none).
+    pub max_bytes: u64,
+    /// The longest a pull may take, seconds.
+    pub timeout_s: u32,
+    /// Registries it pulls from (`docker.io`, `ghcr.io`, `127.0.0.1:5000`; `*.example.com`
+    /// for a domain's hosts); `!name` refuses one. Without an allowing entry, any registry
+    /// not refused.
+    pub registries: BoundedVec<BoundedString<64>, MAX_PULL_REGISTRIES>,
+    /// Images in its cache, pulled with no credentials, most recently used first, in
+    /// Docker's short form (`pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime`, `ubuntu:22.04`;
+    /// other registries by name: `ghcr.io/org/app:1`).
+    pub cached: BoundedVec<BoundedString<128>, MAX_CACHED_IMAGES>,
+}
+
+impl Pulls {
+    /// Whether the host pulls from `registry` (`docker.io`, `host:port`): the policy's
+    /// refusals first, then its allowing entries (none: every registry).
+    pub fn allows(&self, registry: &str) -> bool {
+        let registry = registry.to_ascii_lowercase();
+        if self.max_bytes == 0 {
+            return false;
+        }
+        let matches = |pattern: &str| match pattern.strip_prefix("*.") {
+            Some(domain) => registry
+                .split(':')
+                .next()
+                .is_some_and(|h| h.ends_with(&format!(".{domain}"))),
+            None => pattern == registry,
+        };
+        if self
+            .registries
+            .iter()
+            .filter_map(|p| p.strip_prefix('!'))
+            .any(matches)
+        {
+            return false;
+        }
+        let allowing: Vec<&str> = self
+            .registries
+            .iter()
+            .map(|p| p.as_str())
+            .filter(|p| !p.starts_with('!'))
+            .collect();
+        allowing.is_empty() || allowing.into_iter().any(matches)
+    }
+
+    /// The rules an offer's pull policy keeps (checked with the offer): registries and a
+    /// cache only for a host that pulls, registry patterns well formed, cached references
+    /// valid and unique.
+    pub fn check(&self) -> Result<(), InvalidMessage> {
+        if self.max_bytes == 0 && !(self.registries.is_empty() && self.cached.is_empty()) {
+            return Err(InvalidMessage::Inconsistent {
+                field: "pulls",
+                reason: "a host that pulls no images lists no registries and no cache",
+            });
+        }
+        for pattern in self.registries.iter() {
+            let body = pattern.strip_prefix('!').unwrap_or(pattern);
+            let body = body.strip_prefix("*.").unwrap_or(body);
+            if body.is_empty()
+                || !body.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b':')
+                })
+            {
+                return Err(InvalidMessage::Malformed {
+                    field: "pulls.registries",
+                    reason: "a registry: [!][*.]host[:port], lower case",
+                });
+            }
+        }
+        if !self.cached.iter().all(|r| is_image_tag(r)) {
+            return Err(InvalidMessage::Malformed {
+                field: "pulls.cached",
+                reason: "an image reference: letters, digits and ._-/:@",
+            });
+        }
+        ensure_unique("pulls.cached", self.cached.iter().map(|r| r.as_str()))
+    }
 }
 
 /// The machine an offer's GPUs are in, as its host measured it (or set it: a host may give
@@ -296,10 +397,12 @@ impl Message for Offer {
             }
         }
         self.booked()?;
-        // An offer without images can be leased only with an image the renter stages.
-        if self.max_image_bytes() == 0 {
+        // An offer without images can be leased only with an image the renter stages, or
+        // one the host pulls.
+        if self.max_image_bytes() == 0 && self.pulls.max_bytes == 0 {
             ensure_nonempty("images", &self.images)?;
         }
+        self.pulls.check()?;
         ensure_unique("images", self.images.iter().copied())?;
         self.machine.check(self.gpus.len())
     }

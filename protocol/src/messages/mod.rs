@@ -64,9 +64,9 @@ pub use ledger::{
 pub use market::{
     Bid, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES,
     EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_MIG_PROFILE, EXT_OFFER_WORKSPACE_BYTES,
-    EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS,
-    MAX_OFFER_IMAGES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferWithdrawal, Share,
-    is_image_tag,
+    EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_CACHED_IMAGES, MAX_IMAGE_TAG_BYTES,
+    MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_PULL_REGISTRIES, MAX_QUERY_BYTES,
+    Machine, Offer, OfferGpu, OfferWithdrawal, Pulls, Share, is_image_tag,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,
@@ -193,7 +193,7 @@ macro_rules! message_kinds {
 
 message_kinds! {
     Attestation = 1, version 2, max 64 * KIB;
-    Offer = 2, version 3, max 4 * KIB;
+    Offer = 2, version 4, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 1, max 4 * KIB;
     LeaseRequest = 5, version 3, max 32 * KIB;

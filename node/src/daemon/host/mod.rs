@@ -53,6 +53,8 @@ pub(crate) struct HostRole {
     pub(crate) last_publish: Timestamp,
     /// Counts for `/metrics`.
     recorder: crate::metrics::Recorder,
+    /// The images pulled without credentials that this host keeps (its offers list them).
+    pull_cache: crate::plane::pulled::PullCache,
 }
 
 fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Option<Verified<T>> {
@@ -83,15 +85,19 @@ impl HostRole {
             options.disk_quota_bytes = 0;
         }
         let staged = StagedImages::open(&options.staging_root)?;
+        let pull_cache =
+            crate::plane::pulled::PullCache::open(&options.staging_root, options.pull_cache_bytes)?;
         if options.images.is_empty() {
-            // Every image Docker has, but none a renter staged: those are its alone.
+            // Every image Docker has, but none a renter staged (those are its alone) and
+            // none pulled for a renter (the cache lists those).
             let renters = staged.renter_images();
+            let cached = pull_cache.images();
             options.images = exec
                 .list_images()
                 .await
                 .context("listing the host's images")?
                 .into_iter()
-                .filter(|i| !renters.contains(i))
+                .filter(|i| !renters.contains(i) && !cached.contains(i))
                 .collect();
         }
         options.image_tags = exec
@@ -106,11 +112,6 @@ impl HostRole {
                 Ok(mbps) => machine.set_disk_write_mbps(mbps),
                 Err(e) => tracing::warn!("measuring the workspace disk's speed: {e}"),
             });
-            // And its bandwidth to peers, once it has some.
-            tokio::spawn(crate::machine::measure_bandwidth(
-                net.clone(),
-                options.machine.clone(),
-            ));
         }
         let nvml = match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
             Ok(probe) => Some(Arc::new(probe)),
@@ -138,6 +139,14 @@ impl HostRole {
             options.stage_quota_bytes,
         )
         .context("serving image staging")?;
+        let pull_host = crate::plane::pull_host::PullHost {
+            exec: exec.clone(),
+            staged: staged.clone(),
+            cache: pull_cache.clone(),
+            policy: options.pulls.clone(),
+            turns: crate::plane::turns::Turns::new(crate::plane::pull_host::MAX_PULLS),
+        };
+        pull_host.spawn(&net).context("serving image pulls")?;
         crate::plane::challenge::ChallengeHost {
             key: key.clone(),
             state: state.clone(),
@@ -177,6 +186,7 @@ impl HostRole {
             challenged: Default::default(),
             last_publish: Timestamp(0),
             recorder,
+            pull_cache,
         };
         role.recover(&exec, &workspaces).await?;
         Ok(role)
@@ -739,11 +749,29 @@ impl HostRole {
         })
     }
 
+    /// The machine this host gives its leases (shared with what measures it).
+    pub(crate) fn machine(&self) -> crate::machine::MachineFacts {
+        self.options.machine.clone()
+    }
+
     /// Signs fresh offers of the free GPUs and the attestation, to publish.
     pub(crate) fn publish_offers(&mut self, t: Timestamp) -> anyhow::Result<Published> {
         self.last_publish = t;
         self.publish_pending = false;
         let policy = self.offer_policy();
+        // The cache as it stands: offers list its images, most recently used first (as many
+        // as fit; see `offers::sign`).
+        if self.options.pulls.max_bytes > 0 {
+            let listed: Vec<BoundedString<128>> = self
+                .pull_cache
+                .listed()
+                .into_iter()
+                .filter_map(|r| BoundedString::new(r).ok())
+                .filter(|r| gpux_protocol::is_image_tag(r))
+                .take(gpux_protocol::MAX_CACHED_IMAGES)
+                .collect();
+            self.options.pulls.cached = gpux_protocol::BoundedVec::new(listed).unwrap_or_default();
+        }
         let Some(att) = self.attestation.as_mut() else {
             return Ok(Published::default());
         };

@@ -207,6 +207,7 @@ pub(crate) fn sign(
                 GpuFamily::classify(&group[0].gpu.name),
                 group[0].slice.map(|s| s.profile.as_str()),
             ),
+            pulls: options.pulls.clone(),
             ext,
         };
         let signed = sign_with_tags(key, offer, options)?;
@@ -269,7 +270,8 @@ fn slice_price(price: MicroCredits, unit: &Unit<'_>) -> MicroCredits {
 pub(crate) const MAX_OFFER_BYTES: usize = 1024;
 
 /// Signs `offer` with the tags of its images (`Offer` ext key 4), as many as fit in
-/// [`MAX_OFFER_BYTES`], the last ones left out first.
+/// [`MAX_OFFER_BYTES`], the last ones left out first; then, when even without tags it does
+/// not fit, with fewer of its cached images (the least recently used left out first).
 fn sign_with_tags(
     key: &Keypair,
     offer: Offer,
@@ -280,6 +282,7 @@ fn sign_with_tags(
         .iter()
         .map(|i| options.image_tags.get(i).cloned().unwrap_or_default())
         .collect();
+    let mut cached = offer.pulls.cached.to_vec();
     loop {
         while lines.last().is_some_and(Vec::is_empty) {
             lines.pop();
@@ -300,13 +303,21 @@ fn sign_with_tags(
         }
         let body = Offer {
             ext,
+            pulls: gpux_protocol::Pulls {
+                cached: BoundedVec::new(cached.clone()).map_err(|e| anyhow::anyhow!("{e}"))?,
+                ..offer.pulls.clone()
+            },
             ..offer.clone()
         };
         let signed = Signed::sign(key, body).context("signing an offer")?;
-        if signed.as_bytes().len() <= MAX_OFFER_BYTES || lines.is_empty() {
+        if signed.as_bytes().len() <= MAX_OFFER_BYTES || (lines.is_empty() && cached.is_empty()) {
             return Ok(signed);
         }
-        drop_last_tag(&mut lines);
+        if lines.is_empty() {
+            cached.pop();
+        } else {
+            drop_last_tag(&mut lines);
+        }
     }
 }
 
@@ -352,6 +363,8 @@ mod tests {
             cpus: Some(8),
             memory_bytes: Some(64 << 30),
             machine: crate::machine::MachineFacts::read(Some(8), Some(64 << 30)),
+            pulls: gpux_protocol::Pulls::default(),
+            pull_cache_bytes: 0,
         }
     }
 
@@ -382,6 +395,7 @@ mod tests {
             machine: options
                 .machine
                 .for_offer(1, GpuFamily::classify("NVIDIA L4"), None),
+            pulls: options.pulls.clone(),
             ext: Ext::new(),
         }
     }
@@ -454,5 +468,70 @@ mod tests {
         let tags = signed.image_tags();
         assert!(!tags.is_empty() && tags.len() < 8, "{tags:?}");
         assert_eq!(tags[0].0, ImageDigest([0; 32]));
+    }
+
+    #[test]
+    fn an_offer_lists_sixteen_cached_images_in_a_kibibyte_and_leaves_out_the_oldest_past_it() {
+        let key = Keypair::from_seed(&[3; 32]);
+        let mut options = options(1, 8);
+        let cached = |names: &[String]| {
+            BoundedVec::new(
+                names
+                    .iter()
+                    .map(|n| BoundedString::new(n.as_str()).unwrap())
+                    .collect(),
+            )
+            .unwrap()
+        };
+        // Sixteen real-world names, most recent first.
+        let names: Vec<String> = [
+            "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+            "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-devel",
+            "vllm/vllm-openai:v0.6.4",
+            "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
+            "nvcr.io/nvidia/pytorch:24.10-py3",
+            "tensorflow/tensorflow:2.18.0-gpu",
+            "huggingface/transformers-pytorch-gpu:4.41.2",
+            "ghcr.io/huggingface/text-generation-inference:2.4",
+            "jupyter/pytorch-notebook:cuda12-2024-10-07",
+            "python:3.12-slim",
+            "ubuntu:24.04",
+            "rocker/ml-verse:4.4",
+            "ollama/ollama:0.4.2",
+            "nvidia/cuda:12.6.2-devel-ubuntu24.04",
+            "lmsysorg/sglang:v0.3.6-cu124",
+            "ghcr.io/ggerganov/llama.cpp:server-cuda",
+        ]
+        .map(String::from)
+        .to_vec();
+        options.pulls = gpux_protocol::Pulls {
+            max_bytes: 40 << 30,
+            timeout_s: 1800,
+            registries: BoundedVec::empty(),
+            cached: cached(&names),
+        };
+        let signed = sign_with_tags(&key, offer(&options), &options).unwrap();
+        assert!(
+            signed.as_bytes().len() <= MAX_OFFER_BYTES,
+            "{}",
+            signed.as_bytes().len()
+        );
+        assert_eq!(signed.pulls.cached.len(), 16);
+        // Names twice as long: the offer still fits, listing the most recent ones.
+        let long: Vec<String> = names.iter().map(|n| format!("{n}-{n}")).take(16).collect();
+        let long: Vec<String> = long
+            .into_iter()
+            .map(|n| n.chars().take(120).collect())
+            .collect();
+        options.pulls.cached = cached(&long);
+        let signed = sign_with_tags(&key, offer(&options), &options).unwrap();
+        assert!(
+            signed.as_bytes().len() <= MAX_OFFER_BYTES,
+            "{}",
+            signed.as_bytes().len()
+        );
+        let listed = signed.pulls.cached.len();
+        assert!((1..16).contains(&listed), "{listed}");
+        assert_eq!(signed.pulls.cached[0].as_str(), long[0]);
     }
 }

@@ -11,6 +11,7 @@ impl Daemon {
             net: self.net.clone(),
             events: self.events_tx.clone(),
             outbox: self.data_dir.join("outbox"),
+            progress: self.rent_progress.clone(),
         }
     }
 
@@ -59,6 +60,11 @@ impl Daemon {
                         .book
                         .offer_share(&allocation.offer)
                         .unwrap_or_default();
+                    let pulls = self
+                        .market
+                        .book
+                        .offer_pulls(&allocation.offer)
+                        .unwrap_or_default();
                     found.push(Candidate {
                         allocation,
                         image,
@@ -66,6 +72,7 @@ impl Daemon {
                         cancel_fees,
                         reference_gops,
                         share,
+                        pulls,
                     });
                     if found.len() >= n {
                         break;
@@ -165,6 +172,7 @@ impl Daemon {
             if let (Ok(rented), true) = (&result, request.resume)
                 && let Ok(lease) = rented.lease.parse()
             {
+                // (The registry's credentials go with it in memory; its record has none.)
                 let request = Box::new(request.clone());
                 let started = crate::daemon::resume::ResumeEvent::Started { lease, request };
                 report(&events, Event::Resume(started)).await;
