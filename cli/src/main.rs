@@ -180,17 +180,36 @@ enum Command {
         #[arg(long)]
         stdio: bool,
     },
-    /// Print an OpenSSH `Host` entry that reaches a sshd you run in a lease's container over
-    /// the P2P link (`gpux forward --stdio` as its ProxyCommand): for ssh, scp, rsync and
-    /// editors. Add it to ~/.ssh/config, or use `ssh -F FILE`.
+    /// SSH into a lease rented with `--ssh` (this machine's OpenSSH client; no sshd in the
+    /// image: the host's node is the server, reached over the P2P link), or run a command
+    /// there; exits with its exit code. `scp` and `sftp` reach `/workspace` through the
+    /// entry `gpux ssh-config` prints.
+    Ssh {
+        /// The lease id.
+        lease: String,
+        /// A command to run instead of a login shell, after `--`.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Carry one SSH connection into a lease over standard input and output (the
+    /// `ProxyCommand` of `gpux ssh` and `gpux ssh-config`).
+    #[command(hide = true)]
+    SshProxy {
+        /// The lease id.
+        lease: String,
+    },
+    /// Print an OpenSSH `Host` entry for a lease rented with `--ssh`: `ssh gpux-LEASE`,
+    /// `scp`, `sftp`, `ssh -L`, VS Code's Remote-SSH (the host's key pinned). Add it to
+    /// ~/.ssh/config, or use `ssh -F FILE`. With `--port`, an entry for an sshd you run in
+    /// the container yourself, through `gpux forward --stdio`.
     SshConfig {
         /// The lease id.
         lease: String,
-        /// The port sshd listens on inside the container (on its loopback).
-        #[arg(long, default_value_t = 2222)]
-        port: u16,
-        /// The user to log in as (sshd's; the container runs as uid 65534).
+        /// The port your own sshd listens on inside the container (on its loopback).
         #[arg(long)]
+        port: Option<u16>,
+        /// The user to log in as (your sshd's; with --port).
+        #[arg(long, requires = "port")]
         user: Option<String>,
     },
     /// A lease's usage receipts and their acknowledgements.
@@ -441,6 +460,11 @@ fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {
 /// Runs the command and gives its exit code: `gpux exec` the remote command's, the rest
 /// [`run_command`]'s.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Ssh { lease, command } = &cli.command {
+        let dir = data_dir(&cli)?;
+        let code = cmd::ssh::ssh(&dir, lease, command)?;
+        return Ok(ExitCode::from(u8::try_from(code).unwrap_or(255)));
+    }
     if matches!(cli.command, Command::Exec { .. }) {
         let dir = data_dir(&cli)?;
         if let Command::Exec {
@@ -643,9 +667,15 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             stdio: true,
         } => cmd::plane::forward_stdio(&dir, &lease, ports.1)?,
         Command::Forward { lease, ports, .. } => cmd::plane::forward(&dir, &lease, ports)?,
-        Command::SshConfig { lease, port, user } => {
-            cmd::plane::ssh_config(&dir, &lease, port, user.as_deref())?
-        }
+        Command::SshConfig {
+            lease,
+            port: Some(port),
+            user,
+        } => cmd::plane::ssh_config(&dir, &lease, port, user.as_deref())?,
+        Command::SshConfig { lease, .. } => cmd::ssh::config(&dir, &lease)?,
+        Command::SshProxy { lease } => cmd::ssh::proxy(&dir, &lease)?,
+        // Taken by `run`.
+        Command::Ssh { .. } => return Ok(false),
         Command::Cp { src, dst, json } => cmd::plane::cp(&dir, &src, &dst, json)?,
         // Taken by `run`.
         Command::Exec { .. } => return Ok(false),

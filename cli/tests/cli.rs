@@ -488,6 +488,7 @@ mod reputation;
 mod resume;
 mod shard;
 mod sizing;
+mod ssh;
 mod workload;
 
 fn attest_lib() -> std::path::PathBuf {

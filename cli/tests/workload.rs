@@ -256,7 +256,8 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let out = stdio.wait_with_output().unwrap();
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(text(&out).0.ends_with("forwarded-ok\n"), "{:?}", text(&out));
-    let out = renter.gpux(&["ssh-config", &lease, "--user", "me"]);
+    // (An entry for an sshd of the renter's own, on its port.)
+    let out = renter.gpux(&["ssh-config", &lease, "--port", "2222", "--user", "me"]);
     let (config, _) = text(&out);
     assert!(out.status.success(), "{config}");
     assert!(
@@ -268,7 +269,12 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
         config.contains(&format!("forward --stdio {lease} 2222\n")),
         "{config}"
     );
-    assert!(!other.gpux(&["ssh-config", &lease]).status.success());
+    assert!(
+        !other
+            .gpux(&["ssh-config", &lease, "--port", "2222"])
+            .status
+            .success()
+    );
     // The relay a host that is not root forwards through: its own busybox, mounted
     // read-only in the container, reaches the port from inside.
     let mut relay = renter

@@ -136,6 +136,7 @@ fn request(renter: &Keypair, host: &Keypair, n: u8) -> Verified<LeaseRequest> {
             escrow: EscrowId([n; 16]),
             escrow_amount: MicroCredits(60_000),
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext,
         },
     )

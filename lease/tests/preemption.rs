@@ -65,6 +65,7 @@ pub(crate) fn request(
             escrow: EscrowId([t as u8; 16]),
             escrow_amount: MicroCredits(1_000_000),
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext: Ext::new(),
         },
     )

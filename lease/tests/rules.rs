@@ -91,6 +91,7 @@ pub(crate) fn request_by(
             escrow: EscrowId([5; 16]),
             escrow_amount: MicroCredits(120_000),
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext: Ext::new(),
         },
     )

@@ -243,6 +243,7 @@ fn request(
             escrow: EscrowId([5; 16]),
             escrow_amount,
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext,
         },
     )

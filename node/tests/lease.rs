@@ -79,6 +79,7 @@ fn request(
             escrow: EscrowId(escrow),
             escrow_amount: MicroCredits(1_000_000),
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext: Ext::new(),
         },
     )

@@ -75,6 +75,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
             escrow,
             escrow_amount: money::cost(120, PRICE).unwrap(),
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext: Ext::new(),
         },
     )

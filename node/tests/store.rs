@@ -33,6 +33,7 @@ fn record(n: u8) -> (ContentId, HostRecord) {
             escrow: EscrowId([n; 16]),
             escrow_amount: MicroCredits(60_000),
             bid: None,
+            ssh_keys: gpux_protocol::BoundedVec::empty(),
             ext: Ext::new(),
         },
     )

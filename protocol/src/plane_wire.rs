@@ -46,6 +46,8 @@ pub const CHALLENGE_PROTOCOL: &str = "/gpux/challenge/1";
 /// `gpux rent --image REGISTRY/NAME:TAG`: the host pulls an image from its registry before
 /// the lease.
 pub const PULL_PROTOCOL: &str = "/gpux/pull/1";
+/// `gpux ssh`: an SSH connection to the host's node for a lease (no sshd in the container).
+pub const SSH_PROTOCOL: &str = "/gpux/ssh/1";
 /// The longest image reference a pull names, bytes.
 pub const MAX_REFERENCE_BYTES: usize = 512;
 
@@ -89,6 +91,14 @@ pub struct ForwardOpen {
     pub lease: ContentId,
     /// The TCP port on the container's loopback (127.0.0.1).
     pub port: u16,
+}
+
+/// The renter's first frame on `/gpux/ssh/1`: the lease logged in to. After the host's
+/// [`Opened::Yes`], the stream carries an SSH connection (the host's node is the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct SshOpen {
+    /// The lease.
+    pub lease: ContentId,
 }
 
 /// The host's answer to an open frame.

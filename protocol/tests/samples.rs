@@ -214,6 +214,10 @@ pub fn lease_request_for(offer: &Verified<Offer>) -> LeaseRequest {
         escrow: EscrowId([0xe5; 16]),
         escrow_amount: "2.10".parse().unwrap(),
         bid: None,
+        ssh_keys: BoundedVec::new(vec![s(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHx8w3Dq7V2kzq9mYlQbq1oGm0ZfS1x9hQ3s4h0rZs9b renter@laptop",
+        )])
+        .unwrap(),
         ext: Ext::new(),
     }
 }

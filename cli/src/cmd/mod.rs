@@ -12,6 +12,7 @@ pub(crate) mod market;
 pub(crate) mod node;
 pub(crate) mod plane;
 pub(crate) mod rent;
+pub(crate) mod ssh;
 pub(crate) mod testnet;
 
 use std::io::Write;

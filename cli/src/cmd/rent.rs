@@ -127,6 +127,12 @@ pub(crate) struct Run {
     /// Read the registry's password (or token) from standard input.
     #[arg(long, requires = "registry_user")]
     registry_password_stdin: bool,
+    /// Let this SSH public key log in to the lease (`gpux ssh`, `ssh`, `scp`; no sshd
+    /// needed in the image) [default: ~/.ssh/id_ed25519.pub, id_ecdsa.pub or id_rsa.pub,
+    /// else a key of this node's own, made once].
+    #[arg(long, value_name = "PUBKEY_FILE", num_args = 0..=1)]
+    #[allow(clippy::option_option)] // absent, `--ssh`, `--ssh FILE`: clap's way to say it
+    ssh: Option<Option<std::path::PathBuf>>,
     /// A `docker save` archive whose image is staged on the host and run.
     #[arg(long, value_name = "FILE", conflicts_with = "image")]
     image_archive: Option<std::path::PathBuf>,
@@ -188,6 +194,10 @@ fn parse_retain(text: &str) -> Result<u64, String> {
 pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> anyhow::Result<()> {
     let env = super::parse_env(&run.env)?;
     let registry_auth = credentials(&run)?;
+    let ssh_keys = match &run.ssh {
+        None => Vec::new(),
+        Some(file) => vec![super::ssh::rent_key(dir, file.as_deref())?],
+    };
     // The node reads the archive: give it a path that does not depend on this directory.
     let image_archive = run
         .image_archive
@@ -214,6 +224,7 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         memory_bytes: run.memory,
         shm_bytes: run.shm,
         registry_auth,
+        ssh_keys,
         progress: Some(progress_name()?),
         spot: kind.spot,
         window: kind.start.zip(kind.end),

@@ -357,6 +357,10 @@ pub struct RentRequest {
     /// them in memory, never on disk ([`RentRequest::without_secrets`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_auth: Option<RegistryCredentials>,
+    /// SSH public keys (OpenSSH's one-line form) that may log in to the lease (`gpux ssh`,
+    /// `ssh`, `scp`): a signed term; none, no SSH.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_keys: Vec<String>,
     /// A name the caller picks (16 to 64 letters and digits) to follow the rent's progress
     /// while it runs: `GET /v1/rent/progress/{name}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -696,6 +700,9 @@ pub struct LeaseView {
     /// A lease rented with `--resume`: its place in the chain of leases.
     #[serde(default)]
     pub resume: Option<ResumeView>,
+    /// The SSH keys that may log in to it (`gpux ssh`; none: rented without `--ssh`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_keys: Vec<String>,
     /// The group order the lease belongs to (32 hex digits).
     #[serde(default)]
     pub group: Option<String>,

@@ -543,6 +543,21 @@ async fn forward(
     }
 }
 
+/// `gpux ssh`: an SSH connection's bytes to the lease's host (its node is the server).
+async fn ssh(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(lease): UrlPath<String>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    match state.bridge.open_ssh(&lease).await {
+        Ok(stream) => ws
+            .max_message_size(MAX_WS_MESSAGE)
+            .on_upgrade(move |socket| bridge::pump_forward(socket, stream)),
+        Err(e) => error(e),
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct ListenParams {
     #[serde(default)]
@@ -641,6 +656,7 @@ pub(crate) async fn serve(
         .route("/v1/groups/{group}/scale", post(scale_group))
         .route("/v1/leases/{lease}/exec", get(exec))
         .route("/v1/leases/{lease}/forward", get(forward))
+        .route("/v1/leases/{lease}/ssh", get(ssh))
         .route("/v1/leases/{lease}/listen", get(listen))
         .route("/v1/leases/{lease}/files", get(files))
         .route("/v1/leases/{lease}/copy", get(copy))

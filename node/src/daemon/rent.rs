@@ -132,6 +132,8 @@ pub(crate) enum RentEvent {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Workload {
     command: Vec<BoundedString<1024>>,
+    /// The SSH keys that may log in (a signed term).
+    ssh_keys: Vec<BoundedString<{ gpux_protocol::MAX_SSH_KEY_BYTES }>>,
     env: Vec<EnvVar>,
     network: bool,
     /// The lease terms carried as `LeaseRequest` ext keys (the workspace's size).
@@ -569,6 +571,8 @@ impl RentTask {
             escrow: EscrowId(escrow),
             escrow_amount,
             bid: None,
+            ssh_keys: BoundedVec::new(self.workload.ssh_keys.clone())
+                .map_err(|e| refused(e.to_string()))?,
             ext: terms.ext,
         };
         let request = Signed::sign(&self.key, body).map_err(|e| refused(e.to_string()))?;

@@ -60,6 +60,7 @@ fn view(lease: ContentId, role: Role, request: &Verified<LeaseRequest>) -> Lease
         preempted_until: None,
         notice_refused: false,
         resume: None,
+        ssh_keys: request.ssh_keys.iter().map(|k| k.to_string()).collect(),
         group: request
             .group()
             .ok()

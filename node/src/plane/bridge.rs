@@ -21,7 +21,7 @@ use futures::{SinkExt, StreamExt};
 use gpux_api::{ApiError, ErrorCode, ExecRequest, ForwardEvent};
 use gpux_lease::{RenterPhase, RenterRecord};
 use gpux_protocol::plane_wire::{
-    ExecOpen, FilesOpen, ForwardOpen, MAX_PLANE_FRAME, Opened, PlaneRefusal,
+    ExecOpen, FilesOpen, ForwardOpen, MAX_PLANE_FRAME, Opened, PlaneRefusal, SshOpen,
 };
 use gpux_protocol::{BoundedString, BoundedVec, ContentId, EnvVar, LeaseAccept, Signed};
 use libp2p::{PeerId, StreamProtocol};
@@ -120,6 +120,12 @@ impl Bridge {
         let (id, host) = self.host_of(lease, true)?;
         self.open(host, super::FILES, &FilesOpen { lease: id })
             .await
+    }
+
+    /// Opens an SSH stream into `lease` (the host's node is the server).
+    pub(crate) async fn open_ssh(&self, lease: &str) -> Result<FramedStream, ApiError> {
+        let (id, host) = self.host_of(lease, false)?;
+        self.open(host, super::SSH, &SshOpen { lease: id }).await
     }
 
     /// Opens a forward stream to `port` on `lease`'s container loopback.

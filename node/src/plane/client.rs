@@ -266,6 +266,15 @@ pub async fn forward_stdio(api: &ApiClient, lease: &str, remote: u16) -> Result<
     Ok(())
 }
 
+/// Carries one SSH connection into the lease over stdin and stdout (`gpux ssh`'s
+/// `ProxyCommand`): the lease's host is the SSH server.
+pub async fn ssh_stdio(api: &ApiClient, lease: &str) -> Result<(), ClientError> {
+    running_lease(api, lease).await?;
+    let socket = connect(api, &format!("/v1/leases/{lease}/ssh")).await?;
+    carry(tokio::io::stdin(), tokio::io::stdout(), socket).await;
+    Ok(())
+}
+
 /// Carries bytes from `read` up the WebSocket and from it down to `write`, until the far
 /// side is done.
 async fn carry(

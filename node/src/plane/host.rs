@@ -1,5 +1,5 @@
-//! The host's side of the workload plane: it takes `/gpux/exec/1` and `/gpux/forward/1`
-//! streams and serves each in its own task.
+//! The host's side of the workload plane: it takes `/gpux/exec/1`, `/gpux/forward/1`,
+//! `/gpux/files/1` and `/gpux/ssh/1` streams and serves each in its own task.
 //!
 //! A stream is served only when its peer (proven by the connection's noise handshake) signed
 //! the lease it names, the lease runs, and its container runs. At most
@@ -15,6 +15,7 @@ use futures::{SinkExt, StreamExt};
 use gpux_lease::HostPhase;
 use gpux_protocol::plane_wire::{
     ExecInput, ExecOpen, ExecOutput, FilesOpen, ForwardOpen, MAX_EXEC_DATA, Opened, PlaneRefusal,
+    SshOpen,
 };
 use gpux_protocol::{BoundedBytes, ContentId};
 use libp2p::PeerId;
@@ -47,6 +48,8 @@ pub(crate) struct PlaneHost {
     all: Arc<Semaphore>,
     per_lease: Arc<Mutex<BTreeMap<ContentId, usize>>>,
     opening: Arc<Semaphore>,
+    /// The SSH server's settings (the node's key is its host key).
+    ssh: Arc<russh::server::Config>,
 }
 
 /// A lease the plane may serve: its container, and when the lease ends.
@@ -93,6 +96,7 @@ impl PlaneHost {
     /// Takes the plane's protocols on `net` and serves them until the network stops.
     pub(crate) fn spawn(
         net: &Client,
+        key: &gpux_protocol::Keypair,
         state: NodeState<SledStore>,
         exec: Executor,
         workspaces: Workspaces,
@@ -104,7 +108,16 @@ impl PlaneHost {
             all: Arc::new(Semaphore::new(MAX_STREAMS)),
             per_lease: Arc::new(Mutex::new(BTreeMap::new())),
             opening: Arc::new(Semaphore::new(MAX_OPENING)),
+            ssh: super::ssh_host::config(key),
         };
+        let mut ssh_streams = net.accept_streams(super::SSH)?;
+        let h = host.clone();
+        tokio::spawn(async move {
+            while let Some((peer, stream)) = ssh_streams.next().await {
+                let h = h.clone();
+                tokio::spawn(async move { h.ssh(peer, framed(stream)).await });
+            }
+        });
         let mut exec_streams = net.accept_streams(super::EXEC)?;
         let mut forward_streams = net.accept_streams(super::FORWARD)?;
         let mut files_streams = net.accept_streams(super::FILES)?;
@@ -326,6 +339,52 @@ impl PlaneHost {
             }
         }
         process.kill();
+    }
+
+    /// An SSH connection into the lease (`super::ssh_host`), when its terms name SSH keys.
+    async fn ssh(self, peer: PeerId, mut framed: FramedStream) {
+        let lease_of: fn(&SshOpen) -> ContentId = |o| o.lease;
+        let Some((open, served, _slot)) = self.admit(peer, &mut framed, lease_of, false).await
+        else {
+            return;
+        };
+        let container = match served.container() {
+            Ok(c) => c.to_string(),
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        let keys = match super::renters_lease(&self.state, peer, open.lease) {
+            Ok((_, request)) => {
+                super::ssh_host::lease_keys(request.ssh_keys.iter().map(|k| k.as_str()))
+            }
+            Err(refusal) => return Self::refuse(&mut framed, refusal).await,
+        };
+        if keys.is_empty() {
+            let detail = "the lease names no SSH key: rent with --ssh".to_string();
+            return Self::refuse(&mut framed, (PlaneRefusal::Unavailable, detail)).await;
+        }
+        let dir = self
+            .workspaces
+            .mount_point(&gpux_protocol::hex(&open.lease.0));
+        let workspace = (served.workspace && self.workspaces.is_mounted(&dir)).then_some(dir);
+        if send(&mut framed, &Opened::Yes).await.is_err() {
+            return;
+        }
+        // The SSH connection's bytes: what followed the open frame, then the stream's.
+        let parts = framed.into_parts();
+        let (read, write) = tokio::io::split(parts.io);
+        let read = tokio::io::AsyncReadExt::chain(std::io::Cursor::new(parts.read_buf), read);
+        let stream = tokio::io::join(read, write);
+        let lease = super::ssh_host::SshLease {
+            exec: self.exec.clone(),
+            container,
+            keys,
+            workspace,
+        };
+        let limit = served.left.min(Duration::from_secs(7 * 24 * 3600));
+        let served_ssh = super::ssh_host::serve(self.ssh.clone(), lease, stream);
+        if tokio::time::timeout(limit, served_ssh).await.is_err() {
+            tracing::debug!("ssh into lease {}: the lease ended", open.lease.short());
+        }
     }
 
     async fn files(self, peer: PeerId, mut framed: FramedStream) {

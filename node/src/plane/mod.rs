@@ -30,7 +30,9 @@ pub mod pull;
 pub(crate) mod pull_host;
 pub(crate) mod pulled;
 mod put;
+mod sftp;
 mod splice;
+mod ssh_host;
 pub(crate) mod stage;
 pub(crate) mod stage_host;
 mod stage_pace;
@@ -55,6 +57,8 @@ pub(crate) const EXEC: StreamProtocol = StreamProtocol::new(plane_wire::EXEC_PRO
 pub(crate) const FORWARD: StreamProtocol = StreamProtocol::new(plane_wire::FORWARD_PROTOCOL);
 /// `/gpux/files/1`.
 pub(crate) const FILES: StreamProtocol = StreamProtocol::new(plane_wire::FILES_PROTOCOL);
+/// `/gpux/ssh/1`.
+pub(crate) const SSH: StreamProtocol = StreamProtocol::new(plane_wire::SSH_PROTOCOL);
 
 /// How long the opening exchange of a stream may take, either side.
 pub(crate) const OPEN_WITHIN: Duration = Duration::from_secs(10);

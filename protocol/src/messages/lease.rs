@@ -198,8 +198,42 @@ pub struct LeaseRequest {
     pub escrow_amount: MicroCredits,
     /// The standing bid this request answers, if any.
     pub bid: Option<ContentId>,
+    /// The renter's SSH public keys, OpenSSH's one-line form (`ssh-ed25519 AAAA... me@laptop`):
+    /// the keys that may log in to the lease over `/gpux/ssh/1` (none: no SSH).
+    pub ssh_keys: BoundedVec<BoundedString<MAX_SSH_KEY_BYTES>, MAX_SSH_KEYS>,
     /// Extension fields.
     pub ext: Ext,
+}
+
+/// The most SSH keys a lease names.
+pub const MAX_SSH_KEYS: usize = 4;
+/// The longest SSH public key line, bytes (a 4096-bit RSA key with a comment fits).
+pub const MAX_SSH_KEY_BYTES: usize = 2048;
+/// The key types a lease's SSH keys may have (OpenSSH's names).
+pub const SSH_KEY_TYPES: [&str; 7] = [
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+];
+
+/// Whether `line` has the form of an OpenSSH public key: a known type, base64 key data
+/// and an optional comment, printable ASCII. (The host parses it fully before it trusts
+/// it.)
+pub fn is_ssh_public_key(line: &str) -> bool {
+    let mut words = line.split(' ');
+    let (Some(kind), Some(data)) = (words.next(), words.next()) else {
+        return false;
+    };
+    SSH_KEY_TYPES.contains(&kind)
+        && !data.is_empty()
+        && data
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        && line.bytes().all(|b| (b' '..=b'~').contains(&b))
 }
 
 /// `LeaseRequest` ext key: the lease's `/workspace` size, bytes (u64 little-endian). Without
@@ -358,6 +392,12 @@ impl Message for LeaseRequest {
         ensure_nonzero("duration_s", self.duration_s.into())?;
         self.kind.check(self.duration_s)?;
         self.limits.check()?;
+        if !self.ssh_keys.iter().all(|k| is_ssh_public_key(k)) {
+            return Err(InvalidMessage::Malformed {
+                field: "ssh_keys",
+                reason: "an OpenSSH public key: TYPE BASE64 [COMMENT]",
+            });
+        }
         ensure_unique("env", self.env.iter().map(|v| v.name.as_str()))?;
         for var in self.env.iter() {
             if !is_env_name(&var.name) {

@@ -54,8 +54,8 @@ pub use lease::{
     DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,
     EXT_GROUP, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar,
     LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS,
-    MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES, PreemptionNotice,
-    RejectReason, ResourceLimits,
+    MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES, MAX_SSH_KEY_BYTES,
+    MAX_SSH_KEYS, PreemptionNotice, RejectReason, ResourceLimits, SSH_KEY_TYPES, is_ssh_public_key,
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_END, EscrowLock,
@@ -196,7 +196,7 @@ message_kinds! {
     Offer = 2, version 4, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 1, max 4 * KIB;
-    LeaseRequest = 5, version 3, max 32 * KIB;
+    LeaseRequest = 5, version 4, max 32 * KIB;
     LeaseAccept = 6, version 1, max 512;
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;

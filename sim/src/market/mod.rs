@@ -560,6 +560,7 @@ impl Market {
                 escrow: EscrowId(escrow),
                 escrow_amount: amount,
                 bid: None,
+                ssh_keys: gpux_protocol::BoundedVec::empty(),
                 ext: Ext::new(),
             },
         )?)

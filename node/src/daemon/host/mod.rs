@@ -128,8 +128,14 @@ impl HostRole {
                 .context("the probe task failed")??
         };
         let workspaces = Workspaces::new(options.workspace_root.clone());
-        crate::plane::host::PlaneHost::spawn(&net, state.clone(), exec.clone(), workspaces.clone())
-            .context("serving the workload plane")?;
+        crate::plane::host::PlaneHost::spawn(
+            &net,
+            &key,
+            state.clone(),
+            exec.clone(),
+            workspaces.clone(),
+        )
+        .context("serving the workload plane")?;
         StageHost::spawn(
             &net,
             exec.clone(),

@@ -248,8 +248,29 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
             .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])
             .map_err(|e| bad("--cache-image")(e.to_string()))?;
     }
+    if request.ssh_keys.len() > gpux_protocol::MAX_SSH_KEYS {
+        return Err(bad("--ssh")(format!(
+            "a lease takes at most {} keys",
+            gpux_protocol::MAX_SSH_KEYS
+        )));
+    }
+    let ssh_keys = request
+        .ssh_keys
+        .iter()
+        .map(|k| {
+            let k = k.trim();
+            if !gpux_protocol::is_ssh_public_key(k) {
+                return Err(bad("--ssh")(format!(
+                    "'{}' is not an OpenSSH public key (TYPE BASE64 [COMMENT], as in ~/.ssh/id_ed25519.pub)",
+                    k.chars().take(40).collect::<String>()
+                )));
+            }
+            BoundedString::new(k).map_err(|e| bad("--ssh")(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
     let workload = Workload {
         command,
+        ssh_keys,
         env,
         network: request.network,
         terms,
