@@ -258,17 +258,16 @@ enum Command {
         #[command(subcommand)]
         action: LedgerAction,
     },
-    /// Place a standing bid: signed and gossiped; this node rents as soon as an offer that
-    /// satisfies it arrives (or is already known).
+    /// Place a standing bid: signed and gossiped; this node rents, with everything `gpux
+    /// rent` takes (image, command, workspace, SSH...), as soon as an offer that satisfies it
+    /// arrives (or is already known). `gpux bid list` shows your bids, `gpux bid cancel ID`
+    /// withdraws one.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Bid {
+        #[command(subcommand)]
+        action: Option<cmd::market::BidAction>,
         #[command(flatten)]
-        want: Want,
-        /// How long the bid stands (at most 1h).
-        #[arg(long, default_value = "10m", value_parser = cmd::parse_duration)]
-        ttl: u32,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        place: cmd::market::BidPlace,
     },
     /// Leases this node is part of.
     Leases {
@@ -648,7 +647,18 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             run,
             json,
         } => cmd::rent::rent(&dir, want, kind, run, json)?,
-        Command::Bid { want, ttl, json } => cmd::market::bid(&dir, want, ttl, json)?,
+        Command::Bid {
+            action: Some(cmd::market::BidAction::List { json }),
+            ..
+        } => cmd::market::bid_list(&dir, json)?,
+        Command::Bid {
+            action: Some(cmd::market::BidAction::Cancel { bid, json }),
+            ..
+        } => cmd::market::bid_cancel(&dir, &bid, json)?,
+        Command::Bid {
+            action: None,
+            place,
+        } => cmd::market::bid(&dir, place)?,
         Command::Leases { json } => cmd::market::leases(&dir, json)?,
         Command::Logs {
             lease,

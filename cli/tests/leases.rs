@@ -6,7 +6,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use gpux_api::Role;
 use serde_json::Value;
 
 use super::market::{
@@ -352,29 +351,103 @@ fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
 }
 
 #[test]
-fn a_standing_bid_is_filled_when_a_matching_offer_arrives() {
+fn a_standing_bid_runs_its_image_and_command_when_a_host_appears_and_says_why_it_waited() {
     let mut market = Market::start(0, 1, 10);
+    let image = market.image.clone();
     let renter = &market.renters[0];
-    let bid = renter.gpux(&["bid", "gpu=l4", "--max-price", "5", "--duration", "5m"]);
+    let bids = |r: &super::market::Node| -> Vec<gpux_api::BidView> {
+        let out = r.gpux(&["bid", "list", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // A cap the fill cannot fit in: the bid waits, saying so.
     assert!(
-        bid.status.success(),
-        "{}",
-        String::from_utf8_lossy(&bid.stderr)
+        renter
+            .gpux(&["config", "set", "spend-cap", "0.01"])
+            .status
+            .success()
     );
-    assert!(String::from_utf8_lossy(&bid.stdout).contains("standing bid"));
+    let placed = renter.gpux(&[
+        "bid",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "5m",
+        "--image",
+        &image,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo the-bid-ran; sleep 100",
+    ]);
+    assert!(
+        placed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&placed.stderr)
+    );
+    let placed: gpux_api::BidPlaced = serde_json::from_slice(&placed.stdout).unwrap();
+    // A second bid, cancelled before anything fills it.
+    let other = renter.gpux(&["bid", "gpu=l4", "--max-price", "5", "--json"]);
+    let other: gpux_api::BidPlaced = serde_json::from_slice(&other.stdout).unwrap();
+    let out = renter.gpux(&["bid", "cancel", &other.bid]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = bids(renter);
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed
+            .iter()
+            .any(|b| b.bid == other.bid && b.state == "cancelled")
+    );
+    assert!(listed.iter().any(|b| b.bid == placed.bid
+        && b.state == "standing"
+        && b.image.as_deref() == Some(&*image)));
+
     market.add_host();
     let renter = &market.renters[0];
-    // The bid names no command: the image's default (`sh`, no input) exits at once, so the
-    // lease may already be over; what matters is that it was agreed and its container ran.
+    wait_for("the spend cap's refusal in `bid list`", 30, || {
+        bids(renter).iter().any(|b| {
+            b.bid == placed.bid
+                && b.state == "standing"
+                && b.refused
+                    .as_deref()
+                    .is_some_and(|r| r.contains("spend cap"))
+        })
+    });
+    assert!(renter.leases().is_empty());
+    // With room under the cap, the next offer the host publishes fills it, with the bid's
+    // own image and command.
+    assert!(
+        renter
+            .gpux(&["config", "set", "spend-cap", "1000"])
+            .status
+            .success()
+    );
+    let mut lease = String::new();
     wait_for("the bid to be filled", 30, || {
-        renter.leases().iter().any(|l| l.role == Role::Renter)
-    });
-    let host = &market.hosts[0];
-    wait_for("the filled bid's container to run", 30, || {
-        host.leases()
+        let listed = bids(renter);
+        let filled = listed
             .iter()
-            .any(|l| l.role == Role::Host && l.started_at.is_some())
+            .find(|b| b.bid == placed.bid && b.state == "filled");
+        lease = filled.and_then(|b| b.lease.clone()).unwrap_or_default();
+        !lease.is_empty()
     });
+    wait_for("the bid's command to run", 30, || {
+        String::from_utf8_lossy(&renter.gpux(&["logs", &lease]).stdout).contains("the-bid-ran")
+    });
+    assert_eq!(renter.lease(&lease).image, image);
+    // The cancelled bid never filled: one lease.
+    assert_eq!(renter.leases().len(), 1);
+    assert!(renter.gpux(&["stop", &lease]).status.success());
 }
 
 #[test]

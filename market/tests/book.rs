@@ -693,6 +693,92 @@ fn standing_bids_are_found_for_a_new_offer_best_first() {
     assert_eq!(found, expected);
 }
 
+/// A renter's bid in one slot (a copy of `bid` with `slot`, `seq` and a price of its own).
+fn bid_in(renter: u64, slot: u16, seq: u64, max_price: u64) -> Verified<Bid> {
+    let mut body = bid(renter, seq, "gpu=h100", 2, max_price, LeaseKind::OnDemand)
+        .body()
+        .clone();
+    body.slot = slot;
+    Signed::sign(&key(1000 + renter), body).unwrap()
+}
+
+#[test]
+fn a_renter_keeps_a_bid_per_slot_and_withdraws_each_on_its_own() {
+    let mut book = OrderBook::new(BookConfig::default());
+    let a = bid_in(1, 0, 1, 3_000_000);
+    let b = bid_in(1, 1, 2, 2_500_000);
+    book.add_bid(&a, T0).unwrap();
+    book.add_bid(&b, T0).unwrap();
+    // The same bid again stands again (after a fill that did not happen); an older one in
+    // its slot does not.
+    book.add_bid(&a, T0).unwrap();
+    assert!(matches!(
+        book.add_bid(&bid_in(1, 1, 1, 9_000_000), T0),
+        Err(BidError::Replay { .. })
+    ));
+    assert_eq!(book.bid_count(), 2);
+    let offer = O::default().sign();
+    book.insert(&offer, T0).unwrap();
+    assert_eq!(book.bids_for_offer(&offer.id(), T0), [a.id(), b.id()]);
+    let withdraw = |renter: u64, slot: u16, seq: u64, bid: ContentId| {
+        let body = BidWithdrawal {
+            seq,
+            created_at: T0,
+            bid,
+            slot,
+            ext: Ext::new(),
+        };
+        Signed::sign(&key(1000 + renter), body).unwrap()
+    };
+    // Only its renter, naming its slot, with a newer seq, withdraws a bid.
+    assert!(!book.withdraw_bid(&withdraw(2, 0, 5, a.id())));
+    assert!(!book.withdraw_bid(&withdraw(1, 1, 5, a.id())));
+    assert!(!book.withdraw_bid(&withdraw(1, 0, 1, a.id())));
+    assert!(book.withdraw_bid(&withdraw(1, 0, 5, a.id())));
+    assert_eq!(book.bids_for_offer(&offer.id(), T0), [b.id()]);
+    // Withdrawn, it cannot be replayed.
+    assert!(matches!(book.add_bid(&a, T0), Err(BidError::Replay { .. })));
+    // A slot past the last is not a bid.
+    let mut body = a.body().clone();
+    body.slot = MAX_BID_SLOTS;
+    assert!(body.check().is_err());
+}
+
+#[test]
+fn a_full_book_of_bids_takes_a_better_bid_in_place_of_the_worst() {
+    let mut book = OrderBook::new(BookConfig {
+        max_bids: 3,
+        ..BookConfig::default()
+    });
+    for renter in 1..=3 {
+        book.add_bid(&bid_in(renter, 0, 1, renter * 1_000_000), T0)
+            .unwrap();
+    }
+    // Paying no more than the worst: refused.
+    assert_eq!(
+        book.add_bid(&bid_in(4, 0, 1, 1_000_000), T0),
+        Err(BidError::Full)
+    );
+    book.add_bid(&bid_in(5, 0, 1, 5_000_000), T0).unwrap();
+    assert_eq!(book.bid_count(), 3);
+    let offer = O {
+        price: 500_000,
+        spot_floor: Some(400_000),
+        ..O::default()
+    }
+    .sign();
+    book.insert(&offer, T0).unwrap();
+    let found = book.bids_for_offer(&offer.id(), T0);
+    assert_eq!(
+        found,
+        [
+            bid_in(5, 0, 1, 5_000_000).id(),
+            bid_in(3, 0, 1, 3_000_000).id(),
+            bid_in(2, 0, 1, 2_000_000).id(),
+        ]
+    );
+}
+
 /// r001: contradictory price bounds panicked inside BTreeSet::range (found by fuzzing).
 #[test]
 fn r001_contradictory_price_bounds_match_nothing() {

@@ -169,6 +169,7 @@ pub fn bid(
         &key(1000 + renter),
         Bid {
             seq,
+            slot: 0,
             created_at: T0,
             expires_at: T0.plus_secs(600),
             query: BoundedString::new(query).unwrap(),

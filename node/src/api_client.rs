@@ -167,6 +167,16 @@ impl ApiClient {
         self.post_waiting("/v1/rent", request)
     }
 
+    /// `GET /v1/bids`: this node's bids.
+    pub fn bids(&self) -> Result<Vec<gpux_api::BidView>, ClientError> {
+        self.get("/v1/bids", &[])
+    }
+
+    /// `POST /v1/bids/{bid}/cancel`.
+    pub fn cancel_bid(&self, bid: &str) -> Result<gpux_api::BidView, ClientError> {
+        self.post(&format!("/v1/bids/{bid}/cancel"), &())
+    }
+
     /// `GET /v1/rent/progress/{name}`: where the rent called `name` stands.
     pub fn rent_progress(&self, name: &str) -> Result<gpux_api::RentProgress, ClientError> {
         self.get(&format!("/v1/rent/progress/{name}"), &[])

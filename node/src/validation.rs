@@ -337,7 +337,7 @@ impl Validator {
         let on_topic = match (&signed, topic) {
             (AnySigned::Attestation(_), t) => topics::attestation_family(t).is_some(),
             (AnySigned::ChallengeResult(_), topics::CHALLENGES)
-            | (AnySigned::Bid(_), topics::BIDS) => true,
+            | (AnySigned::Bid(_) | AnySigned::BidWithdrawal(_), topics::BIDS) => true,
             (AnySigned::Offer(_) | AnySigned::OfferWithdrawal(_), t) => {
                 topics::offer_family(t).is_some()
             }
@@ -355,6 +355,10 @@ impl Validator {
             AnyVerified::Offer(offer) => self.check_offer(offer, topic, now),
             AnyVerified::ChallengeResult(result) => self.check_challenge(result, now),
             AnyVerified::OfferWithdrawal(w) => self
+                .rules
+                .check_time(w, now)
+                .map_err(|e| Verdict::Ignore(e.to_string())),
+            AnyVerified::BidWithdrawal(w) => self
                 .rules
                 .check_time(w, now)
                 .map_err(|e| Verdict::Ignore(e.to_string())),
@@ -377,6 +381,7 @@ impl Validator {
             AnyVerified::Offer(v) => v.signer(),
             AnyVerified::OfferWithdrawal(v) => v.signer(),
             AnyVerified::Bid(v) => v.signer(),
+            AnyVerified::BidWithdrawal(v) => v.signer(),
             AnyVerified::ChallengeResult(v) => v.signer(),
             _ => return Verdict::Reject("message kind not gossiped".into()),
         };

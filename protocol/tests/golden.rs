@@ -99,6 +99,7 @@ fn every_kind_round_trips() {
             MessageKind::ChallengeResult => round_trip::<ChallengeResult>(&bytes),
             MessageKind::LeaseCommit => round_trip::<LeaseCommit>(&bytes),
             MessageKind::FaucetGrant => round_trip::<FaucetGrant>(&bytes),
+            MessageKind::BidWithdrawal => round_trip::<BidWithdrawal>(&bytes),
             other => panic!("no round-trip case for {other}"),
         }
     }

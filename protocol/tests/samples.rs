@@ -256,6 +256,7 @@ pub fn ack_for(receipt: &Verified<UsageReceipt>) -> ReceiptAck {
 pub fn bid() -> Bid {
     Bid {
         seq: 3,
+        slot: 2,
         created_at: T0,
         expires_at: T0.plus_secs(300),
         query: s("gpu=H100 vram>=80 region=eu"),
@@ -552,6 +553,24 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
                 nonce: 7,
                 created_at: T0.plus_secs(4),
                 ext: ext_with_field(),
+            },
+        )
+        .unwrap()
+        .as_bytes()
+        .to_vec(),
+    ));
+    // The renter withdraws its sample bid.
+    let bid = Signed::sign(&r, bid()).unwrap();
+    all.push((
+        MessageKind::BidWithdrawal,
+        Signed::sign(
+            &r,
+            BidWithdrawal {
+                seq: 4,
+                created_at: T0.plus_secs(5),
+                bid: bid.id(),
+                slot: 2,
+                ext: Ext::new(),
             },
         )
         .unwrap()

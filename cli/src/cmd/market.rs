@@ -179,23 +179,152 @@ pub(crate) fn scale_group(dir: &Path, group: &str, delta: i32, json: bool) -> an
     Ok(())
 }
 
-pub(crate) fn bid(dir: &Path, want: Want, ttl_s: u32, json: bool) -> anyhow::Result<()> {
+/// `gpux bid QUERY ...`: a standing bid that runs what `gpux rent` would when an offer fills
+/// it.
+pub(crate) fn bid(dir: &Path, place: BidPlace) -> anyhow::Result<()> {
+    let BidPlace {
+        query,
+        gpus,
+        max_price,
+        duration,
+        kind,
+        run,
+        ttl,
+        json,
+    } = place;
+    let (Some(query), Some(max_price)) = (query, max_price) else {
+        anyhow::bail!(
+            "gpux bid QUERY --max-price CREDITS [...] places a bid (`gpux bid list`, `gpux bid cancel ID`)"
+        );
+    };
+    let want = Want {
+        query,
+        gpus,
+        max_price,
+        duration,
+    };
+    let mut rent = super::rent::request_of(dir, want, kind, run)?;
+    rent.progress = None;
     let request = BidRequest {
-        query: want.query,
-        gpus: want.gpus,
-        max_price: want.max_price,
-        duration_s: want.duration,
-        ttl_s: u64::from(ttl_s),
+        query: rent.query.clone(),
+        gpus: rent.gpus,
+        max_price: rent.max_price.clone(),
+        duration_s: rent.duration_s,
+        ttl_s: u64::from(ttl),
+        rent: Some(rent),
     };
     let bid = ApiClient::for_data_dir(dir)?.bid(&request)?;
     if json {
         return print_json(&bid);
     }
     out!(
-        "standing bid {} placed; see `gpux leases` once it is filled",
-        bid.bid
+        "standing bid {} placed until {} (UTC); `gpux bid list` shows it, `gpux leases` once it is filled",
+        bid.bid,
+        super::utc_time(bid.expires_at)
     )?;
     Ok(())
+}
+
+/// `gpux bid list`.
+pub(crate) fn bid_list(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let bids = ApiClient::for_data_dir(dir)?.bids()?;
+    if json {
+        return print_json(&bids);
+    }
+    if bids.is_empty() {
+        out!("no bids")?;
+        return Ok(());
+    }
+    out!(
+        "{:<16}  {:<9}  {:>4}  {:>12}  {:<9}  {:<20}  query / image / why not filled",
+        "bid",
+        "state",
+        "GPUs",
+        "max cr/GPU-h",
+        "kind",
+        "until (UTC)"
+    )?;
+    for b in &bids {
+        let state = match (&b.state[..], &b.lease) {
+            ("filled", Some(lease)) => format!("filled {}", short(lease)),
+            (s, _) => s.to_string(),
+        };
+        out!(
+            "{:<16}  {:<9}  {:>4}  {:>12}  {:<9}  {:<20}  {}{}{}",
+            &b.bid[..16.min(b.bid.len())],
+            state,
+            b.gpus,
+            b.max_price,
+            b.kind,
+            super::utc_time(b.expires_at),
+            b.query,
+            b.image
+                .as_deref()
+                .map_or(String::new(), |i| format!(" / {i}")),
+            b.refused
+                .as_deref()
+                .map_or(String::new(), |r| format!(" / not filled: {r}")),
+        )?;
+    }
+    Ok(())
+}
+
+/// `gpux bid cancel ID`.
+pub(crate) fn bid_cancel(dir: &Path, bid: &str, json: bool) -> anyhow::Result<()> {
+    let view = ApiClient::for_data_dir(dir)?.cancel_bid(bid)?;
+    if json {
+        return print_json(&view);
+    }
+    out!("bid {} cancelled: withdrawn from the market", view.bid)?;
+    Ok(())
+}
+
+/// What `gpux bid QUERY ...` places: what a renter wants and runs, as for `gpux rent`, and how
+/// long the bid stands. (The query and price are checked here rather than by clap: the
+/// same command also takes `list` and `cancel`.)
+#[derive(Debug, clap::Args)]
+pub(crate) struct BidPlace {
+    /// Constraints, e.g. 'gpu=H100 region=eu'.
+    pub(crate) query: Option<String>,
+    /// GPUs wanted.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) gpus: u16,
+    /// Most paid per GPU-hour, credits.
+    #[arg(long, value_name = "CREDITS")]
+    pub(crate) max_price: Option<String>,
+    /// Lease length: seconds, or a duration like 30m or 2h.
+    #[arg(long, default_value = "1h", value_parser = super::parse_duration)]
+    pub(crate) duration: u32,
+    #[command(flatten)]
+    pub(crate) kind: super::rent::Kind,
+    #[command(flatten)]
+    pub(crate) run: super::rent::Run,
+    /// How long the bid stands (at most 1h).
+    #[arg(long, default_value = "10m", value_parser = super::parse_duration)]
+    pub(crate) ttl: u32,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `gpux bid list`, `gpux bid cancel ID`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum BidAction {
+    /// This node's bids: standing, filled (by which lease), cancelled or expired, and why
+    /// a fill did not happen.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Withdraw a standing bid (a signed withdrawal, gossiped).
+    Cancel {
+        /// The bid id (as `gpux bid` and `gpux bid list` print it).
+        bid: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {

@@ -191,7 +191,13 @@ fn parse_retain(text: &str) -> Result<u64, String> {
     }
 }
 
-pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> anyhow::Result<()> {
+/// The rent `gpux rent` (and a standing bid's fill) asks for, from its flags.
+pub(crate) fn request_of(
+    dir: &Path,
+    want: Want,
+    kind: Kind,
+    run: Run,
+) -> anyhow::Result<RentRequest> {
     let env = super::parse_env(&run.env)?;
     let registry_auth = credentials(&run)?;
     let ssh_keys = match &run.ssh {
@@ -207,7 +213,7 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         })
         .transpose()?
         .map(|p| p.display().to_string());
-    let request = RentRequest {
+    Ok(RentRequest {
         query: want.query,
         gpus: want.gpus,
         max_price: want.max_price,
@@ -237,7 +243,11 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
         group: None,
         challenge: kind.challenge,
         committed_s: kind.committed,
-    };
+    })
+}
+
+pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> anyhow::Result<()> {
+    let request = request_of(dir, want, kind, run)?;
     if request.spread {
         let client = ApiClient::for_data_dir(dir)?;
         let placed = super::waiting("placing the group: matching, agreeing, starting", || {

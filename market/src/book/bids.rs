@@ -27,6 +27,9 @@ pub enum BidError {
         /// The renter's newest.
         newest: u64,
     },
+    /// The book is full (`BookConfig::max_bids`) of bids paying at least as much.
+    #[error("the book is full of standing bids paying at least as much as this one")]
+    Full,
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +44,9 @@ struct StandingBid {
 pub(crate) struct Bids {
     bids: HashMap<ContentId, StandingBid>,
     order: BTreeSet<(Reverse<u64>, u64, ContentId)>,
-    by_renter: HashMap<gpux_protocol::PublicKey, (u64, ContentId)>,
+    /// Each renter's bid in each of its slots: (seq, id, expires_at), kept (for the seq)
+    /// after it was filled or withdrawn, until it lapses.
+    by_renter: HashMap<(gpux_protocol::PublicKey, u16), (u64, ContentId, u64)>,
 }
 
 impl Bids {
@@ -65,19 +70,22 @@ impl Bids {
         for id in gone {
             self.remove(&id);
         }
+        self.by_renter
+            .retain(|_, (_, _, expires_at)| *expires_at > now);
     }
 }
 
 impl OrderBook {
-    /// Adds a renter's standing bid; a newer bid (higher seq) from the same renter replaces
-    /// the older one.
+    /// Adds a renter's standing bid; a newer bid (higher seq) from the same renter in the
+    /// same slot replaces the older one.
     pub fn add_bid(&mut self, bid: &Verified<Bid>, now: Timestamp) -> Result<(), BidError> {
         if bid.expires_at <= now {
             return Err(BidError::Expired(bid.expires_at));
         }
         let spec = BidSpec::from_bid(bid)?;
-        if let Some(&(newest, old)) = self.bids.by_renter.get(&bid.signer()) {
-            if bid.seq <= newest {
+        if let Some(&(newest, old, _)) = self.bids.by_renter.get(&(bid.signer(), bid.slot)) {
+            // The same bid again (standing after a fill that did not happen) is taken.
+            if bid.seq < newest || (bid.seq == newest && old != bid.id()) {
                 return Err(BidError::Replay {
                     seq: bid.seq,
                     newest,
@@ -90,9 +98,25 @@ impl OrderBook {
             bid.created_at.0,
             bid.id(),
         );
-        self.bids
-            .by_renter
-            .insert(bid.signer(), (bid.seq, bid.id()));
+        if self.bids.bids.len() >= self.config.max_bids {
+            match self.bids.order.last().copied() {
+                Some(worst) if worst > key => {
+                    self.bids.remove(&worst.2);
+                }
+                _ => return Err(BidError::Full),
+            }
+        }
+        if self.bids.by_renter.len() >= self.config.max_bids.saturating_mul(2) {
+            // Withdrawn bids' seqs go first (their bids are refused as replays no more).
+            let standing = &self.bids.bids;
+            self.bids
+                .by_renter
+                .retain(|_, (_, id, _)| standing.contains_key(id));
+        }
+        self.bids.by_renter.insert(
+            (bid.signer(), bid.slot),
+            (bid.seq, bid.id(), bid.expires_at.0),
+        );
         self.bids.order.insert(key);
         self.bids.bids.insert(
             bid.id(),
@@ -108,6 +132,21 @@ impl OrderBook {
     /// Removes a standing bid (matched or cancelled).
     pub fn remove_bid(&mut self, bid: &ContentId) -> bool {
         self.bids.remove(bid)
+    }
+
+    /// A renter withdrew a standing bid: it leaves the book when the withdrawal is its
+    /// renter's, names its slot and is newer than it. Returns whether it was there.
+    pub fn withdraw_bid(&mut self, withdrawal: &Verified<gpux_protocol::BidWithdrawal>) -> bool {
+        let key = (withdrawal.signer(), withdrawal.slot);
+        match self.bids.by_renter.get(&key) {
+            Some(&(seq, id, expires_at)) if id == withdrawal.bid && seq < withdrawal.seq => {
+                self.bids
+                    .by_renter
+                    .insert(key, (withdrawal.seq, id, expires_at));
+                self.bids.remove(&id)
+            }
+            _ => false,
+        }
     }
 
     /// Standing bids.

@@ -47,6 +47,10 @@ pub struct BookConfig {
     pub max_offers: usize,
     /// Offers (slots) one host may have in the book. Default 16.
     pub max_offers_per_host: usize,
+    /// Standing bids the book holds at most. Default 100,000. When full, a new bid takes the
+    /// place of the one paying least if it pays more, and is refused otherwise. (A renter
+    /// has at most `MAX_BID_SLOTS` at once, but identities are free: this bounds them all.)
+    pub max_bids: usize,
 }
 
 impl Default for BookConfig {
@@ -55,6 +59,7 @@ impl Default for BookConfig {
             spot_notice_ms: 120_000,
             max_offers: 10_000,
             max_offers_per_host: 16,
+            max_bids: 100_000,
         }
     }
 }

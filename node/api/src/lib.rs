@@ -609,6 +609,44 @@ pub struct BidRequest {
     pub duration_s: u32,
     /// How long the bid stands, seconds (at most an hour).
     pub ttl_s: u64,
+    /// What the bid runs when it is filled: everything `POST /v1/rent` takes (image,
+    /// command, environment, workspace, network, SSH keys, spot and resume...). Its query,
+    /// GPUs, price and duration are the bid's. Absent: the host's first image, its default
+    /// command. Kept on this node only (the gossiped bid carries none of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rent: Option<RentRequest>,
+}
+
+/// `GET /v1/bids`: one of this node's bids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BidView {
+    /// The bid's id.
+    pub bid: String,
+    /// Its query.
+    pub query: String,
+    /// GPUs wanted.
+    pub gpus: u16,
+    /// Most paid per GPU-hour, credits.
+    pub max_price: String,
+    /// Lease length, seconds.
+    pub duration_s: u32,
+    /// `on-demand`, `spot` or `reserved`.
+    pub kind: String,
+    /// The image the fill runs, as named (absent: the host's first).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// When it lapses, unix ms.
+    pub expires_at: u64,
+    /// `standing`, `filling` (a rent for it is under way), `filled`, `cancelled` or
+    /// `expired`.
+    pub state: String,
+    /// The lease that filled it.
+    #[serde(default)]
+    pub lease: Option<String>,
+    /// Why its last fill did not happen (the spend cap, no host accepted, ...): it stands
+    /// again meanwhile.
+    #[serde(default)]
+    pub refused: Option<String>,
 }
 
 /// The answer to a bid.

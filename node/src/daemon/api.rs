@@ -63,8 +63,15 @@ pub(crate) enum ApiCommand {
         delta: i32,
         reply: Reply<gpux_api::GroupScaled>,
     },
+    Bids {
+        reply: Reply<Vec<gpux_api::BidView>>,
+    },
+    CancelBid {
+        bid: String,
+        reply: Reply<gpux_api::BidView>,
+    },
     Bid {
-        request: BidRequest,
+        request: Box<BidRequest>,
         reply: Reply<BidPlaced>,
     },
     Logs {
@@ -257,6 +264,18 @@ async fn rent_progress(
     ask(&state, |reply| ApiCommand::RentProgress { name, reply }).await
 }
 
+async fn bids(_: Authorized, State(state): State<AppState>) -> Response {
+    ask(&state, |reply| ApiCommand::Bids { reply }).await
+}
+
+async fn cancel_bid(
+    _: Authorized,
+    State(state): State<AppState>,
+    UrlPath(bid): UrlPath<String>,
+) -> Response {
+    ask(&state, |reply| ApiCommand::CancelBid { bid, reply }).await
+}
+
 async fn group(
     _: Authorized,
     State(state): State<AppState>,
@@ -291,7 +310,7 @@ async fn bid(
     request: Result<Json<BidRequest>, JsonRejection>,
 ) -> Response {
     ask_body(&state, request, |request, reply| ApiCommand::Bid {
-        request,
+        request: Box::new(request),
         reply,
     })
     .await
@@ -667,6 +686,8 @@ pub(crate) async fn serve(
         .route("/v1/rent", post(rent))
         .route("/v1/rent/progress/{name}", get(rent_progress))
         .route("/v1/bid", post(bid))
+        .route("/v1/bids", get(bids))
+        .route("/v1/bids/{bid}/cancel", post(cancel_bid))
         .route("/v1/block", post(block))
         .route("/v1/shutdown", post(shutdown_node))
         .route("/v1/settings", get(settings).post(change_setting))

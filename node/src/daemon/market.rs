@@ -165,6 +165,9 @@ impl MarketView {
                     AnyVerified::Bid(bid) => {
                         let _ = self.book.add_bid(&bid, now);
                     }
+                    AnyVerified::BidWithdrawal(w) => {
+                        self.book.withdraw_bid(&w);
+                    }
                     _ => {}
                 }
             }
@@ -269,12 +272,13 @@ impl MarketView {
         Some((allocation, image))
     }
 
-    /// Signs a standing bid and keeps it. Returns the signed bid (to publish) and the bids it
-    /// can fill at once from offers already in the book.
+    /// Signs a standing bid in `slot` and keeps it. Returns the signed bid (to publish) and
+    /// the bids it can fill at once from offers already in the book.
     pub(crate) fn place_bid(
         &mut self,
         key: &Keypair,
         request: &gpux_api::BidRequest,
+        (slot, kind): (u16, LeaseKind),
         now: Timestamp,
     ) -> Result<(Verified<Bid>, Vec<Verified<Bid>>), ApiError> {
         Query::parse(&request.query).map_err(|e| ApiError::bad_input(e.to_string()))?;
@@ -286,6 +290,7 @@ impl MarketView {
         }
         let body = Bid {
             seq: now.0,
+            slot,
             created_at: now,
             expires_at: now.plus_secs(request.ttl_s.clamp(1, 3600)),
             query: BoundedString::new(request.query.clone())
@@ -296,28 +301,62 @@ impl MarketView {
                 .parse::<MicroCredits>()
                 .map_err(|e| ApiError::bad_input(format!("--max-price: {e}")))?,
             duration_s: request.duration_s,
-            kind: LeaseKind::OnDemand,
+            kind,
             allow_spread: false,
             ext: Ext::new(),
         };
         let bid = Signed::sign(key, body).map_err(|e| ApiError::bad_input(e.to_string()))?;
+        self.stand(bid.clone(), now)?;
+        let fill = self.fills_in_book(&BTreeSet::from([bid.id()]), now);
+        Ok((bid, fill))
+    }
+
+    /// Keeps `bid` standing (placed, or standing again after a fill that did not happen).
+    pub(crate) fn stand(&mut self, bid: Verified<Bid>, now: Timestamp) -> Result<(), ApiError> {
         self.book
             .add_bid(&bid, now)
             .map_err(|e| ApiError::bad_input(e.to_string()))?;
-        self.own_bids.retain(|b| b.expires_at > now);
-        self.own_bids.push(bid.clone());
-        // An offer already in the book may satisfy it.
+        self.own_bids
+            .retain(|b| b.expires_at > now && b.id() != bid.id());
+        self.own_bids.push(bid);
+        Ok(())
+    }
+
+    /// Those of `bids` (this node's, standing) that an offer already in the book fills; they
+    /// leave the book.
+    pub(crate) fn fills_in_book(
+        &mut self,
+        bids: &BTreeSet<ContentId>,
+        now: Timestamp,
+    ) -> Vec<Verified<Bid>> {
+        if bids.is_empty() {
+            return Vec::new();
+        }
         let offers: Vec<ContentId> = self
             .book
             .search(&Query::default(), now, 1000)
             .into_iter()
             .map(|h| h.offer)
             .collect();
-        let mut fill = Vec::new();
+        let mut filled = Vec::new();
         for offer in offers {
-            fill.extend(self.bids_filled_by(&offer, now));
+            for bid_id in self.book.bids_for_offer(&offer, now) {
+                if !bids.contains(&bid_id) {
+                    continue;
+                }
+                if let Some(pos) = self.own_bids.iter().position(|b| b.id() == bid_id) {
+                    filled.push(self.own_bids.remove(pos));
+                    self.book.remove_bid(&bid_id);
+                }
+            }
         }
-        Ok((bid, fill))
+        filled
+    }
+
+    /// This node's bid `bid` no longer stands (cancelled, or filled).
+    pub(crate) fn unstand(&mut self, bid: &ContentId) {
+        self.own_bids.retain(|b| b.id() != *bid);
+        self.book.remove_bid(bid);
     }
 
     /// This node's bids that `offer` can satisfy (best first); they leave the book.

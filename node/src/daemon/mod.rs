@@ -10,6 +10,7 @@
 //! of its own and reports back as an event, so no two tasks can wait on each other.
 
 pub mod api;
+mod bids;
 mod console;
 mod group;
 mod host;
@@ -162,6 +163,8 @@ pub(crate) enum Event {
     Resume(resume::ResumeEvent),
     /// A step of a group order.
     Group(group::GroupEvent),
+    /// A standing bid's fill came out.
+    Bid(bids::BidEvent),
     /// The ledger's history of a host (who paid it, and how its leases ended), fetched for
     /// its reliability and interruption rate.
     History {
@@ -283,6 +286,8 @@ pub(crate) struct Daemon {
         std::collections::BTreeMap<gpux_protocol::ContentId, gpux_api::RegistryCredentials>,
     /// Where rents under way stand, for `gpux rent`'s progress.
     rent_progress: rent::ProgressBoard,
+    /// This node's standing bids and what each runs when filled.
+    bids: bids::OwnBids,
 }
 
 /// How often a node asks the ledger who paid the hosts in its book (their reliability).
@@ -391,6 +396,7 @@ pub async fn run(
         families_auto: config.market_auto,
         registry_secrets: std::collections::BTreeMap::new(),
         rent_progress: rent::ProgressBoard::default(),
+        bids: bids::OwnBids::default(),
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -494,6 +500,7 @@ pub async fn run(
     let mut history_from = 0;
     tokio::pin!(shutdown);
     daemon.restart_resumes();
+    daemon.restore_bids();
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -511,7 +518,10 @@ pub async fn run(
             }
             _ = republish_tick.tick() => daemon.publish_offers(),
             _ = pending_tick.tick() => daemon.publish_if_due(),
-            _ = expire_tick.tick() => daemon.market.expire(now()),
+            _ = expire_tick.tick() => {
+                daemon.market.expire(now());
+                daemon.retry_bids();
+            }
             _ = history_tick.tick() => {
                 history_from = daemon.fetch_histories(history_from);
                 daemon.fetch_proofs();
@@ -593,6 +603,7 @@ impl Daemon {
             Event::Renter { lease, input } => self.renter.on_input(lease, input),
             Event::Rent(step) => self.on_rent_event(step),
             Event::Resume(step) => self.on_resume_event(step),
+            Event::Bid(outcome) => self.on_bid_event(outcome),
             Event::Group(step) => self.on_group_event(step),
             Event::History {
                 host,

@@ -1,15 +1,13 @@
 //! The API's commands, answered from the components (and the store, for what is over).
 
 use gpux_api::{
-    ApiError, Balance, BidPlaced, ErrorCode, LeaseView, LedgerTotals, LogsPage, ReceiptView,
-    Receipts, Role,
+    ApiError, Balance, ErrorCode, LeaseView, LedgerTotals, LogsPage, ReceiptView, Receipts, Role,
 };
 use gpux_lease::{HostPhase, HostRecord, RenterPhase, RenterRecord};
 use gpux_protocol::{ContentId, LeaseRequest, Signed, UsageReceipt, Verified};
 
 use super::{ApiCommand, Daemon, Event};
 use crate::attest::now;
-use crate::p2p::topics;
 
 fn kebab<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_value(value)
@@ -396,28 +394,13 @@ impl Daemon {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                match self.market.place_bid(&self.key, &request, now()) {
-                    Ok((bid, fill)) => {
-                        let placed = BidPlaced {
-                            bid: bid.id().to_string(),
-                            expires_at: bid.expires_at.0,
-                        };
-                        // With no peer yet the bid still stands locally and fills from offers as
-                        // they arrive.
-                        let net = self.net.clone();
-                        let bytes = bid.as_bytes().to_vec();
-                        tokio::spawn(async move {
-                            let _ = net.publish(topics::BIDS, bytes).await;
-                        });
-                        for bid in fill {
-                            self.fill_bid(bid);
-                        }
-                        let _ = reply.send(Ok(placed));
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                self.place_bid(*request, reply);
+            }
+            ApiCommand::Bids { reply } => {
+                let _ = reply.send(Ok(self.bid_views()));
+            }
+            ApiCommand::CancelBid { bid, reply } => {
+                let _ = reply.send(self.cancel_bid(&bid));
             }
             ApiCommand::Logs { lease, from, reply } => {
                 let _ = reply.send(self.logs(&lease, from));

@@ -19,6 +19,8 @@ pub const MAX_OFFER_IMAGES: usize = 8;
 pub const MAX_QUERY_BYTES: usize = 1024;
 /// The most GPUs one bid may ask for.
 pub const MAX_BID_GPUS: u64 = 64;
+/// The most standing bids one renter has at once: its slots are `0..MAX_BID_SLOTS`.
+pub const MAX_BID_SLOTS: u16 = 64;
 
 /// GPUs for rent. Published on `gpux/offers/1/<family>` (the family of its first GPU).
 ///
@@ -635,8 +637,10 @@ impl Message for OfferWithdrawal {
     serde::Deserialize,
 )]
 pub struct Bid {
-    /// The renter's sequence number; a newer bid replaces an older one.
+    /// The renter's sequence number; a newer bid in the same slot replaces an older one.
     pub seq: u64,
+    /// Which of the renter's standing bids this is: a renter has at most one per slot.
+    pub slot: u16,
     /// When the bid was made.
     pub created_at: Timestamp,
     /// When it lapses.
@@ -657,6 +661,46 @@ pub struct Bid {
     pub ext: Ext,
 }
 
+/// The renter withdraws a standing bid (cancelled, or filled). Published on `gpux/bids/1`.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct BidWithdrawal {
+    /// The renter's sequence number, higher than the withdrawn bid's.
+    pub seq: u64,
+    /// When.
+    pub created_at: Timestamp,
+    /// The bid withdrawn.
+    pub bid: ContentId,
+    /// Its slot.
+    pub slot: u16,
+    /// Extension fields.
+    pub ext: Ext,
+}
+
+impl Message for BidWithdrawal {
+    const KIND: MessageKind = MessageKind::BidWithdrawal;
+
+    fn check(&self) -> Result<(), InvalidMessage> {
+        ensure_at_most("slot", self.slot.into(), u64::from(MAX_BID_SLOTS - 1))
+    }
+
+    fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    fn seq(&self) -> Option<u64> {
+        Some(self.seq)
+    }
+}
+
 impl Message for Bid {
     const KIND: MessageKind = MessageKind::Bid;
 
@@ -664,6 +708,7 @@ impl Message for Bid {
         ensure_after("created_at", self.created_at, "expires_at", self.expires_at)?;
         ensure_nonzero("gpus", self.gpus.into())?;
         ensure_at_most("gpus", self.gpus.into(), MAX_BID_GPUS)?;
+        ensure_at_most("slot", self.slot.into(), u64::from(MAX_BID_SLOTS - 1))?;
         ensure_nonzero("max_price_per_gpu_hour", self.max_price_per_gpu_hour.0)?;
         ensure_nonzero("duration_s", self.duration_s.into())?;
         self.kind.check(self.duration_s)

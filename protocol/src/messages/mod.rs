@@ -25,6 +25,7 @@
 //! | [`ChallengeResult`] | 19 | challenger | 48 KiB |
 //! | [`LeaseCommit`] | 20 | renter | 512 B |
 //! | [`FaucetGrant`] | 21 | the ledger's faucet | 512 B |
+//! | [`BidWithdrawal`] | 22 | renter | 512 B |
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -62,11 +63,12 @@ pub use ledger::{
     FaucetGrant, LeaseOutcome, LedgerEntry, LedgerRecord, Redeem, Release,
 };
 pub use market::{
-    Bid, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS, EXT_OFFER_MAX_IMAGE_BYTES,
-    EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_MIG_PROFILE, EXT_OFFER_WORKSPACE_BYTES,
-    EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_CACHED_IMAGES, MAX_IMAGE_TAG_BYTES,
-    MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES, MAX_PULL_REGISTRIES, MAX_QUERY_BYTES,
-    Machine, Offer, OfferGpu, OfferWithdrawal, Pulls, Share, is_image_tag,
+    Bid, BidWithdrawal, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS,
+    EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_MIG_PROFILE,
+    EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_BID_SLOTS,
+    MAX_CACHED_IMAGES, MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES,
+    MAX_PULL_REGISTRIES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferWithdrawal, Pulls, Share,
+    is_image_tag,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,
@@ -195,7 +197,7 @@ message_kinds! {
     Attestation = 1, version 2, max 64 * KIB;
     Offer = 2, version 4, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
-    Bid = 4, version 1, max 4 * KIB;
+    Bid = 4, version 2, max 4 * KIB;
     LeaseRequest = 5, version 4, max 32 * KIB;
     LeaseAccept = 6, version 1, max 512;
     LeaseReject = 7, version 1, max KIB;
@@ -213,6 +215,7 @@ message_kinds! {
     ChallengeResult = 19, version 1, max 48 * KIB;
     LeaseCommit = 20, version 1, max 512;
     FaucetGrant = 21, version 1, max 512;
+    BidWithdrawal = 22, version 1, max 512;
 }
 
 impl fmt::Display for MessageKind {

@@ -181,38 +181,4 @@ impl Daemon {
             let _ = reply.send(result);
         });
     }
-
-    /// Rents for one of this node's standing bids.
-    pub(in crate::daemon) fn fill_bid(&mut self, bid: Verified<gpux_protocol::Bid>) {
-        let Ok(spec) = BidSpec::from_bid(&bid) else {
-            return;
-        };
-        if self.ledger.is_none() {
-            return;
-        }
-        if let Err(e) = crate::daemon::spend::worst_case(spec.gpus, spec.duration_s, spec.max_price)
-            .and_then(|worst| self.within_cap(worst))
-        {
-            tracing::info!("a standing bid is not filled: {e}");
-            return;
-        }
-        let task = RentTask::new(
-            self.key.clone(),
-            self.net.clone(),
-            self.events_tx.clone(),
-            spec,
-            ImageChoice::Any,
-            Workload::default(),
-            self.data_dir.join("outbox"),
-        );
-        let id = bid.id();
-        tokio::spawn(async move {
-            match task.run().await {
-                Ok(rented) => {
-                    tracing::info!("standing bid {} filled: lease {}", id.short(), rented.lease)
-                }
-                Err(e) => tracing::warn!("standing bid {} could not be filled: {e}", id.short()),
-            }
-        });
-    }
 }

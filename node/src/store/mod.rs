@@ -41,11 +41,13 @@ pub enum Tree {
     RaftLog,
     /// A replicated ledger member's raft state: its node id, vote, commit, snapshot.
     RaftMeta,
+    /// This node's standing bids, with what each runs when filled, by bid id.
+    Bids,
 }
 
 impl Tree {
     /// Every tree.
-    pub const ALL: [Tree; 12] = [
+    pub const ALL: [Tree; 13] = [
         Tree::Config,
         Tree::OwnOffers,
         Tree::HostLeases,
@@ -58,6 +60,7 @@ impl Tree {
         Tree::Groups,
         Tree::RaftLog,
         Tree::RaftMeta,
+        Tree::Bids,
     ];
 
     fn name(self) -> &'static str {
@@ -74,6 +77,7 @@ impl Tree {
             Tree::Groups => "groups",
             Tree::RaftLog => "raft-log",
             Tree::RaftMeta => "raft-meta",
+            Tree::Bids => "bids",
         }
     }
 }
@@ -433,7 +437,12 @@ impl<S: Store> NodeState<S> {
     }
 
     /// A versioned record, flushed to disk before returning.
-    fn put_record<T: Encode>(&self, tree: Tree, key: &[u8], value: &T) -> Result<(), StoreError> {
+    pub(crate) fn put_record<T: Encode>(
+        &self,
+        tree: Tree,
+        key: &[u8],
+        value: &T,
+    ) -> Result<(), StoreError> {
         self.store
             .put(tree, key, &encode_record(value), Durability::Flush)
     }
@@ -510,7 +519,10 @@ impl<S: Store> NodeState<S> {
     }
 
     /// Every versioned record of a tree keyed by lease id, in key order.
-    fn keyed_records<T: Decode<()>>(&self, tree: Tree) -> Result<Vec<(ContentId, T)>, StoreError> {
+    pub(crate) fn keyed_records<T: Decode<()>>(
+        &self,
+        tree: Tree,
+    ) -> Result<Vec<(ContentId, T)>, StoreError> {
         self.store
             .scan(tree)?
             .into_iter()
@@ -735,63 +747,5 @@ pub(crate) fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The trees of a [`MemStore`].
-type MemTrees =
-    std::collections::BTreeMap<&'static str, std::collections::BTreeMap<Vec<u8>, Vec<u8>>>;
-
-/// An in-memory store for tests: the same trees, nothing on disk.
-#[derive(Debug, Clone, Default)]
-pub struct MemStore {
-    trees: std::sync::Arc<std::sync::Mutex<MemTrees>>,
-}
-
-impl MemStore {
-    fn with<T>(&self, f: impl FnOnce(&mut MemTrees) -> T) -> T {
-        // A poisoned lock only means another test thread panicked mid-write; the maps are
-        // still whole (every operation is one insert or remove).
-        let mut guard = self
-            .trees
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut guard)
-    }
-}
-
-impl Store for MemStore {
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.with(|t| t.get(tree.name()).and_then(|m| m.get(key).cloned())))
-    }
-
-    fn put(&self, tree: Tree, key: &[u8], value: &[u8], _: Durability) -> Result<(), StoreError> {
-        self.with(|t| {
-            t.entry(tree.name())
-                .or_default()
-                .insert(key.to_vec(), value.to_vec())
-        });
-        Ok(())
-    }
-
-    fn delete(&self, tree: Tree, key: &[u8], _: Durability) -> Result<(), StoreError> {
-        self.with(|t| t.entry(tree.name()).or_default().remove(key));
-        Ok(())
-    }
-
-    fn scan(&self, tree: Tree) -> Result<Entries, StoreError> {
-        Ok(self.with(|t| {
-            t.get(tree.name())
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-                .unwrap_or_default()
-        }))
-    }
-
-    fn flush(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-}
-
-impl NodeState<MemStore> {
-    /// A node state in memory (tests).
-    pub fn in_memory() -> Self {
-        Self::new(MemStore::default(), PathBuf::from("(memory)"))
-    }
-}
+mod mem;
+pub use mem::MemStore;
