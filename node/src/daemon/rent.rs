@@ -18,7 +18,7 @@ use gpux_protocol::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Daemon, Event, report};
+use super::{Event, report};
 use crate::attest::now;
 use crate::p2p::Client;
 

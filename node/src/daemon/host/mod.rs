@@ -15,7 +15,7 @@ use gpux_lease::{
 };
 use gpux_protocol::{
     AnySigned, AnyVerified, Attestation, BoundedString, ContentId, EscrowLock, Ext, Keypair,
-    LeaseEnd, LeaseReject, LeaseRequest, MicroCredits, RejectReason, Signed, Timestamp, Verified,
+    LeaseEnd, LeaseReject, LeaseRequest, RejectReason, Signed, Timestamp, Verified,
 };
 use tokio::sync::mpsc;
 
@@ -27,7 +27,6 @@ use crate::p2p::{Client, InboundId, Proto};
 use crate::plane::stage_host::StageHost;
 use crate::plane::staged::StagedImages;
 use crate::store::{NodeState, SledStore};
-pub(crate) use offers::Published;
 use worker::{ExecOp, PEER_TIMEOUT, WorkerCtx};
 
 /// The host role.
@@ -420,49 +419,6 @@ impl HostRole {
             .saturating_sub(open + retained)
     }
 
-    /// What this host's offers say of its workspaces (the largest it gives now, and the
-    /// longest it keeps one after its lease; nothing when it offers none), of renters'
-    /// images (the largest it stages; nothing when it stages none) and of cancelling a
-    /// reserved window (its fee schedule).
-    fn offer_policy(&self) -> Ext {
-        let mut ext = Ext::new();
-        if !self.options.cancel_fees.tiers().is_empty() {
-            // At most 40 bytes: within the ext map's limits.
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_CANCEL_FEES,
-                self.options.cancel_fees.to_bytes(),
-            );
-        }
-        let max_image = self
-            .options
-            .max_image_bytes
-            .min(self.options.stage_quota_bytes);
-        if max_image > 0 {
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
-                max_image.to_le_bytes().to_vec(),
-            );
-        }
-        if self.options.disk_quota_bytes > 0 {
-            // Three 8-byte values: within the ext map's limits.
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_WORKSPACE_BYTES,
-                self.workspace_free().to_le_bytes().to_vec(),
-            );
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_MAX_RETAIN_S,
-                self.options.max_retain_s.to_le_bytes().to_vec(),
-            );
-            if self.options.disk_price > MicroCredits::ZERO {
-                let _ = ext.insert(
-                    gpux_protocol::EXT_OFFER_WORKSPACE_PRICE,
-                    self.options.disk_price.0.to_le_bytes().to_vec(),
-                );
-            }
-        }
-        ext
-    }
-
     /// A renter's lease request: the signed answer, and whether a lease was made.
     pub(crate) fn on_lease_request(
         &mut self,
@@ -723,15 +679,6 @@ impl HostRole {
         });
     }
 
-    /// The families of the GPUs this host shares (from its attestation).
-    pub(crate) fn families(&self) -> std::collections::BTreeSet<gpux_protocol::GpuFamily> {
-        self.attestation
-            .iter()
-            .flat_map(|a| a.gpus.iter())
-            .map(|g| gpux_protocol::GpuFamily::classify(&g.name))
-            .collect()
-    }
-
     /// This host's GPUs for `/metrics`: the NVML library it meters with (none: no GPU
     /// series), and the lease holding each device now.
     pub(crate) fn metrics_gpus(&self) -> Option<crate::metrics::HostGpus> {
@@ -753,49 +700,6 @@ impl HostRole {
             hostname: crate::metrics::hostname(),
             leases,
         })
-    }
-
-    /// The machine this host gives its leases (shared with what measures it).
-    pub(crate) fn machine(&self) -> crate::machine::MachineFacts {
-        self.options.machine.clone()
-    }
-
-    /// Signs fresh offers of the free GPUs and the attestation, to publish.
-    pub(crate) fn publish_offers(&mut self, t: Timestamp) -> anyhow::Result<Published> {
-        self.last_publish = t;
-        self.publish_pending = false;
-        let policy = self.offer_policy();
-        // The cache as it stands: offers list its images, most recently used first (as many
-        // as fit; see `offers::sign`).
-        if self.options.pulls.max_bytes > 0 {
-            let listed: Vec<BoundedString<128>> = self
-                .pull_cache
-                .listed()
-                .into_iter()
-                .filter_map(|r| BoundedString::new(r).ok())
-                .filter(|r| gpux_protocol::is_image_tag(r))
-                .take(gpux_protocol::MAX_CACHED_IMAGES)
-                .collect();
-            self.options.pulls.cached = gpux_protocol::BoundedVec::new(listed).unwrap_or_default();
-        }
-        let Some(att) = self.attestation.as_mut() else {
-            return Ok(Published::default());
-        };
-        let published = offers::sign(
-            &self.key,
-            att,
-            &mut self.book,
-            &self.options,
-            (policy, &self.challenged),
-            t,
-        )?;
-        for (id, bytes) in &published.stored {
-            let _ = self.state.save_own_offer(id, bytes);
-        }
-        for id in &published.forgotten {
-            let _ = self.state.remove_own_offer(id);
-        }
-        Ok(published)
     }
 }
 

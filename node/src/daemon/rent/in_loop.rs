@@ -2,7 +2,16 @@
 //! hosts, an accepted lease handed to the renter's machine; and starting rents (for the API
 //! and for standing bids), within the spend cap.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use gpux_api::{ApiError, ErrorCode, RentRequest, Rented};
+use gpux_lease::RentReport;
+use gpux_protocol::MicroCredits;
+use tokio::sync::oneshot;
+
+use super::{Candidate, MAX_SCAN, RentContext, RentEvent};
+use crate::attest::now;
+use crate::daemon::{Daemon, Event, report};
 
 impl Daemon {
     pub(in crate::daemon) fn rent_context(&self) -> RentContext {
