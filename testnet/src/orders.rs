@@ -203,6 +203,7 @@ pub const PATIENT: &str = "trap 'echo got TERM; cat /run/gpux/preemption.json; e
 /// atomically after each), starts from what the file holds, saves on SIGTERM, and stops at
 /// `COUNTER_TARGET`, printing `count=N`.
 pub const COUNTER: &str = "d=/workspace/checkpoint; mkdir -p $d; \
+     if [ -f /workspace/data/set.bin ]; then echo \"data set: $(wc -c < /workspace/data/set.bin) bytes\"; fi; \
      c=$(cat $d/count 2>/dev/null || echo 0); echo \"resumed at $c\"; \
      save() { echo $c > $d/.count && mv $d/.count $d/count; }; \
      trap 'save; echo \"saved $c\"; exit 0' TERM; \

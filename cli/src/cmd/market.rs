@@ -364,7 +364,17 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
                 .resumed_by
                 .as_deref()
                 .map_or(String::new(), |b| format!(" -> {}", short(b)));
-            format!("  [resume hop {}{from}{by}: {}]", r.hop, r.status)
+            // What moved in before its work started.
+            let moved = r.moved.map_or(String::new(), |m| {
+                format!(
+                    ", moved {} files, {} ({} fetched, {} sent)",
+                    m.files,
+                    bytesize::ByteSize(m.bytes),
+                    bytesize::ByteSize(m.fetched),
+                    bytesize::ByteSize(m.sent)
+                )
+            });
+            format!("  [resume hop {}{from}{by}: {}{moved}]", r.hop, r.status)
         });
         let group = l
             .group

@@ -68,15 +68,16 @@ pub(crate) struct Kind {
     /// model's reference rate, is paid nothing and the next offer is tried.
     #[arg(long, conflicts_with = "spread")]
     challenge: bool,
-    /// With --spot (and --disk): when preempted, this node copies the workspace's
-    /// checkpoint directory out, rents the best fitting offer again, copies it in and starts
-    /// the same workload; `gpux leases` shows the chain. The workload reads its checkpoint
-    /// at start and writes it as it goes (and on SIGTERM).
+    /// With --spot (and --disk): when preempted, this node copies the workspace out (only
+    /// what changed since the last move), rents the best fitting offer again, copies it in
+    /// (held: not billed) and starts the same workload; `gpux leases` shows the chain. The
+    /// workload reads its checkpoint at start and writes it as it goes (and on SIGTERM).
     #[arg(long, requires = "spot")]
     resume: bool,
-    /// The checkpoint directory under /workspace [default: checkpoint].
+    /// A directory under /workspace that a resume moves (repeat for more) [default: the
+    /// whole workspace].
     #[arg(long, value_name = "DIR", requires = "resume")]
-    checkpoint_dir: Option<String>,
+    carry: Vec<String>,
     /// How long a resume looks for a new lease (`10m`) [default: 10m].
     #[arg(long, value_name = "DURATION", requires = "resume", value_parser = parse_hold)]
     resume_timeout: Option<u64>,
@@ -236,7 +237,7 @@ pub(crate) fn request_of(
         window: kind.start.zip(kind.end),
         hold_s: kind.hold,
         resume: kind.resume,
-        checkpoint_dir: kind.checkpoint_dir,
+        carry: kind.carry,
         resume_timeout_s: kind.resume_timeout,
         spread: kind.spread,
         best_effort: kind.best_effort,

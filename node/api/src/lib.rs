@@ -406,6 +406,25 @@ pub struct ResumeView {
     pub resumed_from: Option<String>,
     /// The lease that resumed this one.
     pub resumed_by: Option<String>,
+    /// The workspace moved into this lease before its work started (a resumed lease).
+    #[serde(default)]
+    pub moved: Option<MoveView>,
+}
+
+/// A workspace moved from a preempted lease into the one that resumed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveView {
+    /// Files in what moved.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Bytes fetched from the preempted workspace: only what changed since the last move.
+    pub fetched: u64,
+    /// Bytes sent into the new workspace.
+    pub sent: u64,
+    /// When the move was done, unix ms: the lease was committed then, and its clock runs
+    /// from its start after it.
+    pub done_at_ms: u64,
 }
 
 /// `GET /v1/leases/{lease}/logs?from=N`.

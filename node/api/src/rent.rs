@@ -59,14 +59,15 @@ pub struct RentRequest {
     /// not committed in time ends unpaid (a signed lease term).
     #[serde(default)]
     pub hold_s: Option<u64>,
-    /// A spot lease that resumes after a preemption: this node copies the workspace's
-    /// checkpoint directory out, rents the best fitting offer again (trying for up to
-    /// `resume_timeout_s`), copies it into the new workspace and starts the same workload.
+    /// A spot lease that resumes after a preemption: this node copies the workspace out
+    /// (only what changed since the last move), rents the best fitting offer again (trying
+    /// for up to `resume_timeout_s`), copies it into the new workspace, held, and starts the
+    /// same workload once it is there.
     #[serde(default)]
     pub resume: bool,
-    /// The checkpoint directory, under `/workspace` (`checkpoint` when absent).
+    /// The directories under `/workspace` a resume moves (empty: the whole workspace).
     #[serde(default)]
-    pub checkpoint_dir: Option<String>,
+    pub carry: Vec<String>,
     /// How long a resume looks for a new lease, seconds (600 when absent).
     #[serde(default)]
     pub resume_timeout_s: Option<u64>,

@@ -533,10 +533,13 @@ pub async fn run(
             daemon.market.book.release(&over.lease);
             if let Some(preempted) = over.spot_preempted {
                 daemon.reach.spot_ended(over.host, preempted, now());
-                if preempted {
-                    // Rented with --resume: its work moves on (once).
-                    daemon.on_resume_event(resume::ResumeEvent::Preempted(over.lease));
-                }
+                // Rented with --resume: a preempted lease's work moves on (once); a lease
+                // that ended otherwise ends its chain.
+                daemon.on_resume_event(if preempted {
+                    resume::ResumeEvent::Preempted(over.lease)
+                } else {
+                    resume::ResumeEvent::Ended(over.lease)
+                });
             }
         }
     }

@@ -58,7 +58,7 @@ mod request;
 mod terms;
 use image::PullOutcome;
 pub(crate) use progress::{ProgressBoard, ProgressSlot, valid_name};
-pub(crate) use request::{Resources, checkpoint_dir, parse};
+pub(crate) use request::{Resources, carried, parse};
 use terms::Terms;
 
 /// Times a broken staging is tried again on the same host (it goes on from what arrived).

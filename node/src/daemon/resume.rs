@@ -1,11 +1,13 @@
 //! Spot leases that resume after a preemption (`gpux rent --spot --resume`).
 //!
-//! When such a lease ends preempted, this node (the renter's) copies the checkpoint
-//! directory out of the old lease's workspace (kept after the lease for its retention),
-//! rents the same work again (the best fitting offer, trying for up to the resume timeout),
-//! held for its commit; copies the checkpoint into the new workspace; and commits, so the
-//! workload starts again with its checkpoint in place. Every hop is recorded
-//! ([`ResumeRecord`]: `gpux leases` shows the chain); the new lease resumes in turn.
+//! When such a lease ends preempted, this node (the renter's) copies its workspace (or the
+//! directories the rent names, `--carry`) out of the old lease (which keeps it for its
+//! retention) into the chain's mirror on this machine, fetching only what changed since the
+//! last move; rents the same work again (the best fitting offer, trying for up to the resume
+//! timeout), held for its commit so its clock does not run; copies the mirror into the new
+//! workspace; and commits, so the workload starts again with its data and checkpoint in
+//! place. Every hop is recorded ([`ResumeRecord`]: `gpux leases` shows the chain and what
+//! moved); the new lease resumes in turn. The mirror goes when the chain ends.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,17 +17,19 @@ use gpux_protocol::ContentId;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Daemon, Event, report};
+use crate::attest::now;
 use crate::plane::bridge::Bridge;
-use crate::plane::copy::{CopyError, download_over, upload_over};
-use crate::store::{ResumeRecord, ResumeStatus};
+use crate::plane::copy::{CopyError, mirror_over, upload_tree_over};
+use crate::store::{Moved, ResumeRecord, ResumeStatus};
 
 /// How long a resume looks for a new lease when the rent does not say, seconds.
 pub(crate) const DEFAULT_RESUME_TIMEOUT_S: u64 = 600;
-/// How long a resumed lease holds its GPUs for its checkpoint to go in, seconds.
-const RESUME_HOLD_S: u64 = 120;
-/// Between attempts to rent again, or to reach the old workspace.
+/// How long a resumed lease holds its GPUs for its workspace to go in, seconds: the longest
+/// hold a lease may sign.
+const RESUME_HOLD_S: u64 = 300;
+/// Between attempts to rent again, or to reach a workspace.
 const RETRY: Duration = Duration::from_secs(3);
-/// Attempts to fetch the checkpoint (the host keeps the workspace a moment after the end).
+/// Attempts to reach a workspace (the host keeps the old one a moment after the end).
 const FETCH_ATTEMPTS: u32 = 10;
 
 /// A step of a resume, for the loop.
@@ -42,13 +46,17 @@ pub(crate) enum ResumeEvent {
         previous: ContentId,
         next: ContentId,
     },
-    /// Commit the held lease `lease` (its checkpoint is in).
+    /// Commit the held lease `lease` (its workspace is in).
     Commit {
         lease: ContentId,
+        moved: Moved,
         reply: oneshot::Sender<Result<Committed, ApiError>>,
     },
     /// The resume of `lease` gave up.
     Failed { lease: ContentId, why: String },
+    /// One of this node's spot leases ended without a preemption: a chain it ends lets its
+    /// mirror go.
+    Ended(ContentId),
 }
 
 /// One resume, run outside the loop.
@@ -58,8 +66,17 @@ struct ResumeTask {
     rent: super::rent::RentContext,
     previous: ContentId,
     request: RentRequest,
-    /// Where the checkpoint waits between the leases.
-    local: PathBuf,
+    /// The chain's copy of what it carries, kept between moves.
+    mirror: PathBuf,
+}
+
+/// What one move copied.
+#[derive(Default)]
+struct Copied {
+    files: u64,
+    bytes: u64,
+    /// Bytes that crossed the link.
+    transferred: u64,
 }
 
 impl ResumeTask {
@@ -72,13 +89,14 @@ impl ResumeTask {
                 Event::Resume(ResumeEvent::Failed { lease, why }),
             )
             .await;
+            // The chain ends here.
+            let _ = tokio::fs::remove_dir_all(&self.mirror).await;
         }
-        let _ = tokio::fs::remove_dir_all(&self.local).await;
     }
 
     async fn resume(&self) -> Result<(), String> {
-        let dir = super::rent::checkpoint_dir(&self.request).map_err(|e| e.message)?;
-        let fetched = self.fetch(&dir).await?;
+        let dirs = super::rent::carried(&self.request).map_err(|e| e.message)?;
+        let fetched = self.fetch(&dirs).await?;
         let next = self.rent_again().await?;
         let next_id: ContentId = next.lease.parse().map_err(|e| format!("{e}"))?;
         report(
@@ -89,14 +107,20 @@ impl ResumeTask {
             }),
         )
         .await;
-        if let Some(from) = fetched {
-            self.put(&next.lease, &from, &dir).await?;
-        }
+        let sent = self.put(&next.lease, &dirs).await?;
+        let moved = Moved {
+            files: fetched.files,
+            bytes: fetched.bytes,
+            fetched: fetched.transferred,
+            sent: sent.transferred,
+            done_at_ms: 0,
+        };
         let (reply, answer) = oneshot::channel();
         report(
             &self.events,
             Event::Resume(ResumeEvent::Commit {
                 lease: next_id,
+                moved,
                 reply,
             }),
         )
@@ -106,47 +130,65 @@ impl ResumeTask {
             .map_err(|_| "the node stopped".to_string())?
             .map_err(|e| format!("committing {}: {}", next.lease, e.message))?;
         tracing::info!(
-            "lease {}: resumed as {} on {} (committed at {})",
+            "lease {}: resumed as {} on {} ({} files, {} bytes moved: {} fetched, {} sent; committed at {})",
             self.previous.short(),
             next_id.short(),
             next.host,
+            moved.files,
+            moved.bytes,
+            moved.fetched,
+            moved.sent,
             committed.committed_at_ms
         );
         Ok(())
     }
 
-    /// Copies the checkpoint directory out of the old workspace; `None` when there is
-    /// none (the work starts from scratch).
-    async fn fetch(&self, dir: &str) -> Result<Option<PathBuf>, String> {
+    /// Where the mirror keeps the workspace's directory `dir` (`""`: the whole workspace).
+    fn local_of(&self, dir: &str) -> PathBuf {
+        let root = self.mirror.join("workspace");
+        if dir.is_empty() { root } else { root.join(dir) }
+    }
+
+    /// Brings the mirror up to the old workspace's `dirs`: only what changed since the last
+    /// move is fetched; what it no longer has goes (a directory it lacks, whole).
+    async fn fetch(&self, dirs: &[String]) -> Result<Copied, String> {
         let lease = self.previous.to_string();
-        tokio::fs::create_dir_all(&self.local)
-            .await
-            .map_err(|e| format!("{}: {e}", self.local.display()))?;
-        let mut last = String::new();
-        for _ in 0..FETCH_ATTEMPTS {
-            match self.bridge.open_files(&lease).await {
-                Ok(stream) => match download_over(stream, dir, &self.local, &()).await {
-                    Ok(report) => {
-                        tracing::info!(
-                            "lease {}: its checkpoint came out ({} files, {} bytes)",
-                            self.previous.short(),
-                            report.files,
-                            report.bytes
-                        );
-                        let name = dir.rsplit('/').next().unwrap_or(dir);
-                        return Ok(Some(self.local.join(name)));
-                    }
-                    Err(CopyError::Remote {
-                        code: gpux_protocol::plane_wire::FilesError::NotFound,
-                        ..
-                    }) => return Ok(None),
-                    Err(e) => last = e.to_string(),
-                },
-                Err(e) => last = e.message,
+        let mut copied = Copied::default();
+        for dir in dirs {
+            let local = self.local_of(dir);
+            let mut last = None;
+            for _ in 0..FETCH_ATTEMPTS {
+                let error = match self.bridge.open_files(&lease).await {
+                    Ok(stream) => match mirror_over(stream, dir, &local).await {
+                        Ok(report) => {
+                            copied.files += report.files;
+                            copied.bytes = copied.bytes.saturating_add(report.bytes);
+                            copied.transferred =
+                                copied.transferred.saturating_add(report.bytes_sent);
+                            last = None;
+                            break;
+                        }
+                        Err(CopyError::Remote {
+                            code: gpux_protocol::plane_wire::FilesError::NotFound,
+                            ..
+                        }) => {
+                            // Not there (the work had not made it): nothing of it moves.
+                            let _ = tokio::fs::remove_dir_all(&local).await;
+                            last = None;
+                            break;
+                        }
+                        Err(e) => e.to_string(),
+                    },
+                    Err(e) => e.message,
+                };
+                last = Some(error);
+                tokio::time::sleep(RETRY).await;
             }
-            tokio::time::sleep(RETRY).await;
+            if let Some(why) = last {
+                return Err(format!("fetching /workspace/{dir}: {why}"));
+            }
         }
-        Err(format!("fetching its checkpoint: {last}"))
+        Ok(copied)
     }
 
     /// Rents the same work again, held for its commit, until one is found or the timeout.
@@ -174,25 +216,38 @@ impl ResumeTask {
         }
     }
 
-    /// Copies the checkpoint into the new lease's workspace.
-    ///
-    /// `from` is named as `dir`'s last part, so it is copied into `dir`'s parent: an
-    /// attempt after one that made `dir` goes on in it, where a copy onto `dir` would copy
-    /// into it, nested.
-    async fn put(&self, lease: &str, from: &std::path::Path, dir: &str) -> Result<(), String> {
-        let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
-        let mut last = String::new();
-        for _ in 0..FETCH_ATTEMPTS {
-            match self.bridge.open_files(lease).await {
-                Ok(stream) => match upload_over(stream, from, parent, true, &()).await {
-                    Ok(_) => return Ok(()),
-                    Err(e) => last = e.to_string(),
-                },
-                Err(e) => last = e.message,
+    /// Copies the mirror into the new lease's workspace, at the same paths.
+    async fn put(&self, lease: &str, dirs: &[String]) -> Result<Copied, String> {
+        let mut copied = Copied::default();
+        for dir in dirs {
+            let local = self.local_of(dir);
+            if !tokio::fs::try_exists(&local).await.unwrap_or(false) {
+                continue;
             }
-            tokio::time::sleep(RETRY).await;
+            let mut last = None;
+            for _ in 0..FETCH_ATTEMPTS {
+                let error = match self.bridge.open_files(lease).await {
+                    Ok(stream) => match upload_tree_over(stream, &local, dir).await {
+                        Ok(report) => {
+                            copied.files += report.files;
+                            copied.bytes = copied.bytes.saturating_add(report.bytes);
+                            copied.transferred =
+                                copied.transferred.saturating_add(report.bytes_sent);
+                            last = None;
+                            break;
+                        }
+                        Err(e) => e.to_string(),
+                    },
+                    Err(e) => e.message,
+                };
+                last = Some(error);
+                tokio::time::sleep(RETRY).await;
+            }
+            if let Some(why) = last {
+                return Err(format!("copying /workspace/{dir} into {lease}: {why}"));
+            }
         }
-        Err(format!("copying the checkpoint into {lease}: {last}"))
+        Ok(copied)
     }
 }
 
@@ -216,6 +271,7 @@ impl Daemon {
                         resumed_from: None,
                         resumed_by: None,
                         status: ResumeStatus::Watching,
+                        moved: None,
                     },
                 );
             }
@@ -234,11 +290,22 @@ impl Daemon {
                     resumed_from: Some(previous),
                     resumed_by: None,
                     status: ResumeStatus::Watching,
+                    moved: None,
                 };
                 self.save_resume(next, record);
                 self.save_resume(previous, old);
             }
-            ResumeEvent::Commit { lease, reply } => {
+            ResumeEvent::Commit {
+                lease,
+                mut moved,
+                reply,
+            } => {
+                // Its clock starts from the commit, after the move.
+                moved.done_at_ms = now().0;
+                if let Ok(Some(mut record)) = self.state.resume(&lease) {
+                    record.moved = Some(moved);
+                    self.save_resume(lease, record);
+                }
                 let committed = self.renter.commit(lease);
                 if committed.is_ok()
                     && let Ok(Some(record)) = self.state.resume(&lease)
@@ -254,6 +321,16 @@ impl Daemon {
                 if let Ok(Some(mut record)) = self.state.resume(&lease) {
                     record.status = ResumeStatus::Failed(why);
                     self.save_resume(lease, record);
+                }
+            }
+            ResumeEvent::Ended(lease) => {
+                if let Ok(Some(record)) = self.state.resume(&lease)
+                    && record.status == ResumeStatus::Watching
+                {
+                    let mirror = self.mirror_of(lease);
+                    tokio::spawn(async move {
+                        let _ = tokio::fs::remove_dir_all(mirror).await;
+                    });
                 }
             }
         }
@@ -292,12 +369,27 @@ impl Daemon {
             rent: self.rent_context(),
             previous: lease,
             request,
-            local: self
-                .data_dir
-                .join("resume")
-                .join(gpux_protocol::hex(&lease.0)),
+            mirror: self.mirror_of(lease),
         };
         tokio::spawn(task.run());
+    }
+
+    /// Where the chain of `lease` keeps its mirror: named by the chain's first lease.
+    fn mirror_of(&self, lease: ContentId) -> PathBuf {
+        let mut first = lease;
+        // (A chain is as long as its hops; the bound only guards a damaged store.)
+        for _ in 0..10_000 {
+            match self.state.resume(&first) {
+                Ok(Some(ResumeRecord {
+                    resumed_from: Some(previous),
+                    ..
+                })) => first = previous,
+                _ => break,
+            }
+        }
+        self.data_dir
+            .join("resume")
+            .join(gpux_protocol::hex(&first.0))
     }
 
     /// Leases whose resume was under way when this node stopped start it again.

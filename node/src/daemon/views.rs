@@ -80,6 +80,13 @@ fn resume_view(record: &crate::store::ResumeRecord) -> gpux_api::ResumeView {
         hop: record.hop,
         resumed_from: record.resumed_from.map(|l| l.to_string()),
         resumed_by: record.resumed_by.map(|l| l.to_string()),
+        moved: record.moved.map(|m| gpux_api::MoveView {
+            files: m.files,
+            bytes: m.bytes,
+            fetched: m.fetched,
+            sent: m.sent,
+            done_at_ms: m.done_at_ms,
+        }),
     }
 }
 

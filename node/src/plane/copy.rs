@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::chunks::{Cache, read_chunks, write_chunks};
 use super::client::{Socket, connect_buffered};
 use super::confined::{PathError, go_on_from, part_of};
-use super::copy_tree::{download, upload};
+use super::copy_tree::{download, mirror, upload, upload_tree};
 use super::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
 use super::local::{LocalDir, hash_local};
 use super::{IDLE, Incoming};
@@ -615,6 +615,26 @@ pub(crate) async fn download_over(
     progress: &dyn Progress,
 ) -> Result<CopyReport, CopyError> {
     download(&mut Session::over(stream), from, to, progress).await
+}
+
+/// Makes local `to` a copy of the workspace's directory `from` over `stream`, sending only
+/// what differs and removing what the workspace no longer has (a resume's mirror).
+pub(crate) async fn mirror_over(
+    stream: super::FramedStream,
+    from: &str,
+    to: &Path,
+) -> Result<CopyReport, CopyError> {
+    mirror(&mut Session::over(stream), from, to, &()).await
+}
+
+/// Copies the contents of local `from` into the workspace's directory `to` (`""`: the
+/// workspace itself) over `stream`.
+pub(crate) async fn upload_tree_over(
+    stream: super::FramedStream,
+    from: &Path,
+    to: &str,
+) -> Result<CopyReport, CopyError> {
+    upload_tree(&mut Session::over(stream), from, to, &()).await
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The trees of `gpux cp`: what a copy of a file or a directory does on its one files
 //! stream, either way, as `cp -r` would (see [`super::copy`]).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use gpux_protocol::plane_wire::{EntryKind, FilesError};
@@ -173,68 +174,143 @@ pub(super) async fn download(
             report.bytes_sent = got;
             Ok(report)
         }
-        EntryKind::Dir => {
-            let entries = session.list(from).await?;
-            let total = entries
-                .iter()
-                .map(|e| match e.kind {
-                    EntryKind::File(n) => n,
-                    _ => 0,
-                })
-                .fold(0u64, u64::saturating_add);
-            progress.total(total);
-            tokio::fs::create_dir_all(&target)
-                .await
-                .map_err(local(&target))?;
-            let dir = LocalDir::open(&target)?;
-            report.dirs += 1;
-            for entry in entries {
-                // The host names what it lists: nothing may lead out of the target.
-                if super::confined::check(&entry.path).is_err() {
-                    return Err(CopyError::Link(format!(
-                        "the host listed {:?}, a path that leaves the directory",
-                        entry.path.as_str()
-                    )));
-                }
-                let path = entry.path.to_string();
-                let remote = join(from, &path);
-                // An interrupted put's part is the host's to go on from, not a file (and a
-                // directory under such a name is skipped with all it holds, as an upload
-                // skips one).
-                let (above, name) = path.rsplit_once('/').unwrap_or(("", &path));
-                if above.split('/').any(is_part_name) {
-                    continue;
-                }
-                if is_part_name(name) {
-                    report.skipped.push(path);
-                    continue;
-                }
-                match entry.kind {
-                    EntryKind::Dir => {
-                        let at = path.clone();
-                        dir.with(&path, move |root| root.mkdir_all(&at)).await?;
-                        report.dirs += 1;
-                    }
-                    EntryKind::File(listed) => {
-                        let (size, got) =
-                            session.get(&remote, &dir, &path, listed, progress).await?;
-                        report.files += 1;
-                        report.bytes = report.bytes.saturating_add(size);
-                        report.bytes_sent = report.bytes_sent.saturating_add(got);
-                    }
-                    EntryKind::Symlink | EntryKind::Other => {
-                        report.skipped.push(entry.path.to_string())
-                    }
-                }
-            }
-            Ok(report)
-        }
+        EntryKind::Dir => Ok(get_tree(session, from, &target, progress).await?.0),
         EntryKind::Symlink | EntryKind::Other => Err(CopyError::Remote {
             path: from.to_string(),
             code: FilesError::WrongKind,
             detail: format!("/workspace/{from} is a link or a special file: never copied"),
         }),
     }
+}
+
+/// Copies the workspace's directory `from` to the local directory `target` (made), file by
+/// file as [`Session::get`] does (a file already there, the same, is not sent). Returns
+/// what it copied, and every path the host listed.
+async fn get_tree(
+    session: &mut Session,
+    from: &str,
+    target: &Path,
+    progress: &dyn Progress,
+) -> Result<(CopyReport, BTreeSet<String>), CopyError> {
+    let mut report = CopyReport::default();
+    let mut listed = BTreeSet::new();
+    let entries = session.list(from).await?;
+    let total = entries
+        .iter()
+        .map(|e| match e.kind {
+            EntryKind::File(n) => n,
+            _ => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    progress.total(total);
+    tokio::fs::create_dir_all(target)
+        .await
+        .map_err(local(target))?;
+    let dir = LocalDir::open(target)?;
+    report.dirs += 1;
+    for entry in entries {
+        // The host names what it lists: nothing may lead out of the target.
+        if super::confined::check(&entry.path).is_err() {
+            return Err(CopyError::Link(format!(
+                "the host listed {:?}, a path that leaves the directory",
+                entry.path.as_str()
+            )));
+        }
+        let path = entry.path.to_string();
+        listed.insert(path.clone());
+        let remote = join(from, &path);
+        // An interrupted put's part is the host's to go on from, not a file (and a
+        // directory under such a name is skipped with all it holds, as an upload
+        // skips one).
+        let (above, name) = path.rsplit_once('/').unwrap_or(("", &path));
+        if above.split('/').any(is_part_name) {
+            continue;
+        }
+        if is_part_name(name) {
+            report.skipped.push(path);
+            continue;
+        }
+        match entry.kind {
+            EntryKind::Dir => {
+                let at = path.clone();
+                dir.with(&path, move |root| root.mkdir_all(&at)).await?;
+                report.dirs += 1;
+            }
+            EntryKind::File(listed) => {
+                let (size, got) = session.get(&remote, &dir, &path, listed, progress).await?;
+                report.files += 1;
+                report.bytes = report.bytes.saturating_add(size);
+                report.bytes_sent = report.bytes_sent.saturating_add(got);
+            }
+            EntryKind::Symlink | EntryKind::Other => report.skipped.push(entry.path.to_string()),
+        }
+    }
+    Ok((report, listed))
+}
+
+/// Makes the local directory `to` a copy of the workspace's directory `from` (`""`: the
+/// whole workspace): what is there already and the same is not sent again, and what the
+/// workspace no longer has goes. A resume's mirror between moves.
+pub(super) async fn mirror(
+    session: &mut Session,
+    from: &str,
+    to: &Path,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    match session.stat(from).await? {
+        Some(EntryKind::Dir) => {}
+        None => {
+            return Err(CopyError::Remote {
+                path: from.to_string(),
+                code: FilesError::NotFound,
+                detail: format!("nothing at /workspace/{from}"),
+            });
+        }
+        Some(_) => {
+            return Err(CopyError::Remote {
+                path: from.to_string(),
+                code: FilesError::WrongKind,
+                detail: format!("/workspace/{from} is not a directory"),
+            });
+        }
+    }
+    let (report, listed) = get_tree(session, from, to, progress).await?;
+    let here = to.to_path_buf();
+    let tree = tokio::task::spawn_blocking(move || walk_local(&here))
+        .await
+        .map_err(|e| CopyError::Link(e.to_string()))??;
+    for (file, _) in tree.files.iter().filter(|(f, _)| !listed.contains(f)) {
+        let path = to.join(file);
+        tokio::fs::remove_file(&path).await.map_err(local(&path))?;
+    }
+    // The deepest first: a directory that goes takes what is under it.
+    for dir in tree.dirs.iter().rev().filter(|d| !listed.contains(*d)) {
+        let path = to.join(dir);
+        match tokio::fs::remove_dir_all(&path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(local(&path)(e)),
+            _ => {}
+        }
+    }
+    Ok(report)
+}
+
+/// Copies the contents of the local directory `from` into the workspace's directory `to`
+/// (`""`: the workspace itself), made when it is not there: a resume's move into the new
+/// lease. A file the host holds already, the same, is not sent again.
+pub(super) async fn upload_tree(
+    session: &mut Session,
+    from: &Path,
+    to: &str,
+    progress: &dyn Progress,
+) -> Result<CopyReport, CopyError> {
+    let from_dir = from.to_path_buf();
+    let tree = tokio::task::spawn_blocking(move || walk_local(&from_dir))
+        .await
+        .map_err(|e| CopyError::Link(e.to_string()))??;
+    if !to.is_empty() {
+        session.mkdir(to).await?;
+    }
+    put_tree(session, from, tree, to, progress).await
 }
 
 #[cfg(test)]

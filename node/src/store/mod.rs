@@ -354,6 +354,23 @@ pub struct ResumeRecord {
     pub resumed_by: Option<ContentId>,
     /// Where it stands.
     pub status: ResumeStatus,
+    /// The workspace moved into this lease before it started (a resumed lease).
+    pub moved: Option<Moved>,
+}
+
+/// A workspace moved from a preempted lease into the one that resumed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct Moved {
+    /// Files in what moved.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Bytes fetched from the preempted workspace (only what changed since the last move).
+    pub fetched: u64,
+    /// Bytes sent into the new one.
+    pub sent: u64,
+    /// When the move was done (and the lease then committed), unix ms.
+    pub done_at_ms: u64,
 }
 
 /// A group order: what it rents, and its leases (a scale adds and removes them).

@@ -12,25 +12,46 @@ fn bad(what: &str) -> impl Fn(String) -> ApiError + '_ {
     move |e| ApiError::bad_input(format!("{what}: {e}"))
 }
 
-/// The checkpoint directory of a resumable rent, under `/workspace` (checked: no `..`, no
-/// empty parts).
-pub(crate) fn checkpoint_dir(request: &RentRequest) -> Result<String, ApiError> {
-    let dir = request.checkpoint_dir.as_deref().unwrap_or("checkpoint");
-    let dir = dir
-        .strip_prefix("/workspace/")
-        .unwrap_or(dir)
-        .trim_end_matches('/');
-    if dir.is_empty()
-        || dir.starts_with('/')
-        || dir
-            .split('/')
-            .any(|p| p.is_empty() || p == "." || p == "..")
-    {
-        return Err(bad("--checkpoint-dir")(format!(
-            "'{dir}' is not a directory under /workspace"
+/// The most directories a resume carries by name.
+const MAX_CARRIED: usize = 16;
+
+/// What a resume of `request` moves: its `--carry` directories under `/workspace` (checked:
+/// no `..`, no empty parts, none inside another), or `[""]`, the whole workspace.
+pub(crate) fn carried(request: &RentRequest) -> Result<Vec<String>, ApiError> {
+    if request.carry.len() > MAX_CARRIED {
+        return Err(bad("--carry")(format!(
+            "{} directories: at most {MAX_CARRIED}",
+            request.carry.len()
         )));
     }
-    Ok(dir.to_string())
+    let mut dirs: Vec<String> = Vec::new();
+    for given in &request.carry {
+        let dir = given
+            .strip_prefix("/workspace/")
+            .unwrap_or(given)
+            .trim_end_matches('/');
+        if dir.is_empty()
+            || dir.starts_with('/')
+            || dir
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+        {
+            return Err(bad("--carry")(format!(
+                "'{given}' is not a directory under /workspace"
+            )));
+        }
+        let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
+        if let Some(other) = dirs.iter().find(|d| inside(dir, d) || inside(d, dir)) {
+            return Err(bad("--carry")(format!(
+                "'{dir}' and '{other}' overlap: name each directory once"
+            )));
+        }
+        dirs.push(dir.to_string());
+    }
+    if dirs.is_empty() {
+        dirs.push(String::new());
+    }
+    Ok(dirs)
 }
 
 /// Checks and converts a rent request.
@@ -207,15 +228,15 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         }
         if request.disk_bytes.is_none() {
             return Err(bad("--resume")(
-                "moves the workspace's checkpoint: give --disk too".into(),
+                "moves the workspace: give --disk too".into(),
             ));
         }
-    } else if request.checkpoint_dir.is_some() || request.resume_timeout_s.is_some() {
-        return Err(bad("--checkpoint-dir")(
+    } else if !request.carry.is_empty() || request.resume_timeout_s.is_some() {
+        return Err(bad("--carry")(
             "says how a lease resumes: give --resume too".into(),
         ));
     }
-    checkpoint_dir(request)?;
+    carried(request)?;
     if let Some(committed) = request.committed_s {
         if request.window.is_none() {
             return Err(bad("--committed")(
@@ -350,16 +371,17 @@ mod tests {
     }
 
     #[test]
-    fn a_resume_needs_a_spot_lease_with_a_workspace_and_a_checkpoint_inside_it() {
+    fn a_resume_needs_a_spot_lease_with_a_workspace_and_carries_directories_inside_it() {
         let ok = spot(Some(64 << 20));
         assert!(parse(&ok).is_ok());
-        assert_eq!(checkpoint_dir(&ok).unwrap(), "checkpoint");
         assert!(refusal(&spot(None)).contains("--disk"));
         let on_demand = RentRequest {
             spot: false,
             ..ok.clone()
         };
         assert!(refusal(&on_demand).contains("--spot"));
+        // Nothing named: the whole workspace moves.
+        assert_eq!(carried(&ok).unwrap(), [""]);
         for (dir, fine) in [
             ("/workspace/ckpt/", Some("ckpt")),
             ("runs/a", Some("runs/a")),
@@ -369,17 +391,24 @@ mod tests {
             ("", None),
         ] {
             let request = RentRequest {
-                checkpoint_dir: Some(dir.into()),
+                carry: vec![dir.into()],
                 ..ok.clone()
             };
             match fine {
-                Some(want) => assert_eq!(checkpoint_dir(&request).unwrap(), want),
-                None => assert!(refusal(&request).contains("--checkpoint-dir"), "{dir}"),
+                Some(want) => assert_eq!(carried(&request).unwrap(), [want]),
+                None => assert!(refusal(&request).contains("--carry"), "{dir}"),
             }
         }
+        let two = |a: &str, b: &str| RentRequest {
+            carry: vec![a.into(), b.into()],
+            ..ok.clone()
+        };
+        assert_eq!(carried(&two("data", "ckpt")).unwrap(), ["data", "ckpt"]);
+        assert!(refusal(&two("data", "data/set")).contains("overlap"));
+        assert!(refusal(&two("data/set/", "/workspace/data")).contains("overlap"));
         let stray = RentRequest {
             resume: false,
-            checkpoint_dir: Some("ckpt".into()),
+            carry: vec!["ckpt".into()],
             ..ok
         };
         assert!(refusal(&stray).contains("--resume"));
