@@ -4,7 +4,9 @@
 //! sorts; a lease rented from the command line appears on the overview by itself (live
 //! updates, no reload); the lease's page stops it. Without a session the console answers
 //! 401; a foreign `Host` or `Origin`, or a stop without the anti-forgery token, is refused;
-//! the receipts export as CSV; the spend cap refuses a rent beyond it. Screenshots of each
+//! the receipts export as CSV; the spend cap refuses a rent beyond it; the rent form refuses
+//! what `gpux rent` refuses, applies the spend cap, and rents (the lease runs the image and
+//! command asked, and its page says how to connect). Screenshots of each
 //! page are written to `target/console-screenshots/` (docs/testing.md).
 
 use std::io::{Read, Write};
@@ -137,6 +139,29 @@ async fn appears(browser: &Client, css: &str, secs: u64) -> bool {
 /// Clicks `css`, a link or a form's button, and waits until the page it leads to has
 /// loaded: WebDriver's click may return before the navigation starts, and a check made
 /// then would read the page left behind.
+/// The `value` of the form field `css`.
+async fn value(browser: &Client, css: &str) -> String {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap_or_default()
+}
+
+/// The text of the element `css`.
+async fn text_of(browser: &Client, css: &str) -> String {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn click_and_load(browser: &Client, css: &str) {
     browser
         .execute("window.gpuxLeft = true;", vec![])
@@ -491,6 +516,62 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
             .unwrap();
         assert!(appears(&browser, "#estimate-chart rect.bar", SHOWN).await);
         shoot(&browser, "estimate").await;
+
+        // Renting from the console: an offer's link fills the form; what `gpux rent` refuses
+        // the form refuses, keeping what was typed; the spend cap applies; then the lease
+        // runs the image and command asked and its page says how to connect.
+        browser
+            .goto(&format!("http://{host}/console/market"))
+            .await
+            .unwrap();
+        click_and_load(&browser, "tr.offer[data-family=a100] a.rent").await;
+        assert_eq!(browser.current_url().await.unwrap().path(), "/console/rent");
+        let q = value(&browser, "#q").await;
+        assert!(q.contains("gpu=a100") && q.contains("host="), "{q}");
+        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGNvbnNvbGUtdGVzdC1rZXktMDEyMzQ1Njc4OWFi console@test";
+        for (field, text) in [
+            ("#duration", "soon"),
+            ("#image", market.image.as_str()),
+            ("#command", "echo from-the-console; sleep 100"),
+            ("#ssh_key", key),
+        ] {
+            let input = browser.find(Locator::Css(field)).await.unwrap();
+            input.clear().await.unwrap();
+            input.send_keys(text).await.unwrap();
+        }
+        click_and_load(&browser, "#rent").await;
+        let error = text_of(&browser, "#rent-error").await;
+        assert!(error.contains("--duration"), "{error}");
+        assert_eq!(value(&browser, "#image").await, market.image);
+        shoot(&browser, "rent-refused").await;
+        let duration = browser.find(Locator::Css("#duration")).await.unwrap();
+        duration.clear().await.unwrap();
+        duration.send_keys("2m").await.unwrap();
+        assert!(renter.gpux(&["config", "set", "spend-cap", "0.01"]).status.success());
+        click_and_load(&browser, "#rent").await;
+        let error = text_of(&browser, "#rent-error").await;
+        assert!(error.contains("spend cap"), "{error}");
+        assert!(renter.gpux(&["config", "set", "spend-cap", "off"]).status.success());
+        click_and_load(&browser, "#rent").await;
+        let path = browser.current_url().await.unwrap().path().to_string();
+        let rented = path
+            .strip_prefix("/console/leases/")
+            .unwrap_or_else(|| panic!("the rent led to {path}"))
+            .to_string();
+        let view = renter.lease(&rented);
+        assert_eq!(view.image, market.image);
+        assert_eq!(view.ssh_keys, [key]);
+        wait_for("the console's lease to run its command", 30, || {
+            renter
+                .api()
+                .logs(&rented, 0)
+                .is_ok_and(|p| p.text.contains("from-the-console"))
+        });
+        let ssh = text_of(&browser, "#connect-ssh").await;
+        assert_eq!(ssh, format!("gpux ssh {rented}"));
+        assert!(text_of(&browser, "#connect-forward").await.contains(&rented));
+        shoot(&browser, "rented-from-the-console").await;
+        assert!(renter.gpux(&["stop", &rented]).status.success());
         browser.close().await.unwrap();
     });
 

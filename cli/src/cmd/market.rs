@@ -13,9 +13,7 @@ use super::{out, print_json};
 
 /// A size on the command line: `10GiB`, `512MiB`, `1.5GB`, or bytes.
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
-    text.parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("'{text}': {e} (e.g. 10GiB)"))
+    gpux_api::text::size_bytes(text)
 }
 
 pub(crate) fn status(dir: &Path, json: bool) -> anyhow::Result<()> {

@@ -70,16 +70,7 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 /// A lease length on the command line: seconds, or a duration like `30m` or `2h`; more than
 /// zero.
 pub(crate) fn parse_duration(text: &str) -> Result<u32, String> {
-    let secs = match text.parse::<u64>() {
-        Ok(s) => s,
-        Err(_) => humantime::parse_duration(text)
-            .map_err(|_| format!("'{text}': use seconds or a duration like 30m or 2h"))?
-            .as_secs(),
-    };
-    if secs == 0 {
-        return Err("must be more than zero".into());
-    }
-    u32::try_from(secs).map_err(|_| format!("'{text}' is too long"))
+    gpux_api::text::duration_s(text)
 }
 
 /// A short time on the command line (`50ms`, `0.2s`, or plain milliseconds), in ms, at

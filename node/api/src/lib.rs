@@ -23,6 +23,7 @@ use gpux_protocol::{
 use serde::{Deserialize, Serialize};
 mod ledger;
 mod rent;
+pub mod text;
 pub use ledger::{Balance, ClusterView, LedgerTotals, MintRequest, Minted, ReaddRequest, Readded};
 pub use rent::{
     BidPlaced, BidRequest, BidView, ChallengePassed, GroupPlaced, GroupScale, GroupScaled,

@@ -6,14 +6,15 @@
 //! `SameSite=Strict`, path `/console`) and the link is spent. Every console request must
 //! name this node's loopback address as its `Host` (a page from elsewhere that re-points a
 //! name at 127.0.0.1 is refused), and an `Origin`, when there is one, must be that address
-//! too. The console reads only, except to stop one of this node's own leases: that form
-//! posts the session's anti-forgery token, and a post without it, or without this origin,
-//! is refused. Pages carry a strict content security policy (scripts and styles from the
+//! too. The console reads, and changes two things: it rents (`rent.rs`, as `gpux rent`
+//! does) and stops one of this node's own leases; those forms post the session's
+//! anti-forgery token, and a post without it, or without this origin, is refused. Pages carry a strict content security policy (scripts and styles from the
 //! console only), are never framed and never cached.
 
 mod chart;
 mod history;
 mod pages;
+mod rent;
 
 pub(crate) use history::History;
 
@@ -275,9 +276,9 @@ impl FromRequestParts<AppState> for Signed {
 impl Signed {
     /// A state change: it must come from this console's own page (an `Origin` naming it)
     /// with the session's anti-forgery token.
-    fn check_post(&self, headers: &HeaderMap, form: &Form) -> Result<(), Refused> {
+    fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Result<(), Refused> {
         let own_page = headers.get(header::ORIGIN).is_some();
-        if !own_page || !same(form.csrf.as_bytes(), self.csrf.as_bytes()) {
+        if !own_page || !same(csrf.as_bytes(), self.csrf.as_bytes()) {
             return Err(Refused(
                 StatusCode::FORBIDDEN,
                 "a change without the console's anti-forgery token is refused",
@@ -310,6 +311,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console", get(|| async { Redirect::to("/console/") }))
         .route("/console/market", get(market))
         .route("/console/estimate", get(estimate))
+        .route("/console/rent", get(rent::form).post(rent::rent))
         .route("/console/leases/{lease}", get(lease))
         .route("/console/leases/{lease}/stop", post(stop))
         .route("/console/leases/{lease}/receipts.csv", get(receipts_csv))
@@ -377,7 +379,7 @@ async fn logout(
     headers: HeaderMap,
     posted: Posted,
 ) -> Response {
-    if let Err(refused) = signed.check_post(&headers, &form_of(posted)) {
+    if let Err(refused) = signed.check_post(&headers, &form_of(posted).csrf) {
         return refused.into_response();
     }
     state.console.end_session(&signed.session);
@@ -551,7 +553,7 @@ async fn stop(
     headers: HeaderMap,
     posted: Posted,
 ) -> Response {
-    if let Err(refused) = signed.check_post(&headers, &form_of(posted)) {
+    if let Err(refused) = signed.check_post(&headers, &form_of(posted).csrf) {
         return refused.into_response();
     }
     // Only a lease this node rents: a host's console never stops its renters' work.

@@ -85,7 +85,7 @@ fn runtime(lease: &LeaseView) -> String {
     }
 }
 
-fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Page {
+pub(super) fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Page {
     Page(html! {
         (DOCTYPE)
         html lang="en" {
@@ -102,6 +102,7 @@ fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Page {
                     nav {
                         a href="/console/" { "Overview" }
                         a href="/console/market" { "Market" }
+                        a href="/console/rent" { "Rent" }
                         a href="/console/estimate" { "Estimate" }
                     }
                     @if let Some(csrf) = csrf {
@@ -351,7 +352,7 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
                         }
                         th { "Spot floor" } th { "Tier" } th { "Cancel fees" }
                         th { "CPU per GPU (cores)" } th { "RAM per GPU (GB)" }
-                        th { "Workspace (GB)" } th { "Network down/up (Mbit/s)" }
+                        th { "Workspace (GB)" } th { "Network down/up (Mbit/s)" } th {}
                     } }
                     tbody {
                         @for h in &hits {
@@ -372,6 +373,10 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
                                 td.num.ram { (h.machine.share.memory_bytes / 1_000_000_000) }
                                 td.num { (h.disk_bytes / 1_000_000_000) }
                                 td.num { (mbps(h.machine.net_down_mbps)) "/" (mbps(h.machine.net_up_mbps)) }
+                                td { a.rent href={ "/console/rent?" (url_query(&[
+                                    ("q", &format!("host={} gpu={}", h.host.peer_id(), h.family)),
+                                    ("max_price", &credits(h.price_per_gpu_hour.0)),
+                                ])) } { "Rent" } }
                             }
                         }
                     }
@@ -465,6 +470,7 @@ pub(crate) fn lease(r: &Receipts, logs: &str, csrf: &str) -> Page {
                 span.small { " The host stops the container, bills the time used and returns the rest." }
             }
         }
+        (super::rent::connect(l))
         h2 { "Output " span.small { "(last 64 lines)" } }
         pre #logs { @for line in tail.iter().rev() { (line) "\n" } }
         h2 { "Receipts " a #csv href={ "/console/leases/" (l.lease) "/receipts.csv" } { "CSV" } }
