@@ -131,6 +131,17 @@ ensure_registry() {
     apt_install docker-registry apache2-utils openssl
 }
 
+# ensure_openssh_client: `gpux ssh` runs this machine's OpenSSH client (ssh, scp,
+# ssh-keygen); the SSH tests and the testnet use it into leases.
+ensure_openssh_client() {
+    if command -v ssh >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 \
+        && command -v ssh-keygen >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing openssh-client (ssh, scp and ssh-keygen, for gpux ssh)"
+    apt_install openssh-client
+}
+
 # The lease tests and the testnet run containers: a Docker daemon must be running.
 ensure_docker() {
     if ! command -v docker >/dev/null 2>&1; then

@@ -763,6 +763,11 @@ mod testnet {
         assert!(report["bytes_copied"].as_u64().unwrap() > 0, "{report}");
         assert_eq!(report["workspaces_left"], 0, "{report}");
         assert_eq!(report["renter_images_left"], 0, "{report}");
+        // An image from a registry the run started, pulled by the host; OpenSSH into its
+        // lease with no sshd in the image: a command, scp in, scp out.
+        assert_eq!(report["images_pulled"], 1, "{report}");
+        assert!(report["pull_bytes"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(report["ssh_sessions"], 3, "{report}");
         // A spot lease was preempted by an on-demand rent: its workload saw the notice, it
         // ended preempted and paid the seconds it ran (no minimum: checked below).
         assert_eq!(report["spot_preemptions"], 1, "{report}");
@@ -797,16 +802,18 @@ mod testnet {
             "{report}"
         );
         // Renter-0's lease kept its 64 MiB workspace 20 s at the hosts' 0.05 credits per
-        // GiB-hour: 17 µcr, within what it was charged (the resumable spot leases keep 32 MiB
-        // for their checkpoint too).
-        let kept: Vec<_> = report["leases"]
+        // GiB-hour: 17 µcr, within what it was charged; its registry image's lease kept
+        // 16 MiB 10 s: 2 µcr (the resumable spot leases keep 32 MiB for their checkpoint
+        // too).
+        let mut kept: Vec<u64> = report["leases"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|l| l["retention_charge"].as_u64().unwrap() > 0 && l["kind"] != "spot")
+            .map(|l| l["retention_charge"].as_u64().unwrap())
             .collect();
-        assert_eq!(kept.len(), 1, "{report}");
-        assert_eq!(kept[0]["retention_charge"], 17, "{report}");
+        kept.sort_unstable();
+        assert_eq!(kept, [2, 17], "{report}");
         // The lease the partition cut from its renter is paid what the renter acknowledged
         // (bounded above); so is one that ran over a relay while a partition held (the cut
         // may have taken its relay): unpaid work within a receipt interval plus the grace,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
 
+pub mod access;
 mod figures;
 pub mod flood;
 pub mod harness;
@@ -628,23 +629,12 @@ pub fn up(
         nat::rounds(&nodes, &nat_hosts, &image, &base, &mut report, &progress);
     }
 
-    // The workload plane: a renter's own image, its files in and out.
+    // The workload plane: a renter's own image, its files in and out; an image from a
+    // registry, and OpenSSH into its lease.
     if !stop.load(Ordering::Relaxed)
         && let Some(renter) = nodes.iter().find(|n| n.name == "renter-0")
     {
-        progress("workload plane: renter-0 brings its own image and data");
-        match workload::round(renter, &host_dirs, &image, &base, &progress) {
-            Ok(f) => {
-                report.plane = f;
-                if f.workspaces_left > 0 || f.renter_images_left > 0 {
-                    report.errors.push(format!(
-                        "left behind: {} workspaces, {} renter images",
-                        f.workspaces_left, f.renter_images_left
-                    ));
-                }
-            }
-            Err(e) => report.errors.push(format!("workload plane: {e:#}")),
-        }
+        workload::rounds(renter, &host_dirs, (&image, &base), &mut report, &progress);
     }
 
     // Every kind of order: a spot lease preempted by an on-demand rent of its GPU.

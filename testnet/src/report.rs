@@ -85,6 +85,10 @@ pub struct Report {
     /// what was left (flattened into the report).
     #[serde(flatten)]
     pub plane: workload::PlaneFigures,
+    /// The access round: an image pulled from a registry, OpenSSH into its lease
+    /// (flattened into the report).
+    #[serde(flatten)]
+    pub access: crate::access::AccessFigures,
     /// The order-kinds round: a spot lease preempted (flattened into the report).
     #[serde(flatten)]
     pub orders: orders::OrderFigures,

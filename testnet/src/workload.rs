@@ -43,6 +43,35 @@ tr a-z A-Z < /workspace/input.txt > /workspace/result.txt\n";
 /// Input lines for the job.
 const INPUT_LINES: usize = 20_000;
 
+/// The plane's rounds with `renter`: its own image and files ([`round`]), then an image from
+/// a registry and OpenSSH ([`crate::access::round`]); figures and errors into `report`.
+pub(crate) fn rounds(
+    renter: &harness::Node,
+    host_dirs: &[std::path::PathBuf],
+    (image, work): (&str, &Path),
+    report: &mut crate::Report,
+    progress: &dyn Fn(&str),
+) {
+    progress("workload plane: renter-0 brings its own image and data");
+    match round(renter, host_dirs, image, work, progress) {
+        Ok(f) => {
+            report.plane = f;
+            if f.workspaces_left > 0 || f.renter_images_left > 0 {
+                report.errors.push(format!(
+                    "left behind: {} workspaces, {} renter images",
+                    f.workspaces_left, f.renter_images_left
+                ));
+            }
+        }
+        Err(e) => report.errors.push(format!("workload plane: {e:#}")),
+    }
+    progress("access: an image from a registry, and OpenSSH into its lease");
+    match crate::access::round(renter, image, work, progress) {
+        Ok(f) => report.access = f,
+        Err(e) => report.errors.push(format!("access: {e:#}")),
+    }
+}
+
 /// Runs the round with `renter`, on hosts whose data directories are `host_dirs`.
 pub(crate) fn round(
     renter: &harness::Node,
