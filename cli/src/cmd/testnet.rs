@@ -83,6 +83,15 @@ pub(crate) fn up(
         report.leases_settled
     )?;
     out!(
+        "workload: {} renter image staged ({} bytes sent), {} files copied; {} image pulled from a registry ({}), {} OpenSSH sessions into its lease",
+        report.plane.images_pushed,
+        report.plane.image_bytes_sent,
+        report.plane.files_copied,
+        report.access.images_pulled,
+        bytesize::ByteSize(report.access.pull_bytes),
+        report.access.ssh_sessions
+    )?;
+    out!(
         "credits: {} before, {} after (micro-credits){}",
         report.credits_before,
         report.credits_after,
