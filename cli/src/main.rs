@@ -89,6 +89,10 @@ enum Command {
         kind: Kind,
         #[command(flatten)]
         run: Run,
+        /// Run the image's JupyterLab with a random token, forward it here and print the
+        /// address to open (Ctrl-C stops the forward, not the lease).
+        #[arg(long, conflicts_with = "json")]
+        jupyter: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -645,8 +649,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             want,
             kind,
             run,
+            jupyter,
             json,
-        } => cmd::rent::rent(&dir, want, kind, run, json)?,
+        } => cmd::rent::rent(&dir, want, kind, run, (jupyter, json))?,
         Command::Bid {
             action: Some(cmd::market::BidAction::List { json }),
             ..

@@ -2,7 +2,9 @@
 //! host's node is the server, reached over the P2P link. A login shell's command and its
 //! exit code, `scp` both ways (blake3 the same), `ssh -L` to a server in the container; the
 //! host's key pinned from the lease; a key the lease does not name refused, and another
-//! renter's node refused before SSH begins.
+//! renter's node refused before SSH begins. `gpux rent --jupyter` runs the image's
+//! JupyterLab with a random token and forwards it (a stand-in `jupyter` in the image: no
+//! real JupyterLab offline), and says so when the image has none.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -33,7 +35,7 @@ fn hash(path: &Path) -> blake3::Hash {
 
 #[test]
 fn openssh_logs_in_copies_and_forwards_into_an_image_without_sshd() {
-    let market = Market::start(1, 2, 30);
+    let market = Market::start_with(1, 2, 2, 30);
     let (renter, stranger) = (&market.renters[0], &market.renters[1]);
     let scratch = tempfile::tempdir().unwrap();
     // No keys of the user's: `--ssh` makes the node's own, and `gpux ssh` uses it.
@@ -193,5 +195,128 @@ fn openssh_logs_in_copies_and_forwards_into_an_image_without_sshd() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).1.contains("no lease"), "{:?}", text(&out));
+
+    // --jupyter, on an image without JupyterLab: refused, saying why.
+    let free_gpu = || {
+        wait_for("a free GPU in the stranger's book", 30, || {
+            stranger
+                .api()
+                .offers("gpu=l4", 10)
+                .is_ok_and(|o| o.iter().any(|h| h.free >= 1))
+        })
+    };
+    let rent = [
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "120",
+        "--image",
+    ];
+    free_gpu();
+    let out = stranger
+        .gpux_command(&[&rent[..], &[market.image.as_str(), "--jupyter"]].concat())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("does the image have `jupyter`"),
+        "{:?}",
+        text(&out)
+    );
+    // On one with it: started with a token, forwarded, and the address printed answers.
+    let image = image_with_jupyter(&market.image, scratch.path());
+    free_gpu();
+    let mut child = stranger
+        .gpux_command(&[&rent[..], &[image.as_str(), "--jupyter"]].concat())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let url = loop {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
+            let _ = child.kill();
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("gpux rent --jupyter printed no address: {err}");
+        };
+        if let Some(url) = line.strip_prefix("JupyterLab: ") {
+            break url.to_string();
+        }
+    };
+    let token = url.split("token=").nth(1).unwrap().to_string();
+    assert_eq!(token.len(), 48, "{url}");
+    let mut answer = String::new();
+    wait_for("JupyterLab to answer through the forward", 30, || {
+        answer = ureq::get(&url)
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        !answer.is_empty()
+    });
+    assert!(answer.contains(&format!("token={token}")), "{answer}");
+    assert!(
+        answer.contains("args=lab --no-browser --ip=127.0.0.1 --port=8888"),
+        "{answer}"
+    );
+    // Ending the command ends the forward, not the lease.
+    let _ = child.kill();
+    let _ = child.wait();
+    let jupyter_lease = stranger
+        .leases()
+        .into_iter()
+        .find(|l| l.phase == "running")
+        .expect("the JupyterLab lease runs on");
+    assert!(
+        stranger
+            .gpux(&["stop", &jupyter_lease.lease])
+            .status
+            .success()
+    );
     assert!(renter.gpux(&["stop", &lease]).status.success());
+}
+
+/// The workload image with a stand-in `jupyter`: `jupyter lab ...` serves a page on
+/// 127.0.0.1:8888 that shows its arguments and `JUPYTER_TOKEN`.
+fn image_with_jupyter(base: &str, scratch: &Path) -> String {
+    let context = scratch.join("jupyter-image");
+    std::fs::create_dir_all(&context).unwrap();
+    std::fs::write(
+        context.join("jupyter"),
+        "#!/bin/sh\n\
+         [ \"$1\" = lab ] || { echo \"not jupyter lab: $*\"; exit 2; }\n\
+         mkdir -p /tmp/www && echo \"stand-in jupyterlab token=$JUPYTER_TOKEN args=$*\" > /tmp/www/lab\n\
+         exec httpd -f -p 127.0.0.1:8888 -h /tmp/www\n",
+    )
+    .unwrap();
+    std::fs::write(
+        context.join("Dockerfile"),
+        format!(
+            "FROM {base}\nUSER 0\nCOPY jupyter /bin/jupyter\nRUN [\"/bin/busybox\", \"chmod\", \"0755\", \"/bin/jupyter\"]\nUSER 65534:65534\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", "gpux-test-jupyter:latest"])
+        .arg(&context)
+        .output()
+        .expect("the docker CLI");
+    assert!(out.status.success(), "docker build: {:?}", text(&out));
+    "gpux-test-jupyter:latest".into()
 }

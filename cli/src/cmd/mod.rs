@@ -7,6 +7,7 @@ mod docker_login;
 pub(crate) mod estimate;
 pub(crate) mod host;
 pub(crate) mod install;
+mod jupyter;
 pub(crate) mod lease;
 pub(crate) mod market;
 pub(crate) mod node;

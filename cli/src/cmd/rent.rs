@@ -247,8 +247,17 @@ pub(crate) fn request_of(
     })
 }
 
-pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> anyhow::Result<()> {
-    let request = request_of(dir, want, kind, run)?;
+pub(crate) fn rent(
+    dir: &Path,
+    want: Want,
+    kind: Kind,
+    run: Run,
+    (jupyter, json): (bool, bool),
+) -> anyhow::Result<()> {
+    let mut request = request_of(dir, want, kind, run)?;
+    let token = jupyter
+        .then(|| super::jupyter::prepare(&mut request))
+        .transpose()?;
     if request.spread {
         let client = ApiClient::for_data_dir(dir)?;
         let placed = super::waiting("placing the group: matching, agreeing, starting", || {
@@ -346,6 +355,9 @@ pub(crate) fn rent(dir: &Path, want: Want, kind: Kind, run: Run, json: bool) -> 
             kept.price_per_gib_hour,
             kept.charge,
         )?;
+    }
+    if let Some(token) = token {
+        super::jupyter::serve(dir, &lease, &token)?;
     }
     Ok(())
 }
