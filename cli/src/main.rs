@@ -625,6 +625,15 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 },
         } => cmd::testnet::plane_bench(bytes, echo_samples, rounds.into())?,
         Command::Testnet {
+            action:
+                cmd::testnet::TestnetAction::AccessBench {
+                    image_size,
+                    layers,
+                    samples,
+                    copy,
+                },
+        } => cmd::testnet::access_bench(image_size, layers, samples, copy)?,
+        Command::Testnet {
             action: cmd::testnet::TestnetAction::StreamSink { into },
         } => cmd::testnet::stream_sink(into)?,
         Command::Status { json } => cmd::market::status(&dir, json)?,

@@ -125,7 +125,7 @@ pub(crate) fn round(
 
 /// The renter's own SSH key (`<data-dir>/ssh/id_ed25519`, where `gpux rent --ssh` makes
 /// it, so `gpux ssh` and `gpux ssh-config` use it), made here: its public line.
-fn ssh_key(dir: &Path) -> anyhow::Result<String> {
+pub(crate) fn ssh_key(dir: &Path) -> anyhow::Result<String> {
     let key = dir.join("ssh").join("id_ed25519");
     if !key.exists() {
         std::fs::create_dir_all(dir.join("ssh"))?;

@@ -344,3 +344,80 @@ pub fn stop_all<'a>(nodes: impl IntoIterator<Item = &'a mut Node>, secs: u64) ->
     }
     killed
 }
+
+/// A benchmark's market: a ledger node, a host with one fake L4 offering `image` and a
+/// renter, both funded (1000 credits), the host's offer in the renter's book.
+pub(crate) struct BenchNodes {
+    pub(crate) ledger: Node,
+    pub(crate) host: Node,
+    pub(crate) renter: Node,
+}
+
+/// Starts a [`BenchNodes`] under `base`.
+pub(crate) fn bench_nodes(gpux: &Path, base: &Path, image: &str) -> anyhow::Result<BenchNodes> {
+    let fake = crate::fake_nvml_beside(gpux)?;
+    let api = || vec!["--api".to_string(), "127.0.0.1:0".to_string()];
+    let mut ledger_args = api();
+    ledger_args.push("--serve-ledger".into());
+    let mut ledger = Node::new(gpux, base, "ledger", ledger_args, vec![])?;
+    ledger.spawn()?;
+    let ledger_addr = format!("{}/p2p/{}", ledger.addr, ledger.peer);
+    let mut joined = api();
+    joined.extend(["--bootstrap", &ledger_addr, "--ledger", &ledger_addr].map(String::from));
+    let gpus = base.join("gpus.toml");
+    std::fs::write(
+        &gpus,
+        "[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-0000beef-0000-4000-8000-000000000002\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n",
+    )?;
+    let mut host_args = joined.clone();
+    host_args.extend(
+        [
+            "--host",
+            "--fake-gpus",
+            "--nvml-lib",
+            &fake.display().to_string(),
+            "--image",
+            image,
+            "--price",
+            "3.60",
+            "--min-duration",
+            "1",
+            "--receipt-interval",
+            "1",
+            "--republish",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let mut host = Node::new(
+        gpux,
+        base,
+        "host",
+        host_args,
+        vec![("GPUX_FAKE_NVML_CONFIG".into(), gpus)],
+    )?;
+    host.spawn()?;
+    let mut renter = Node::new(gpux, base, "renter", joined, vec![])?;
+    renter.spawn()?;
+    let ledger_api = ledger.api()?;
+    for node in [&host, &renter] {
+        ledger_api.mint(&gpux_api::MintRequest {
+            account: node.peer.clone(),
+            amount: "1000".into(),
+            grant: None,
+        })?;
+    }
+    let start = Instant::now();
+    while renter.api()?.status().map_or(0, |s| s.offers_in_book) == 0 {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "no offer reached the renter"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(BenchNodes {
+        ledger,
+        host,
+        renter,
+    })
+}

@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
 
 pub mod access;
+pub mod access_bench;
 mod figures;
 pub mod flood;
 pub mod harness;

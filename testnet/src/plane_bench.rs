@@ -118,6 +118,9 @@ pub struct PlaneBenchReport {
     pub forward_over_in_container: f64,
     /// Forward over the raw libp2p stream, the transport under it (reported).
     pub forward_over_libp2p: f64,
+    /// Forward over the raw libp2p stream between two processes, as a forward's bytes go
+    /// between two nodes (goal ≥ 0.8).
+    pub forward_over_libp2p_two_processes: f64,
     /// Staging against `docker save` + `docker load` (flattened into the same object).
     #[serde(flatten)]
     pub staging: StageReport,
@@ -148,7 +151,7 @@ pub struct StageReport {
 }
 
 /// `docker` with `args`; fails with its stderr.
-fn docker(args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn docker(args: &[&str]) -> anyhow::Result<String> {
     let out = std::process::Command::new("docker")
         .args(args)
         .output()
@@ -261,11 +264,11 @@ fn stage_bench(
     Ok(())
 }
 
-fn mib_s(bytes: u64, took: Duration) -> f64 {
+pub(crate) fn mib_s(bytes: u64, took: Duration) -> f64 {
     bytes as f64 / (1024.0 * 1024.0) / took.as_secs_f64().max(1e-9)
 }
 
-fn noise(path: &Path, len: u64) -> anyhow::Result<()> {
+pub(crate) fn noise(path: &Path, len: u64) -> anyhow::Result<()> {
     let mut xof = blake3::Hasher::new().update(b"plane-bench").finalize_xof();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut buf = vec![0u8; 1 << 20];
@@ -280,7 +283,7 @@ fn noise(path: &Path, len: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_ok(node: &Node, args: &[&str]) -> anyhow::Result<std::process::Output> {
+pub(crate) fn run_ok(node: &Node, args: &[&str]) -> anyhow::Result<std::process::Output> {
     let out = node.gpux(args)?;
     anyhow::ensure!(
         out.status.success(),
@@ -382,7 +385,7 @@ fn http_via_cli_best(renter: &Node, lease: &str) -> anyhow::Result<f64> {
 
 /// Writes out every dirty page before a timed run, so that no run pays for the writeback of
 /// the files an earlier one wrote (a failed `sync` only makes the run noisier).
-fn settle() {
+pub(crate) fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
@@ -393,7 +396,7 @@ fn median(runs: &[f64]) -> f64 {
     percentile(&sorted, 0.5)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -403,69 +406,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Runs the benchmark; `progress` hears what it is doing.
 pub fn run(config: &PlaneBenchConfig, progress: impl Fn(&str)) -> anyhow::Result<PlaneBenchReport> {
-    let fake = crate::fake_nvml_beside(&config.gpux)?;
     let image = crate::build_image()?;
     let temp = tempfile::tempdir().context("creating a temporary directory")?;
     let base = temp.path();
-    let api = || vec!["--api".to_string(), "127.0.0.1:0".to_string()];
-    let mut ledger_args = api();
-    ledger_args.push("--serve-ledger".into());
-    let mut ledger = Node::new(&config.gpux, base, "ledger", ledger_args, vec![])?;
-    ledger.spawn()?;
-    let ledger_addr = format!("{}/p2p/{}", ledger.addr, ledger.peer);
-    let mut joined = api();
-    joined.extend(["--bootstrap", &ledger_addr, "--ledger", &ledger_addr].map(String::from));
-    let gpus = base.join("gpus.toml");
-    std::fs::write(
-        &gpus,
-        "[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-0000beef-0000-4000-8000-000000000002\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n",
-    )?;
-    let mut host_args = joined.clone();
-    host_args.extend(
-        [
-            "--host",
-            "--fake-gpus",
-            "--nvml-lib",
-            &fake.display().to_string(),
-            "--image",
-            &image,
-            "--price",
-            "3.60",
-            "--min-duration",
-            "1",
-            "--receipt-interval",
-            "1",
-            "--republish",
-            "2",
-        ]
-        .map(String::from),
-    );
-    let mut host = Node::new(
-        &config.gpux,
-        base,
-        "host",
-        host_args,
-        vec![("GPUX_FAKE_NVML_CONFIG".into(), gpus)],
-    )?;
-    host.spawn()?;
-    let mut renter = Node::new(&config.gpux, base, "renter", joined, vec![])?;
-    renter.spawn()?;
-    let ledger_api = ledger.api()?;
-    for node in [&host, &renter] {
-        ledger_api.mint(&gpux_api::MintRequest {
-            account: node.peer.clone(),
-            amount: "1000".into(),
-            grant: None,
-        })?;
-    }
-    let start = Instant::now();
-    while renter.api()?.status().map_or(0, |s| s.offers_in_book) == 0 {
-        anyhow::ensure!(
-            start.elapsed() < Duration::from_secs(30),
-            "no offer reached the renter"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let crate::harness::BenchNodes {
+        mut ledger,
+        mut host,
+        mut renter,
+    } = crate::harness::bench_nodes(&config.gpux, base, &image)?;
     let mut staged = StageReport::default();
     if let Err(e) = stage_bench(config, &renter, &host, &image, base, &mut staged, &progress) {
         crate::harness::stop_all([&mut host, &mut renter, &mut ledger], 20);
@@ -765,6 +713,8 @@ fn measure(
     report.forward_http_mib_s = forward_rate;
     report.forward_over_direct = forward_rate / direct_rate.max(1e-9);
     report.forward_over_libp2p = forward_rate / report.libp2p_stream_mib_s.max(1e-9);
+    report.forward_over_libp2p_two_processes =
+        forward_rate / report.libp2p_two_processes_mib_s.max(1e-9);
     progress(&format!(
         "HTTP: forward {forward_rate:.0} MiB/s (over the CLI's socket {:.0}), direct {direct_rate:.0} MiB/s, through two plain TCP relays {relayed_rate:.0} MiB/s, direct to the container's own server {in_container_rate:.0} MiB/s",
         report.forward_via_cli_socket_http_mib_s

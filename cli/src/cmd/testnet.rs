@@ -242,6 +242,26 @@ pub(crate) fn plane_bench(bytes: u64, echo_samples: usize, rounds: usize) -> any
     super::print_json(&report)
 }
 
+pub(crate) fn access_bench(
+    image_bytes: u64,
+    layers: u32,
+    samples: usize,
+    copy_bytes: u64,
+) -> anyhow::Result<()> {
+    let config = gpux_testnet::access_bench::AccessBenchConfig {
+        gpux: std::env::current_exe().context("finding the gpux binary")?,
+        image_bytes,
+        layers,
+        samples: samples.max(1),
+        copy_bytes,
+    };
+    let started = std::time::Instant::now();
+    let report = gpux_testnet::access_bench::run(&config, |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
+    })?;
+    super::print_json(&report)
+}
+
 /// `gpux testnet preflight`: what this machine offers an isolated testnet.
 pub(crate) fn preflight() -> anyhow::Result<()> {
     let p = gpux_testnet::netns::preflight();
@@ -346,6 +366,23 @@ pub(crate) enum TestnetAction {
         /// Runs of each copy and raw stream (their medians are reported).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
         rounds: u16,
+    },
+    /// Benchmark reaching a lease: a cold and a warm pull from a registry against Docker's
+    /// pull, create and start; `gpux ssh LEASE true` against `gpux exec`; scp against
+    /// `gpux cp`; prints JSON (docs/benchmarks.md).
+    AccessBench {
+        /// The pulled image's size, in layers of random bytes (`4GiB`).
+        #[arg(long, default_value = "4GiB", value_parser = super::market::parse_size)]
+        image_size: u64,
+        /// Its layers.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+        layers: u32,
+        /// `ssh` and `exec` samples each.
+        #[arg(long, default_value_t = 30)]
+        samples: usize,
+        /// Bytes scp and gpux cp copy (`1GiB`).
+        #[arg(long, default_value = "1GiB", value_parser = super::market::parse_size)]
+        copy: u64,
     },
     /// The receiving end of plane-bench's raw libp2p stream between two processes: prints
     /// its address, reads one stream to its end, prints how many bytes came.
