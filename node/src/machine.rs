@@ -4,7 +4,7 @@
 //!
 //! CPU and memory are read from the kernel (`/proc/cpuinfo`, `/proc/meminfo`, the threads
 //! this process may run on); the disk's write speed by writing and syncing a file where the
-//! workspaces live; the bandwidth by the perf protocol to peers ([`crate::plane::perf`]). A
+//! workspaces live; the bandwidth by the perf protocol to peers ([`crate::p2p::perf`]). A
 //! host may give its leases less than the machine has (`cpus`, `memory` in its settings), or
 //! more where a test machine stands in for a bigger one.
 

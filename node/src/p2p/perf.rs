@@ -2,8 +2,8 @@
 //! specs' `perf` document): the client sends the number of bytes it wants back (u64, big
 //! endian), then its upload, then closes its side; the server reads to the end, then sends
 //! that many bytes and closes. Every node serves it, bounded so that nobody can make a node
-//! move more than a little: [`MAX_BYTES`] each way, [`MAX_SERVED`] at once, one measurement
-//! per peer per [`PER_PEER_EVERY`]. A host measures its bandwidth to a few peers this way and
+//! move more than a little: [`MAX_BYTES`] each way, two at once, one measurement
+//! per peer every 30 s. A host measures its bandwidth to a few peers this way and
 //! publishes the best rate each way in its offers (docs/host.md).
 
 use std::collections::HashMap;
