@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::market::{
-    FAUCET_MICRO, LEDGER_GRACE_S, Market, RECEIPT_INTERVAL_S, docker_containers, docker_inspect,
-    docker_volumes, wait_for,
+    FAUCET_MICRO, LEDGER_GRACE_S, Market, Node, RECEIPT_INTERVAL_S, docker_containers,
+    docker_inspect, docker_volumes, wait_for,
 };
 
 /// A workload that prints a line every second until stopped.
@@ -324,6 +324,7 @@ fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
         stream.read_to_string(&mut response).unwrap();
         assert!(response.starts_with("HTTP/1.1 401"), "{response}");
     }
+    api_under_abuse(renter, addr.trim());
     for file in ["node.key", "api.token", "api.addr"] {
         let mode = std::fs::metadata(renter.dir.join(file))
             .unwrap()
@@ -547,4 +548,95 @@ fn an_unknown_lease_is_an_error_that_says_so() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// One request on its own connection; the whole response.
+fn http(addr: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// The local API under abuse: the auth scheme in any case, 401 on every path without the
+/// token, and 2,000 connections that never finish their headers: the node holds at most
+/// its cap, closes the rest within the header timeout, and answers throughout.
+fn api_under_abuse(node: &Node, addr: &str) {
+    use std::io::{Read, Write};
+    let token = std::fs::read_to_string(node.dir.join("api.token")).unwrap();
+    let status = |scheme: &str| {
+        http(
+            addr,
+            &format!(
+                "GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: {scheme} {}\r\nConnection: close\r\n\r\n",
+                token.trim()
+            ),
+        )
+    };
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let response = status(scheme);
+        assert!(response.starts_with("HTTP/1.1 200"), "{scheme}: {response}");
+    }
+    let unknown = |auth: &str| {
+        http(
+            addr,
+            &format!("GET /v1/no-such-path HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+        )
+    };
+    assert!(unknown("").starts_with("HTTP/1.1 401"));
+    let with_token = unknown(&format!("Authorization: Bearer {}\r\n", token.trim()));
+    assert!(with_token.starts_with("HTTP/1.1 400"), "{with_token}");
+
+    let pid = node.pid().unwrap();
+    let descriptors = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = descriptors();
+    let mut held = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for i in 0..2000 {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        // Headers begun, never finished.
+        let _ = stream.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n");
+        held.push(stream);
+        if i % 100 == 99 {
+            let asked = Instant::now();
+            let response = status("Bearer");
+            slowest = slowest.max(asked.elapsed());
+            assert!(
+                response.starts_with("HTTP/1.1 200"),
+                "after {i}: {response}"
+            );
+        }
+    }
+    // The node holds at most its cap (512) of them; the rest were closed as they came.
+    let during = descriptors();
+    assert!(
+        during <= before + 512 + 8,
+        "{before} descriptors, then {during}"
+    );
+    eprintln!(
+        "2,000 half-open connections: {before} -> {during} descriptors; slowest status {slowest:?}"
+    );
+    assert!(slowest < Duration::from_secs(2), "{slowest:?}");
+    // Within the header timeout (10 s) every one of them is closed.
+    wait_for("the half-open connections to be closed", 20, || {
+        descriptors() <= before + 4
+    });
+    for mut stream in held {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut rest = Vec::new();
+        // Closed by the node: end of file (or a reset), not a timeout.
+        match stream.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+    assert!(status("Bearer").starts_with("HTTP/1.1 200"));
 }

@@ -62,6 +62,12 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The bytes of the host's disk that `path` holds (its allocated blocks).
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
 #[test]
 fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let image = image_without_nc();
@@ -83,6 +89,8 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     let workspace = host.dir.join("workspaces").join(&lease);
     let image_bytes = || std::fs::metadata(workspace.join("disk.img")).unwrap().len();
     assert_eq!(image_bytes(), 32 << 20);
+    // ... and all of it on the host's disk, not a sparse file that could fail to grow.
+    assert!(allocated(&workspace.join("disk.img")) >= 32 << 20);
     let out = renter.gpux(&[
         "exec",
         &lease,
@@ -467,6 +475,9 @@ fn gpux_cp_round_trips_a_gibibyte_and_a_tree_resumes_and_never_leaves_the_worksp
     wait_for("the lease to run", 30, || {
         renter.lease(&lease).phase == "running"
     });
+    // The workspace holds its whole size on the host's disk before anything is written.
+    let image = host.dir.join(format!("workspaces/{lease}/disk.img"));
+    assert!(allocated(&image) >= 1200 << 20, "{}", allocated(&image));
     let tmp = tempfile::tempdir().unwrap();
     let big = tmp.path().join("big.bin");
     const GIB: u64 = 1 << 30;

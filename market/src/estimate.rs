@@ -8,6 +8,10 @@
 
 use gpux_protocol::GpuFamily;
 
+/// An offer priced more than this many times above or below the median offer's price is
+/// an outlier, left out of an estimate.
+pub const OUTLIER_FACTOR: f64 = 10.0;
+
 /// What buying and running one GPU of a family costs (street prices, late 2026).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Ownership {
@@ -85,7 +89,10 @@ pub struct Figure {
 pub struct MarketPrices {
     /// Offers of the family in the book, and their free GPUs together (the depth).
     pub offers: usize,
-    /// Free GPUs in the book.
+    /// Offers left out of the figures: priced more than [`OUTLIER_FACTOR`] times above or
+    /// below the median offer's price.
+    pub outliers: usize,
+    /// Free GPUs in the book (the outliers' not counted).
     pub free_gpus: u32,
     /// Percentiles of the on-demand price over the free GPUs (each GPU counted once).
     pub price_p10: f64,
@@ -164,16 +171,25 @@ pub fn estimate(
     }
     let key = family.key().to_string();
     let own = ownership(family).ok_or_else(|| EstimateError::Unpriced(key.clone()))?;
+    // Offers priced far from the rest are left out: the median offer's price (each offer
+    // counted once, however many GPUs it has) sets the range, so one host cannot move the
+    // figures by pricing absurdly or listing many GPUs.
+    let free: Vec<&BookOffer> = offers.iter().filter(|o| o.free > 0).collect();
+    let mut by_offer: Vec<f64> = free.iter().map(|o| o.price).collect();
+    by_offer.sort_by(f64::total_cmp);
+    let Some(&typical) = by_offer.get(by_offer.len().saturating_sub(1) / 2) else {
+        return Err(EstimateError::NoOffers(key));
+    };
+    let plausible =
+        |price: f64| price >= typical / OUTLIER_FACTOR && price <= typical * OUTLIER_FACTOR;
+    let kept: Vec<&BookOffer> = free.into_iter().filter(|o| plausible(o.price)).collect();
     // Each free GPU counted once, at its offer's price.
-    let mut prices: Vec<f64> = offers
+    let mut prices: Vec<f64> = kept
         .iter()
         .flat_map(|o| std::iter::repeat_n(o.price, o.free as usize))
         .collect();
-    if prices.is_empty() {
-        return Err(EstimateError::NoOffers(key));
-    }
     prices.sort_by(f64::total_cmp);
-    let mut floors: Vec<f64> = offers
+    let mut floors: Vec<f64> = kept
         .iter()
         .filter_map(|o| {
             o.spot_floor
@@ -186,6 +202,7 @@ pub fn estimate(
     let price_for_n = cheapest.iter().sum::<f64>() / cheapest.len() as f64;
     let market = MarketPrices {
         offers: offers.len(),
+        outliers: offers.iter().filter(|o| o.free > 0).count() - kept.len(),
         free_gpus: prices.len() as u32,
         price_p10: percentile(&prices, 0.10),
         price_p50: percentile(&prices, 0.50),
@@ -284,6 +301,40 @@ mod tests {
         assert!((even - 30_000.0 / 36.0 / (2.25 - 0.1575)).abs() < 1e-6);
         assert!(even > 300.0 && e.on_demand.monthly < e.buy.monthly);
         assert!(e.on_demand.how.contains("8 cheapest free h100 GPUs"));
+    }
+
+    #[test]
+    fn one_absurd_offer_moves_no_figure() {
+        let book = vec![
+            offer(2.0, 4, Some(0.8)),
+            offer(2.5, 4, None),
+            offer(4.0, 2, Some(1.5)),
+        ];
+        let honest = estimate(GpuFamily::H100, 8, 300.0, &book).unwrap();
+        // The protocol's highest price, with many GPUs and a high spot floor; and one at
+        // a hundredth of the market.
+        for outlier in [
+            offer(10_000.0, 64, Some(9_000.0)),
+            offer(0.01, 64, Some(0.01)),
+        ] {
+            let mut flooded = book.clone();
+            flooded.push(outlier);
+            let e = estimate(GpuFamily::H100, 8, 300.0, &flooded).unwrap();
+            assert_eq!(e.market.outliers, 1);
+            assert_eq!(
+                (e.market, e.on_demand, e.spot, e.break_even_hours_per_month),
+                (
+                    MarketPrices {
+                        offers: 4,
+                        outliers: 1,
+                        ..honest.market.clone()
+                    },
+                    honest.on_demand.clone(),
+                    honest.spot.clone(),
+                    honest.break_even_hours_per_month
+                )
+            );
+        }
     }
 
     #[test]

@@ -57,7 +57,9 @@ pub use envelope::{
 pub use family::GpuFamily;
 pub use key::{KeyError, Keypair, PeerId, PublicKey};
 pub use messages::*;
-pub use money::{MicroCredits, MoneyError};
+pub use money::{
+    MAX_DURATION_S, MAX_LEASE_VALUE, MAX_PRICE_PER_GPU_HOUR, MicroCredits, MoneyError,
+};
 pub use types::{
     ComputeCapability, ContentId, EscrowId, EvidenceTier, GpuUuid, ImageDigest, ParseError,
     Timestamp, Version, hex, unhex,

@@ -14,6 +14,16 @@ pub const SECONDS_PER_HOUR: u64 = 3600;
 /// minimum.
 pub const MIN_BILLED_SECONDS: u64 = 60;
 
+/// The highest price per GPU-hour any message may carry: 10,000 credits. Far above any real
+/// GPU's price (an H100 rents for a few credits an hour at market rates), low enough that no
+/// price can overflow an estimate, a cost or an escrow. A message above it is invalid.
+pub const MAX_PRICE_PER_GPU_HOUR: MicroCredits = MicroCredits(10_000 * MICROS_PER_CREDIT);
+/// The longest lease (or offered maximum, or bid) any message may name: 366 days, seconds.
+pub const MAX_DURATION_S: u32 = 366 * 24 * 3600;
+/// The most one lease or bid may be worth at its price: GPUs x price x duration at most 100
+/// million credits (an 8-GPU lease at 1,000 credits an hour for a year is 70 million).
+pub const MAX_LEASE_VALUE: MicroCredits = MicroCredits(100_000_000 * MICROS_PER_CREDIT);
+
 /// An amount of money in micro-credits.
 #[derive(
     Debug,

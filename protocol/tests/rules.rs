@@ -1072,3 +1072,56 @@ fn a_pull_policy_names_registries_and_lists_its_cache_only_when_it_pulls() {
         }
     ));
 }
+
+#[test]
+fn prices_durations_and_lease_values_beyond_the_protocol_s_bounds_are_invalid() {
+    let att = Signed::sign(&samples::host(), samples::attestation()).unwrap();
+    let host = samples::host();
+    fn above<T: std::fmt::Debug>(signed: Result<T, SignError>) -> &'static str {
+        match signed {
+            Err(SignError::Invalid {
+                source: InvalidMessage::AboveLimit { field, .. },
+                ..
+            }) => field,
+            other => panic!("expected a bound, got {other:?}"),
+        }
+    }
+    // 20,000 credits per GPU-hour: twice the bound.
+    let mut dear = samples::offer_for(&att, 9);
+    dear.price_per_gpu_hour = MicroCredits::from_credits(20_000).unwrap();
+    assert_eq!(above(Signed::sign(&host, dear)), "price_per_gpu_hour");
+    let mut at_bound = samples::offer_for(&att, 9);
+    at_bound.price_per_gpu_hour = gpux_protocol::MAX_PRICE_PER_GPU_HOUR;
+    Signed::sign(&host, at_bound).unwrap();
+    let mut endless = samples::offer_for(&att, 9);
+    endless.min_duration_s = u32::MAX - 1;
+    endless.max_duration_s = u32::MAX - 1;
+    assert_eq!(above(Signed::sign(&host, endless)), "max_duration_s");
+
+    let offer = Signed::sign(&host, samples::offer_for(&att, 9)).unwrap();
+    let mut request = samples::lease_request_for(&offer);
+    request.price_per_gpu_hour = MicroCredits(u64::MAX);
+    assert_eq!(
+        above(Signed::sign(&samples::renter(), request)),
+        "price_per_gpu_hour"
+    );
+    let mut long = samples::lease_request_for(&offer);
+    long.duration_s = gpux_protocol::MAX_DURATION_S + 1;
+    assert_eq!(above(Signed::sign(&samples::renter(), long)), "duration_s");
+
+    // Each bound alone holds, but 64 GPUs at 10,000 credits for a year are worth too much.
+    let mut bid = samples::bid();
+    bid.gpus = 64;
+    bid.max_price_per_gpu_hour = gpux_protocol::MAX_PRICE_PER_GPU_HOUR;
+    bid.duration_s = 365 * 24 * 3600;
+    assert_eq!(
+        above(Signed::sign(&samples::renter(), bid)),
+        "value (gpus x price x duration)"
+    );
+    let mut fair = samples::bid();
+    fair.kind = LeaseKind::OnDemand;
+    fair.gpus = 8;
+    fair.max_price_per_gpu_hour = MicroCredits::from_credits(1_000).unwrap();
+    fair.duration_s = 365 * 24 * 3600;
+    Signed::sign(&samples::renter(), fair).unwrap();
+}

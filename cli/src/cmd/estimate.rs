@@ -40,7 +40,7 @@ pub(crate) fn run(dir: &Path, gpu: &str, gpus: u32, hours: f64, json: bool) -> a
     let m = &e.market;
     out!(
         "{} x {} GPUs, {} hours a month (credits counted as dollars)\n\
-         book: {} offers, {} free GPUs{}; price per GPU-hour p10 {:.2}, p50 {:.2}, p90 {:.2}\n",
+         book: {} offers, {} free GPUs{}{}; price per GPU-hour p10 {:.2}, p50 {:.2}, p90 {:.2}\n",
         e.gpu,
         e.gpus,
         e.hours_per_month,
@@ -50,6 +50,10 @@ pub(crate) fn run(dir: &Path, gpu: &str, gpus: u32, hours: f64, json: bool) -> a
             ""
         } else {
             " (fewer than asked)"
+        },
+        match m.outliers {
+            0 => String::new(),
+            n => format!(" ({n} offers priced over 10x from the median left out)"),
         },
         m.price_p10,
         m.price_p50,

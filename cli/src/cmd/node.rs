@@ -27,6 +27,8 @@ pub(crate) fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
     let dir = std::path::absolute(&dir)
         .with_context(|| format!("making the data directory {} absolute", dir.display()))?;
     let effective = args.options.effective(&dir)?;
+    // Checked before anything is printed: settings that would not run are an error here too.
+    let config = effective.daemon_config(&dir)?;
     if args.print_config {
         out!("# the settings of the node on {}", dir.display())?;
         for line in effective.to_toml().lines() {
@@ -34,7 +36,6 @@ pub(crate) fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let config = effective.daemon_config(&dir)?;
     // Logs to stderr; RUST_LOG overrides the default level (info).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

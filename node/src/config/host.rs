@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use gpux_protocol::MicroCredits;
+
 use super::{ConfigError, Effective, HostOptions, Options};
 
 impl Effective {
@@ -91,24 +93,60 @@ impl Effective {
             )
         })?;
         let pull_cache_bytes = size("pull_cache", o.pull_cache.clone().or(d.pull_cache))?;
+        let price: MicroCredits = price
+            .parse()
+            .map_err(|e| self.bad("price", format!("'{price}': {e}")))?;
+        if price.0 == 0 || price > gpux_protocol::MAX_PRICE_PER_GPU_HOUR {
+            return Err(self.bad(
+                "price",
+                format!(
+                    "{price} credits per GPU-hour: must be above 0 and at most {} (the protocol's bound)",
+                    gpux_protocol::MAX_PRICE_PER_GPU_HOUR
+                ),
+            ));
+        }
+        let spot_floor: Option<MicroCredits> = o
+            .spot_floor
+            .as_ref()
+            .map(|s| {
+                s.parse()
+                    .map_err(|e| self.bad("spot_floor", format!("'{s}': {e}")))
+            })
+            .transpose()?;
+        if let Some(floor) = spot_floor.filter(|f| f.0 == 0 || *f > price) {
+            return Err(self.bad(
+                "spot_floor",
+                format!("{floor}: must be above 0 and at most the price ({price})"),
+            ));
+        }
+        let (min_duration_s, max_duration_s) = (
+            o.min_duration_s.unwrap_or(60),
+            o.max_duration_s.unwrap_or(86_400),
+        );
+        if min_duration_s == 0 || min_duration_s > max_duration_s {
+            return Err(self.bad(
+                "min_duration_s",
+                format!("{min_duration_s}: must be above 0 and at most max_duration_s ({max_duration_s})"),
+            ));
+        }
+        if max_duration_s > gpux_protocol::MAX_DURATION_S {
+            return Err(self.bad(
+                "max_duration_s",
+                format!(
+                    "{max_duration_s}: at most {} (366 days, the protocol's bound)",
+                    gpux_protocol::MAX_DURATION_S
+                ),
+            ));
+        }
         Ok(HostOptions {
             nvml_lib: o.nvml_lib.clone(),
-            price: price
-                .parse()
-                .map_err(|e| self.bad("price", format!("'{price}': {e}")))?,
-            spot_floor: o
-                .spot_floor
-                .as_ref()
-                .map(|s| {
-                    s.parse()
-                        .map_err(|e| self.bad("spot_floor", format!("'{s}': {e}")))
-                })
-                .transpose()?,
+            price,
+            spot_floor,
             region: o.region.clone().unwrap_or_default(),
             images,
             image_tags: Default::default(),
-            min_duration_s: o.min_duration_s.unwrap_or(60),
-            max_duration_s: o.max_duration_s.unwrap_or(86_400),
+            min_duration_s,
+            max_duration_s,
             offer_ttl_s: o.offer_ttl_s.unwrap_or(600),
             republish_s: o.republish_s.unwrap_or(120),
             fake_gpus: o.fake_gpus.unwrap_or(false),

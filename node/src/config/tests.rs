@@ -131,3 +131,34 @@ fn a_bad_file_is_named_with_its_key_and_line() {
     let err = resolve(dir.path(), &flags).unwrap_err().to_string();
     assert!(err.contains("--receipt-interval"), "{err}");
 }
+
+#[test]
+fn prices_and_durations_beyond_the_protocol_s_bounds_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |text: &str, key: &str| {
+        write(dir.path(), text);
+        let err = resolve(dir.path(), &Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+        err
+    };
+    let err = refused("host = true\nprice = \"20000\"\n", "price");
+    assert!(err.contains("at most 10000"), "{err}");
+    refused("host = true\nprice = \"-1\"\n", "price");
+    refused("host = true\nprice = \"0\"\n", "price");
+    refused(
+        "host = true\nprice = \"2\"\nspot_floor = \"3\"\n",
+        "spot_floor",
+    );
+    refused(
+        "host = true\nmax_duration_s = 4294967294\n",
+        "max_duration_s",
+    );
+    refused(
+        "host = true\nmin_duration_s = 7200\nmax_duration_s = 3600\n",
+        "min_duration_s",
+    );
+    write(dir.path(), "host = true\nprice = \"10000\"\n");
+    resolve(dir.path(), &Options::default()).unwrap();
+}

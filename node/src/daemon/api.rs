@@ -150,21 +150,33 @@ impl FromRequestParts<AppState> for Authorized {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let given = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if same(given.as_bytes(), state.token.as_bytes()) {
+        if bearer_token(&parts.headers).is_some_and(|t| same(t.as_bytes(), state.token.as_bytes()))
+        {
             Ok(Authorized)
         } else {
-            Err(error(
-                ApiError::new(ErrorCode::Unauthorized, "missing or wrong API token")
-                    .with_hint("the token is in <data-dir>/api.token"),
-            ))
+            Err(unauthorized())
         }
     }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header; the scheme's case does not matter
+/// (RFC 9110 section 11.1), nor the spaces after it.
+fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
+fn unauthorized() -> Response {
+    error(
+        ApiError::new(ErrorCode::Unauthorized, "missing or wrong API token")
+            .with_hint("the token is in <data-dir>/api.token"),
+    )
 }
 
 /// An error as its status and `{code, message, hint}` body.
@@ -606,7 +618,12 @@ async fn listen(
     }
 }
 
-async fn not_found() -> Response {
+/// A path the API does not have: 401 without the token, as every other path (nothing about
+/// the API is told to a caller without it), 400 with it.
+async fn not_found(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    if !bearer_token(&headers).is_some_and(|t| same(t.as_bytes(), state.token.as_bytes())) {
+        return unauthorized();
+    }
     error(ApiError::new(ErrorCode::BadInput, "no such API path"))
 }
 
@@ -702,17 +719,6 @@ pub(crate) async fn serve(
             console: super::console::Console::new(bound, feeds.history),
             snapshots: feeds.snapshots,
         });
-    // Interactive streams (exec, forwards) go through here: no Nagle delay on replies.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("the API server stopped: {e}");
-        }
-    });
+    let task = tokio::spawn(super::http::serve(listener, app, shutdown));
     Ok((bound, task))
 }

@@ -14,6 +14,7 @@ mod bids;
 mod console;
 mod group;
 mod host;
+mod http;
 mod market;
 mod mint;
 mod proof;

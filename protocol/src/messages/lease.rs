@@ -8,7 +8,7 @@ use crate::envelope::Message;
 use crate::key::PublicKey;
 use crate::messages::{
     InvalidMessage, MAX_OFFER_GPUS, MessageKind, ensure_after, ensure_at_most, ensure_nonempty,
-    ensure_nonzero, ensure_unique,
+    ensure_nonzero, ensure_sane_terms, ensure_unique,
 };
 use crate::money::{MIN_BILLED_SECONDS, MicroCredits, cost, storage_cost};
 use crate::types::{ContentId, EscrowId, GpuUuid, ImageDigest, Timestamp};
@@ -390,6 +390,12 @@ impl Message for LeaseRequest {
         ensure_unique("gpus", self.gpus.iter().copied())?;
         ensure_nonzero("price_per_gpu_hour", self.price_per_gpu_hour.0)?;
         ensure_nonzero("duration_s", self.duration_s.into())?;
+        ensure_sane_terms(
+            "price_per_gpu_hour",
+            self.price_per_gpu_hour,
+            self.duration_s,
+            self.gpus.len() as u64,
+        )?;
         self.kind.check(self.duration_s)?;
         self.limits.check()?;
         if !self.ssh_keys.iter().all(|k| is_ssh_public_key(k)) {

@@ -4,9 +4,9 @@ use crate::codec::{BoundedString, BoundedVec, Ext};
 use crate::envelope::Message;
 use crate::messages::{
     InvalidMessage, LeaseKind, MessageKind, ensure_after, ensure_at_most, ensure_nonempty,
-    ensure_nonzero, ensure_token, ensure_unique,
+    ensure_nonzero, ensure_sane_terms, ensure_token, ensure_unique,
 };
-use crate::money::MicroCredits;
+use crate::money::{MAX_DURATION_S, MAX_PRICE_PER_GPU_HOUR, MicroCredits};
 use crate::types::{
     ComputeCapability, ContentId, EvidenceTier, GpuUuid, ImageDigest, Timestamp, Version,
 };
@@ -377,6 +377,16 @@ impl Message for Offer {
             )?;
         }
         ensure_nonzero("min_duration_s", self.min_duration_s.into())?;
+        ensure_at_most(
+            "price_per_gpu_hour",
+            self.price_per_gpu_hour.0,
+            MAX_PRICE_PER_GPU_HOUR.0,
+        )?;
+        ensure_at_most(
+            "max_duration_s",
+            self.max_duration_s.into(),
+            MAX_DURATION_S.into(),
+        )?;
         if self.min_duration_s > self.max_duration_s {
             return Err(InvalidMessage::Inconsistent {
                 field: "min_duration_s",
@@ -711,6 +721,12 @@ impl Message for Bid {
         ensure_at_most("slot", self.slot.into(), u64::from(MAX_BID_SLOTS - 1))?;
         ensure_nonzero("max_price_per_gpu_hour", self.max_price_per_gpu_hour.0)?;
         ensure_nonzero("duration_s", self.duration_s.into())?;
+        ensure_sane_terms(
+            "max_price_per_gpu_hour",
+            self.max_price_per_gpu_hour,
+            self.duration_s,
+            self.gpus.into(),
+        )?;
         self.kind.check(self.duration_s)
     }
 

@@ -315,6 +315,27 @@ pub(crate) fn ensure_nonzero(field: &'static str, value: u64) -> Result<(), Inva
     Ok(())
 }
 
+/// The protocol's bounds on what a lease may cost ([`crate::money::MAX_PRICE_PER_GPU_HOUR`],
+/// [`crate::money::MAX_DURATION_S`], [`crate::money::MAX_LEASE_VALUE`]): a price, a
+/// duration, and `gpus` GPUs at that price for that long.
+pub(crate) fn ensure_sane_terms(
+    price_field: &'static str,
+    price: crate::MicroCredits,
+    duration_s: u32,
+    gpus: u64,
+) -> Result<(), InvalidMessage> {
+    use crate::money::{MAX_DURATION_S, MAX_LEASE_VALUE, MAX_PRICE_PER_GPU_HOUR};
+    ensure_at_most(price_field, price.0, MAX_PRICE_PER_GPU_HOUR.0)?;
+    ensure_at_most("duration_s", duration_s.into(), MAX_DURATION_S.into())?;
+    // At most 10^10 micro per GPU-hour, 366 days and 2^16 GPUs: this cannot overflow.
+    let value = u128::from(gpus) * u128::from(price.0) * u128::from(duration_s) / 3600;
+    ensure_at_most(
+        "value (gpus x price x duration)",
+        u64::try_from(value).unwrap_or(u64::MAX),
+        MAX_LEASE_VALUE.0,
+    )
+}
+
 pub(crate) fn ensure_at_most(
     field: &'static str,
     value: u64,

@@ -539,7 +539,8 @@ pub(crate) fn estimate(
             Some(Err(e)) => p.error #estimate-error { (e) },
             Some(Ok(e)) => {
                 p { (e.gpus) " × " (e.gpu) ", " (e.hours_per_month) " hours a month; the book has "
-                    (e.market.offers) " offers with " (e.market.free_gpus) " free GPUs (credits counted as dollars)." }
+                    (e.market.offers) " offers with " (e.market.free_gpus) " free GPUs (credits counted as dollars)."
+                    @if e.market.outliers > 0 { " " (e.market.outliers) " offers priced over 10× from the median are left out." } }
                 (chart::estimate(&e))
                 table #estimate-table {
                     thead { tr { th { "" } th { "Per GPU-hour" } th { "Per month" } } }

@@ -385,12 +385,29 @@ impl HostRole {
             ));
         }
         let left = self.workspace_free();
-        (bytes > left).then(|| {
-            format!(
+        if bytes > left {
+            return Some(format!(
                 "a workspace of {bytes} bytes does not fit: {left} of this host's {} are free",
                 self.options.disk_quota_bytes
-            )
-        })
+            ));
+        }
+        // The quota may promise more than the disk holds now: a workspace is allocated in
+        // full, so the disk must back it beside the open leases' workspaces not made yet.
+        let workspaces = &self.worker_ctx.workspaces;
+        let unmade: u64 = self
+            .leases
+            .iter()
+            .filter(|(id, _)| workspaces.allocated(&gpux_protocol::hex(&id.0)) == 0)
+            .filter_map(|(_, l)| l.request().workspace_bytes().ok().flatten())
+            .sum();
+        match workspaces.disk_free() {
+            Ok(free) if bytes > free.saturating_sub(unmade) => Some(format!(
+                "a workspace of {bytes} bytes does not fit on this host's disk: {} bytes are free",
+                free.saturating_sub(unmade)
+            )),
+            Ok(_) => None,
+            Err(e) => Some(format!("the workspace disk: {e}")),
+        }
     }
 
     /// What the disk quota leaves for a new workspace, bytes.
