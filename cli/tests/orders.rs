@@ -406,3 +406,76 @@ fn a_held_lease_takes_files_in_before_its_work_starts_on_commit_and_costs_nothin
     assert_eq!(market.balance(renter), before - paid);
     market.assert_conserved();
 }
+
+#[test]
+fn concurrent_rents_from_one_renter_and_from_two_all_get_a_gpu_each() {
+    let market = Market::start_with(1, 8, 2, 30);
+    let (a, b) = (&market.renters[0], &market.renters[1]);
+    // Rents fired at once; each outcome as the renter's JSON, or its error.
+    let fire = |rents: &[&super::market::Node]| -> Vec<Result<gpux_api::Rented, String>> {
+        let children: Vec<_> = rents
+            .iter()
+            .map(|renter| {
+                renter
+                    .gpux_command(&[
+                        "rent",
+                        "gpu=l4",
+                        "--max-price",
+                        "5",
+                        "--duration",
+                        "300",
+                        "--image",
+                        &market.image,
+                        "--json",
+                        "--",
+                        "sleep",
+                        "300",
+                    ])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        children
+            .into_iter()
+            .map(|child| {
+                let out = child.wait_with_output().unwrap();
+                if out.status.success() {
+                    Ok(serde_json::from_slice(&out.stdout).unwrap())
+                } else {
+                    Err(String::from_utf8_lossy(&out.stderr).into_owned())
+                }
+            })
+            .collect()
+    };
+    let distinct_gpus = |rented: &[gpux_api::Rented]| {
+        let gpus: std::collections::BTreeSet<&String> =
+            rented.iter().flat_map(|r| &r.gpus).collect();
+        gpus.len()
+    };
+    // Six at once from one renter node on one free 8-GPU host: six leases, six GPUs.
+    let one: Vec<_> = fire(&[a; 6]).into_iter().collect::<Result<_, _>>().unwrap();
+    assert_eq!(distinct_gpus(&one), 6);
+    for r in &one {
+        assert!(a.gpux(&["stop", &r.lease]).status.success());
+    }
+    wait_for("the six leases to end on the host", 60, || {
+        market.hosts[0]
+            .leases()
+            .iter()
+            .all(|l| l.phase == "ended" || l.phase == "settled")
+    });
+    // Two renters, four each at once, for the host's eight GPUs: they collide on the same
+    // best GPUs, and the host's refusals name the free ones, asked for again at once.
+    let both = fire(&[a, a, a, a, b, b, b, b]);
+    let rented: Vec<_> = both
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .cloned()
+        .collect();
+    let failed: Vec<_> = both.iter().filter_map(|r| r.as_ref().err()).collect();
+    eprintln!("two renters, eight rents at once: {} leases", rented.len());
+    assert!(rented.len() >= 7, "{} of 8: {failed:?}", rented.len());
+    assert_eq!(distinct_gpus(&rented), rented.len());
+}

@@ -399,18 +399,92 @@ impl HostBook {
         detail: &str,
         now: Timestamp,
     ) -> Answer {
+        self.reject_with(request, reason, detail, Ext::new(), now)
+    }
+
+    fn reject_with(
+        &self,
+        request: ContentId,
+        reason: RejectReason,
+        detail: &str,
+        ext: Ext,
+        now: Timestamp,
+    ) -> Answer {
         let body = LeaseReject {
             request,
             created_at: now,
             reason,
             detail: BoundedString::new(detail.chars().take(200).collect::<String>())
                 .unwrap_or_default(),
-            ext: Ext::new(),
+            ext,
         };
         let envelope = Signed::sign(&self.key, body)
             .map(|v| v.as_bytes().to_vec())
             .unwrap_or_default();
         Answer::Rejected { reason, envelope }
+    }
+
+    /// A refusal for GPUs that are taken, naming as many other GPUs of the request's slot as
+    /// it asks for that are free for its window ([`gpux_protocol::EXT_REJECT_FREE_GPUS`]), so
+    /// that the renter asks again for those rather than going to another host.
+    fn reject_taken(
+        &self,
+        request: &Verified<LeaseRequest>,
+        detail: &str,
+        now: Timestamp,
+    ) -> Answer {
+        let mut ext = Ext::new();
+        if let Some(free) = self.free_instead(request, now) {
+            // At most 16 GPUs of 17 bytes: within an ext value's 1 KiB.
+            let _ = ext.insert(
+                gpux_protocol::EXT_REJECT_FREE_GPUS,
+                gpux_protocol::encode_gpus(&free),
+            );
+        }
+        self.reject_with(
+            request.id(),
+            RejectReason::GpusUnavailable,
+            detail,
+            ext,
+            now,
+        )
+    }
+
+    /// Free GPUs of the request's slot, as many as it asks for, none of them held.
+    fn free_instead(
+        &self,
+        request: &Verified<LeaseRequest>,
+        now: Timestamp,
+    ) -> Option<Vec<GpuUuid>> {
+        let named = self
+            .offers
+            .iter()
+            .chain(&self.superseded)
+            .find(|o| o.id() == request.offer)?;
+        let current = self.offers.iter().find(|o| o.slot == named.slot)?;
+        let spec = gpux_market::BidSpec {
+            query: gpux_market::query::Query::default(),
+            gpus: u16::try_from(request.gpus.len()).ok()?,
+            max_price: request.price_per_gpu_hour,
+            duration_s: request.duration_s,
+            kind: request.kind,
+            allow_spread: false,
+        };
+        let held: Vec<GpuUuid> = self.held.values().flatten().copied().collect();
+        // Renters refused at the same moment are named different GPUs where there are
+        // enough: the offer's GPUs from a point that the request's id picks.
+        let mut order: Vec<GpuUuid> = current.gpus.iter().map(|g| g.uuid).collect();
+        let turn = usize::from(request.id().0[0]) % order.len().max(1);
+        order.rotate_left(turn);
+        let allocation = self
+            .book
+            .allocate_on(&current.id(), &spec, now, (&order, &held))?;
+        // Only GPUs the offer the renter named lists: its request must name them.
+        allocation
+            .gpus
+            .iter()
+            .all(|g| named.gpus.iter().any(|n| n.uuid == *g))
+            .then_some(allocation.gpus)
     }
 
     /// Answers a (verified) lease request at `now`; `staged`: the host holds the image the
@@ -486,12 +560,7 @@ impl HostBook {
             .iter()
             .find(|g| self.held.values().flatten().any(|h| h == *g))
         {
-            return self.reject(
-                id,
-                RejectReason::GpusUnavailable,
-                &format!("GPU {g} is leased"),
-                now,
-            );
+            return self.reject_taken(&request, &format!("GPU {g} is leased"), now);
         }
         // Book on the slot's current offer: bookings belong to the GPUs, so which of the
         // slot's offers the renter saw does not matter.
@@ -505,14 +574,15 @@ impl HostBook {
         }) else {
             // Leased GPUs leave the current offer; say so rather than "unknown offer".
             let busy = self.busy_gpus(now);
-            let (reason, detail) = match request.gpus.iter().find(|g| busy.contains(g)) {
-                Some(g) => (RejectReason::GpusUnavailable, format!("GPU {g} is leased")),
-                None => (
+            return match request.gpus.iter().find(|g| busy.contains(g)) {
+                Some(g) => self.reject_taken(&request, &format!("GPU {g} is leased"), now),
+                None => self.reject(
+                    id,
                     RejectReason::OfferUnknown,
-                    "the offer's GPUs are no longer offered".to_string(),
+                    "the offer's GPUs are no longer offered",
+                    now,
                 ),
             };
-            return self.reject(id, reason, &detail, now);
         };
         let offer = current.id();
         let direct = Allocation {
@@ -537,7 +607,7 @@ impl HostBook {
             Ok(()) => direct,
             Err(e) => match self.preempting(&request, offer, now) {
                 Some(wanted) if self.book.reserve(&wanted, id).is_ok() => wanted,
-                _ => return self.reject(id, RejectReason::GpusUnavailable, &e.to_string(), now),
+                _ => return self.reject_taken(&request, &e.to_string(), now),
             },
         };
         // The booking's start, when later than now: after the preempted leases' notice, or

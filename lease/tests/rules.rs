@@ -644,3 +644,54 @@ fn a_request_for_more_than_its_gpus_share_of_the_machine_is_refused_as_too_high(
         Answer::Accepted { .. }
     ));
 }
+
+#[test]
+fn a_refusal_for_a_taken_gpu_names_free_gpus_of_the_offer_and_they_are_given() {
+    // An offer of four GPUs.
+    let mut body = offer(T0).body().clone();
+    let gpu = |n: u8| GpuUuid::Gpu([n; 16]);
+    body.gpus = BoundedVec::new(
+        (3..7)
+            .map(|n| OfferGpu {
+                uuid: gpu(n),
+                ..body.gpus[0].clone()
+            })
+            .collect(),
+    )
+    .unwrap();
+    let four = Signed::sign(&host(), body).unwrap();
+    let mut book = HostBook::new(host(), Timing::default());
+    book.add_offer(four.clone(), Timestamp(T0));
+    // Two renters ask for the same GPU at once: the first gets it.
+    let first = request_by(&renter(), &four, gpu(3), T0 + 10, LeaseKind::OnDemand);
+    assert!(matches!(
+        book.handle_request(first, Timestamp(T0 + 10), false),
+        Answer::Accepted { .. }
+    ));
+    let other = Keypair::from_seed(&[33; 32]);
+    let second = request_by(&other, &four, gpu(3), T0 + 20, LeaseKind::OnDemand);
+    let Answer::Rejected { reason, envelope } =
+        book.handle_request(second, Timestamp(T0 + 20), false)
+    else {
+        panic!("the taken GPU was given twice");
+    };
+    assert_eq!(reason, RejectReason::GpusUnavailable);
+    let reject = Signed::<LeaseReject>::from_bytes(envelope)
+        .unwrap()
+        .verify()
+        .unwrap();
+    let free = reject_free_gpus(&reject).expect("the refusal names free GPUs");
+    assert_eq!(free.len(), 1);
+    assert_ne!(free[0], gpu(3));
+    // Asked again for the one named, the second renter gets it.
+    let again = request_by(&other, &four, free[0], T0 + 30, LeaseKind::OnDemand);
+    assert!(matches!(
+        book.handle_request(again, Timestamp(T0 + 30), false),
+        Answer::Accepted { .. }
+    ));
+    // The encoding round-trips and refuses what is not one.
+    let all: Vec<GpuUuid> = vec![gpu(1), GpuUuid::Mig([2; 16])];
+    assert_eq!(decode_gpus(&encode_gpus(&all)), Some(all));
+    assert_eq!(decode_gpus(&[2; 17]), None);
+    assert_eq!(decode_gpus(&[0; 16]), None);
+}

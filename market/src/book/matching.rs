@@ -432,6 +432,33 @@ impl OrderBook {
         Ok(())
     }
 
+    /// `spec.gpus` GPUs of offer `offer` free now for `spec`'s window without preempting
+    /// anyone, those in `prefer` first (in its order) and none in `avoid`: where a renter's concurrent
+    /// rents, or a host's refusal, send it to another GPU of the same offer rather than
+    /// another host. `None` when the offer is unknown, does not take the spec, or has too
+    /// few free.
+    pub fn allocate_on(
+        &self,
+        offer: &ContentId,
+        spec: &BidSpec,
+        now: Timestamp,
+        (prefer, avoid): (&[GpuUuid], &[GpuUuid]),
+    ) -> Option<Allocation> {
+        let entry = self.entry(*self.by_id.get(offer)?)?;
+        if !Self::takes(entry, spec) {
+            return None;
+        }
+        let window = spec.window(now.0, 0);
+        let mut free = self.free_gpus(entry, spec, window);
+        free.retain(|(g, _)| !avoid.contains(&entry.gpus[usize::from(*g)]));
+        free.sort_by_key(|(g, _)| {
+            let gpu = &entry.gpus[usize::from(*g)];
+            prefer.iter().position(|p| p == gpu).unwrap_or(usize::MAX)
+        });
+        let wanted = usize::from(spec.gpus);
+        (free.len() >= wanted).then(|| Self::allocation(entry, spec, window, &free[..wanted]))
+    }
+
     /// Frees the GPUs of a lease (it ended). Returns whether the lease was booked here.
     pub fn release(&mut self, lease: &ContentId) -> bool {
         let Some((host, gpus)) = self.leases.remove(lease) else {

@@ -120,13 +120,31 @@ pub(crate) enum RentEvent {
     /// A host could not be dialled, timed out, or refused without a typed reason.
     Unreachable(gpux_protocol::PublicKey),
     /// A host accepted: the lease's machine takes over; `reply` hears how the start went.
+    /// `hold` (the rent's claim on the GPUs) gives way to the lease's booking.
     Accepted {
         request: Box<Verified<LeaseRequest>>,
         accept: Box<Verified<LeaseAccept>>,
         allocation: Allocation,
+        hold: Option<gpux_protocol::ContentId>,
         reply: oneshot::Sender<RentReport>,
     },
+    /// Claims GPUs of `allocation`'s offer for one request, booking them in this node's
+    /// book under a hold of their own, so that this node's concurrent rents ask for other
+    /// GPUs: those in `prefer` first, none in `avoid`. `None`: too few are free.
+    Claim {
+        allocation: Allocation,
+        spec: BidSpec,
+        prefer: Vec<gpux_protocol::GpuUuid>,
+        avoid: Vec<gpux_protocol::GpuUuid>,
+        reply: oneshot::Sender<Option<(Allocation, gpux_protocol::ContentId)>>,
+    },
+    /// A claim that did not become a lease.
+    Release(gpux_protocol::ContentId),
 }
+
+/// How many times one host is asked again, for the GPUs it names as free, after it
+/// refused GPUs that another renter had just taken.
+const RETRIES_ON_HOST: usize = 3;
 
 /// What a rented container runs.
 #[derive(Debug, Clone, Default)]
@@ -176,6 +194,8 @@ enum Refusal {
     /// Refused before anything was agreed (with the host's typed reason, when it gave one):
     /// try another offer.
     Refused(String, Option<RejectReason>),
+    /// The GPUs asked for were taken; the host named these of the same offer as free.
+    Taken(String, Vec<gpux_protocol::GpuUuid>),
     /// Agreed, but it did not start (the machine reported why; nothing is paid).
     NotStarted(String),
 }
@@ -449,10 +469,10 @@ impl RentTask {
                     host: Some(host.peer_id().to_string()),
                     ..gpux_api::RentProgress::default()
                 });
-                let rented = match self
-                    .request(&allocation, image, (staged, pulled), (terms, limits))
-                    .await
-                {
+                let rented = self
+                    .request_claimed(allocation, image, (staged, pulled), (terms, limits))
+                    .await;
+                let rented = match rented {
                     Ok(rented) if self.workload.challenge => {
                         self.challenge_held(rented, host, reference_gops).await
                     }
@@ -460,6 +480,10 @@ impl RentTask {
                 };
                 match rented {
                     Ok(rented) => return Ok(rented),
+                    Err(Refusal::Taken(why, _)) => {
+                        refusals.push(why);
+                        reasons.push(Some(RejectReason::GpusUnavailable));
+                    }
                     Err(Refusal::Refused(why, reason)) => {
                         if reason.is_none() {
                             report(&self.events, Event::Rent(RentEvent::Unreachable(host))).await;
@@ -535,12 +559,76 @@ impl RentTask {
         self.net.reach(peer).await.map_err(|e| e.to_string())
     }
 
+    /// Asks `allocation`'s host for a lease, on GPUs claimed in this node's book first (so
+    /// this node's other rents ask for others); when the host refuses because another
+    /// renter took them, asks it again for the GPUs it names as free, up to
+    /// [`RETRIES_ON_HOST`] times.
+    async fn request_claimed(
+        &self,
+        allocation: Allocation,
+        image: ImageDigest,
+        (staged, pulled): (Option<StagedImage>, Option<gpux_api::PulledImage>),
+        (terms, limits): (Terms, ResourceLimits),
+    ) -> Result<Rented, Refusal> {
+        let host = allocation.host.peer_id();
+        // A spot lease that preempts others books what the match found, as it is.
+        if !allocation.preempts.is_empty() {
+            return self
+                .request(&allocation, image, (staged, pulled), (terms, limits), None)
+                .await;
+        }
+        let mut prefer = allocation.gpus.clone();
+        let mut avoid = Vec::new();
+        let mut last = None;
+        for _ in 0..=RETRIES_ON_HOST {
+            let (tx, rx) = oneshot::channel();
+            let claim = RentEvent::Claim {
+                allocation: allocation.clone(),
+                spec: self.spec.clone(),
+                prefer: std::mem::take(&mut prefer),
+                avoid: avoid.clone(),
+                reply: tx,
+            };
+            report(&self.events, Event::Rent(claim)).await;
+            let Some((claimed, hold)) = rx.await.ok().flatten() else {
+                break;
+            };
+            let result = self
+                .request(
+                    &claimed,
+                    image,
+                    (staged.clone(), pulled.clone()),
+                    (terms.clone(), limits),
+                    Some(hold),
+                )
+                .await;
+            if result.is_err() {
+                report(&self.events, Event::Rent(RentEvent::Release(hold))).await;
+            }
+            match result {
+                Err(Refusal::Taken(why, free)) => {
+                    avoid.extend(claimed.gpus.iter().copied());
+                    prefer = free;
+                    last = Some(why);
+                }
+                other => return other,
+            }
+        }
+        Err(Refusal::Taken(
+            last.unwrap_or_else(|| {
+                format!("{host}: its free GPUs are being asked for by this node's other rents")
+            }),
+            Vec::new(),
+        ))
+    }
+
     async fn request(
         &self,
         allocation: &Allocation,
         image: ImageDigest,
         (staged, pulled): (Option<StagedImage>, Option<gpux_api::PulledImage>),
         (terms, limits): (Terms, ResourceLimits),
+        hold: Option<gpux_protocol::ContentId>,
     ) -> Result<Rented, Refusal> {
         let t = now();
         let refused = |e: String| Refusal::Refused(e, None);
@@ -591,10 +679,13 @@ impl RentTask {
                 accept
             }
             Ok(AnyVerified::LeaseReject(reject)) => {
-                return Err(Refusal::Refused(
-                    format!("{host} refused: {:?} ({})", reject.reason, reject.detail),
-                    Some(reject.reason),
-                ));
+                let why = format!("{host} refused: {:?} ({})", reject.reason, reject.detail);
+                return Err(match gpux_protocol::reject_free_gpus(&reject) {
+                    Some(free) if reject.reason == RejectReason::GpusUnavailable => {
+                        Refusal::Taken(why, free)
+                    }
+                    _ => Refusal::Refused(why, Some(reject.reason)),
+                });
             }
             Ok(_) => {
                 return Err(refused(format!(
@@ -617,6 +708,7 @@ impl RentTask {
                 request: Box::new(request),
                 accept: Box::new(accept),
                 allocation: allocation.clone(),
+                hold,
                 reply: tx,
             }),
         )

@@ -236,6 +236,47 @@ pub fn is_ssh_public_key(line: &str) -> bool {
         && line.bytes().all(|b| (b' '..=b'~').contains(&b))
 }
 
+/// `LeaseReject` ext key: GPUs of the same offer's slot, as many as the request asked for,
+/// that are free for its window (each a kind byte, 0 GPU or 1 MIG, and its 16 bytes; see
+/// [`encode_gpus`]): a host refusing GPUs that are taken names these so that the renter asks
+/// again for them rather than going to another host. An offer lists at most
+/// [`MAX_OFFER_GPUS`], so the value stays within an ext value's limit.
+pub const EXT_REJECT_FREE_GPUS: u16 = 1;
+
+/// GPUs as [`EXT_REJECT_FREE_GPUS`] carries them.
+pub fn encode_gpus(gpus: &[GpuUuid]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(gpus.len() * 17);
+    for g in gpus {
+        out.push(u8::from(g.is_mig()));
+        out.extend_from_slice(g.bytes());
+    }
+    out
+}
+
+/// GPUs read back from [`encode_gpus`]'s bytes; `None` when they are not such (a length not
+/// a multiple of 17, a kind byte other than 0 or 1, more than [`MAX_OFFER_GPUS`]).
+pub fn decode_gpus(bytes: &[u8]) -> Option<Vec<GpuUuid>> {
+    if !bytes.len().is_multiple_of(17) || bytes.len() / 17 > MAX_OFFER_GPUS {
+        return None;
+    }
+    bytes
+        .chunks_exact(17)
+        .map(|c| {
+            let uuid: [u8; 16] = c[1..].try_into().ok()?;
+            match c[0] {
+                0 => Some(GpuUuid::Gpu(uuid)),
+                1 => Some(GpuUuid::Mig(uuid)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The free GPUs a refusal names ([`EXT_REJECT_FREE_GPUS`]), if it names any that read.
+pub fn reject_free_gpus(reject: &LeaseReject) -> Option<Vec<GpuUuid>> {
+    decode_gpus(reject.ext.get(EXT_REJECT_FREE_GPUS)?).filter(|g| !g.is_empty())
+}
+
 /// `LeaseRequest` ext key: the lease's `/workspace` size, bytes (u64 little-endian). Without
 /// it the lease has no workspace.
 pub const EXT_WORKSPACE_BYTES: u16 = 1;

@@ -53,10 +53,11 @@ pub use challenge::{
 };
 pub use lease::{
     DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,
-    EXT_GROUP, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE, EndReason, EnvVar,
-    LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, MAX_COMMIT_WAIT_MS,
-    MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES, MAX_SSH_KEY_BYTES,
-    MAX_SSH_KEYS, PreemptionNotice, RejectReason, ResourceLimits, SSH_KEY_TYPES, is_ssh_public_key,
+    EXT_GROUP, EXT_REJECT_FREE_GPUS, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE,
+    EndReason, EnvVar, LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest,
+    MAX_COMMIT_WAIT_MS, MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES,
+    MAX_SSH_KEY_BYTES, MAX_SSH_KEYS, PreemptionNotice, RejectReason, ResourceLimits, SSH_KEY_TYPES,
+    decode_gpus, encode_gpus, is_ssh_public_key, reject_free_gpus,
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_END, EscrowLock,

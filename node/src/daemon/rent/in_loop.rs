@@ -104,12 +104,47 @@ impl Daemon {
                     host.peer_id()
                 );
             }
+            RentEvent::Claim {
+                allocation,
+                spec,
+                prefer,
+                avoid,
+                reply,
+            } => {
+                let mut hold = gpux_protocol::ContentId([0; 32]);
+                let _ = getrandom::fill(&mut hold.0);
+                // An offer replaced since the match (its host republished it): asked for as
+                // matched, with nothing to hold here.
+                if !self.market.book.contains(&allocation.offer) {
+                    let mut allocation = allocation;
+                    // The GPUs the host named as free, when it named enough.
+                    if prefer.len() == allocation.gpus.len() {
+                        allocation.gpus = prefer;
+                    }
+                    let _ = reply.send(Some((allocation, hold)));
+                    return;
+                }
+                let claimed = self
+                    .market
+                    .book
+                    .allocate_on(&allocation.offer, &spec, now(), (&prefer, &avoid))
+                    .filter(|claim| self.market.book.reserve(claim, hold).is_ok())
+                    .map(|claim| (claim, hold));
+                let _ = reply.send(claimed);
+            }
+            RentEvent::Release(hold) => {
+                self.market.book.release(&hold);
+            }
             RentEvent::Accepted {
                 request,
                 accept,
                 allocation,
+                hold,
                 reply,
             } => {
+                if let Some(hold) = hold {
+                    self.market.book.release(&hold);
+                }
                 let _ = self.market.book.reserve(&allocation, request.id());
                 let ledger = self.ledger.as_ref().map(crate::ledger::LedgerClient::keys);
                 match ledger {

@@ -8,6 +8,7 @@ use gpux_protocol::{CancelFees, Ext, MicroCredits, money};
 use super::Workload;
 
 /// A candidate's lease terms: the ext fields to sign, and what the kept workspace costs.
+#[derive(Clone)]
 pub(super) struct Terms {
     pub(super) ext: Ext,
     pub(super) charge: MicroCredits,
