@@ -111,7 +111,14 @@ pub struct HostBook {
     /// Devices that share hardware: each MIG instance with its GPU, the GPU with each of its
     /// instances. A lease on one makes the others unavailable for its window.
     related: BTreeMap<GpuUuid, BTreeSet<GpuUuid>>,
+    /// GPUs a refusal named as free to one renter, kept for it until the time given
+    /// ([`NAMED_HOLD_MS`]): another renter is neither named nor given them meanwhile, so
+    /// renters refused at once each ask again for GPUs of their own.
+    named: BTreeMap<GpuUuid, (gpux_protocol::PublicKey, Timestamp)>,
 }
+
+/// How long the GPUs a refusal names stay kept for the renter it named them to, ms.
+pub const NAMED_HOLD_MS: u64 = 5_000;
 
 impl HostBook {
     /// An empty book; `timing` is announced in every acceptance.
@@ -129,7 +136,17 @@ impl HostBook {
             preempting: BTreeSet::new(),
             pending: BTreeMap::new(),
             related: BTreeMap::new(),
+            named: BTreeMap::new(),
         }
+    }
+
+    /// The GPUs kept at `now` for renters other than `renter` (named in their refusals).
+    fn named_to_others(&self, renter: &gpux_protocol::PublicKey, now: Timestamp) -> Vec<GpuUuid> {
+        self.named
+            .iter()
+            .filter(|(_, (to, until))| to != renter && *until > now)
+            .map(|(g, _)| *g)
+            .collect()
     }
 
     /// The host's MIG layout: `(gpu, instance)` pairs, each instance a slice of that GPU. A
@@ -428,13 +445,18 @@ impl HostBook {
     /// it asks for that are free for its window ([`gpux_protocol::EXT_REJECT_FREE_GPUS`]), so
     /// that the renter asks again for those rather than going to another host.
     fn reject_taken(
-        &self,
+        &mut self,
         request: &Verified<LeaseRequest>,
         detail: &str,
         now: Timestamp,
     ) -> Answer {
         let mut ext = Ext::new();
+        self.named.retain(|_, (_, until)| *until > now);
         if let Some(free) = self.free_instead(request, now) {
+            for g in &free {
+                self.named
+                    .insert(*g, (request.signer(), now.plus_ms(NAMED_HOLD_MS)));
+            }
             // At most 16 GPUs of 17 bytes: within an ext value's 1 KiB.
             let _ = ext.insert(
                 gpux_protocol::EXT_REJECT_FREE_GPUS,
@@ -470,7 +492,15 @@ impl HostBook {
             kind: request.kind,
             allow_spread: false,
         };
-        let held: Vec<GpuUuid> = self.held.values().flatten().copied().collect();
+        // Not the GPUs named to anyone in a refusal still kept (to this renter's other
+        // rents neither): each refusal names GPUs of its own.
+        let mut held: Vec<GpuUuid> = self.held.values().flatten().copied().collect();
+        held.extend(
+            self.named
+                .iter()
+                .filter(|(_, (_, until))| *until > now)
+                .map(|(g, _)| *g),
+        );
         // Renters refused at the same moment are named different GPUs where there are
         // enough: the offer's GPUs from a point that the request's id picks.
         let mut order: Vec<GpuUuid> = current.gpus.iter().map(|g| g.uuid).collect();
@@ -561,6 +591,14 @@ impl HostBook {
             .find(|g| self.held.values().flatten().any(|h| h == *g))
         {
             return self.reject_taken(&request, &format!("GPU {g} is leased"), now);
+        }
+        let others = self.named_to_others(&request.signer(), now);
+        if let Some(g) = request.gpus.iter().find(|g| others.contains(g)) {
+            return self.reject_taken(
+                &request,
+                &format!("GPU {g} is kept a moment for another renter"),
+                now,
+            );
         }
         // Book on the slot's current offer: bookings belong to the GPUs, so which of the
         // slot's offers the renter saw does not matter.

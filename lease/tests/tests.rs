@@ -8,6 +8,7 @@
 mod cancel;
 #[cfg(not(feature = "broken-rule"))]
 mod commit;
+mod crowd;
 #[cfg(not(feature = "broken-rule"))]
 mod group;
 mod mig;

@@ -134,6 +134,9 @@ pub(crate) enum RentEvent {
     Claim {
         allocation: Allocation,
         spec: BidSpec,
+        /// The rent's previous hold, released first (in the same step, so that no other
+        /// rent of this node takes the GPUs a refusal named in between).
+        release: Option<gpux_protocol::ContentId>,
         prefer: Vec<gpux_protocol::GpuUuid>,
         avoid: Vec<gpux_protocol::GpuUuid>,
         reply: oneshot::Sender<Option<(Allocation, gpux_protocol::ContentId)>>,
@@ -580,11 +583,13 @@ impl RentTask {
         let mut prefer = allocation.gpus.clone();
         let mut avoid = Vec::new();
         let mut last = None;
+        let mut previous = None;
         for _ in 0..=RETRIES_ON_HOST {
             let (tx, rx) = oneshot::channel();
             let claim = RentEvent::Claim {
                 allocation: allocation.clone(),
                 spec: self.spec.clone(),
+                release: previous.take(),
                 prefer: std::mem::take(&mut prefer),
                 avoid: avoid.clone(),
                 reply: tx,
@@ -602,17 +607,23 @@ impl RentTask {
                     Some(hold),
                 )
                 .await;
-            if result.is_err() {
-                report(&self.events, Event::Rent(RentEvent::Release(hold))).await;
-            }
             match result {
                 Err(Refusal::Taken(why, free)) => {
+                    // Released with the next claim.
+                    previous = Some(hold);
                     avoid.extend(claimed.gpus.iter().copied());
                     prefer = free;
                     last = Some(why);
                 }
-                other => return other,
+                Err(other) => {
+                    report(&self.events, Event::Rent(RentEvent::Release(hold))).await;
+                    return Err(other);
+                }
+                ok => return ok,
             }
+        }
+        if let Some(hold) = previous {
+            report(&self.events, Event::Rent(RentEvent::Release(hold))).await;
         }
         Err(Refusal::Taken(
             last.unwrap_or_else(|| {

@@ -107,10 +107,14 @@ impl Daemon {
             RentEvent::Claim {
                 allocation,
                 spec,
+                release,
                 prefer,
                 avoid,
                 reply,
             } => {
+                if let Some(previous) = release {
+                    self.market.book.release(&previous);
+                }
                 let mut hold = gpux_protocol::ContentId([0; 32]);
                 let _ = getrandom::fill(&mut hold.0);
                 // An offer replaced since the match (its host republished it): asked for as
