@@ -187,6 +187,9 @@ pub(crate) enum Event {
     },
     /// A rent that counted against the spend cap while it was matched is over.
     SpendDone(u64),
+    /// A write that records money or a lease failed (the disk is full or failing): the
+    /// node stops with this error rather than carry on with records it cannot keep.
+    StoreFailed(String),
     /// An API command to answer again a little later (a search of families just followed,
     /// once their hosts have republished), and until when it may wait for a first offer.
     Deferred(Box<ApiCommand>, std::time::Instant),
@@ -229,6 +232,14 @@ pub(crate) async fn act(
 /// Sends `event` into the loop from a task (the loop may be gone at shutdown: fine).
 pub(crate) async fn report(tx: &mpsc::Sender<Event>, event: Event) {
     let _ = tx.send(event).await;
+}
+
+/// Reports a failed write of a money or lease record ([`Event::StoreFailed`]): the node
+/// stops with it. From outside the loop, so from anywhere.
+pub(crate) fn store_failed(tx: &mpsc::Sender<Event>, why: String) {
+    tracing::error!("{why}: the node stops");
+    let tx = tx.clone();
+    tokio::spawn(async move { report(&tx, Event::StoreFailed(why)).await });
 }
 
 /// Reports `event` at `at` (a timer).
@@ -287,6 +298,8 @@ pub(crate) struct Daemon {
         std::collections::BTreeMap<gpux_protocol::ContentId, gpux_api::RegistryCredentials>,
     /// Where rents under way stand, for `gpux rent`'s progress.
     rent_progress: rent::ProgressBoard,
+    /// A money or lease record could not be written: the node stops with this.
+    store_failed: Option<String>,
     /// This node's standing bids and what each runs when filled.
     bids: bids::OwnBids,
 }
@@ -398,6 +411,7 @@ pub async fn run(
         registry_secrets: std::collections::BTreeMap::new(),
         rent_progress: rent::ProgressBoard::default(),
         bids: bids::OwnBids::default(),
+        store_failed: None,
     };
     if let Some(options) = config.host.clone() {
         let ledger = ledger.clone().context(
@@ -502,7 +516,12 @@ pub async fn run(
     tokio::pin!(shutdown);
     daemon.restart_resumes();
     daemon.restore_bids();
+    let mut failed = None;
     loop {
+        if let Some(why) = daemon.store_failed.take() {
+            failed = Some(why);
+            break;
+        }
         tokio::select! {
             () = &mut shutdown => break,
             Some(event) = net_events.recv() => daemon.on_network_event(event),
@@ -556,7 +575,15 @@ pub async fn run(
         use crate::store::Store;
         state.store().flush()?;
     }
-    Ok(())
+    match failed {
+        Some(why) => Err(anyhow::anyhow!(
+            "the node stopped: {why} (the store could not keep a record; free disk space or \
+             check the disk under {}, then start the node again: it resumes from what was \
+             stored)",
+            config.data_dir.display()
+        )),
+        None => Ok(()),
+    }
 }
 
 impl Daemon {
@@ -624,6 +651,9 @@ impl Daemon {
             }
             Event::ChallengePassed { lease, measured } => self.challenge_passed(lease, &measured),
             Event::Proof { lease, proof } => self.on_proof(lease, proof),
+            Event::StoreFailed(why) => {
+                self.store_failed.get_or_insert(why);
+            }
             Event::SpendDone(worst) => {
                 self.spend_pending = self.spend_pending.saturating_sub(worst);
             }

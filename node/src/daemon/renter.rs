@@ -167,8 +167,12 @@ impl RenterRole {
         if self.apply(id, effects)
             && let Ok(AnyVerified::ReceiptAck(_)) =
                 AnySigned::from_bytes(answer.clone()).and_then(AnySigned::verify)
+            && let Err(e) = self.state.save_receipt(&id, seq, &bytes, Some(&answer))
         {
-            let _ = self.state.save_receipt(&id, seq, &bytes, Some(&answer));
+            crate::daemon::store_failed(
+                &self.events,
+                format!("cannot store receipt {seq} of lease {}: {e}", id.short()),
+            );
         }
         answer
     }
@@ -281,9 +285,11 @@ impl RenterRole {
             match effect {
                 RenterEffect::Persist => {
                     if let Err(e) = self.state.save_renter_lease(&id, lease.record()) {
-                        tracing::error!(
-                            "cannot store lease {}: {e}; its next steps wait",
-                            id.short()
+                        // Nothing after an unstored step is carried out, and the node stops:
+                        // a restart resumes from the last stored one.
+                        crate::daemon::store_failed(
+                            &self.events,
+                            format!("cannot store lease {}: {e}", id.short()),
                         );
                         return false;
                     }

@@ -546,11 +546,11 @@ impl HostRole {
             match effect {
                 HostEffect::Persist => {
                     if let Err(e) = self.state.save_host_lease(&id, lease.record()) {
-                        // Nothing after an unstored step is carried out: a restart resumes
-                        // from the last stored one.
-                        tracing::error!(
-                            "cannot store lease {}: {e}; its next steps wait",
-                            id.short()
+                        // Nothing after an unstored step is carried out, and the node stops:
+                        // a restart resumes from the last stored one.
+                        crate::daemon::store_failed(
+                            &self.events,
+                            format!("cannot store lease {}: {e}", id.short()),
                         );
                         return freed;
                     }
@@ -657,7 +657,14 @@ impl HostRole {
         seq: u64,
         envelope: Vec<u8>,
     ) {
-        let _ = self.state.save_receipt(&id, seq, &envelope, None);
+        if let Err(e) = self.state.save_receipt(&id, seq, &envelope, None) {
+            // Not sent: a receipt the host cannot keep is one it could not show or settle.
+            crate::daemon::store_failed(
+                &self.events,
+                format!("cannot store receipt {seq} of lease {}: {e}", id.short()),
+            );
+            return;
+        }
         self.recorder.receipt("sent");
         let Some(renter) = peer_of(request) else {
             return;
@@ -673,7 +680,17 @@ impl HostRole {
             let answer = match sent {
                 Ok(Ok(bytes)) => match AnySigned::from_bytes(bytes).and_then(AnySigned::verify) {
                     Ok(AnyVerified::ReceiptAck(ack)) => {
-                        let _ = state.save_receipt(&id, seq, &envelope, Some(ack.as_bytes()));
+                        if let Err(e) =
+                            state.save_receipt(&id, seq, &envelope, Some(ack.as_bytes()))
+                        {
+                            crate::daemon::store_failed(
+                                &events,
+                                format!(
+                                    "cannot store the acknowledgement of receipt {seq} of lease {}: {e}",
+                                    id.short()
+                                ),
+                            );
+                        }
                         recorder.receipt("acked");
                         RenterAnswer::Ack(ack)
                     }
