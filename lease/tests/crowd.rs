@@ -15,23 +15,7 @@ use gpux_market::{Allocation, BidSpec, BookConfig, OrderBook};
 use gpux_protocol::*;
 
 use crate::rules::{T0, host, offer, request_by};
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::sim::Rng;
 
 /// A rent's state.
 enum Rent {
@@ -108,10 +92,10 @@ fn ask(
 
 /// One schedule; `Err` says which rule broke.
 fn run(seed: u64) -> Result<(), String> {
-    let mut rng = Rng(seed);
-    let n = 1 + rng.below(16) as u8;
-    let m = 1 + rng.below(u64::from(n)) as usize;
-    let nodes = 1 + rng.below(4) as usize;
+    let mut rng = Rng::new(seed);
+    let n = rng.range(1, 16) as u8;
+    let m = rng.range(1, u64::from(n)) as usize;
+    let nodes = rng.range(1, 4) as usize;
     let mut body = offer(T0).body().clone();
     body.gpus = BoundedVec::new(
         (0..n)
@@ -156,7 +140,7 @@ fn run(seed: u64) -> Result<(), String> {
         if choices == 0 {
             break;
         }
-        let pick = rng.below(choices as u64) as usize;
+        let pick = rng.range(0, choices as u64 - 1) as usize;
         if pick < ready.len() {
             // A rent claims GPUs in its node's book and asks.
             let i = ready[pick];
@@ -175,12 +159,12 @@ fn run(seed: u64) -> Result<(), String> {
             )?;
         } else if pick == ready.len() && !to_host.is_empty() {
             // The host answers a request (any in flight).
-            let k = rng.below(to_host.len() as u64) as usize;
+            let k = rng.range(0, to_host.len() as u64 - 1) as usize;
             let (i, request) = to_host.remove(k).unwrap();
             let answer = host_book.handle_request(request, Timestamp(t), false);
             to_renter.push_back((i, answer));
         } else if !to_renter.is_empty() {
-            let k = rng.below(to_renter.len() as u64) as usize;
+            let k = rng.range(0, to_renter.len() as u64 - 1) as usize;
             let (i, answer) = to_renter.remove(k).unwrap();
             let task = &mut tasks[i];
             let Rent::Asking { hold, allocation } =

@@ -22,12 +22,12 @@ use gpux_protocol::{
     LeaseAccept, LeaseKind, LeaseRequest, MicroCredits, ResourceLimits, Signed, Timestamp,
 };
 
-/// SplitMix64: small, fast, and the same everywhere.
+/// SplitMix64: small, fast, and the same everywhere (the crowd simulator draws from it too).
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
@@ -40,7 +40,7 @@ impl Rng {
     }
 
     /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
 

@@ -1,6 +1,14 @@
 //! The host's dealings with the ledger: the lock, redemptions, the release.
 
-use super::*;
+use gpux_protocol::ledger_wire::RefusalCode;
+use gpux_protocol::validate::escrow_lock_matches_request;
+use gpux_protocol::{
+    BoundedBytes, BoundedString, ContentId, EscrowLock, Ext, LeaseReject, LedgerEntry,
+    MicroCredits, Redeem, RejectReason, Release, Signed, Timestamp, Verified,
+};
+
+use super::{HostEffect, HostLease, HostPhase, HostTimer, LOCK_RETRY_MS, LOCK_WINDOW_MS};
+use crate::{End, LedgerCall, LedgerVerdict, backoff_ms};
 
 impl HostLease {
     pub(super) fn reject(&self, now: Timestamp, reason: RejectReason, detail: &str) -> Vec<u8> {

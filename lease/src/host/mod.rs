@@ -14,19 +14,12 @@
 //! go out (a slow Docker, a busy node) the host's unpaid runtime stays within one receipt
 //! interval plus the grace, for the time its node is up.
 
-use gpux_protocol::ledger_wire::RefusalCode;
-use gpux_protocol::validate::{ack_matches_receipt, escrow_lock_matches_request, may_preempt};
 use gpux_protocol::{
-    BoundedBytes, BoundedString, ContentId, EscrowLock, Ext, Keypair, LeaseAccept, LeaseCommit,
-    LeaseEnd, LeaseKind, LeaseReject, LeaseRequest, LedgerEntry, MicroCredits, PreemptionNotice,
-    ReceiptAck, Redeem, RejectReason, Release, Signed, Timestamp, UsageReceipt, UsageSummary,
+    ContentId, Keypair, LeaseAccept, LeaseKind, LeaseRequest, MicroCredits, Signed, Timestamp,
     Verified,
 };
 
-use crate::{
-    End, LedgerCall, LedgerVerdict, MAX_VOUCHER_BYTES, RestoreError, Timing, Voucher, backoff_ms,
-    bill,
-};
+use crate::{End, LedgerCall, RestoreError, Timing, bill};
 
 /// An escrow lock must come this soon after the acceptance: the GPUs are booked from the
 /// acceptance, and the work must fit in the booking.
@@ -54,7 +47,6 @@ mod io;
 mod ledger;
 mod work;
 
-use io::SentReceipt;
 pub use io::{
     ContainerState, HostEffect, HostInput, HostPhase, HostRecord, HostTimer, Meter, Preemption,
     RenterAnswer, StartFailure, UsageSample,

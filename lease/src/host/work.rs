@@ -1,7 +1,18 @@
 //! The work itself: its start, its samples, its receipts and their answers, its end, the
 //! final bill, and the timers.
 
-use super::*;
+use gpux_protocol::validate::{ack_matches_receipt, may_preempt};
+use gpux_protocol::{
+    BoundedBytes, Ext, LeaseCommit, LeaseEnd, LeaseRequest, MicroCredits, PreemptionNotice,
+    ReceiptAck, RejectReason, Signed, Timestamp, UsageReceipt, UsageSummary, Verified,
+};
+
+use super::io::SentReceipt;
+use super::{
+    EXIT_NOTICE_MS, FINAL_RECEIPT_WAIT_MS, HostEffect, HostLease, HostPhase, HostTimer,
+    KEPT_RECEIPTS, LOCK_WAIT_MS, Preemption, RenterAnswer, STOP_WAIT_MS, UsageSample,
+};
+use crate::{End, LedgerCall, MAX_VOUCHER_BYTES, Voucher, bill};
 
 impl HostLease {
     pub(super) fn on_started(

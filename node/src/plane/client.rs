@@ -140,13 +140,17 @@ pub async fn exec(
                 continue;
             };
             match plane_wire::decode::<ExecOutput>(&bytes) {
+                // Where this side's own output is gone (a closed pipe), nothing more can be
+                // shown: the command's session ends here, as a local program's would.
                 Ok(ExecOutput::Stdout(data)) => {
-                    let _ = stdout.write_all(&data).await;
-                    let _ = stdout.flush().await;
+                    if stdout.write_all(&data).await.is_err() || stdout.flush().await.is_err() {
+                        return None;
+                    }
                 }
                 Ok(ExecOutput::Stderr(data)) => {
-                    let _ = stderr.write_all(&data).await;
-                    let _ = stderr.flush().await;
+                    if stderr.write_all(&data).await.is_err() || stderr.flush().await.is_err() {
+                        return None;
+                    }
                 }
                 Ok(ExecOutput::Exit(code)) => return code,
                 Err(_) => return None,

@@ -188,7 +188,9 @@ async fn run_command(
         Ok(session) => session,
         Err(e) => {
             let mut err = write_half.make_writer_ext(Some(1));
-            let _ = err.write_all(format!("gpux: {e}\r\n").as_bytes()).await;
+            if let Err(gone) = err.write_all(format!("gpux: {e}\r\n").as_bytes()).await {
+                tracing::debug!("an SSH exec that did not start: telling its client: {gone}");
+            }
             let _ = write_half.exit_status(127).await;
             let _ = write_half.eof().await;
             let _ = write_half.close().await;
