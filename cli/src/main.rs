@@ -614,8 +614,10 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 cmd::testnet::TestnetAction::Flood {
                     keys_per_min,
                     duration,
+                    rounds,
+                    rent,
                 },
-        } => cmd::testnet::flood(keys_per_min, duration)?,
+        } => cmd::testnet::flood(keys_per_min, duration, rounds, rent)?,
         Command::Testnet {
             action:
                 cmd::testnet::TestnetAction::PlaneBench {

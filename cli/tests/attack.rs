@@ -82,13 +82,16 @@ fn cheap_unreachable_hosts_do_not_stop_a_rent_and_forged_tiers_reach_no_book() {
 }
 
 #[test]
-fn a_sybil_flood_is_cut_off_at_the_relay_and_honest_offers_still_arrive() {
-    // The short version of `gpux testnet flood` (docs/benchmarks.md has the 5-minute run).
+fn a_sybil_flood_is_cut_off_at_the_relay_honest_offers_still_arrive_and_the_next_rent_succeeds() {
+    // The short version of `gpux testnet flood` (docs/benchmarks.md has the 5-minute run and
+    // ten floods in a row): two floods, each from a fresh rogue, each followed by one rent.
     let config = gpux_testnet::flood::FloodConfig {
         gpux: std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpux")),
         keys_per_min: 5000,
-        duration: Duration::from_secs(15),
+        duration: Duration::from_secs(12),
         base_dir: None,
+        rounds: 2,
+        rent_image: Some(gpux_testnet::build_image().expect("building the workload image")),
     };
     let report = gpux_testnet::flood::run(&config, |line| eprintln!("{line}")).unwrap();
     eprintln!("{report:#?}");
@@ -98,11 +101,15 @@ fn a_sybil_flood_is_cut_off_at_the_relay_and_honest_offers_still_arrive() {
     );
     assert!(report.relay_connected_to_victim, "{report:#?}");
     assert!(report.relay_over_budget > 0, "{report:#?}");
-    // What got through is one relay's budget of new signers, not the flood.
-    assert!(report.victim_book_max <= 300, "{report:#?}");
+    // What got through is one relay's budget of new signers a round, not the flood.
+    assert!(report.victim_book_max <= 450, "{report:#?}");
     assert!(report.victim_rss_max_kib <= 64 * 1024, "{report:#?}");
     assert!(report.honest_offers_seen >= 3, "{report:#?}");
     assert!(report.propagation_ms_p95 <= 1000, "{report:#?}");
+    // The flood's cheap hosts are ahead of the honest one by price, and none has a node
+    // behind it: every rent still gets a lease on its first call.
+    assert_eq!(report.rents.len(), 2, "{report:#?}");
+    assert!(report.rents.iter().all(|r| r.ok), "{:#?}", report.rents);
 }
 
 #[test]

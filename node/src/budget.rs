@@ -6,11 +6,17 @@
 //! (1 a second, bursts of 120: 60 a minute). Peers whose connections come from one IP
 //! address (other than 127.0.0.1, where a local testnet runs every node) also share a
 //! group budget, twice one peer's, so identities crowded on one address are limited as a
-//! group. A message over a budget is ignored (not forwarded, not validated further) and
-//! raises the peer's *excess*, which halves every minute; the peer's gossipsub application
-//! score is minus its excess, so a peer that keeps flooding sinks below the graylist
-//! threshold (-80) and is disconnected, while a relay that only forwards what its own
-//! budgets let through stays well above it.
+//! group. A message over a budget is ignored (not forwarded, not validated further); one
+//! over the message budget also raises the peer's *excess*, which halves every minute. The
+//! peer's gossipsub application score is minus its excess, so a peer that keeps flooding
+//! sinks below the graylist threshold (-80) and is disconnected, while a relay that only
+//! forwards what its own budgets let through stays well above it. Going over the
+//! new-signer budget costs no excess: a relay flooded by fresh identities one after another
+//! passes on a budget's worth from each, and must not be cut off for it.
+//!
+//! What a budget lets through can still be a burst: a relay passing on a flood brings up to
+//! 120 fresh keys at once, then 60 a minute. [`Bursts`] marks the signers a relaying peer
+//! brings more than 16 a minute of; a rent tries marked hosts last.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -150,8 +156,11 @@ impl Budgets {
         }
     }
 
-    /// Takes one message from `peer`'s budgets (and its group's). Over a budget, the peer's
-    /// excess grows.
+    /// Takes one message from `peer`'s budgets (and its group's). Over the message budget,
+    /// the peer's excess grows; over the new-signer budget the message is only ignored: an
+    /// honest relay passes on what each of its peers' budgets let through, so floods from
+    /// fresh identities one after another (each with a whole budget of its own there) bring
+    /// it over its budget here, and it must not be cut off for that.
     pub fn admit(&mut self, peer: PeerId, new_signer: bool, now: u64) -> Admit {
         let own = self
             .peers
@@ -166,7 +175,7 @@ impl Budgets {
                 .admit(new_signer, IP_GROUP_FACTOR, now),
             (own, _) => own,
         };
-        if verdict != Admit::Yes
+        if verdict == Admit::OverMessages
             && let Some(b) = self.peers.get_mut(&peer)
         {
             b.add_excess(now);
@@ -197,6 +206,69 @@ impl Budgets {
     fn bound(&mut self) {
         trim_oldest(&mut self.peers, MAX_TRACKED, |b| b.seen);
         trim_oldest(&mut self.groups, MAX_TRACKED, |b| b.seen);
+    }
+}
+
+/// New signers a relaying peer may bring within [`BURST_WINDOW_MS`] before they count as a
+/// burst (a relay that brings more is passing on a flood, or the whole market at once).
+pub const BURST_SIGNERS: usize = 16;
+/// The window [`BURST_SIGNERS`] is counted over, ms.
+pub const BURST_WINDOW_MS: u64 = 60_000;
+/// How long a signer that came in a burst stays marked, ms.
+pub const BURST_MARK_MS: u64 = 600_000;
+/// Signers marked at most (the oldest marks go first).
+const MAX_MARKED: usize = 20_000;
+
+/// Which signers came in a burst of new signers from one relaying peer. A rent tries
+/// them last: a flood of fresh keys, however cheap their offers, cannot push the hosts a
+/// renter already knew out of its first round. Pure: the caller passes the time.
+#[derive(Debug, Default)]
+pub struct Bursts {
+    peers: BTreeMap<PeerId, Arrivals>,
+    /// Signers marked, with when.
+    marked: BTreeMap<gpux_protocol::PublicKey, u64>,
+}
+
+/// The new signers one relaying peer brought lately.
+#[derive(Debug, Default)]
+struct Arrivals {
+    /// In the last window, oldest first.
+    window: std::collections::VecDeque<(u64, gpux_protocol::PublicKey)>,
+    /// While a burst lasts, every new signer from the peer is marked at once.
+    bursting_until: u64,
+    seen: u64,
+}
+
+impl Bursts {
+    /// `peer` brought `signer`, new to this node. When the peer's window then holds more
+    /// than [`BURST_SIGNERS`], all of them are marked (those before the crossing too), and
+    /// so is every new signer it brings until a window passes without a burst.
+    pub fn arrived(&mut self, peer: PeerId, signer: gpux_protocol::PublicKey, now: u64) {
+        let arrivals = self.peers.entry(peer).or_default();
+        arrivals.seen = now;
+        while arrivals
+            .window
+            .front()
+            .is_some_and(|(at, _)| now.saturating_sub(*at) > BURST_WINDOW_MS)
+        {
+            arrivals.window.pop_front();
+        }
+        arrivals.window.push_back((now, signer));
+        if arrivals.window.len() > BURST_SIGNERS || now < arrivals.bursting_until {
+            arrivals.bursting_until = now + BURST_WINDOW_MS;
+            for (_, s) in arrivals.window.drain(..) {
+                self.marked.insert(s, now);
+            }
+        }
+        trim_oldest(&mut self.peers, MAX_TRACKED, |a| a.seen);
+        trim_oldest(&mut self.marked, MAX_MARKED, |at| *at);
+    }
+
+    /// Whether `signer` came in a burst, less than [`BURST_MARK_MS`] ago.
+    pub fn marked(&self, signer: &gpux_protocol::PublicKey, now: u64) -> bool {
+        self.marked
+            .get(signer)
+            .is_some_and(|at| now.saturating_sub(*at) < BURST_MARK_MS)
     }
 }
 
@@ -292,5 +364,62 @@ mod tests {
             }
         }
         assert_eq!(admitted, 1200);
+    }
+
+    #[test]
+    fn floods_from_fresh_identities_one_after_another_never_get_their_relay_cut_off() {
+        // A relay flooded by ten rogues in turn, each a fresh identity with a whole budget
+        // at the relay; the relay's neighbour holds all it forwards against the relay's
+        // one budget there.
+        let mut relay = Budgets::default();
+        let mut neighbour = Budgets::default();
+        let relay_id = PeerId::random();
+        let t0 = 1_000_000;
+        let mut ignored_at_neighbour = 0;
+        for round in 0..10u64 {
+            let rogue = PeerId::random();
+            for i in 0..1000u64 {
+                let at = t0 + round * 20_000 + i * 12;
+                if relay.admit(rogue, true, at) == Admit::Yes
+                    && neighbour.admit(relay_id, true, at + 5) != Admit::Yes
+                {
+                    ignored_at_neighbour += 1;
+                }
+            }
+            // Each rogue sinks at the relay.
+            assert!(relay.app_score(&rogue, t0 + round * 20_000 + 12_000) < -80.0);
+        }
+        // The neighbour ignored what went over the relay's budget, and keeps the relay.
+        assert!(ignored_at_neighbour > 500, "{ignored_at_neighbour}");
+        assert_eq!(neighbour.app_score(&relay_id, t0 + 200_000), 0.0);
+    }
+
+    #[test]
+    fn signers_a_relay_brings_in_a_burst_are_marked_and_a_trickle_is_not() {
+        let key = |i: u32| {
+            let mut seed = [0u8; 32];
+            seed[..4].copy_from_slice(&i.to_le_bytes());
+            gpux_protocol::Keypair::from_seed(&seed).public()
+        };
+        let mut b = Bursts::default();
+        let (relay, other) = (PeerId::random(), PeerId::random());
+        let t0 = 1_000_000;
+        // A trickle: one new host every five seconds, for ten minutes.
+        for i in 0..120 {
+            b.arrived(relay, key(i), t0 + u64::from(i) * 5_000);
+        }
+        assert!((0..120).all(|i| !b.marked(&key(i), t0 + 600_000)));
+        // A flood through the same relay: all of it marked, its first keys too, and what
+        // follows while it lasts; another relay's hosts are not.
+        let t1 = t0 + 700_000;
+        for i in 1000..1200 {
+            b.arrived(relay, key(i), t1 + u64::from(i - 1000) * 10);
+        }
+        b.arrived(other, key(5000), t1 + 5_000);
+        b.arrived(relay, key(1200), t1 + 30_000);
+        assert!((1000..=1200).all(|i| b.marked(&key(i), t1 + 30_000)));
+        assert!(!b.marked(&key(5000), t1 + 30_000));
+        // The mark fades.
+        assert!(!b.marked(&key(1000), t1 + 2_000 + BURST_MARK_MS));
     }
 }

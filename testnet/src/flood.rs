@@ -11,7 +11,10 @@
 //!
 //! It reports the victim's book, memory (RSS) and database size at their largest, how long
 //! the honest host's offers took to reach the victim during the flood, and who is still
-//! connected at the end: the rogue should be cut off, the relay should not.
+//! connected at the end: the rogue should be cut off, the relay should not. Given an image
+//! the honest host offers, the victim then rents (one `gpux rent`, timed), and the flood
+//! runs again from a fresh rogue, as many rounds as asked: every rent should succeed on its
+//! first call, though the flood's cheap hosts are all ahead of the honest one by price.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -35,6 +38,26 @@ pub struct FloodConfig {
     pub duration: Duration,
     /// Where the nodes' data dirs go (a temporary directory when None).
     pub base_dir: Option<PathBuf>,
+    /// Floods in a row, each from a fresh rogue (1 at least).
+    pub rounds: u32,
+    /// An image the honest host offers (built in the local Docker): the victim rents after
+    /// each flood. Without one, nobody rents.
+    pub rent_image: Option<String>,
+}
+
+/// One `gpux rent` on the victim after a flood.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RentAfterFlood {
+    /// After which flood (from 1).
+    pub round: u32,
+    /// Whether it got a lease on its first call.
+    pub ok: bool,
+    /// From the call to its answer, ms.
+    pub ms: u64,
+    /// The host it got (the honest one, the only one with a node).
+    pub host: Option<String>,
+    /// Its error when it failed.
+    pub error: Option<String>,
 }
 
 /// What came out.
@@ -74,6 +97,10 @@ pub struct FloodReport {
     pub rogue_connected_to_relay: bool,
     /// Whether the honest relay is still connected to the victim at the end.
     pub relay_connected_to_victim: bool,
+    /// Floods run.
+    pub rounds: u32,
+    /// The victim's rents, one after each flood.
+    pub rents: Vec<RentAfterFlood>,
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -139,7 +166,10 @@ pub fn run(config: &FloodConfig, progress: impl Fn(&str)) -> anyhow::Result<Floo
         &gpus,
         "[[gpu]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-0000beef-0000-4000-8000-000000000001\"\nmemory_total_bytes = 24152899584\ncompute_capability = [8, 9]\n",
     )?;
-    let image = ImageDigest([0x11; 32]);
+    let image: ImageDigest = match &config.rent_image {
+        Some(image) => image.parse().context("the image to rent")?,
+        None => ImageDigest([0x11; 32]),
+    };
     let mut host_args = joined.clone();
     host_args.extend(
         [
@@ -178,56 +208,96 @@ pub fn run(config: &FloodConfig, progress: impl Fn(&str)) -> anyhow::Result<Floo
     }
     progress("relay, honest host and victim up; the honest offer reached the victim");
 
+    if config.rent_image.is_some() {
+        relay_api
+            .mint(&gpux_api::MintRequest {
+                account: victim.peer.clone(),
+                amount: "100".into(),
+                grant: None,
+            })
+            .context("funding the victim")?;
+    }
     let runtime = tokio::runtime::Runtime::new()?;
-    let mut rogue = runtime.block_on(Rogue::start(&relay_addr))?;
-    runtime.block_on(rogue.wait_for_mesh(Duration::from_secs(20)))?;
-    progress(&format!(
-        "flooding the relay with {} fresh host keys a minute for {} s",
-        config.keys_per_min,
-        config.duration.as_secs()
-    ));
-
     let mut report = FloodReport::default();
     let mut seen = std::collections::BTreeMap::new();
-    let rogue_peer = rogue.peer_id().to_string();
-    let (keys_per_min, duration) = (config.keys_per_min, config.duration);
     let victim_pid = victim.pid().unwrap_or(0);
     report.victim_book_before = victim_api.status().map_or(0, |s| s.offers_in_book);
     report.victim_rss_before_kib = rss_kib(victim_pid);
     report.victim_disk_before_bytes = dir_bytes(&victim.dir);
-    let flood = runtime.spawn(async move {
-        rogue
-            .flood(keys_per_min, duration, MicroCredits(36_000), image)
-            .await
-    });
     let flood_start = Instant::now();
-    let mut last_progress = Instant::now();
-    while !flood.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = gpux_node::attest::now();
-        if let Ok(hits) = victim_api.offers(&honest, 10) {
-            for h in hits {
-                seen.entry(h.offer)
-                    .or_insert_with(|| now.ms_since(h.created_at));
+    for round in 1..=config.rounds.max(1) {
+        let mut rogue = runtime.block_on(Rogue::start(&relay_addr))?;
+        runtime.block_on(rogue.wait_for_mesh(Duration::from_secs(20)))?;
+        progress(&format!(
+            "flood {round}: {} fresh host keys a minute for {} s into the relay",
+            config.keys_per_min,
+            config.duration.as_secs()
+        ));
+        let rogue_peer = rogue.peer_id().to_string();
+        let (keys_per_min, duration) = (config.keys_per_min, config.duration);
+        let flood = runtime.spawn(async move {
+            rogue
+                .flood(keys_per_min, duration, MicroCredits(36_000), image)
+                .await
+        });
+        let mut last_progress = Instant::now();
+        while !flood.is_finished() {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = gpux_node::attest::now();
+            if let Ok(hits) = victim_api.offers(&honest, 10) {
+                for h in hits {
+                    seen.entry(h.offer)
+                        .or_insert_with(|| now.ms_since(h.created_at));
+                }
+            }
+            if let Ok(s) = victim_api.status() {
+                report.victim_book_max = report.victim_book_max.max(s.offers_in_book);
+            }
+            report.victim_rss_max_kib = report.victim_rss_max_kib.max(rss_kib(victim_pid));
+            report.victim_disk_max_bytes = report.victim_disk_max_bytes.max(dir_bytes(&victim.dir));
+            if last_progress.elapsed() > Duration::from_secs(15) {
+                last_progress = Instant::now();
+                progress(&format!(
+                    "{:>4.0} s: victim book {}, RSS {} KiB, disk {} KiB",
+                    flood_start.elapsed().as_secs_f64(),
+                    report.victim_book_max,
+                    report.victim_rss_max_kib,
+                    report.victim_disk_max_bytes / 1024
+                ));
             }
         }
-        if let Ok(s) = victim_api.status() {
-            report.victim_book_max = report.victim_book_max.max(s.offers_in_book);
-        }
-        report.victim_rss_max_kib = report.victim_rss_max_kib.max(rss_kib(victim_pid));
-        report.victim_disk_max_bytes = report.victim_disk_max_bytes.max(dir_bytes(&victim.dir));
-        if last_progress.elapsed() > Duration::from_secs(15) {
-            last_progress = Instant::now();
+        let (sent, refused) = runtime.block_on(flood).unwrap_or((0, 0));
+        report.keys_sent += sent;
+        report.keys_refused += refused;
+        let victim_status = victim_api.status()?;
+        let relay_status = relay_api.status()?;
+        report.rogue_connected_to_victim |= victim_status.peers.contains(&rogue_peer);
+        report.rogue_connected_to_relay |= relay_status.peers.contains(&rogue_peer);
+        progress(&format!(
+            "flood {round} over: {sent} keys sent, {refused} refused; the relay ignored {} \
+             messages over budget so far, and is {}connected to the rogue",
+            relay_status.gossip_over_budget,
+            if relay_status.peers.contains(&rogue_peer) {
+                "still "
+            } else {
+                "not "
+            }
+        ));
+        if let Some(image) = &config.rent_image {
+            let rent = rent_once(&victim, image, round)?;
             progress(&format!(
-                "{:>4.0} s: victim book {}, RSS {} KiB, disk {} KiB",
-                flood_start.elapsed().as_secs_f64(),
-                report.victim_book_max,
-                report.victim_rss_max_kib,
-                report.victim_disk_max_bytes / 1024
+                "rent after flood {round}: {} in {} ms{}",
+                if rent.ok { "a lease" } else { "FAILED" },
+                rent.ms,
+                rent.error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
             ));
+            report.rents.push(rent);
         }
     }
-    (report.keys_sent, report.keys_refused) = runtime.block_on(flood).unwrap_or((0, 0));
+    report.rounds = config.rounds.max(1);
     report.duration_s = flood_start.elapsed().as_secs_f64();
     let mut delays: Vec<u64> = seen.values().copied().collect();
     delays.sort_unstable();
@@ -238,10 +308,54 @@ pub fn run(config: &FloodConfig, progress: impl Fn(&str)) -> anyhow::Result<Floo
     let relay_status = relay_api.status()?;
     report.victim_over_budget = victim_status.gossip_over_budget;
     report.relay_over_budget = relay_status.gossip_over_budget;
-    report.rogue_connected_to_victim = victim_status.peers.contains(&rogue_peer);
-    report.rogue_connected_to_relay = relay_status.peers.contains(&rogue_peer);
     report.relay_connected_to_victim = victim_status.peers.contains(&relay.peer);
     drop(runtime);
     crate::harness::stop_all([&mut victim, &mut host, &mut relay], 10);
     Ok(report)
+}
+
+/// One `gpux rent` on the victim, timed; its lease is stopped and left to end (the honest
+/// host has one GPU, which the next round's rent needs).
+fn rent_once(victim: &Node, image: &str, round: u32) -> anyhow::Result<RentAfterFlood> {
+    let asked = Instant::now();
+    let out = victim.gpux(&[
+        "rent",
+        "gpu=l4",
+        "--max-price",
+        "5",
+        "--duration",
+        "60",
+        "--image",
+        image,
+        "--json",
+        "--",
+        "sleep",
+        "60",
+    ])?;
+    let ms = asked.elapsed().as_millis() as u64;
+    if !out.status.success() {
+        return Ok(RentAfterFlood {
+            round,
+            ms,
+            error: Some(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+            ..RentAfterFlood::default()
+        });
+    }
+    let rented: gpux_api::Rented =
+        serde_json::from_slice(&out.stdout).context("reading the rent's answer")?;
+    victim.gpux(&["stop", &rented.lease])?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(victim.phase(&rented.lease).as_str(), "ended" | "settled") {
+        if Instant::now() > deadline {
+            anyhow::bail!("lease {} did not end in 30 s after its stop", rented.lease);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(RentAfterFlood {
+        round,
+        ok: true,
+        ms,
+        host: Some(rented.host),
+        error: None,
+    })
 }

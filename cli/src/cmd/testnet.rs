@@ -207,13 +207,25 @@ pub(crate) fn up(
 }
 
 /// `gpux testnet flood`: the Sybil-flood benchmark; prints its report as JSON.
-pub(crate) fn flood(keys_per_min: u32, duration: u32) -> anyhow::Result<()> {
+pub(crate) fn flood(
+    keys_per_min: u32,
+    duration: u32,
+    rounds: u32,
+    rent: bool,
+) -> anyhow::Result<()> {
     let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let rent_image = if rent {
+        Some(gpux_testnet::build_image().context("building the workload image (Docker)")?)
+    } else {
+        None
+    };
     let config = gpux_testnet::flood::FloodConfig {
         gpux,
         keys_per_min,
         duration: std::time::Duration::from_secs(u64::from(duration)),
         base_dir: None,
+        rounds,
+        rent_image,
     };
     let started = std::time::Instant::now();
     let report = gpux_testnet::flood::run(&config, |line| {
@@ -349,9 +361,16 @@ pub(crate) enum TestnetAction {
         /// Fresh host keys a minute.
         #[arg(long, default_value_t = 5000)]
         keys_per_min: u32,
-        /// How long the flood lasts (e.g. 20s, 5m).
+        /// How long each flood lasts (e.g. 20s, 5m).
         #[arg(long, default_value = "5m", value_parser = super::parse_duration)]
         duration: u32,
+        /// Floods in a row, each from a fresh rogue identity.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        rounds: u32,
+        /// After each flood the victim rents from the honest host (one `gpux rent`, timed;
+        /// needs Docker).
+        #[arg(long)]
+        rent: bool,
     },
     /// Benchmark the workload plane: `gpux cp` against a raw libp2p stream and raw TCP,
     /// exec echo latency, HTTP through `gpux forward` against direct loopback; prints JSON

@@ -62,6 +62,17 @@ impl OrderBook {
         Some(e.cancel_fees.clone())
     }
 
+    /// Whether an offer stands on more than its host's word: a challenge passed, or
+    /// confidential-computing attestation.
+    pub fn offer_challenged(&self, offer: &ContentId) -> bool {
+        self.by_id
+            .get(offer)
+            .and_then(|&i| self.entry(i))
+            .is_some_and(|e| {
+                u64::from(e.tier) >= crate::query::tier_key(gpux_protocol::EvidenceTier::Challenged)
+            })
+    }
+
     /// The GPU family of an offer (its first GPU's).
     pub fn offer_family(&self, offer: &ContentId) -> Option<GpuFamily> {
         let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;

@@ -8,7 +8,7 @@ use gpux_api::{ApiError, OfferHit};
 use gpux_market::query::Query;
 use gpux_market::{Allocation, BidSpec, BookConfig, OrderBook};
 
-use crate::budget::{Admit, Budgets};
+use crate::budget::{Admit, Budgets, Bursts};
 use gpux_protocol::validate::Rules;
 use gpux_protocol::{
     AnySigned, AnyVerified, Attestation, Bid, BoundedString, ContentId, Ext, ImageDigest, Keypair,
@@ -42,6 +42,8 @@ pub(crate) struct MarketView {
     /// Signers this node has accepted a message from (bounded, oldest forgotten first).
     known_signers: BTreeSet<gpux_protocol::PublicKey>,
     known_order: VecDeque<gpux_protocol::PublicKey>,
+    /// Signers that came in a burst of new signers from one relaying peer.
+    bursts: Bursts,
 }
 
 /// Signers remembered as known, at most.
@@ -68,6 +70,7 @@ impl MarketView {
             budgets: Budgets::default(),
             known_signers: BTreeSet::new(),
             known_order: VecDeque::new(),
+            bursts: Bursts::default(),
         };
         // Evidence first, then the offers that stand on it.
         let mut offers = Vec::new();
@@ -113,7 +116,19 @@ impl MarketView {
             return (MessageAcceptance::Ignore, Vec::new(), score);
         }
         let (acceptance, fill) = self.on_admitted(topic, data, signer, now);
+        if new_signer
+            && acceptance == MessageAcceptance::Accept
+            && let Some(signer) = signer
+        {
+            self.bursts.arrived(source, signer, now.0);
+        }
         (acceptance, fill, score)
+    }
+
+    /// Whether `host` is a fresh key that came in a burst from one relaying peer (a rent
+    /// tries it last).
+    pub(crate) fn came_in_burst(&self, host: &gpux_protocol::PublicKey, now: Timestamp) -> bool {
+        self.bursts.marked(host, now.0)
     }
 
     fn know(&mut self, signer: gpux_protocol::PublicKey) {

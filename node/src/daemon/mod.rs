@@ -369,6 +369,7 @@ pub async fn run(
         t,
     )
     .context("loading the renter's leases")?;
+    let renter_served = renter.served_by();
     let mut daemon = Daemon {
         key: key.clone(),
         net: net.clone(),
@@ -392,7 +393,7 @@ pub async fn run(
         ledger: ledger.clone(),
         ledger_service,
         ledger_cluster,
-        reach: reach::Reach::new(views::blocked_hosts(&state)),
+        reach: reach::Reach::new(views::blocked_hosts(&state), renter_served),
         peers: std::collections::BTreeSet::new(),
         rtts: std::collections::BTreeMap::new(),
         links: std::collections::BTreeMap::new(),
@@ -551,6 +552,9 @@ pub async fn run(
         // back in this node's view of the market.
         for over in daemon.renter.take_over() {
             daemon.market.book.release(&over.lease);
+            if over.served {
+                daemon.reach.served(over.host);
+            }
             if let Some(preempted) = over.spot_preempted {
                 daemon.reach.spot_ended(over.host, preempted, now());
                 // Rented with --resume: a preempted lease's work moves on (once); a lease

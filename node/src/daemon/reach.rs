@@ -41,16 +41,38 @@ pub(crate) struct Reach {
     backoff: BTreeMap<PublicKey, Backoff>,
     reached: BTreeMap<PublicKey, Timestamp>,
     blocked: BTreeSet<PublicKey>,
+    /// Hosts that served this renter (an acknowledged receipt): a rent tries them early.
+    served: BTreeSet<PublicKey>,
     reputation: Reputation,
 }
 
 impl Reach {
-    /// With the hosts blocked by hand.
-    pub(crate) fn new(blocked: impl IntoIterator<Item = PublicKey>) -> Self {
-        Self {
+    /// With the hosts blocked by hand, and those that served this renter.
+    pub(crate) fn new(
+        blocked: impl IntoIterator<Item = PublicKey>,
+        served: impl IntoIterator<Item = PublicKey>,
+    ) -> Self {
+        let mut reach = Self {
             blocked: blocked.into_iter().collect(),
+            served: served.into_iter().collect(),
             ..Self::default()
+        };
+        while reach.served.len() > MAX_REMEMBERED {
+            reach.served.pop_first();
         }
+        reach
+    }
+
+    /// A lease of `host` had an acknowledged receipt.
+    pub(crate) fn served(&mut self, host: PublicKey) {
+        if self.served.len() < MAX_REMEMBERED {
+            self.served.insert(host);
+        }
+    }
+
+    /// Whether `host` has served this renter.
+    pub(crate) fn has_served(&self, host: &PublicKey) -> bool {
+        self.served.contains(host)
     }
 
     /// Whether a rent should skip this host now.
@@ -162,7 +184,7 @@ mod tests {
     fn failures_back_off_doubling_decay_and_a_block_lasts() {
         let host = gpux_protocol::Keypair::from_seed(&[1; 32]).public();
         let t0 = Timestamp(1_000_000);
-        let mut reach = Reach::new([]);
+        let mut reach = Reach::new([], []);
         assert_eq!(reach.state(&host, t0), Reachability::Unknown);
         let fresh = reach.reputation.score(&host, t0);
         let score = reach.failed(host, t0);

@@ -1,8 +1,9 @@
 //! Getting a lease, renter side: match locally, skipping hosts this node has backed off or
-//! blocked; probe the few best candidates' reachability at once (a dial by peer id, at the
-//! addresses identify and kademlia learned, never at an address an offer names); send the
-//! lease request to the reachable ones one at a time, best first, so two hosts' GPUs are
-//! never held; and once a host accepts, hand the lease to its machine
+//! blocked; probe a round of the best candidates' reachability at once (a dial by peer id,
+//! at the addresses identify and kademlia learned, never at an address an offer names;
+//! hosts that served this renter or passed a challenge always in the round, fresh keys from
+//! a burst last: [`rank`]); send the lease request to the reachable ones one at a time, in
+//! the round's order, so two hosts' GPUs are never held; and once a host accepts, hand the lease to its machine
 //! ([`gpux_lease::RenterLease`]), which locks the escrow through the host and says how the
 //! start came out. A host that cannot be dialled, times out or refuses without a typed reason
 //! is backed off ([`super::reach`]).
@@ -21,8 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Event, report};
 use crate::p2p::Client;
 
-/// Candidates probed at once in one round.
-const CANDIDATES: usize = 4;
+/// Candidates probed at once in one round (see [`rank`] for which).
+const CANDIDATES: usize = 8;
 /// Rounds before a rent gives up.
 const MAX_ROUNDS: usize = 5;
 /// How long a candidate has to be reached.
@@ -54,6 +55,7 @@ mod challenge;
 mod image;
 mod in_loop;
 mod progress;
+mod rank;
 mod request;
 mod terms;
 use image::PullOutcome;
@@ -359,14 +361,20 @@ impl RentTask {
                 continue;
             }
             excluded.extend(candidates.iter().map(|c| c.allocation.offer));
-            // Reach them all at once; ask the reachable ones one at a time, best first.
-            let probes = futures::future::join_all(
-                candidates
-                    .iter()
-                    .map(|c| tokio::time::timeout(PROBE_TIMEOUT, self.reach(c.allocation.host))),
-            )
-            .await;
+            // Reach them all at once; ask them one at a time in the round's order, each as
+            // soon as it is reached (a slow probe further down holds nobody up).
+            let probes: Vec<_> = candidates
+                .iter()
+                .map(|c| {
+                    let (net, host) = (self.net.clone(), c.allocation.host);
+                    tokio::spawn(tokio::time::timeout(PROBE_TIMEOUT, reach(net, host)))
+                })
+                .collect();
             for (candidate, probe) in candidates.into_iter().zip(probes) {
+                let probe = match probe.await {
+                    Ok(probe) => probe,
+                    Err(e) => Ok(Err(e.to_string())),
+                };
                 let Candidate {
                     allocation,
                     image: offered_image,
@@ -549,17 +557,39 @@ impl RentTask {
                 } else {
                     ErrorCode::Conflict
                 };
-                ApiError::new(code, format!("no host accepted: {}", refusals.join("; ")))
+                ApiError::new(code, format!("no host accepted: {}", summary(&refusals)))
             },
         )
     }
+}
 
-    /// Connects to a host by its peer id.
-    async fn reach(&self, host: gpux_protocol::PublicKey) -> Result<(), String> {
-        let peer =
-            libp2p::PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| e.to_string())?;
-        self.net.reach(peer).await.map_err(|e| e.to_string())
+/// Refusals shown in full in a rent's error, at most; the rest are counted.
+const REFUSALS_SHOWN: usize = 4;
+
+/// A rent's refusals for its error: the first few in full, then how many more and how
+/// many of those were unreachable (a flood can put dozens in one rent).
+fn summary(refusals: &[String]) -> String {
+    let mut text = refusals
+        .iter()
+        .take(REFUSALS_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    let rest = &refusals[refusals.len().min(REFUSALS_SHOWN)..];
+    if !rest.is_empty() {
+        let unreachable = rest.iter().filter(|r| r.contains(": unreachable")).count();
+        text.push_str(&format!(
+            "; and {} more ({unreachable} of them unreachable)",
+            rest.len()
+        ));
     }
+    text
+}
+
+/// Connects to a host by its peer id.
+async fn reach(net: Client, host: gpux_protocol::PublicKey) -> Result<(), String> {
+    let peer = libp2p::PeerId::from_bytes(&host.peer_id().to_bytes()).map_err(|e| e.to_string())?;
+    net.reach(peer).await.map_err(|e| e.to_string())
 }
 
 /// What a rent needs of the node, to run one outside the loop (a resume rents again).
@@ -624,5 +654,27 @@ impl RentContext {
                 ..gpux_api::RentProgress::default()
             });
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_rent_error_shows_a_few_refusals_and_counts_the_rest() {
+        let refusals: Vec<String> = (0..40)
+            .map(|i| format!("host-{i}: unreachable (no connection in 3 s)"))
+            .chain(["host-40: the GPUs are taken".to_string()])
+            .collect();
+        let text = super::summary(&refusals);
+        assert!(text.starts_with("host-0: unreachable"), "{text}");
+        assert!(
+            text.contains("host-3:") && !text.contains("host-4:"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("; and 37 more (36 of them unreachable)"),
+            "{text}"
+        );
+        assert_eq!(super::summary(&refusals[..2]), refusals[..2].join("; "));
     }
 }

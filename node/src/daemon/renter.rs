@@ -1,7 +1,7 @@
 //! The renter role: one [`RenterLease`] machine per lease, and the effects runner that alone
 //! carries out what they decide (the store, the host's link, the ledger, the rent's answer).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpux_api::{ApiError, ErrorCode, Stopping};
 use gpux_lease::{
@@ -49,6 +49,8 @@ pub(crate) struct LeaseOver {
     /// For a spot lease: whether the host preempted it (with a notice that held, or by its
     /// own word).
     pub(crate) spot_preempted: Option<bool>,
+    /// Whether the host served it: this renter acknowledged a receipt of it.
+    pub(crate) served: bool,
 }
 
 fn peer_of(key: PublicKey) -> Option<libp2p::PeerId> {
@@ -107,6 +109,16 @@ impl RenterRole {
 
     pub(crate) fn records(&self) -> Vec<(ContentId, gpux_lease::RenterRecord)> {
         self.state.renter_leases().unwrap_or_default()
+    }
+
+    /// The hosts that served this renter: a lease of theirs has an acknowledged receipt.
+    pub(crate) fn served_by(&self) -> BTreeSet<PublicKey> {
+        self.records()
+            .iter()
+            .filter(|(_, r)| r.acked.is_some())
+            .filter_map(|(_, r)| super::views::request_of(&r.request))
+            .map(|request| request.host)
+            .collect()
     }
 
     /// A lease the host accepted: its machine sends the escrow lock; `reply` hears how the
@@ -382,6 +394,7 @@ impl RenterRole {
             self.over.push(LeaseOver {
                 lease: id,
                 host: l.request().host,
+                served: rec.acked.is_some(),
                 spot_preempted: spot.then(|| {
                     rec.preempted_until.is_some()
                         || rec.host_end == Some(gpux_lease::End::Preempted)

@@ -9,6 +9,7 @@ use gpux_lease::RentReport;
 use gpux_protocol::MicroCredits;
 use tokio::sync::oneshot;
 
+use super::rank::{self, Standing};
 use super::{Candidate, MAX_SCAN, RentContext, RentEvent};
 use crate::attest::now;
 use crate::daemon::{Daemon, Event, report};
@@ -53,44 +54,24 @@ impl Daemon {
                     {
                         continue;
                     }
-                    let retention = self
-                        .market
-                        .book
-                        .offer_retention(&allocation.offer)
-                        .unwrap_or((MicroCredits::ZERO, None));
-                    let reference_gops = self.challenge_reference(&allocation.offer);
-                    let cancel_fees = self
-                        .market
-                        .book
-                        .offer_cancel_fees(&allocation.offer)
-                        .unwrap_or_default();
-                    let share = self
-                        .market
-                        .book
-                        .offer_share(&allocation.offer)
-                        .unwrap_or_default();
-                    let pulls = self
-                        .market
-                        .book
-                        .offer_pulls(&allocation.offer)
-                        .unwrap_or_default();
-                    found.push(Candidate {
-                        allocation,
-                        image,
-                        retention,
-                        cancel_fees,
-                        reference_gops,
-                        share,
-                        pulls,
-                    });
-                    if found.len() >= n {
+                    let standing = if self.reach.has_served(&allocation.host)
+                        || self.market.book.offer_challenged(&allocation.offer)
+                    {
+                        Standing::Proven
+                    } else if self.market.came_in_burst(&allocation.host, t) {
+                        Standing::Burst
+                    } else {
+                        Standing::Known
+                    };
+                    found.push((standing, self.candidate(allocation, image)));
+                    if rank::enough(&found, n) {
                         break;
                     }
                 }
                 self.recorder
                     .match_latency
                     .observe(matching.elapsed().as_secs_f64());
-                let _ = reply.send(found);
+                let _ = reply.send(rank::round(found, n));
             }
             RentEvent::Reached(host) => {
                 let score = self.reach.reached(host, now());
@@ -161,6 +142,27 @@ impl Daemon {
                     }
                 }
             }
+        }
+    }
+
+    /// What a rent needs to know of a matched offer.
+    fn candidate(
+        &self,
+        allocation: gpux_market::Allocation,
+        image: Option<gpux_protocol::ImageDigest>,
+    ) -> Candidate {
+        let book = &self.market.book;
+        let offer = allocation.offer;
+        Candidate {
+            retention: book
+                .offer_retention(&offer)
+                .unwrap_or((MicroCredits::ZERO, None)),
+            reference_gops: self.challenge_reference(&offer),
+            cancel_fees: book.offer_cancel_fees(&offer).unwrap_or_default(),
+            share: book.offer_share(&offer).unwrap_or_default(),
+            pulls: book.offer_pulls(&offer).unwrap_or_default(),
+            allocation,
+            image,
         }
     }
 
