@@ -628,6 +628,18 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         } => cmd::testnet::plane_bench(bytes, echo_samples, rounds.into())?,
         Command::Testnet {
             action:
+                cmd::testnet::TestnetAction::RentBench {
+                    hosts,
+                    gpus,
+                    renters,
+                    ledgers,
+                    burst,
+                    levels,
+                    samples,
+                },
+        } => cmd::testnet::rent_bench((hosts, gpus, renters, ledgers), burst, levels, samples)?,
+        Command::Testnet {
+            action:
                 cmd::testnet::TestnetAction::AccessBench {
                     image_size,
                     layers,

@@ -479,3 +479,24 @@ fn concurrent_rents_from_one_renter_and_from_two_all_get_a_gpu_each() {
     assert!(rented.len() >= 7, "{} of 8: {failed:?}", rented.len());
     assert_eq!(distinct_gpus(&rented), rented.len());
 }
+
+#[test]
+fn forty_two_rents_at_once_from_three_renters_on_three_16_gpu_hosts_with_a_replicated_ledger() {
+    // The acceptance run of `gpux testnet rent-bench` (docs/benchmarks.md has the levels).
+    let config = gpux_testnet::rent_bench::RentBenchConfig {
+        gpux: std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpux")),
+        hosts: 3,
+        gpus_per_host: 16,
+        renters: 3,
+        ledgers: 3,
+        burst: 42,
+        levels: Vec::new(),
+        samples: 0,
+        base_dir: None,
+    };
+    let report = gpux_testnet::rent_bench::run(&config, |line| eprintln!("{line}")).unwrap();
+    let burst = report.burst.expect("the burst ran");
+    eprintln!("{burst:#?}");
+    assert!(burst.leased >= 40, "{burst:#?}");
+    assert_eq!(burst.gpus_twice, 0, "{burst:#?}");
+}

@@ -27,6 +27,7 @@ pub mod partitions;
 pub mod plane_baselines;
 pub mod plane_bench;
 pub mod registry;
+pub mod rent_bench;
 mod report;
 pub mod rogue;
 pub mod workload;

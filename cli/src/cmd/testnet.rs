@@ -234,6 +234,31 @@ pub(crate) fn flood(
     super::print_json(&report)
 }
 
+/// `gpux testnet rent-bench`: renting at scale; prints its report as JSON.
+pub(crate) fn rent_bench(
+    (hosts, gpus, renters, ledgers): (u16, u16, u16, usize),
+    burst: usize,
+    levels: Vec<usize>,
+    samples: usize,
+) -> anyhow::Result<()> {
+    let config = gpux_testnet::rent_bench::RentBenchConfig {
+        gpux: std::env::current_exe().context("finding the gpux binary")?,
+        hosts: hosts.into(),
+        gpus_per_host: gpus.into(),
+        renters: renters.into(),
+        ledgers,
+        burst,
+        levels,
+        samples,
+        base_dir: None,
+    };
+    let started = std::time::Instant::now();
+    let report = gpux_testnet::rent_bench::run(&config, |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
+    })?;
+    super::print_json(&report)
+}
+
 pub(crate) fn stream_sink(into: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(gpux_testnet::plane_baselines::stream_sink(into))
@@ -371,6 +396,33 @@ pub(crate) enum TestnetAction {
         /// needs Docker).
         #[arg(long)]
         rent: bool,
+    },
+    /// Benchmark renting at scale: hosts with many free fake GPUs, a burst of rents from
+    /// several renters at once (leases got, no GPU twice), then rents per second and
+    /// rent-to-running at each concurrency from one renter against Docker's create+start;
+    /// prints JSON (docs/benchmarks.md).
+    RentBench {
+        /// Host nodes.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        hosts: u16,
+        /// Fake L4s on each host.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=64))]
+        gpus: u16,
+        /// Renter nodes (the burst is spread over them; the levels use the first).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        renters: u16,
+        /// Ledger members: 1, or 3 (a replicated ledger).
+        #[arg(long, default_value_t = 1)]
+        ledgers: usize,
+        /// Rents fired at once over all renters first (0: none).
+        #[arg(long, default_value_t = 0)]
+        burst: usize,
+        /// Concurrency levels from one renter, comma-separated.
+        #[arg(long, default_value = "1,8,32", value_delimiter = ',')]
+        levels: Vec<usize>,
+        /// Rents timed at each level, at least.
+        #[arg(long, default_value_t = 32)]
+        samples: usize,
     },
     /// Benchmark the workload plane: `gpux cp` against a raw libp2p stream and raw TCP,
     /// exec echo latency, HTTP through `gpux forward` against direct loopback; prints JSON
