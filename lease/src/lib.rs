@@ -218,6 +218,9 @@ pub enum End {
     NotCommitted,
     /// The renter's performance challenge failed: the lease ended before its work.
     ChallengeFailed,
+    /// A side could not store a record of the lease (a receipt, an acknowledgement); it
+    /// ended the lease. What was acknowledged before is settled.
+    StoreFailed,
 }
 
 impl End {
@@ -233,6 +236,7 @@ impl End {
             End::HostShutdown => EndReason::HostShutdown,
             End::NotCommitted => EndReason::NotCommitted,
             End::ChallengeFailed => EndReason::ChallengeFailed,
+            End::StoreFailed => EndReason::StoreFailed,
             End::ContainerExited => EndReason::ContainerExited,
             End::ContainerFailed | End::ImageMissing | End::NotStarted => {
                 EndReason::ContainerFailed
@@ -254,6 +258,7 @@ impl End {
             EndReason::ContainerFailed => End::ContainerFailed,
             EndReason::NotCommitted => End::NotCommitted,
             EndReason::ChallengeFailed => End::ChallengeFailed,
+            EndReason::StoreFailed => End::StoreFailed,
             // A reason from a newer peer: the nearest this build knows.
             _ => End::ContainerFailed,
         }

@@ -134,6 +134,9 @@ enum Ev {
     RenterCommit {
         epoch: u64,
     },
+    /// A party's store stops taking receipts (its lease records still go in): a receipt it
+    /// would keep cannot be kept from now on.
+    StoreBreaks(Party),
 }
 
 #[derive(Debug, Default, Clone)]
@@ -190,6 +193,11 @@ struct World {
     /// it learns the lease is held; `None`: never).
     commit_after: Option<u64>,
     minted: u64,
+    /// Whose receipt store is broken.
+    store_broken: Option<Party>,
+    /// The store failures a machine was told of while its lease had not ended: its lease
+    /// must end `StoreFailed`.
+    store_failed: Vec<Party>,
 }
 
 fn request(
@@ -391,6 +399,8 @@ impl World {
             container: None,
             report: None,
             max_acked: 0,
+            store_broken: None,
+            store_failed: Vec::new(),
             released_records: 0,
             trace: Vec::new(),
             request,
@@ -464,6 +474,15 @@ impl World {
         if world.rng.chance(20) {
             let after = world.rng.range(0, u64::from(duration_s) * 1000);
             world.container_template().self_exit_after = Some(after);
+        }
+        if world.rng.chance(15) {
+            let party = if world.rng.chance(50) {
+                Party::Host
+            } else {
+                Party::Renter
+            };
+            let at = world.rng.range(0, span);
+            world.at(at, Ev::StoreBreaks(party));
         }
         if spot {
             let at = world.rng.range(0, span);
@@ -608,6 +627,17 @@ impl World {
                     );
                 }
                 HostEffect::SendReceipt { seq, envelope } => {
+                    // A receipt the host cannot keep is not sent, and ends the lease.
+                    if self.store_broken == Some(Party::Host) {
+                        self.at(
+                            0,
+                            Ev::HostIn {
+                                epoch,
+                                input: HostInput::StoreFailed,
+                            },
+                        );
+                        continue;
+                    }
                     if self.dropped() {
                         self.at(
                             PEER_TIMEOUT_MS,
@@ -796,12 +826,24 @@ impl World {
         match ev {
             Ev::HostIn { epoch, input } => {
                 if epoch == self.host_epoch {
+                    if matches!(input, HostInput::StoreFailed)
+                        && self.host.as_ref().is_some_and(|h| h.record().end.is_none())
+                    {
+                        self.store_failed.push(Party::Host);
+                    }
                     self.host_in(input);
                 }
             }
             Ev::RenterIn { epoch, input } => {
                 if epoch != self.renter_epoch {
                     return;
+                }
+                if matches!(input, RenterInput::StoreFailed)
+                    && self.renter.as_ref().is_some_and(|r| {
+                        !matches!(r.phase(), RenterPhase::Ended | RenterPhase::Settled)
+                    })
+                {
+                    self.store_failed.push(Party::Renter);
                 }
                 if matches!(input, RenterInput::Lock(_)) {
                     if self.lock_answered {
@@ -838,9 +880,23 @@ impl World {
                     }
                 }
                 self.renter_effects(effects);
-                let answer = answer.map_or(RenterAnswer::Nothing, |bytes| renter_answer(&bytes));
+                let mut answer =
+                    answer.map_or(RenterAnswer::Nothing, |bytes| renter_answer(&bytes));
                 if let RenterAnswer::Ack(ack) = &answer {
                     self.max_acked = self.max_acked.max(ack.amount_due.0);
+                    // Its record holds the acknowledgement; a receipt it cannot keep is not
+                    // answered, and ends the lease.
+                    if self.store_broken == Some(Party::Renter) && epoch != u64::MAX {
+                        answer = RenterAnswer::Nothing;
+                        let renter_epoch = self.renter_epoch;
+                        self.at(
+                            0,
+                            Ev::RenterIn {
+                                epoch: renter_epoch,
+                                input: RenterInput::StoreFailed,
+                            },
+                        );
+                    }
                 }
                 self.trace.push(format!(
                     "{} receipt {seq} at the renter: {}",
@@ -1108,6 +1164,11 @@ impl World {
                     self.renter_effects(effects);
                 }
             }
+            Ev::StoreBreaks(party) => {
+                self.trace
+                    .push(format!("{} {party:?}'s receipt store breaks", self.now));
+                self.store_broken = Some(party);
+            }
             Ev::RenterStop => {
                 let now = Timestamp(self.now);
                 if let Some(renter) = self.renter.as_mut()
@@ -1164,6 +1225,7 @@ impl World {
                     | Ev::Kill(_)
                     | Ev::RenterStop
                     | Ev::Preempt
+                    | Ev::StoreBreaks(_)
             )
         })
     }
@@ -1193,6 +1255,8 @@ struct Summary {
     outage_over_grace: bool,
     /// A window cancelled before its start paid a fee.
     cancel_fee: bool,
+    /// A side's store failure ended the lease.
+    store_failed: bool,
 }
 
 /// The rules every schedule must keep.
@@ -1325,6 +1389,19 @@ fn check(w: &World) -> Result<Summary, String> {
             "host paid {host_paid}, less than the workspace's retention {retention}"
         ));
     }
+    // A store failure a side was told of while its lease ran ends it so, and the host's
+    // end reaches the renter's record unless the renter had ended it first.
+    for party in &w.store_failed {
+        let end = match party {
+            Party::Host => w.host.as_ref().and_then(|h| h.record().end),
+            Party::Renter => w.renter.as_ref().and_then(|r| r.record().end),
+        };
+        if end != Some(gpux_lease::End::StoreFailed) {
+            return Err(format!(
+                "{party:?} told its store failed, but its lease ended {end:?}"
+            ));
+        }
+    }
     // The renter is never charged for what it did not acknowledge.
     if host_paid > w.max_acked {
         return Err(format!(
@@ -1399,6 +1476,7 @@ fn check(w: &World) -> Result<Summary, String> {
         ran,
         outage_over_grace: w.faults.outages.iter().any(|&(a, b)| b - a > grace),
         cancel_fee: !ran && host_paid > 0,
+        store_failed: !w.store_failed.is_empty(),
     })
 }
 
@@ -1466,8 +1544,9 @@ fn every_schedule_keeps_the_rules_of_a_lease() {
     let ran = summaries.iter().filter(|s| s.ran).count();
     let long_outages = summaries.iter().filter(|s| s.outage_over_grace).count();
     let fees = summaries.iter().filter(|s| s.cancel_fee).count();
+    let store_failed = summaries.iter().filter(|s| s.store_failed).count();
     println!(
-        "lease simulator: {n} schedules in {:.1} s ({receipts} receipts; {ran} ran a container; {long_outages} with a ledger outage longer than the release grace; {fees} windows cancelled for a fee); {} failed",
+        "lease simulator: {n} schedules in {:.1} s ({receipts} receipts; {ran} ran a container; {long_outages} with a ledger outage longer than the release grace; {fees} windows cancelled for a fee; {store_failed} ended by a store failure); {} failed",
         took.as_secs_f64(),
         failures.len()
     );
@@ -1483,6 +1562,10 @@ fn every_schedule_keeps_the_rules_of_a_lease() {
     assert!(
         n < 100 || long_outages > 0,
         "no schedule had a long ledger outage"
+    );
+    assert!(
+        n < 1000 || store_failed > 0,
+        "no schedule ended by a store failure"
     );
     assert!(
         n < 1000 || fees > 0,

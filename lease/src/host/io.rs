@@ -259,6 +259,10 @@ pub enum HostInput {
     Commit(Verified<LeaseCommit>),
     /// The host node is shutting down.
     Shutdown,
+    /// The node could not store a record of this lease outside the machine's own (a
+    /// receipt, an acknowledgement): the lease ends (`End::StoreFailed`), settled on what
+    /// was acknowledged.
+    StoreFailed,
     /// This (spot) lease's GPUs are needed by this accepted request, which may preempt it.
     Preempt(Box<Verified<LeaseRequest>>),
     /// A timer fired.

@@ -438,12 +438,16 @@ impl HostLease {
                         gpux_protocol::EndReason::ChallengeFailed => {
                             self.end(now, End::ChallengeFailed, &mut out)
                         }
+                        gpux_protocol::EndReason::StoreFailed => {
+                            self.end(now, End::StoreFailed, &mut out)
+                        }
                         _ => {}
                     }
                 }
             }
             HostInput::Commit(commit) => self.on_commit(now, &commit, &mut out),
             HostInput::Shutdown => self.end(now, End::HostShutdown, &mut out),
+            HostInput::StoreFailed => self.end(now, End::StoreFailed, &mut out),
             HostInput::Preempt(preemptor) => self.on_preempt(now, &preemptor, &mut out),
             HostInput::Timer(timer) => self.on_timer(now, timer, &mut out),
             HostInput::LogsShipped {

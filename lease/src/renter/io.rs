@@ -127,6 +127,10 @@ pub enum RenterInput {
     },
     /// A timer fired.
     Timer(RenterTimer),
+    /// The node could not store a record of this lease outside the machine's own (a
+    /// receipt and its acknowledgement, which is then not sent): the lease ends
+    /// (`End::StoreFailed`, said to the host), settled on what was acknowledged before.
+    StoreFailed,
 }
 
 /// The renter's timers.

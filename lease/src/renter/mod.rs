@@ -395,6 +395,22 @@ impl RenterLease {
                 out.push(RenterEffect::Persist);
             }
             RenterInput::Ledger { call, verdict } => self.on_ledger(now, call, verdict, &mut out),
+            RenterInput::StoreFailed => {
+                if matches!(self.rec.phase, RenterPhase::Ended | RenterPhase::Settled) {
+                    return out;
+                }
+                if self.rec.phase == RenterPhase::Starting {
+                    self.report(
+                        RentReport::Failed {
+                            end: End::StoreFailed,
+                            detail: "this node could not store the lease's records".into(),
+                        },
+                        &mut out,
+                    );
+                }
+                self.end(now, End::StoreFailed, &mut out);
+                self.send_end(now, gpux_protocol::EndReason::StoreFailed, &mut out);
+            }
             RenterInput::Timer(RenterTimer::Watchdog) => {
                 if self.rec.phase == RenterPhase::Held {
                     // Never committed: the host ends it unpaid; so does this side.

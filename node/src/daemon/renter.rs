@@ -176,15 +176,22 @@ impl RenterRole {
                 answer = envelope.clone();
             }
         }
-        if self.apply(id, effects)
-            && let Ok(AnyVerified::ReceiptAck(_)) =
-                AnySigned::from_bytes(answer.clone()).and_then(AnySigned::verify)
+        if !self.apply(id, effects) {
+            // The lease's record could not be stored: nothing is answered (the node stops).
+            return Vec::new();
+        }
+        if let Ok(AnyVerified::ReceiptAck(_)) =
+            AnySigned::from_bytes(answer.clone()).and_then(AnySigned::verify)
             && let Err(e) = self.state.save_receipt(&id, seq, &bytes, Some(&answer))
         {
-            crate::daemon::store_failed(
-                &self.events,
-                format!("cannot store receipt {seq} of lease {}: {e}", id.short()),
+            // An acknowledgement this node cannot keep is not given: the lease ends
+            // (`store-failed`, said to the host), settled on what was acknowledged before.
+            tracing::error!(
+                "cannot store receipt {seq} of lease {}: {e}; the lease ends",
+                id.short()
             );
+            self.on_input(id, RenterInput::StoreFailed);
+            return Vec::new();
         }
         answer
     }

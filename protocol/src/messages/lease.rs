@@ -655,6 +655,9 @@ pub enum EndReason {
     /// The renter's performance challenge of the leased GPUs failed (a wrong product, or
     /// slower than the claimed model allows): the lease ends before its work.
     ChallengeFailed,
+    /// The sender could not store a record of the lease (a receipt, an acknowledgement):
+    /// it ends the lease rather than go on with what it cannot keep.
+    StoreFailed,
 }
 
 /// Either side ends a lease.

@@ -659,10 +659,16 @@ impl HostRole {
     ) {
         if let Err(e) = self.state.save_receipt(&id, seq, &envelope, None) {
             // Not sent: a receipt the host cannot keep is one it could not show or settle.
-            crate::daemon::store_failed(
-                &self.events,
-                format!("cannot store receipt {seq} of lease {}: {e}", id.short()),
+            // The lease ends (`store-failed`), settled on what the renter acknowledged.
+            tracing::error!(
+                "cannot store receipt {seq} of lease {}: {e}; the lease ends",
+                id.short()
             );
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let input = HostInput::StoreFailed;
+                report(&events, Event::Host { lease: id, input }).await;
+            });
             return;
         }
         self.recorder.receipt("sent");
@@ -683,13 +689,17 @@ impl HostRole {
                         if let Err(e) =
                             state.save_receipt(&id, seq, &envelope, Some(ack.as_bytes()))
                         {
-                            crate::daemon::store_failed(
-                                &events,
-                                format!(
-                                    "cannot store the acknowledgement of receipt {seq} of lease {}: {e}",
-                                    id.short()
-                                ),
+                            // The lease's own record takes the acknowledgement (the answer
+                            // below); the copy for `gpux receipts` is lost, and the lease
+                            // ends.
+                            tracing::error!(
+                                "cannot store the acknowledgement of receipt {seq} of lease {}: {e}; the lease ends",
+                                id.short()
                             );
+                            let (events, input) = (events.clone(), HostInput::StoreFailed);
+                            tokio::spawn(async move {
+                                report(&events, Event::Host { lease: id, input }).await;
+                            });
                         }
                         recorder.receipt("acked");
                         RenterAnswer::Ack(ack)
