@@ -616,9 +616,8 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     duration,
                     rounds,
                     rent,
-                    dir,
                 },
-        } => cmd::testnet::flood(keys_per_min, duration, (rounds, rent), dir)?,
+        } => cmd::testnet::flood(keys_per_min, duration, rounds, rent)?,
         Command::Testnet {
             action:
                 cmd::testnet::TestnetAction::PlaneBench {
