@@ -240,8 +240,16 @@ async fn run_command(
                 break;
             }
         }
-        let _ = stdout.flush().await;
-        let _ = stderr.flush().await;
+        // The last output to an SSH client (no record rides on it): a client already gone
+        // cannot take it, which is worth a line in the log, not more.
+        for (name, flushed) in [
+            ("stdout", stdout.flush().await),
+            ("stderr", stderr.flush().await),
+        ] {
+            if let Err(e) = flushed {
+                tracing::debug!("an SSH exec's {name} could not be flushed: {e}");
+            }
+        }
         let code = lease.exec.exec_exit(&id).await.ok().flatten();
         let _ = write_half
             .exit_status(code.and_then(|c| u32::try_from(c).ok()).unwrap_or(255))
@@ -274,7 +282,9 @@ async fn serve_sftp(channel: Channel<Msg>, root: Root) {
         };
         let down = async {
             let _ = tokio::io::copy(&mut from_sftp, &mut writer).await;
-            let _ = writer.flush().await;
+            if let Err(e) = writer.flush().await {
+                tracing::debug!("an SFTP session's last bytes could not be flushed: {e}");
+            }
         };
         tokio::join!(up, down);
         let _ = write_half.exit_status(0).await;
