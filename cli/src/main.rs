@@ -616,8 +616,9 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     duration,
                     rounds,
                     rent,
+                    dir,
                 },
-        } => cmd::testnet::flood(keys_per_min, duration, rounds, rent)?,
+        } => cmd::testnet::flood(keys_per_min, duration, (rounds, rent), dir)?,
         Command::Testnet {
             action:
                 cmd::testnet::TestnetAction::PlaneBench {

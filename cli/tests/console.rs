@@ -634,7 +634,15 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
         offers.contains("vram GB") && offers.contains("cr per GPU-h"),
         "{offers}"
     );
-    // (On the A100 host: the L4's offer may not be back yet after the stop above.)
+    // (On the A100 host: the L4's offer may not be back yet after the stop above.) The
+    // console's lease on it was stopped a moment ago: its host republishes its offer (paced),
+    // so the renter may not hold it yet.
+    wait_for("the A100 host's offer back at the renter", 30, || {
+        renter
+            .api()
+            .offers("gpu=a100", 10)
+            .is_ok_and(|o| !o.is_empty())
+    });
     let out = market.rent_output(
         renter,
         "gpu=a100",

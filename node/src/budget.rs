@@ -16,7 +16,8 @@
 //!
 //! What a budget lets through can still be a burst: a relay passing on a flood brings up to
 //! 120 fresh keys at once, then 60 a minute. [`Bursts`] marks the signers a relaying peer
-//! brings more than 16 a minute of; a rent tries marked hosts last.
+//! brings more than 16 a minute of (or all peers together more than 32); a rent tries
+//! marked hosts last.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -225,40 +226,71 @@ const MAX_MARKED: usize = 20_000;
 #[derive(Debug, Default)]
 pub struct Bursts {
     peers: BTreeMap<PeerId, Arrivals>,
+    /// From all peers together: a flood split over several relaying peers (each passing on
+    /// a share under the threshold) is a burst too.
+    all: Arrivals,
     /// Signers marked, with when.
     marked: BTreeMap<gpux_protocol::PublicKey, u64>,
 }
 
-/// The new signers one relaying peer brought lately.
+/// New signers from all peers within [`BURST_WINDOW_MS`] that make a burst, however they
+/// are split between relaying peers.
+pub const BURST_SIGNERS_ALL: usize = 2 * BURST_SIGNERS;
+
+/// The new signers one relaying peer (or all of them) brought lately.
 #[derive(Debug, Default)]
 struct Arrivals {
     /// In the last window, oldest first.
     window: std::collections::VecDeque<(u64, gpux_protocol::PublicKey)>,
-    /// While a burst lasts, every new signer from the peer is marked at once.
+    /// While a burst lasts, every new signer is marked at once.
     bursting_until: u64,
     seen: u64,
+}
+
+impl Arrivals {
+    /// Notes `signer`; returns those to mark now: when the window makes a burst, the whole
+    /// window (`back`: those before the crossing too) or `signer` alone.
+    fn note(
+        &mut self,
+        signer: gpux_protocol::PublicKey,
+        (threshold, back): (usize, bool),
+        now: u64,
+    ) -> Vec<gpux_protocol::PublicKey> {
+        self.seen = now;
+        while self
+            .window
+            .front()
+            .is_some_and(|(at, _)| now.saturating_sub(*at) > BURST_WINDOW_MS)
+        {
+            self.window.pop_front();
+        }
+        self.window.push_back((now, signer));
+        if self.window.len() > threshold || now < self.bursting_until {
+            self.bursting_until = now + BURST_WINDOW_MS;
+            let window = self.window.drain(..).map(|(_, s)| s);
+            return if back { window.collect() } else { vec![signer] };
+        }
+        Vec::new()
+    }
 }
 
 impl Bursts {
     /// `peer` brought `signer`, new to this node. When the peer's window then holds more
     /// than [`BURST_SIGNERS`], all of them are marked (those before the crossing too), and
-    /// so is every new signer it brings until a window passes without a burst.
+    /// so is every new signer it brings until a window passes without a burst; when all
+    /// peers' window holds more than [`BURST_SIGNERS_ALL`], every new signer from then on
+    /// is marked, from any peer, until a window passes without a burst.
     pub fn arrived(&mut self, peer: PeerId, signer: gpux_protocol::PublicKey, now: u64) {
-        let arrivals = self.peers.entry(peer).or_default();
-        arrivals.seen = now;
-        while arrivals
-            .window
-            .front()
-            .is_some_and(|(at, _)| now.saturating_sub(*at) > BURST_WINDOW_MS)
-        {
-            arrivals.window.pop_front();
-        }
-        arrivals.window.push_back((now, signer));
-        if arrivals.window.len() > BURST_SIGNERS || now < arrivals.bursting_until {
-            arrivals.bursting_until = now + BURST_WINDOW_MS;
-            for (_, s) in arrivals.window.drain(..) {
-                self.marked.insert(s, now);
-            }
+        let mut marks =
+            self.peers
+                .entry(peer)
+                .or_default()
+                .note(signer, (BURST_SIGNERS, true), now);
+        // Not back over all peers' window: an honest host that arrived through another
+        // relay a moment before a flood is no part of it.
+        marks.extend(self.all.note(signer, (BURST_SIGNERS_ALL, false), now));
+        for s in marks {
+            self.marked.insert(s, now);
         }
         trim_oldest(&mut self.peers, MAX_TRACKED, |a| a.seen);
         trim_oldest(&mut self.marked, MAX_MARKED, |at| *at);
@@ -409,17 +441,35 @@ mod tests {
             b.arrived(relay, key(i), t0 + u64::from(i) * 5_000);
         }
         assert!((0..120).all(|i| !b.marked(&key(i), t0 + 600_000)));
-        // A flood through the same relay: all of it marked, its first keys too, and what
-        // follows while it lasts; another relay's hosts are not.
+        // A host through another relay just before a flood is no part of it.
         let t1 = t0 + 700_000;
+        b.arrived(other, key(4999), t1 - 1_000);
+        // A flood through the relay: all of it marked, its first keys too, and what
+        // follows while it lasts; so is a host another relay brings during the flood (it is
+        // tried, only later), but not one after it.
         for i in 1000..1200 {
             b.arrived(relay, key(i), t1 + u64::from(i - 1000) * 10);
         }
         b.arrived(other, key(5000), t1 + 5_000);
         b.arrived(relay, key(1200), t1 + 30_000);
+        b.arrived(other, key(5001), t1 + 30_000 + BURST_WINDOW_MS + 1);
         assert!((1000..=1200).all(|i| b.marked(&key(i), t1 + 30_000)));
-        assert!(!b.marked(&key(5000), t1 + 30_000));
+        assert!(!b.marked(&key(4999), t1 + 30_000));
+        assert!(b.marked(&key(5000), t1 + 30_000));
+        assert!(!b.marked(&key(5001), t1 + 100_000));
         // The mark fades.
         assert!(!b.marked(&key(1000), t1 + 2_000 + BURST_MARK_MS));
+        // A flood split over four relays, each passing on fewer than a burst's worth.
+        let mut b = Bursts::default();
+        let relays: Vec<PeerId> = (0..4).map(|_| PeerId::random()).collect();
+        for i in 0..60u32 {
+            b.arrived(
+                relays[i as usize % 4],
+                key(2000 + i),
+                t0 + u64::from(i) * 500,
+            );
+        }
+        assert!((2033..2060).all(|i| b.marked(&key(i), t0 + 30_000)));
+        assert!((2000..2032).all(|i| !b.marked(&key(i), t0 + 30_000)));
     }
 }

@@ -58,6 +58,8 @@ pub struct RentAfterFlood {
     pub host: Option<String>,
     /// Its error when it failed.
     pub error: Option<String>,
+    /// When it failed: how the victim saw the honest host then.
+    pub honest_host: Option<String>,
 }
 
 /// What came out.
@@ -284,14 +286,31 @@ pub fn run(config: &FloodConfig, progress: impl Fn(&str)) -> anyhow::Result<Floo
             }
         ));
         if let Some(image) = &config.rent_image {
-            let rent = rent_once(&victim, image, round)?;
+            let mut rent = rent_once(&victim, image, round)?;
+            if !rent.ok {
+                // What the victim makes of the honest host, for the report.
+                let seen = victim_api.offers(&honest, 10).unwrap_or_default();
+                let view: Vec<String> = seen
+                    .iter()
+                    .map(|h| format!("{:?}, {} free of {}", h.reach, h.free, h.gpus))
+                    .collect();
+                rent.honest_host = Some(if view.is_empty() {
+                    "not in the victim's book".into()
+                } else {
+                    view.join("; ")
+                });
+            }
             progress(&format!(
-                "rent after flood {round}: {} in {} ms{}",
+                "rent after flood {round}: {} in {} ms{}{}",
                 if rent.ok { "a lease" } else { "FAILED" },
                 rent.ms,
                 rent.error
                     .as_deref()
                     .map(|e| format!(": {e}"))
+                    .unwrap_or_default(),
+                rent.honest_host
+                    .as_deref()
+                    .map(|h| format!(" (the honest host: {h})"))
                     .unwrap_or_default()
             ));
             report.rents.push(rent);
@@ -357,5 +376,6 @@ fn rent_once(victim: &Node, image: &str, round: u32) -> anyhow::Result<RentAfter
         ms,
         host: Some(rented.host),
         error: None,
+        honest_host: None,
     })
 }

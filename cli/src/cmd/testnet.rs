@@ -210,8 +210,8 @@ pub(crate) fn up(
 pub(crate) fn flood(
     keys_per_min: u32,
     duration: u32,
-    rounds: u32,
-    rent: bool,
+    (rounds, rent): (u32, bool),
+    dir: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
     let gpux = std::env::current_exe().context("finding the gpux binary")?;
     let rent_image = if rent {
@@ -223,7 +223,7 @@ pub(crate) fn flood(
         gpux,
         keys_per_min,
         duration: std::time::Duration::from_secs(u64::from(duration)),
-        base_dir: None,
+        base_dir: dir,
         rounds,
         rent_image,
     };
@@ -396,6 +396,10 @@ pub(crate) enum TestnetAction {
         /// needs Docker).
         #[arg(long)]
         rent: bool,
+        /// Keep the nodes' data dirs and logs here (a temporary directory, removed, when
+        /// not given).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// Benchmark renting at scale: hosts with many free fake GPUs, a burst of rents from
     /// several renters at once (leases got, no GPU twice), then rents per second and

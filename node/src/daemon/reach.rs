@@ -70,6 +70,11 @@ impl Reach {
         }
     }
 
+    /// How many hosts have served this renter.
+    pub(crate) fn served_count(&self) -> usize {
+        self.served.len()
+    }
+
     /// Whether `host` has served this renter.
     pub(crate) fn has_served(&self, host: &PublicKey) -> bool {
         self.served.contains(host)

@@ -41,6 +41,7 @@ impl Daemon {
                 let matching = std::time::Instant::now();
                 let mut hosts = BTreeSet::new();
                 let mut found = Vec::new();
+                let mut served_unfound = self.reach.served_count();
                 for _ in 0..MAX_SCAN {
                     let Some((allocation, image)) =
                         self.market.best_match(&spec, &excluded, t, tag.as_deref())
@@ -54,8 +55,9 @@ impl Daemon {
                     {
                         continue;
                     }
-                    let standing = if self.reach.has_served(&allocation.host)
-                        || self.market.book.offer_challenged(&allocation.offer)
+                    let served = self.reach.has_served(&allocation.host);
+                    served_unfound = served_unfound.saturating_sub(usize::from(served));
+                    let standing = if served || self.market.book.offer_challenged(&allocation.offer)
                     {
                         Standing::Proven
                     } else if self.market.came_in_burst(&allocation.host, t) {
@@ -64,13 +66,21 @@ impl Daemon {
                         Standing::Known
                     };
                     found.push((standing, self.candidate(allocation, image)));
-                    if rank::enough(&found, n) {
+                    if rank::enough(&found, n, served_unfound) {
                         break;
                     }
                 }
                 self.recorder
                     .match_latency
                     .observe(matching.elapsed().as_secs_f64());
+                let count = |s: Standing| found.iter().filter(|(f, _)| *f == s).count();
+                tracing::debug!(
+                    "a rent's round from {} offers looked at: {} proven, {} known, {} from a burst",
+                    found.len(),
+                    count(Standing::Proven),
+                    count(Standing::Known),
+                    count(Standing::Burst)
+                );
                 let _ = reply.send(rank::round(found, n));
             }
             RentEvent::Reached(host) => {

@@ -23,10 +23,12 @@ pub(crate) enum Standing {
 const LOOK_PAST: usize = 4;
 
 /// Whether `found` (in the book's order) holds enough for a round of `n`: `n` candidates
-/// that are not from a burst, and a look `LOOK_PAST` times as deep for proven ones.
-pub(crate) fn enough<T>(found: &[(Standing, T)], n: usize) -> bool {
+/// that are not from a burst, a look `LOOK_PAST` times as deep for proven ones, and every
+/// host that served this renter found (`served_unfound` is how many are not; a flood ahead
+/// of them in the book must not hide them).
+pub(crate) fn enough<T>(found: &[(Standing, T)], n: usize, served_unfound: usize) -> bool {
     let good = found.iter().filter(|(s, _)| *s != Standing::Burst).count();
-    good >= n && found.len() >= n * LOOK_PAST
+    good >= n && found.len() >= n * LOOK_PAST && served_unfound == 0
 }
 
 /// The round: the first `n` candidates not from a burst (in the book's order), every
@@ -66,12 +68,14 @@ mod tests {
         let mut found: Vec<(Standing, usize)> = (0..100).map(|i| (Burst, i)).collect();
         found.push((Known, 100));
         found.push((Known, 101));
-        assert!(!enough(&found, 4));
+        assert!(!enough(&found, 4, 0));
         assert_eq!(round(found, 4), vec![100, 101, 0, 1]);
         // No flood: the book's order, and a proven host deep in the book joins the round.
         let mut found: Vec<(Standing, usize)> = (0..16).map(|i| (Known, i)).collect();
         found.push((Proven, 16));
-        assert!(enough(&found, 4));
+        assert!(enough(&found, 4, 0));
+        // A host that served the renter is looked for past that.
+        assert!(!enough(&found[..16], 4, 1));
         assert_eq!(round(found, 4), vec![0, 1, 2, 3, 16]);
         // Only hosts from a burst: they are still tried.
         let found: Vec<(Standing, usize)> = (0..3).map(|i| (Burst, i)).collect();
