@@ -649,6 +649,13 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 },
         } => cmd::testnet::access_bench(image_size, layers, samples, copy)?,
         Command::Testnet {
+            action:
+                cmd::testnet::TestnetAction::ApiBench {
+                    connections,
+                    samples,
+                },
+        } => cmd::testnet::api_bench(connections, samples)?,
+        Command::Testnet {
             action: cmd::testnet::TestnetAction::StreamSink { into },
         } => cmd::testnet::stream_sink(into)?,
         Command::Status { json } => cmd::market::status(&dir, json)?,

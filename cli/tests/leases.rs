@@ -248,6 +248,68 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
     market.assert_conserved();
 }
 
+/// A host whose disk stops taking writes mid-lease (its database manifest can no longer be
+/// replaced: a directory stands where its temporary file goes, so every flushed write
+/// fails) stops at once with an error that names its data dir, instead of metering on
+/// without records; the renter pays exactly what it acknowledged; once the disk is mended
+/// the host comes back and pays nothing twice.
+#[test]
+fn a_host_whose_store_fails_stops_saying_so_and_the_renter_pays_only_acked_receipts() {
+    let mut market = Market::start(1, 1, 10);
+    let lease = market.rent(&market.renters[0], 300, TICKER);
+    let renter = &market.renters[0];
+    wait_for("two acknowledged receipts at the renter", 20, || {
+        renter.lease(&lease).acked_seq >= 2
+    });
+    let broken = market.hosts[0].dir.join("db.tmp");
+    std::fs::create_dir(&broken).unwrap();
+    let host = &mut market.hosts[0];
+    assert!(
+        host.reap(Instant::now() + Duration::from_secs(3 * RECEIPT_INTERVAL_S + 5)),
+        "the host ran on with a store that fails: {}",
+        {
+            let log = market.hosts[0].log();
+            log[log.len().saturating_sub(3000)..].to_string()
+        }
+    );
+    let log = host.log();
+    assert!(
+        log.contains("the node stopped: cannot store")
+            && log.contains("the store could not keep a record"),
+        "{}",
+        &log[log.len().saturating_sub(2000)..]
+    );
+    let renter = &market.renters[0];
+    wait_for(
+        "the renter to settle without the host",
+        40 + LEDGER_GRACE_S,
+        || renter.phase(&lease) == "settled",
+    );
+    let rented = renter.lease(&lease);
+    assert_eq!(end(&rented), "host-silent", "{rented:?}");
+    let paid = FAUCET_MICRO - market.balance(renter);
+    assert!(
+        paid > 0 && paid == rented.acked_amount,
+        "paid {paid}, acknowledged {}",
+        rented.acked_amount
+    );
+    assert_eq!(market.balance(&market.hosts[0]), FAUCET_MICRO + paid);
+    // Mended, the host comes back on its records, finds the escrow closed and erases the
+    // container; nothing is paid twice.
+    std::fs::remove_dir(&broken).unwrap();
+    market.hosts[0].spawn();
+    wait_for("the restarted host to erase the container", 30, || {
+        docker_containers(&lease).is_empty()
+    });
+    let host = &market.hosts[0];
+    wait_for("the host to close the lease", 20, || {
+        host.phase(&lease) == "settled"
+    });
+    assert_eq!(market.balance(host), FAUCET_MICRO + paid, "settled twice");
+    market.assert_conserved();
+    assert_eq!(market.ledger_state().open_escrows, 0);
+}
+
 #[test]
 fn restarted_hosts_resume_metering_and_restarted_renters_resume_acknowledging() {
     let mut market = Market::start(1, 1, 15);

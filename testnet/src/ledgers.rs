@@ -27,6 +27,35 @@ pub struct Ledgers {
     pub bootstrap: Vec<String>,
 }
 
+/// Above this many nodes a node's first peers are spread over the network: a node keeps
+/// about 24 connections, so the ledger members cannot be everyone's first peer (at 100
+/// nodes they held 100+ connections each while running raft, and answered late).
+pub const SPREAD_BOOTSTRAP_ABOVE: usize = 24;
+
+impl Ledgers {
+    /// The `i`th node's bootstrap peers in a network of `nodes`: the first two members in a
+    /// small one or for a node behind NAT (they are its relays); else one member in turn and
+    /// two of `hosts` (public, started earlier) in turn.
+    pub fn bootstrap_for(
+        &self,
+        i: usize,
+        nodes: usize,
+        nat: bool,
+        hosts: &[String],
+    ) -> Vec<String> {
+        if nodes <= SPREAD_BOOTSTRAP_ABOVE || nat || hosts.len() < 2 {
+            return self.bootstrap.clone();
+        }
+        let members: Vec<&str> = self.list.split(',').collect();
+        let n = hosts.len();
+        vec![
+            members[i % members.len()].to_string(),
+            hosts[i % n].clone(),
+            hosts[(i + n / 2) % n].clone(),
+        ]
+    }
+}
+
 /// Starts `n` ledger members under `base` (a lone ledger node when `n` is 1) and waits for a
 /// cluster to have every member voting.
 pub fn start(

@@ -16,6 +16,7 @@ use gpux_node::api_client::ApiClient;
 
 pub mod access;
 pub mod access_bench;
+pub mod api_bench;
 mod figures;
 pub mod flood;
 pub mod harness;
@@ -236,7 +237,7 @@ pub fn up(
     report.image = image.clone();
     progress(&format!("workload image {image}"));
     // The ledger first: everyone settles with it and joins through it.
-    let ledgers = ledgers::start(
+    let mut ledgers = ledgers::start(
         &config.gpux,
         &base,
         config.ledgers,
@@ -245,9 +246,10 @@ pub fn up(
         &progress,
     )?;
     let n_ledgers = ledgers.nodes.len();
-    nodes.extend(ledgers.nodes);
+    nodes.extend(std::mem::take(&mut ledgers.nodes));
     let mut host_dirs = Vec::new();
     let mut renter_dirs = Vec::new();
+    let mut public_hosts = Vec::new();
     let mut expected_offers = 0;
     // Offers per family key, and each renter's family (`None`: every family).
     let mut offers_by_family: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -268,8 +270,14 @@ pub fn up(
         let mut env = Vec::new();
         // Everyone runs with the network's receipt timing: hosts sign receipts at that
         // interval, renters' watchdogs expect them.
-        for peer in &ledgers.bootstrap {
-            args.extend(["--bootstrap".to_string(), peer.clone()]);
+        let behind_nat = if is_host {
+            i <= config.nat_hosts
+        } else {
+            i > config.hosts + config.renters - config.nat_renters
+        };
+        let all = n_ledgers + config.hosts + config.renters;
+        for peer in ledgers.bootstrap_for(i, all, behind_nat, &public_hosts) {
+            args.extend(["--bootstrap".to_string(), peer]);
         }
         args.extend(
             [
@@ -352,12 +360,8 @@ pub fn up(
         }
         // Every node needs its API up. A node that exits instead fails the run at once, with
         // the last line it logged.
-        // The first hosts (those the order rounds use most) and the last renters.
-        let behind_nat = if is_host {
-            i <= config.nat_hosts
-        } else {
-            i > config.hosts + config.renters - config.nat_renters
-        };
+        // (Behind NAT: the first hosts, those the order rounds use most, and the last
+        // renters.)
         let mut node = harness::Node::placed(
             &config.gpux,
             &base,
@@ -367,6 +371,10 @@ pub fn up(
             net.as_mut().map(|(n, _)| n),
             behind_nat,
         )?;
+        if is_host && !behind_nat {
+            let (key, _) = gpux_node::init_key(&node.dir)?;
+            public_hosts.push(format!("{}/p2p/{}", node.addr, key.peer_id()));
+        }
         node.spawn()?;
         nodes.push(node);
         if stop.load(Ordering::Relaxed) {

@@ -259,6 +259,18 @@ pub(crate) fn rent_bench(
     super::print_json(&report)
 }
 
+/// `gpux testnet api-bench`: `/v1/status` quiet and under half-open connections; prints
+/// its report as JSON.
+pub(crate) fn api_bench(connections: usize, samples: usize) -> anyhow::Result<()> {
+    let config = gpux_testnet::api_bench::ApiBenchConfig {
+        gpux: std::env::current_exe().context("finding the gpux binary")?,
+        connections,
+        samples,
+    };
+    let report = gpux_testnet::api_bench::run(&config, |line| eprintln!("{line}"))?;
+    super::print_json(&report)
+}
+
 pub(crate) fn stream_sink(into: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(gpux_testnet::plane_baselines::stream_sink(into))
@@ -426,6 +438,16 @@ pub(crate) enum TestnetAction {
         levels: Vec<usize>,
         /// Rents timed at each level, at least.
         #[arg(long, default_value_t = 32)]
+        samples: usize,
+    },
+    /// Benchmark the local API under abuse: `/v1/status` on a quiet node, then while
+    /// clients hold connections whose headers never end; prints JSON (docs/benchmarks.md).
+    ApiBench {
+        /// Half-open connections opened (and held).
+        #[arg(long, default_value_t = 2000)]
+        connections: usize,
+        /// `/v1/status` calls timed on the quiet API (twice as many under the flood).
+        #[arg(long, default_value_t = 100)]
         samples: usize,
     },
     /// Benchmark the workload plane: `gpux cp` against a raw libp2p stream and raw TCP,

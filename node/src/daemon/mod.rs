@@ -567,7 +567,11 @@ pub async fn run(
             }
         }
     }
-    daemon.stop_hosting(&mut events_rx).await;
+    // A store that fails cannot record the leases' ends: they are left as a SIGKILL leaves
+    // them, and resume from their last stored step at the next start.
+    if failed.is_none() {
+        daemon.stop_hosting(&mut events_rx).await;
+    }
     let _ = api_stop_tx.send(());
     let _ = api_task.await;
     let _ = metrics_stop_tx.send(());

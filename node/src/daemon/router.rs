@@ -133,6 +133,10 @@ impl Daemon {
             }
             // Kept for connected peers only.
             NetworkEvent::Rtt { peer, rtt } if self.peers.contains(&peer) => {
+                // The ledger client gives each member time by its round trips.
+                if let Some(ledger) = &self.ledger {
+                    ledger.note_rtt(&peer, rtt);
+                }
                 self.rtts
                     .insert(peer, u64::try_from(rtt.as_millis()).unwrap_or(u64::MAX));
             }

@@ -3,7 +3,7 @@
 //! redirects followed). A record counts only when it is signed by one of them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gpux_lease::LedgerVerdict;
@@ -13,8 +13,25 @@ use libp2p::{Multiaddr, PeerId};
 
 use crate::p2p::{Client, Proto};
 
-/// How long a party waits for the ledger to answer (over all its members).
+/// How long a party waits for the ledger to answer (over all its members, asked again and
+/// again while an election is under way).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one member may take to answer, in round trips measured to it: a request on a
+/// new substream is two, and the member's own work (an append replicated to a majority,
+/// the co-signatures) a few more; the rest is room for a loaded member.
+const ATTEMPT_RTTS: u32 = 12;
+/// The least time one member is given (its work on a quiet link: a flushed write, the
+/// co-signatures), and the most (so that a silent member leaves time for the others).
+const ATTEMPT_MIN: Duration = Duration::from_millis(1_500);
+const ATTEMPT_MAX: Duration = Duration::from_secs(4);
+/// What a member is given before any round trip to it was measured.
+const ATTEMPT_UNMEASURED: Duration = Duration::from_secs(3);
+/// A member that failed to answer is asked last for this long.
+const DOWN_FOR: Duration = Duration::from_secs(10);
+/// The pause after a pass over every member found no answer (no leader yet), doubling
+/// up to [`PASS_PAUSE_MAX`].
+const PASS_PAUSE: Duration = Duration::from_millis(100);
+const PASS_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// Why a call to the ledger gave no answer to act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,13 +63,24 @@ struct Member {
     key: PublicKey,
 }
 
+/// What this party measured of one member: the round trip (ms, a moving average; 0 for
+/// none yet), and when it last failed to answer (ms since the client was made; 0 never).
+#[derive(Debug, Default)]
+struct Measured {
+    rtt_ms: AtomicU64,
+    failed_at_ms: AtomicU64,
+}
+
 /// A party's connection to the ledger it trusts.
 #[derive(Debug, Clone)]
 pub struct LedgerClient {
     net: Client,
     members: Arc<Vec<Member>>,
+    measured: Arc<Vec<Measured>>,
     /// The member that answered last: asked first.
     preferred: Arc<AtomicUsize>,
+    /// What `failed_at_ms` counts from.
+    made: std::time::Instant,
 }
 
 /// A ledger address that does not name the ledger.
@@ -90,9 +118,61 @@ impl LedgerClient {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             net,
+            measured: Arc::new(members.iter().map(|_| Measured::default()).collect()),
             members: Arc::new(members),
             preferred: Arc::new(AtomicUsize::new(0)),
+            made: std::time::Instant::now(),
         })
+    }
+
+    /// A round trip measured to `peer` (libp2p's ping); kept when it is a member, as a
+    /// moving average that one slow ping moves by a quarter.
+    pub fn note_rtt(&self, peer: &PeerId, rtt: Duration) {
+        let Some(i) = self.members.iter().position(|m| m.peer == *peer) else {
+            return;
+        };
+        let rtt = u64::try_from(rtt.as_millis()).unwrap_or(u64::MAX).max(1);
+        let cell = &self.measured[i].rtt_ms;
+        let old = cell.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            rtt
+        } else {
+            old.saturating_mul(3).saturating_add(rtt) / 4
+        };
+        cell.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// How long member `i` is given to answer one request: [`ATTEMPT_RTTS`] round trips
+    /// measured to it, within [`ATTEMPT_MIN`]..[`ATTEMPT_MAX`].
+    fn attempt_time(&self, i: usize) -> Duration {
+        match self.measured[i].rtt_ms.load(Ordering::Relaxed) {
+            0 => ATTEMPT_UNMEASURED,
+            rtt => (Duration::from_millis(rtt) * ATTEMPT_RTTS).clamp(ATTEMPT_MIN, ATTEMPT_MAX),
+        }
+    }
+
+    fn since_made_ms(&self) -> u64 {
+        u64::try_from(self.made.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// Whether member `i` failed to answer within the last [`DOWN_FOR`].
+    fn down(&self, i: usize) -> bool {
+        match self.measured[i].failed_at_ms.load(Ordering::Relaxed) {
+            0 => false,
+            at => self.since_made_ms().saturating_sub(at) < DOWN_FOR.as_millis() as u64,
+        }
+    }
+
+    /// The members in the order one pass asks them: the one that answered last first,
+    /// then around the list; those that failed lately last.
+    fn pass_order(&self) -> Vec<usize> {
+        let n = self.members.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n;
+        let mut order: Vec<usize> = (0..n).map(|k| (first + k) % n).collect();
+        order.sort_by_key(|&i| self.down(i));
+        order
     }
 
     /// The ledger's key: its first member's (what a lease record names).
@@ -118,37 +198,62 @@ impl LedgerClient {
     }
 
     /// Sends a request (dialing when not connected) to the members in turn, the last one
-    /// that answered first, following `NotLeader` redirects; gives up after 10 s.
+    /// that answered first and those that failed lately last, following `NotLeader`
+    /// redirects; while no member answers (a leader lost, an election under way) it asks
+    /// again after a pause, until 10 s have passed.
     pub async fn call(&self, request: &LedgerRequest) -> Result<LedgerResponse, LedgerCallError> {
-        tokio::time::timeout(
-            CALL_TIMEOUT,
-            self.call_members(ledger_wire::encode(request)),
-        )
-        .await
-        .map_err(|_| self.unreachable("no answer in time"))?
+        let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+        let frame = ledger_wire::encode(request);
+        let mut pause = PASS_PAUSE;
+        loop {
+            let why = match self.pass(&frame, deadline).await {
+                Ok(response) => return Ok(response),
+                Err(why) => why,
+            };
+            let now = tokio::time::Instant::now();
+            if now + pause >= deadline {
+                return Err(self.unreachable(why));
+            }
+            tracing::debug!(
+                "the ledger: {why}; asking again in {} ms",
+                pause.as_millis()
+            );
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(PASS_PAUSE_MAX);
+        }
     }
 
-    async fn call_members(&self, frame: Vec<u8>) -> Result<LedgerResponse, LedgerCallError> {
-        let n = self.members.len();
-        // Each member gets its share of the time; a lone ledger all of it.
-        let each = CALL_TIMEOUT / u32::try_from(n).unwrap_or(1).max(1);
-        let first = self.preferred.load(Ordering::Relaxed) % n;
+    /// One pass over the members: the answer, or why there is none.
+    async fn pass(
+        &self,
+        frame: &[u8],
+        deadline: tokio::time::Instant,
+    ) -> Result<LedgerResponse, String> {
         let mut last_error = String::from("no member answered");
-        for i in (0..n).map(|k| (first + k) % n) {
+        for i in self.pass_order() {
             let member = &self.members[i];
+            let time = self
+                .attempt_time(i)
+                .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            if time.is_zero() {
+                break;
+            }
             let answer = tokio::time::timeout(
-                each,
-                self.call_once(member.peer, Some(&member.addr), frame.clone()),
+                time,
+                self.call_once(member.peer, Some(&member.addr), frame.to_vec()),
             )
             .await;
             let response = match answer {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
+                    self.failed(i);
                     last_error = e.to_string();
                     continue;
                 }
                 Err(_) => {
-                    last_error = format!("{} gave no answer in time", member.addr);
+                    self.failed(i);
+                    last_error =
+                        format!("{} gave no answer in {} ms", member.addr, time.as_millis());
                     continue;
                 }
             };
@@ -162,20 +267,35 @@ impl LedgerClient {
                 continue;
             };
             let leader = PeerId::from_bytes(leader)
-                .map_err(|e| self.unreachable(format!("a redirect to a bad peer id: {e}")))?;
-            if let Some(k) = self.members.iter().position(|m| m.peer == leader) {
+                .map_err(|e| format!("a redirect to a bad peer id: {e}"))?;
+            let known = self.members.iter().position(|m| m.peer == leader);
+            if let Some(k) = known {
                 self.preferred.store(k, Ordering::Relaxed);
             }
             for addr in addrs.iter().filter_map(|a| a.parse::<Multiaddr>().ok()) {
-                let _ = self.net.dial(addr).await;
+                if let Err(e) = self.net.dial(addr).await {
+                    tracing::debug!("dialling the ledger's leader {leader}: {e}");
+                }
             }
-            match tokio::time::timeout(each, self.call_once(leader, None, frame.clone())).await {
+            let time = known
+                .map_or(ATTEMPT_UNMEASURED, |k| self.attempt_time(k))
+                .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            match tokio::time::timeout(time, self.call_once(leader, None, frame.to_vec())).await {
                 Ok(Ok(response)) => return Ok(response),
                 Ok(Err(e)) => last_error = e.to_string(),
                 Err(_) => last_error = "the leader gave no answer in time".into(),
             }
+            if let Some(k) = known {
+                self.failed(k);
+            }
         }
-        Err(self.unreachable(last_error))
+        Err(last_error)
+    }
+
+    fn failed(&self, i: usize) {
+        self.measured[i]
+            .failed_at_ms
+            .store(self.since_made_ms(), Ordering::Relaxed);
     }
 
     async fn call_once(
