@@ -157,8 +157,14 @@ impl Workspaces {
         run("fallocate", &["-l", &bytes.to_string(), &image_s]).await?;
         // `nodiscard`: mkfs.ext4 otherwise discards the whole device first, which on an
         // image file punches holes, making it sparse again (a 512 MiB workspace held 17 MB
-        // of the host's disk); the blocks `fallocate` reserved must stay reserved.
-        let extended = format!("root_owner={},nodiscard", super::WORKLOAD_USER);
+        // of the host's disk); the blocks `fallocate` reserved must stay reserved. Inode
+        // tables and journal are zeroed by mkfs, not later: ext4's lazy init zeroes them in
+        // the background after the mount, which on a loop device punches them out of the
+        // image (about 19 MB of a 1200 MiB workspace, measured).
+        let extended = format!(
+            "root_owner={},nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+            super::WORKLOAD_USER
+        );
         run(
             "mkfs.ext4",
             &[
@@ -166,6 +172,8 @@ impl Workspaces {
             ],
         )
         .await?;
+        // Whatever mkfs zeroed by punching is reserved again (holes only: data is kept).
+        run("fallocate", &["-l", &bytes.to_string(), &image_s]).await?;
         run("mount", &["-o", "loop,nodev,nosuid", &image_s, &mnt_s]).await?;
         // The loop device reads and writes its image with direct I/O where the filesystem
         // below allows it: the workspace's data is then cached once (by the workspace's
