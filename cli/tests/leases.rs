@@ -236,16 +236,23 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
     // sees the escrow closed, and erases it; nothing is paid twice.
     assert_eq!(docker_containers(&lease).len(), 1);
     market.hosts[0].restart();
+    host_back_pays_nothing_twice(&market, &lease, paid);
+}
+
+/// A host started again after its renter settled `lease` without it (paying `paid`): it
+/// erases the container, closes the lease, and is paid nothing twice.
+fn host_back_pays_nothing_twice(market: &Market, lease: &str, paid: u64) {
     wait_for("the restarted host to erase the container", 30, || {
-        docker_containers(&lease).is_empty()
+        docker_containers(lease).is_empty()
     });
     let host = &market.hosts[0];
     wait_for("the host to close the lease", 20, || {
-        host.phase(&lease) == "settled"
+        host.phase(lease) == "settled"
     });
     assert_eq!(market.balance(host), FAUCET_MICRO + paid, "settled twice");
     assert_eq!(market.balance(&market.renters[0]), FAUCET_MICRO - paid);
     market.assert_conserved();
+    assert_eq!(market.ledger_state().open_escrows, 0);
 }
 
 /// A host whose disk stops taking writes mid-lease (its database manifest can no longer be
@@ -298,16 +305,7 @@ fn a_host_whose_store_fails_stops_saying_so_and_the_renter_pays_only_acked_recei
     // container; nothing is paid twice.
     std::fs::remove_dir(&broken).unwrap();
     market.hosts[0].spawn();
-    wait_for("the restarted host to erase the container", 30, || {
-        docker_containers(&lease).is_empty()
-    });
-    let host = &market.hosts[0];
-    wait_for("the host to close the lease", 20, || {
-        host.phase(&lease) == "settled"
-    });
-    assert_eq!(market.balance(host), FAUCET_MICRO + paid, "settled twice");
-    market.assert_conserved();
-    assert_eq!(market.ledger_state().open_escrows, 0);
+    host_back_pays_nothing_twice(&market, &lease, paid);
 }
 
 #[test]
