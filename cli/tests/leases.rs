@@ -204,27 +204,45 @@ fn a_killed_renter_gets_its_lease_stopped_and_the_host_is_paid_exactly_to_the_la
 
 #[test]
 fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() {
-    let mut market = Market::start(1, 1, 10);
+    let (mut market, lease) = lease_with_two_acks();
+    market.hosts[0].kill9();
+    // The renter notices the silence, waits out the ledger's grace and takes the rest of its
+    // escrow back.
+    let paid = renter_settles_without_its_host(&market, &lease);
+    // The host's container outlived it (SIGKILL); on restart the host finds it by its label,
+    // sees the escrow closed, and erases it; nothing is paid twice.
+    assert_eq!(docker_containers(&lease).len(), 1);
+    market.hosts[0].restart();
+    host_back_pays_nothing_twice(&market, &lease, paid);
+}
+
+/// One host, one renter, a lease of [`TICKER`] with two receipts acknowledged at the renter
+/// (the host waits 10 s for an acknowledgement).
+fn lease_with_two_acks() -> (Market, String) {
+    let market = Market::start(1, 1, 10);
     let lease = market.rent(&market.renters[0], 300, TICKER);
     let renter = &market.renters[0];
     wait_for("two acknowledged receipts at the renter", 20, || {
         renter.lease(&lease).acked_seq >= 2
     });
-    market.hosts[0].kill9();
-    // The renter notices the silence, waits out the ledger's grace and takes the rest of its
-    // escrow back.
+    (market, lease)
+}
+
+/// The renter of `lease`, its host gone silent, waits out the ledger's grace and takes the
+/// rest of its escrow back: its release carried its latest acknowledged receipt, so the
+/// host is paid exactly what the renter acknowledged, though it never redeemed it itself.
+/// Returns what was paid.
+fn renter_settles_without_its_host(market: &Market, lease: &str) -> u64 {
     let renter = &market.renters[0];
     wait_for(
         "the renter to settle without the host",
         40 + LEDGER_GRACE_S,
-        || renter.phase(&lease) == "settled",
+        || renter.phase(lease) == "settled",
     );
-    let rented = renter.lease(&lease);
+    let rented = renter.lease(lease);
     assert_eq!(end(&rented), "host-silent", "{rented:?}");
     let acked = rented.acked_amount;
     let paid = FAUCET_MICRO - market.balance(renter);
-    // The renter's release carried its latest acknowledged receipt: the host is paid
-    // exactly what the renter acknowledged, though it never redeemed it itself.
     assert!(
         paid > 0 && paid == acked,
         "paid {paid}, acknowledged {acked}"
@@ -232,11 +250,7 @@ fn a_killed_host_costs_the_renter_only_acked_receipts_and_never_settles_twice() 
     assert_eq!(market.balance(&market.hosts[0]), FAUCET_MICRO + paid);
     market.assert_conserved();
     assert_eq!(market.ledger_state().open_escrows, 0);
-    // The host's container outlived it (SIGKILL); on restart the host finds it by its label,
-    // sees the escrow closed, and erases it; nothing is paid twice.
-    assert_eq!(docker_containers(&lease).len(), 1);
-    market.hosts[0].restart();
-    host_back_pays_nothing_twice(&market, &lease, paid);
+    paid
 }
 
 /// A host started again after its renter settled `lease` without it (paying `paid`): it
@@ -262,12 +276,7 @@ fn host_back_pays_nothing_twice(market: &Market, lease: &str, paid: u64) {
 /// the host comes back and pays nothing twice.
 #[test]
 fn a_host_whose_store_fails_stops_saying_so_and_the_renter_pays_only_acked_receipts() {
-    let mut market = Market::start(1, 1, 10);
-    let lease = market.rent(&market.renters[0], 300, TICKER);
-    let renter = &market.renters[0];
-    wait_for("two acknowledged receipts at the renter", 20, || {
-        renter.lease(&lease).acked_seq >= 2
-    });
+    let (mut market, lease) = lease_with_two_acks();
     let broken = market.hosts[0].dir.join("db.tmp");
     std::fs::create_dir(&broken).unwrap();
     let host = &mut market.hosts[0];
@@ -286,21 +295,7 @@ fn a_host_whose_store_fails_stops_saying_so_and_the_renter_pays_only_acked_recei
         "{}",
         &log[log.len().saturating_sub(2000)..]
     );
-    let renter = &market.renters[0];
-    wait_for(
-        "the renter to settle without the host",
-        40 + LEDGER_GRACE_S,
-        || renter.phase(&lease) == "settled",
-    );
-    let rented = renter.lease(&lease);
-    assert_eq!(end(&rented), "host-silent", "{rented:?}");
-    let paid = FAUCET_MICRO - market.balance(renter);
-    assert!(
-        paid > 0 && paid == rented.acked_amount,
-        "paid {paid}, acknowledged {}",
-        rented.acked_amount
-    );
-    assert_eq!(market.balance(&market.hosts[0]), FAUCET_MICRO + paid);
+    let paid = renter_settles_without_its_host(&market, &lease);
     // Mended, the host comes back on its records, finds the escrow closed and erases the
     // container; nothing is paid twice.
     std::fs::remove_dir(&broken).unwrap();
