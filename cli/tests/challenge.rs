@@ -1,7 +1,7 @@
 //! The performance guarantee with real processes: before the work starts the renter's node
 //! challenges the leased GPUs (a seeded product checked with Freivalds, timed by itself).
 //! The fake GPUs' reference rates are calibrated against the CPU prover in this same run: an
-//! honest fake L4 passes and its work starts; a host whose fake GPUs claim to be H100s, three
+//! honest fake L4 passes and its work starts; a host whose fake GPUs claim to be H100s, ten
 //! times faster than its prover sustains, is caught, ends `challenge-failed` and is paid
 //! nothing. Challenged again while it runs (`gpux challenge LEASE`), the honest host pauses
 //! the workload while it proves and passes; the slow one, rented without a challenge, is
@@ -9,24 +9,9 @@
 //! once its lease has paid, is published: its offers claim the `challenged` tier, which a
 //! node that never rented grants on the evidence.
 
-use std::time::Instant;
-
 use gpux_attestation::challenge;
 
 use super::market::{Market, wait_for};
-
-/// The CPU prover's rate on this machine now, Gop/s (the median of five products).
-fn cpu_prover_gops(n: usize) -> f64 {
-    let mut rates: Vec<f64> = (0..5u8)
-        .map(|i| {
-            let started = Instant::now();
-            let _ = challenge::prove_cpu(&[i; 32], n);
-            challenge::operations(n) / started.elapsed().as_secs_f64() / 1e9
-        })
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    rates[2]
-}
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -60,17 +45,12 @@ fn docker_actions(lease: &str, since: u64) -> Vec<String> {
 
 #[test]
 fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught_unpaid() {
-    let rate = cpu_prover_gops(128);
+    let rate = gpux_testnet::orders::cpu_prover_gops();
     let mut market = Market::start(1, 0, 10);
     market.add_host_of("NVIDIA H100 80GB HBM3", 85_899_345_920, (9, 0));
-    // The honest fake L4's reference is well within the prover's rate; an H100's is three
+    // The honest fake L4's reference is well within the prover's rate; an H100's is ten
     // times what the prover sustains.
-    market.add_renter(&[
-        "--challenge-reference".into(),
-        format!("l4={}", rate * 0.5),
-        "--challenge-reference".into(),
-        format!("h100={}", rate * 3.0),
-    ]);
+    market.add_renter(&gpux_testnet::orders::challenge_references(rate, "l4"));
     let renter = &market.renters[0];
     let before = market.balance(renter);
     let rent = |query: &str| {

@@ -347,7 +347,7 @@ pub fn up(
             host_dirs.push(dir.clone());
         } else {
             // The fake GPUs prove on the CPU: renters judge them against it.
-            args.extend(orders::challenge_references(prover_gops));
+            args.extend(orders::challenge_references(prover_gops, "a100"));
             let r = i - 1 - config.hosts;
             let family =
                 (config.shard_renters && r >= 2 && r < config.renters - config.nat_renters)

@@ -89,6 +89,17 @@ pub(crate) fn size_for(reference_gops: f64, round_trip: Duration) -> u32 {
     n
 }
 
+/// How long the renter waits for the host's answer to a product of size `n`: the time a
+/// prover at the policy's lowest passing share of `reference_gops` needs, plus four round
+/// trips and a second of slack, at most [`ANSWER_WITHIN`]. An answer after it would fail
+/// the verdict anyway.
+pub(crate) fn answer_within(n: u32, reference_gops: f64, round_trip: Duration) -> Duration {
+    let slowest_passing = reference_gops.max(1e-6) * Policy::default().min_share * 1e9;
+    let compute_s = challenge::operations(n as usize) / slowest_passing;
+    let s = compute_s + round_trip.as_secs_f64() * 4.0 + 1.0;
+    Duration::from_secs_f64(s.min(ANSWER_WITHIN.as_secs_f64()))
+}
+
 /// Runs the challenge of `lease` on `host` (the renter's side); the request names `device`
 /// (the lease's first), which a published result binds.
 pub(crate) async fn run(
@@ -142,11 +153,20 @@ pub(crate) async fn run(
         .await
         .map_err(|e| not_run(e.to_string()))?;
     let failed = |e: String| ChallengeFailure::Failed(e);
-    let response = match recv::<ChallengeAnswer>(&mut framed, ANSWER_WITHIN).await {
+    // A host that has not answered by the time the policy's slowest passing prover would
+    // have has failed already: the renter stops waiting there, not at `ANSWER_WITHIN`.
+    let within = answer_within(n, reference_gops, round_trip);
+    let response = match recv::<ChallengeAnswer>(&mut framed, within).await {
         Ok(ChallengeAnswer::Response(bytes)) => bytes,
         Ok(ChallengeAnswer::Failed(why)) => return Err(not_run(format!("the host: {why}"))),
         Ok(_) => return Err(failed("the host answered out of turn".into())),
-        Err(e) => return Err(failed(format!("no answer: {e}"))),
+        Err(e) => {
+            return Err(failed(format!(
+                "no answer within {:.1} s, the time {:.0}% of the reference {reference_gops:.2} Gop/s needs: {e}",
+                within.as_secs_f64(),
+                Policy::default().min_share * 100.0
+            )));
+        }
     };
     let observed = sent.elapsed();
     let response_bytes = response.into_inner();
@@ -407,5 +427,26 @@ impl ChallengeHost {
             }
         }
         let _ = send(&mut framed, &ChallengeAnswer::Done).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_renter_waits_as_long_as_a_passing_prover_needs_and_no_longer() {
+        let rtt = Duration::from_millis(50);
+        let reference = 0.2;
+        let n = 512;
+        let within = answer_within(n, reference, rtt);
+        // The slowest prover that still passes answers just inside the wait.
+        let slowest = Duration::from_secs_f64(
+            challenge::operations(n as usize) / (reference * Policy::default().min_share * 1e9),
+        );
+        assert!(within > slowest + rtt * 2, "{within:?} vs {slowest:?}");
+        assert!(within < slowest + Duration::from_secs(2), "{within:?}");
+        // An absurdly slow reference never holds the renter past the hard cap.
+        assert_eq!(answer_within(MAX_CPU_N, 1e-9, rtt), ANSWER_WITHIN);
     }
 }
