@@ -38,6 +38,8 @@ pub struct Node {
     child: Option<Child>,
     /// Its own network namespace, in an isolated testnet.
     place: Option<Place>,
+    /// Its scheduling niceness, when not the default (`nice -n`).
+    niceness: Option<i32>,
 }
 
 /// Where an isolated node runs: its namespace and address, and the forwarders that carry
@@ -123,12 +125,19 @@ impl Node {
             env,
             child: None,
             place,
+            niceness: None,
         })
     }
 
     /// Its namespace and address, when it runs in an isolated network.
     pub fn place(&self) -> Option<&Place> {
         self.place.as_ref()
+    }
+
+    /// Runs it at `niceness` from its next start (`nice -n`; below 0 needs root, and
+    /// without it the node runs at the default, `nice` saying so in its log).
+    pub fn set_niceness(&mut self, niceness: i32) {
+        self.niceness = Some(niceness);
     }
 
     /// More arguments for its next start.
@@ -145,17 +154,19 @@ impl Node {
             .create(true)
             .append(true)
             .open(self.dir.join("node.log"))?;
-        let mut cmd = match &self.place {
-            None => Command::new(&self.gpux),
-            // Only its network apart: it shares the files, mounts and Docker socket.
-            Some(place) => {
-                let mut c = Command::new("nsenter");
-                c.arg(format!("--net={}", place.slot.netns_path().display()))
-                    .arg("--")
-                    .arg(&self.gpux);
-                c
-            }
-        };
+        // `nice` and `nsenter` each exec the next: the child's pid is the node's.
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(n) = self.niceness {
+            argv.extend(["nice".into(), "-n".into(), n.to_string().into()]);
+        }
+        // Only its network apart: it shares the files, mounts and Docker socket.
+        if let Some(place) = &self.place {
+            let net = format!("--net={}", place.slot.netns_path().display());
+            argv.extend(["nsenter".into(), net.into(), "--".into()]);
+        }
+        argv.push(self.gpux.clone().into());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         // Run from beside its data dir, which it is given by a relative path, as people
         // start nodes by hand (`--data-dir ./host`): nothing a node does may hang on the
         // path being absolute.

@@ -54,11 +54,13 @@ pub fn cpu_prover_gops() -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// How far below the prover's rate the honest family's reference is, and how far above it
-/// host-0's claimed H100s are: both far enough that the load of a shared machine (a few
-/// times slower between calibration and challenge) moves neither verdict.
-const HONEST_SHARE: f64 = 0.25;
-const LIAR_FACTOR: f64 = 10.0;
+/// The honest family's reference, as a share of the prover's rate: far enough below it
+/// that the load of a shared machine (a few times slower between calibration and
+/// challenge) cannot fail an honest host.
+pub const HONEST_SHARE: f64 = 0.25;
+/// The claimed H100s' reference, as a multiple of the prover's rate: far enough above it
+/// that no lull in the load lets the disguised host pass.
+pub const LIAR_FACTOR: f64 = 10.0;
 
 /// A renter's challenge references for `rate` (the CPU prover's): `honest`'s well within
 /// it, the H100's [`LIAR_FACTOR`] times it, so a host whose fake GPUs claim H100s is caught.

@@ -27,7 +27,7 @@ use gpux_market::LedgerConfig;
 use gpux_protocol::ledger_wire::{self, LedgerRequest, LedgerResponse, RefusalCode};
 use gpux_protocol::{AnySigned, Keypair, MicroCredits, PublicKey, Timestamp};
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{ChangeMembers, Config, Raft};
+use openraft::{ChangeMembers, Raft};
 
 use crate::p2p::{Client, Multiaddr, PeerId, multiaddr::Protocol};
 use crate::store::{Durability, Store, Tree};
@@ -35,10 +35,12 @@ use crate::store::{Durability, Store, Tree};
 mod log_store;
 mod network;
 mod state;
+mod timing;
 
 pub use log_store::LogStore;
 pub use network::{Addressed, RaftReply, RaftRpc};
 pub use state::LedgerState;
+pub use timing::Timings;
 
 /// A member's id in its current raft store.
 pub type NodeId = u64;
@@ -178,6 +180,7 @@ pub struct LedgerCluster<S> {
     state: LedgerState<S>,
     net: Client,
     members: BTreeMap<PeerId, Multiaddr>,
+    timings: Timings,
     forming: tokio::task::JoinHandle<()>,
 }
 
@@ -193,29 +196,6 @@ impl<S> Drop for LedgerCluster<S> {
     fn drop(&mut self) {
         self.forming.abort();
     }
-}
-
-/// The raft timings: heartbeats every 400 ms, elections after 0.8-1.2 s more than the
-/// leader's lease.
-/// - openraft waits for an append (a heartbeat included) only one heartbeat interval, and a
-///   request over `/gpux/raft/1` takes about two round trips (a new substream, then the
-///   request). So the interval must cover that plus a TCP retransmission: 400 ms holds on
-///   links of 50 ms each way with 1% loss (the isolated testnet), where 200 ms never did.
-/// - A follower that knows a leader waits out the leader's lease (openraft: the largest
-///   election timeout) and then its own timeout before it stands: 1.2 s + 0.8-1.2 s after
-///   the last heartbeat. A leader lost is replaced within about 2.5 s.
-fn raft_config() -> Result<Config, ClusterError> {
-    Config {
-        cluster_name: "gpux-ledger".into(),
-        heartbeat_interval: 400,
-        election_timeout_min: 800,
-        election_timeout_max: 1200,
-        max_payload_entries: 128,
-        snapshot_max_chunk_size: 1024 * 1024,
-        ..Config::default()
-    }
-    .validate()
-    .map_err(|e| ClusterError::Config(e.to_string()))
 }
 
 /// This store's node id, drawn when the store is new (then `true`).
@@ -269,9 +249,11 @@ impl<S: Store + 'static> LedgerCluster<S> {
         let (id, new_store) = node_id(store.as_ref())?;
         let log = LogStore::new(store.clone());
         let state = LedgerState::open(key, ledger, store).map_err(ClusterError::Store)?;
+        let timings = Timings::for_round_trip(timing::measure(&net, &members).await);
+        tracing::info!("ledger member {id}: raft timings {timings}");
         let raft = Raft::new(
             id,
-            Arc::new(raft_config()?),
+            Arc::new(timings.config()?),
             network::Links { net: net.clone() },
             log,
             state.clone(),
@@ -298,6 +280,7 @@ impl<S: Store + 'static> LedgerCluster<S> {
             state,
             net,
             members,
+            timings,
             forming,
         })
     }
@@ -305,6 +288,11 @@ impl<S: Store + 'static> LedgerCluster<S> {
     /// This member's node id.
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// The raft timings this member started with (scaled to the round trip it measured).
+    pub fn timings(&self) -> Timings {
+        self.timings
     }
 
     /// The raft handle (metrics, membership changes).

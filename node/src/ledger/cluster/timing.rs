@@ -1,0 +1,161 @@
+//! The raft timings, scaled to the round trip between members, which each member measures
+//! when it starts.
+//!
+//! openraft fixes its timings when the engine is made, and waits for an append (a
+//! heartbeat included) only one heartbeat interval. A request over `/gpux/raft/1` takes
+//! about two round trips (a new substream, then the request), and the interval must also
+//! cover one TCP retransmission (Linux waits at least 200 ms): so the heartbeat is four
+//! round trips, never under 400 ms, which holds on links of 50 ms each way with 1% loss
+//! (the isolated testnet), where 200 ms never did. Elections wait two to three heartbeats;
+//! a follower that knows a leader first waits out the leader's lease (openraft: the largest
+//! election timeout), so a leader lost on a LAN is replaced within about 2.5 s.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use openraft::Config;
+
+use super::ClusterError;
+use super::network::{self, Addressed, RaftReply, RaftRpc};
+use crate::p2p::{Client, Multiaddr, PeerId};
+
+/// The shortest heartbeat interval.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(400);
+/// The longest: members 1 s apart still form a cluster, slowly.
+const MAX_HEARTBEAT: Duration = Duration::from_secs(4);
+/// A heartbeat covers this many round trips.
+const HEARTBEAT_ROUND_TRIPS: u32 = 4;
+/// How long a starting member spends measuring (members not running yet cost nothing:
+/// their refusals are immediate, and the first to start has no one to measure).
+const MEASURE_WITHIN: Duration = Duration::from_millis(1500);
+/// Timed exchanges per member, after one that connects.
+const SAMPLES: usize = 3;
+
+/// The timings a member uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// The round trip they were scaled to (none measured: the floor's).
+    pub round_trip: Option<Duration>,
+    /// The leader's heartbeat interval, and its append's deadline.
+    pub heartbeat: Duration,
+    /// The election timeout's range.
+    pub election: (Duration, Duration),
+}
+
+impl Timings {
+    /// The timings for members `round_trip` apart (`None`: not measured).
+    pub fn for_round_trip(round_trip: Option<Duration>) -> Self {
+        let heartbeat = round_trip
+            .map_or(MIN_HEARTBEAT, |rtt| rtt * HEARTBEAT_ROUND_TRIPS)
+            .clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
+        // Whole milliseconds: openraft's unit.
+        let heartbeat = Duration::from_millis(heartbeat.as_millis() as u64);
+        Timings {
+            round_trip,
+            heartbeat,
+            election: (heartbeat * 2, heartbeat * 3),
+        }
+    }
+
+    /// openraft's configuration with these timings.
+    pub(super) fn config(&self) -> Result<Config, ClusterError> {
+        Config {
+            cluster_name: "gpux-ledger".into(),
+            heartbeat_interval: self.heartbeat.as_millis() as u64,
+            election_timeout_min: self.election.0.as_millis() as u64,
+            election_timeout_max: self.election.1.as_millis() as u64,
+            max_payload_entries: 128,
+            snapshot_max_chunk_size: 1024 * 1024,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(|e| ClusterError::Config(e.to_string()))
+    }
+}
+
+impl std::fmt::Display for Timings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "heartbeat {} ms, elections after {}-{} ms (",
+            self.heartbeat.as_millis(),
+            self.election.0.as_millis(),
+            self.election.1.as_millis()
+        )?;
+        match self.round_trip {
+            Some(rtt) => write!(f, "members {} ms apart)", rtt.as_millis()),
+            None => write!(f, "no other member answered; the floor)"),
+        }
+    }
+}
+
+/// The round trip to the farthest member that answers within [`MEASURE_WITHIN`]: for each,
+/// the median of [`SAMPLES`] `Hello` exchanges after one that connects.
+pub(super) async fn measure(
+    net: &Client,
+    members: &BTreeMap<PeerId, Multiaddr>,
+) -> Option<Duration> {
+    let me = net.local_peer_id();
+    let one = |peer: PeerId, addr: Multiaddr| async move {
+        let hello = Addressed {
+            to: None,
+            rpc: RaftRpc::Hello,
+        };
+        let ask = |timeout| network::call(net, peer, Some(&addr), &hello, timeout);
+        if !matches!(ask(MEASURE_WITHIN).await, Ok(RaftReply::Hello(_))) {
+            return None;
+        }
+        let mut samples = Vec::with_capacity(SAMPLES);
+        for _ in 0..SAMPLES {
+            let started = tokio::time::Instant::now();
+            if let Ok(RaftReply::Hello(_)) = ask(MEASURE_WITHIN).await {
+                samples.push(started.elapsed());
+            }
+        }
+        samples.sort();
+        samples.get(samples.len() / 2).copied()
+    };
+    let asked = members
+        .iter()
+        .filter(|(peer, _)| **peer != me)
+        .map(|(peer, addr)| tokio::time::timeout(MEASURE_WITHIN, one(*peer, addr.clone())));
+    join_all(asked).await.into_iter().flatten().flatten().max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_grow_with_the_round_trip_between_a_floor_and_a_ceiling() {
+        let floor = Timings::for_round_trip(None);
+        assert_eq!(floor.heartbeat, MIN_HEARTBEAT);
+        assert_eq!(
+            floor.election,
+            (Duration::from_millis(800), Duration::from_millis(1200))
+        );
+        // A LAN, and the isolated testnet's 100 ms round trips: the floor.
+        let lan = Timings::for_round_trip(Some(Duration::from_millis(1)));
+        assert_eq!(
+            (lan.heartbeat, lan.election),
+            (floor.heartbeat, floor.election)
+        );
+        assert_eq!(
+            Timings::for_round_trip(Some(Duration::from_millis(100))).heartbeat,
+            MIN_HEARTBEAT
+        );
+        // Members 250 ms apart: four round trips.
+        let far = Timings::for_round_trip(Some(Duration::from_millis(250)));
+        assert_eq!(far.heartbeat, Duration::from_secs(1));
+        assert_eq!(
+            far.election,
+            (Duration::from_secs(2), Duration::from_secs(3))
+        );
+        assert!(far.config().is_ok());
+        // Never past the ceiling.
+        let absurd = Timings::for_round_trip(Some(Duration::from_secs(30)));
+        assert_eq!(absurd.heartbeat, MAX_HEARTBEAT);
+        assert!(absurd.config().is_ok());
+    }
+}
