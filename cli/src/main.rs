@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 
-use cmd::node::NodeRunArgs;
 use cmd::rent::{Kind, Run, Want};
 
 /// gpux: a peer-to-peer exchange for GPU compute.
@@ -43,10 +42,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run the node daemon.
+    /// Run the node daemon, or stop it.
     Node {
         #[command(subcommand)]
-        action: NodeAction,
+        action: cmd::node::NodeAction,
     },
     /// A whole market on this machine: hosts with fake GPUs, renters, real processes.
     Testnet {
@@ -354,14 +353,6 @@ enum ConfigAction {
 }
 
 #[derive(Debug, Subcommand)]
-enum NodeAction {
-    /// Run the node: join the network, keep a live view of the market, serve the local API
-    /// (127.0.0.1, token in `DATA_DIR/api.token`). With --host, also read the GPUs through
-    /// NVML, sign an attestation, publish offers and answer lease requests.
-    Run(Box<NodeRunArgs>),
-}
-
-#[derive(Debug, Subcommand)]
 enum LedgerAction {
     /// What this ledger node holds: totals, and for a member of a replicated ledger, the
     /// cluster as it sees it (leader, voters, learners, term, applied index).
@@ -550,9 +541,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 cmd::out!("{}", key.peer_id())?;
             }
         }
-        Command::Node {
-            action: NodeAction::Run(args),
-        } => cmd::node::run(dir, *args)?,
+        Command::Node { action } => cmd::node::act(dir, action)?,
         Command::Testnet {
             action:
                 cmd::testnet::TestnetAction::Up {

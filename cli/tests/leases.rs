@@ -343,6 +343,81 @@ fn restarted_hosts_resume_metering_and_restarted_renters_resume_acknowledging() 
     market.assert_conserved();
 }
 
+/// A lease container's identity: its id, and its PID 1's process id and start time (a
+/// container started again has another).
+fn container_identity(lease: &str) -> String {
+    let ids = docker_containers(lease);
+    assert_eq!(ids.len(), 1, "one container for {lease}: {ids:?}");
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{.Id}} {{.State.Running}} {{.State.Pid}} {{.State.StartedAt}} {{.RestartCount}}",
+            &ids[0],
+        ])
+        .output()
+        .expect("docker inspect");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_host_stopped_and_started_again_mid_lease_keeps_it_running_and_bills_its_runtime() {
+    let mut market = Market::start(0, 0, 6);
+    market.receipt_interval_s = 2;
+    market.add_host();
+    market.add_renter(&[]);
+    // Longer than the 60 s minimum, which would hide what is billed.
+    let lease = market.rent(&market.renters[0], 65, TICKER);
+    let acked = |m: &Market| m.renters[0].lease(&lease).acked_seq;
+    wait_for("an acknowledged receipt", 20, || acked(&market) >= 1);
+    let running = container_identity(&lease);
+    assert!(running.contains(" true "), "{running}");
+    // SIGTERM (what a service manager sends on a restart or an upgrade): the node exits and
+    // the lease's container runs on.
+    market.hosts[0].terminate();
+    let exited = market.hosts[0].reap(Instant::now() + Duration::from_secs(20));
+    assert!(
+        exited,
+        "the host exits on SIGTERM: {}",
+        market.hosts[0].log()
+    );
+    assert!(
+        market.hosts[0].log().contains("keep running"),
+        "{}",
+        market.hosts[0].log()
+    );
+    assert_eq!(
+        container_identity(&lease),
+        running,
+        "untouched while the host is down"
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    market.hosts[0].spawn();
+    let at_restart = acked(&market);
+    wait_for("receipts after the host's restart", 20, || {
+        acked(&market) > at_restart
+    });
+    assert_eq!(
+        container_identity(&lease),
+        running,
+        "the same container, never restarted"
+    );
+    let (host, renter) = (&market.hosts[0], &market.renters[0]);
+    wait_for("the lease to end and settle", 90, || {
+        host.phase(&lease) == "settled" && renter.phase(&lease) == "settled"
+    });
+    let hosted = host.lease(&lease);
+    assert_eq!(end(&hosted), "duration-reached", "{hosted:?}");
+    assert_eq!(end(&renter.lease(&lease)), "duration-reached");
+    // Billed Docker's runtime in whole seconds (1000 µcr a second), no more, no less.
+    let runtime_ms = hosted.finished_at.unwrap() - hosted.started_at.unwrap();
+    assert!(runtime_ms > 60_000, "{hosted:?}");
+    assert_eq!(hosted.redeemed, runtime_ms / 1000 * 1000, "{hosted:?}");
+    assert!(docker_containers(&lease).is_empty());
+    market.assert_conserved();
+}
+
 #[test]
 fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
     let market = Market::start(1, 1, 10);
@@ -388,10 +463,16 @@ fn a_renter_finds_and_rents_and_the_api_needs_its_token() {
             & 0o777;
         assert_eq!(mode, 0o600, "{file}");
     }
-    // A host shutting down (SIGTERM) ends its leases, erases their containers and settles.
+    // A host stopped with `gpux node stop --end-leases` ends its leases, erases their
+    // containers and settles.
     let mut market = market;
-    // (Within what a service manager gives a stopping service: systemd's default is 90 s.)
-    let exited = market.hosts[0].stop(45);
+    let stop = market.hosts[0].gpux(&["node", "stop", "--end-leases"]);
+    assert!(
+        stop.status.success() && String::from_utf8_lossy(&stop.stdout).contains("stopped"),
+        "{stop:?}"
+    );
+    // The command came back once the process had let go of its data dir.
+    let exited = market.hosts[0].reap(Instant::now() + Duration::from_secs(1));
     assert!(
         exited && docker_containers(&lease).is_empty(),
         "a host shutting down erases its containers (exited in time: {exited}); its log:\n{}",

@@ -109,6 +109,8 @@ pub struct Market {
     pub image: String,
     ledger_addr: String,
     ack_grace_s: u64,
+    /// The receipt interval of each host added, seconds.
+    pub receipt_interval_s: u64,
     /// Fake L4s on each host added.
     pub gpus_per_host: usize,
     /// More flags for each host added (`--cpus 32`).
@@ -182,6 +184,7 @@ impl Market {
             image,
             ledger_addr,
             ack_grace_s,
+            receipt_interval_s: RECEIPT_INTERVAL_S,
             gpus_per_host,
             host_extra: Vec::new(),
             _tmp: tmp,
@@ -268,7 +271,7 @@ impl Market {
                 "--republish",
                 "3",
                 "--receipt-interval",
-                &RECEIPT_INTERVAL_S.to_string(),
+                &self.receipt_interval_s.to_string(),
                 "--ack-grace",
                 &self.ack_grace_s.to_string(),
                 // Spot leases from 1 credit per GPU-hour, preempted with 6 s of notice.

@@ -78,6 +78,16 @@ impl ApiClient {
         })
     }
 
+    /// The same client, each call given at most `timeout` (60 s unless set).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .into();
+        self
+    }
+
     /// The API's base URL (`http://127.0.0.1:PORT`).
     pub fn base(&self) -> &str {
         &self.base
@@ -320,8 +330,9 @@ impl ApiClient {
         self.post("/v1/bid", request)
     }
 
-    /// `POST /v1/shutdown`.
-    pub fn shutdown(&self) -> Result<gpux_api::ShuttingDown, ClientError> {
-        self.post("/v1/shutdown", &())
+    /// `POST /v1/shutdown`: with `end_leases`, every hosted lease ends and settles first;
+    /// without, the leases' containers keep running for the node's next start.
+    pub fn shutdown(&self, end_leases: bool) -> Result<gpux_api::ShuttingDown, ClientError> {
+        self.post("/v1/shutdown", &gpux_api::ShutdownRequest { end_leases })
     }
 }

@@ -30,5 +30,7 @@ pub mod plane;
 pub mod store;
 pub mod validation;
 
-pub use data_dir::{DataDirError, default_data_dir};
+pub use data_dir::{
+    DataDirError, NODE_LOCK_FILE, NodeLock, claim_data_dir, default_data_dir, node_runs_on,
+};
 pub use key_file::{KEY_FILE_NAME, KeyFileError, create_key, init_key, key_path, load_key};

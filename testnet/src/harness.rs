@@ -1,6 +1,6 @@
 //! The process harness: `gpux node run` processes on loopback, each with its own data dir,
-//! port and log, that can be stopped (SIGTERM), killed (SIGKILL) and started again on the
-//! same data dir and port. `gpux testnet up` runs its market on it, and so do the
+//! port and log, that can be stopped (through its API, or SIGTERM), killed (SIGKILL) and
+//! started again on the same data dir and port. `gpux testnet up` runs its market on it, and so do the
 //! integration tests (`cli/tests`), so there is one way to run a node as a process.
 
 use std::path::{Path, PathBuf};
@@ -226,7 +226,26 @@ impl Node {
         }
     }
 
-    /// Sends SIGTERM (a host ends and settles its leases on the way out).
+    /// Asks it to stop and end its leases first (`POST /v1/shutdown` with `end_leases`, what
+    /// `gpux node stop --end-leases` sends): a host's leases end and settle on its way out.
+    /// SIGTERM when its API does not answer at once (a host then leaves its leases' containers
+    /// running for its next start).
+    pub fn ask_to_stop(&self) {
+        if self.child.is_none() {
+            return;
+        }
+        let asked = self.api().is_ok_and(|api| {
+            api.with_timeout(Duration::from_secs(2))
+                .shutdown(true)
+                .is_ok()
+        });
+        if !asked {
+            self.terminate();
+        }
+    }
+
+    /// Sends SIGTERM: the node stops, and a host leaves its leases running for its next
+    /// start on the same data dir.
     pub fn terminate(&self) {
         if let Some(pid) = self.pid().and_then(|p| i32::try_from(p).ok()) {
             let _ = nix::sys::signal::kill(
@@ -253,9 +272,10 @@ impl Node {
         false
     }
 
-    /// SIGTERM, then SIGKILL if it has not exited within `secs`. True when it exited by itself.
+    /// [`Node::ask_to_stop`] (a host's leases end), then SIGKILL if it has not exited
+    /// within `secs`. True when it exited by itself.
     pub fn stop(&mut self, secs: u64) -> bool {
-        self.terminate();
+        self.ask_to_stop();
         self.reap(Instant::now() + Duration::from_secs(secs))
     }
 
@@ -339,12 +359,13 @@ impl Drop for Node {
     }
 }
 
-/// Stops every node (SIGTERM to all at once, then up to `secs` for each to exit, then
-/// SIGKILL); the names of those that had to be killed.
+/// Stops every node (all asked at once, hosts ending their leases: [`Node::ask_to_stop`],
+/// then up to `secs` for each to exit, then SIGKILL); the names of those that had to be
+/// killed.
 pub fn stop_all<'a>(nodes: impl IntoIterator<Item = &'a mut Node>, secs: u64) -> Vec<String> {
     let nodes: Vec<&mut Node> = nodes.into_iter().collect();
     for node in &nodes {
-        node.terminate();
+        node.ask_to_stop();
     }
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut killed = Vec::new();

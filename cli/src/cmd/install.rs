@@ -78,8 +78,8 @@ Wants=network-online.target docker.service
 [Service]
 Type=simple
 ExecStart={binary} node run --data-dir {data_dir}
-# SIGTERM: the node stops taking leases, lets each running one end and erases its
-# container; leases that outlive the stop timeout are recovered at the next start.
+# SIGTERM (a restart, an upgrade): the node exits and its leases' containers run on;
+# the next start takes them up again. `gpux node stop --end-leases` ends them first.
 KillSignal=SIGTERM
 TimeoutStopSec=120
 Restart=on-failure

@@ -19,8 +19,67 @@ pub(crate) struct NodeRunArgs {
     pub(crate) print_config: bool,
 }
 
-/// Runs the node until Ctrl-C or SIGTERM.
-pub(crate) fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum NodeAction {
+    /// Run the node: join the network, keep a live view of the market, serve the local API
+    /// (127.0.0.1, token in `DATA_DIR/api.token`). With --host, also read the GPUs through
+    /// NVML, sign an attestation, publish offers and answer lease requests. Ctrl-C and
+    /// SIGTERM stop it and leave hosted leases running: the next start on the same data
+    /// directory takes them up again.
+    Run(Box<NodeRunArgs>),
+    /// Stop the running node (through its API) and wait until it has exited. Hosted leases
+    /// keep running for the node's next start, unless --end-leases.
+    Stop {
+        /// End every hosted lease first: each stops and settles, billed what ran.
+        #[arg(long)]
+        end_leases: bool,
+    },
+}
+
+/// `gpux node ...`.
+pub(crate) fn act(dir: PathBuf, action: NodeAction) -> anyhow::Result<()> {
+    match action {
+        NodeAction::Run(args) => run(dir, *args),
+        NodeAction::Stop { end_leases } => stop(&dir, end_leases),
+    }
+}
+
+/// How long `gpux node stop` waits for the node to exit (it gives its leases 20 s to
+/// settle with --end-leases).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `gpux node stop`: asks the node to stop, then waits until its process has let go of the
+/// data directory.
+fn stop(dir: &std::path::Path, end_leases: bool) -> anyhow::Result<()> {
+    let api = gpux_node::api_client::ApiClient::for_data_dir(dir)?;
+    api.shutdown(end_leases)
+        .context("asking the node to stop")?;
+    eprintln!(
+        "{}",
+        if end_leases {
+            "the node is ending its leases and stopping..."
+        } else {
+            "the node is stopping; its hosted leases keep running until it starts again..."
+        }
+    );
+    let started = std::time::Instant::now();
+    while gpux_node::node_runs_on(dir)
+        .with_context(|| format!("looking for the node on {}", dir.display()))?
+    {
+        if started.elapsed() > STOP_WAIT {
+            anyhow::bail!(
+                "the node still runs {} s after it was asked to stop; see its log",
+                STOP_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    out!("stopped")?;
+    Ok(())
+}
+
+/// Runs the node until Ctrl-C, SIGTERM or `gpux node stop`.
+fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
     // Everything under the data directory is named by an absolute path from here on: Docker
     // mounts only absolute paths (a lease's workspace), and a mount is found in
     // /proc/self/mountinfo by its absolute path (unmounting it when the lease ends).
@@ -45,7 +104,8 @@ pub(crate) fn run(dir: PathBuf, args: NodeRunArgs) -> anyhow::Result<()> {
         .try_init();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        // Stop cleanly on Ctrl-C and on SIGTERM (what `gpux testnet` and service managers send).
+        // Stop cleanly on Ctrl-C and on SIGTERM (what service managers send), leaving hosted
+        // leases running for the next start.
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
         gpux_node::daemon::run(config, async move {

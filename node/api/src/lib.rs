@@ -483,6 +483,16 @@ pub struct Stopping {
     pub lease: String,
 }
 
+/// `POST /v1/shutdown`'s body (none: the defaults).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownRequest {
+    /// End every hosted lease (each settles, billed what ran) before stopping. Without it
+    /// the node stops and leaves its leases' containers running: the node that starts next
+    /// on the same data directory takes them up again.
+    pub end_leases: bool,
+}
+
 /// `POST /v1/shutdown`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShuttingDown {

@@ -123,6 +123,8 @@ pub(crate) enum ApiCommand {
         reply: Reply<gpux_api::Settings>,
     },
     Shutdown {
+        /// End the hosted leases first (otherwise they keep running for the next start).
+        end_leases: bool,
         reply: Reply<ShuttingDown>,
     },
 }
@@ -459,8 +461,24 @@ async fn console_login(_: Authorized, State(state): State<AppState>) -> Response
     }
 }
 
-async fn shutdown_node(_: Authorized, State(state): State<AppState>) -> Response {
-    ask(&state, |reply| ApiCommand::Shutdown { reply }).await
+/// `POST /v1/shutdown`, its body optional (none, empty or `null`: the defaults).
+async fn shutdown_node(
+    _: Authorized,
+    State(state): State<AppState>,
+    body: axum::body::Bytes,
+) -> Response {
+    let request = match body.trim_ascii() {
+        b"" | b"null" => gpux_api::ShutdownRequest::default(),
+        bytes => match serde_json::from_slice(bytes) {
+            Ok(request) => request,
+            Err(e) => return error(ApiError::bad_input(format!("the request body: {e}"))),
+        },
+    };
+    ask(&state, |reply| ApiCommand::Shutdown {
+        end_leases: request.end_leases,
+        reply,
+    })
+    .await
 }
 
 /// A WebSocket endpoint's request, in its query string: `?request=` base64url of JSON.

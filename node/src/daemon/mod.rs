@@ -315,6 +315,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let (key, created) = crate::init_key(&config.data_dir)?;
+    // Held until the node has exited: `gpux node stop` waits for it.
+    let _claimed = crate::claim_data_dir(&config.data_dir)?;
     if created {
         tracing::info!(
             "created node key {}",
@@ -518,6 +520,9 @@ pub async fn run(
     daemon.restart_resumes();
     daemon.restore_bids();
     let mut failed = None;
+    // A signal (SIGTERM, Ctrl-C) leaves the hosted leases running; only an API shutdown
+    // with `end_leases` (`gpux node stop --end-leases`) ends them.
+    let mut end_leases = false;
     loop {
         if let Some(why) = daemon.store_failed.take() {
             failed = Some(why);
@@ -527,8 +532,9 @@ pub async fn run(
             () = &mut shutdown => break,
             Some(event) = net_events.recv() => daemon.on_network_event(event),
             Some(command) = api_rx.recv() => {
-                if let ApiCommand::Shutdown { reply } = command {
+                if let ApiCommand::Shutdown { end_leases: end, reply } = command {
                     let _ = reply.send(Ok(gpux_api::ShuttingDown { stopping: true }));
+                    end_leases = end;
                     break;
                 }
                 daemon.on_api(command);
@@ -570,7 +576,11 @@ pub async fn run(
     // A store that fails cannot record the leases' ends: they are left as a SIGKILL leaves
     // them, and resume from their last stored step at the next start.
     if failed.is_none() {
-        daemon.stop_hosting(&mut events_rx).await;
+        if end_leases {
+            daemon.stop_hosting(&mut events_rx).await;
+        } else {
+            daemon.detach_hosting(&mut events_rx).await;
+        }
     }
     let _ = api_stop_tx.send(());
     let _ = api_task.await;
@@ -757,22 +767,55 @@ impl Daemon {
         }
     }
 
-    /// At shutdown: every hosted lease ends (HostShutdown) and settles, within a bound.
+    /// At a shutdown with `end_leases`: every hosted lease ends (HostShutdown) and settles,
+    /// within a bound.
     async fn stop_hosting(&mut self, events_rx: &mut mpsc::Receiver<Event>) {
         let Some(host) = self.host.as_mut() else {
             return;
         };
         host.shutdown_all();
+        self.host_events_while(events_rx, host::HostRole::busy)
+            .await;
+    }
+
+    /// At any other shutdown: the hosted leases keep running. Only leases between their lock
+    /// and their start are waited for (within a bound): the next start cannot take those up
+    /// (the renter's start request dies with this process), so they are let reach their
+    /// start. Every record is on disk (flushed as it changed); the containers, their
+    /// workspaces and their usage go on without the node, which takes them up again at its
+    /// next start (`HostRole::recover`).
+    async fn detach_hosting(&mut self, events_rx: &mut mpsc::Receiver<Event>) {
+        let Some(host) = self.host.as_ref() else {
+            return;
+        };
+        let running = host.open_count();
+        self.host_events_while(events_rx, host::HostRole::starting)
+            .await;
+        if running > 0 {
+            tracing::info!(
+                "{running} hosted lease(s) keep running: the node's next start on this data \
+                 directory takes them up again (`gpux node stop --end-leases` ends them)"
+            );
+        }
+    }
+
+    /// Handles host events until `pending` is false for the host role, at most
+    /// [`SHUTDOWN_SETTLE`].
+    async fn host_events_while(
+        &mut self,
+        events_rx: &mut mpsc::Receiver<Event>,
+        pending: fn(&host::HostRole) -> bool,
+    ) {
         let deadline = tokio::time::Instant::now() + SHUTDOWN_SETTLE;
-        // Leases settle by events; workers end (their erasures done) without one: looked at
+        // Leases move by events; workers end (their erasures done) without one: looked at
         // every 100 ms.
         let mut recheck = tokio::time::interval(Duration::from_millis(100));
-        while self.host.as_ref().is_some_and(|h| h.busy()) {
+        while self.host.as_ref().is_some_and(pending) {
             tokio::select! {
                 _ = recheck.tick() => {}
                 () = tokio::time::sleep_until(deadline) => {
                     let open = self.host.as_ref().map_or(0, |h| h.open_count());
-                    tracing::warn!("{open} lease(s) did not settle before shutdown; they resume at the next start");
+                    tracing::warn!("{open} lease(s) still moving at shutdown; they resume at the next start");
                     break;
                 }
                 Some(event) = events_rx.recv() => {

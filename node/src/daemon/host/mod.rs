@@ -343,6 +343,14 @@ impl HostRole {
                 > 0
     }
 
+    /// Whether a lease is between its lock and its start (its renter waits for the start's
+    /// answer from this process).
+    pub(crate) fn starting(&self) -> bool {
+        self.leases
+            .values()
+            .any(|l| matches!(l.phase(), HostPhase::Locking | HostPhase::Starting))
+    }
+
     /// Leases not settled.
     pub(crate) fn open_count(&self) -> usize {
         self.leases.len()
