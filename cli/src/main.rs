@@ -296,7 +296,7 @@ enum Command {
     /// `gpux host install` writes the node's configuration and a systemd unit.
     Host {
         #[command(subcommand)]
-        action: HostAction,
+        action: cmd::hosting::HostAction,
     },
     /// Read every GPU through NVML, sign what was read with the node key, and print it
     /// (creates the node key on first use). `gpux attest verify FILE` checks a report.
@@ -310,26 +310,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-}
-
-#[derive(Debug, Subcommand)]
-enum HostAction {
-    /// Check what sharing real GPUs needs: the NVIDIA driver (NVML), Docker, the NVIDIA
-    /// container runtime, cgroups, free disk, the clock. Each failure says how to fix it;
-    /// the exit status is non-zero while any check fails. Changes nothing.
-    Check {
-        /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
-        #[arg(long, value_name = "PATH")]
-        nvml_lib: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Set this machine up as a host: write the node's config.toml (host = true, the
-    /// ledger, the price) in the data directory and a systemd unit that runs the node
-    /// (gpux-node.service). Starts nothing; prints what to run next. Existing files are kept
-    /// unless --force.
-    Install(cmd::install::InstallArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -743,12 +723,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Config {
             action: ConfigAction::Set { name, value, json },
         } => cmd::console::set(&dir, &name, &value, json)?,
-        Command::Host {
-            action: HostAction::Check { nvml_lib, json },
-        } => cmd::host::check(&dir, nvml_lib.as_deref(), json)?,
-        Command::Host {
-            action: HostAction::Install(args),
-        } => cmd::install::install(&dir, &args)?,
+        Command::Host { action } => cmd::hosting::act(&dir, action)?,
         Command::Attest { nvml_lib, json, .. } => {
             cmd::attest::attest(&dir, nvml_lib.as_deref(), json)?
         }

@@ -476,6 +476,7 @@ mod challenge;
 mod console;
 mod estimate;
 mod group;
+mod hosting;
 mod leases;
 mod ledger;
 mod ledger_cluster;

@@ -6,6 +6,7 @@ pub(crate) mod console;
 mod docker_login;
 pub(crate) mod estimate;
 pub(crate) mod host;
+pub(crate) mod hosting;
 pub(crate) mod install;
 mod jupyter;
 pub(crate) mod lease;

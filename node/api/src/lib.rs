@@ -546,6 +546,22 @@ pub struct Settings {
     pub spend_cap_micro: Option<u64>,
     /// What its open leases commit now (their escrows), micro-credits.
     pub committed_micro: u64,
+    /// A host's settings that change while it runs (none on a node that does not host).
+    #[serde(default)]
+    pub host: Option<HostLive>,
+}
+
+/// A host's settings that change while it runs (`gpux host set`, `pause`, `resume`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostLive {
+    /// Price per GPU-hour, credits (`3.60`).
+    pub price: String,
+    /// Spot floor per GPU-hour, credits (none: no spot leases).
+    pub spot_floor: Option<String>,
+    /// Region token.
+    pub region: String,
+    /// Paused: no offers, no new leases; running leases go on.
+    pub paused: bool,
 }
 
 /// `POST /v1/settings`: change one setting.

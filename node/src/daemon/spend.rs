@@ -68,6 +68,7 @@ impl Daemon {
         Settings {
             spend_cap_micro: self.spend_cap().map(|c| c.0),
             committed_micro: self.committed(),
+            host: self.host.as_ref().map(|h| h.live()),
         }
     }
 
@@ -93,8 +94,19 @@ impl Daemon {
                     .map_err(store_error)?;
                 Ok(self.settings())
             }
+            name if super::host::LIVE_SETTINGS.contains(&name) => {
+                let Some(host) = self.host.as_mut() else {
+                    return Err(ApiError::bad_input(format!(
+                        "{name} is a host's setting, and this node does not host"
+                    ))
+                    .with_hint("start the node with --host"));
+                };
+                // Published at the next paced publication (a second or two).
+                host.change(name, &change.value)?;
+                Ok(self.settings())
+            }
             other => Err(ApiError::bad_input(format!("no setting named '{other}'"))
-                .with_hint("settings: spend-cap")),
+                .with_hint("settings: spend-cap; a host's: price, spot-floor, region, paused")),
         }
     }
 

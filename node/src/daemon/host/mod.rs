@@ -2,7 +2,10 @@
 //! and the effects runner that alone carries out what they decide: the store, the
 //! executor (through each lease's [`worker`]), the renter's link and the ledger.
 
+mod live;
 mod offers;
+
+pub(crate) use live::NAMES as LIVE_SETTINGS;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -54,6 +57,8 @@ pub(crate) struct HostRole {
     recorder: crate::metrics::Recorder,
     /// The images pulled without credentials that this host keeps (its offers list them).
     pull_cache: crate::plane::pulled::PullCache,
+    /// Paused (`gpux host pause`): no offers, no new leases; running leases go on.
+    paused: bool,
 }
 
 fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Option<Verified<T>> {
@@ -192,7 +197,9 @@ impl HostRole {
             last_publish: Timestamp(0),
             recorder,
             pull_cache,
+            paused: false,
         };
+        role.apply_stored_changes();
         role.recover(&exec, &workspaces).await?;
         Ok(role)
     }
@@ -450,6 +457,16 @@ impl HostRole {
         request: Verified<LeaseRequest>,
         now: Timestamp,
     ) -> (Vec<u8>, bool) {
+        if self.paused {
+            return (
+                self.reject(
+                    request.id(),
+                    RejectReason::GpusUnavailable,
+                    "the host is paused: it takes no new leases",
+                ),
+                false,
+            );
+        }
         if let Some(why) = self.workspace_refusal(&request) {
             return (
                 self.reject(request.id(), RejectReason::LimitsTooHigh, &why),

@@ -77,7 +77,7 @@ pub(crate) fn sign(
     book: &mut HostBook,
     options: &HostOptions,
     (policy, challenged): (Ext, &std::collections::BTreeSet<GpuUuid>),
-    t: Timestamp,
+    (t, paused): (Timestamp, bool),
 ) -> anyhow::Result<Published> {
     let mut body = att.body().clone();
     body.created_at = t;
@@ -121,7 +121,11 @@ pub(crate) fn sign(
         ..Published::default()
     };
     for (slot, group) in groups.iter().enumerate() {
-        let group: Vec<_> = group.iter().filter(|g| !busy.contains(&g.uuid())).collect();
+        // A paused host offers nothing: every slot is withdrawn.
+        let group: Vec<_> = group
+            .iter()
+            .filter(|g| !paused && !busy.contains(&g.uuid()))
+            .collect();
         if group.is_empty() {
             if let Some(old) = book.retire_slot(slot as u16) {
                 let body = OfferWithdrawal {
@@ -412,7 +416,7 @@ impl super::HostRole {
             &mut self.book,
             &self.options,
             (policy, &self.challenged),
-            t,
+            (t, self.paused),
         )?;
         for (id, bytes) in &published.stored {
             if let Err(e) = self.state.save_own_offer(id, bytes) {

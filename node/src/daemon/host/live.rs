@@ -1,0 +1,185 @@
+//! Changes to a running host: its price, spot floor and region, and pausing it. Each is
+//! stored (flushed) and kept over `config.toml`'s at the next start, and the offers are
+//! signed again at once with a new sequence number; leases already agreed keep the terms
+//! both sides signed. A paused host withdraws every offer and refuses new leases while its
+//! running leases go on.
+
+use gpux_api::{ApiError, ErrorCode, HostLive};
+use gpux_protocol::MicroCredits;
+
+use super::HostRole;
+
+/// The settings changed here, by the name `gpux host set` and `POST /v1/settings` use.
+pub(crate) const NAMES: [&str; 4] = ["price", "spot-floor", "region", "paused"];
+
+/// Where a change is stored: `host-live/<name>`.
+fn key(name: &str) -> String {
+    format!("host-live/{name}")
+}
+
+/// What a value means for `name` (validated as `config.toml`'s would be), on a host priced
+/// `price` with the spot floor `floor`.
+enum Change {
+    Price(MicroCredits),
+    SpotFloor(Option<MicroCredits>),
+    Region(String),
+    Paused(bool),
+}
+
+fn parse(
+    name: &str,
+    value: &str,
+    (price_now, floor_now): (MicroCredits, Option<MicroCredits>),
+) -> Result<Change, String> {
+    let value = value.trim();
+    let credits = |v: &str| v.parse::<MicroCredits>().map_err(|e| format!("'{v}': {e}"));
+    match name {
+        "price" => {
+            let price = credits(value)?;
+            if price.0 == 0 || price > gpux_protocol::MAX_PRICE_PER_GPU_HOUR {
+                return Err(format!(
+                    "{price} credits per GPU-hour: must be above 0 and at most {} (the \
+                     protocol's bound)",
+                    gpux_protocol::MAX_PRICE_PER_GPU_HOUR
+                ));
+            }
+            if let Some(floor) = floor_now.filter(|f| *f > price) {
+                return Err(format!(
+                    "{price}: under the spot floor ({floor}); lower the floor first"
+                ));
+            }
+            Ok(Change::Price(price))
+        }
+        "spot-floor" if value == "off" => Ok(Change::SpotFloor(None)),
+        "spot-floor" => {
+            let floor = credits(value)?;
+            if floor.0 == 0 || floor > price_now {
+                return Err(format!(
+                    "{floor}: must be above 0 and at most the price ({price_now}), or `off`"
+                ));
+            }
+            Ok(Change::SpotFloor(Some(floor)))
+        }
+        "region" => {
+            let ok = !value.is_empty()
+                && value.len() <= 32
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                return Err(format!(
+                    "'{value}': a token of 1 to 32 lower-case letters, digits and '-' (eu-west)"
+                ));
+            }
+            Ok(Change::Region(value.to_string()))
+        }
+        "paused" => match value {
+            "true" => Ok(Change::Paused(true)),
+            "false" => Ok(Change::Paused(false)),
+            other => Err(format!("'{other}': true or false")),
+        },
+        other => Err(format!("no host setting named '{other}'")),
+    }
+}
+
+impl HostRole {
+    /// At start: the changes made while an earlier run of this node ran, over
+    /// `config.toml`'s values (each said in the log). A stored value that no longer reads
+    /// is skipped, with a word.
+    pub(crate) fn apply_stored_changes(&mut self) {
+        for name in NAMES {
+            let stored = match self.state.config(&key(name)) {
+                Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!("host setting {name}: cannot read its stored change: {e}");
+                    continue;
+                }
+            };
+            match parse(name, &stored, self.prices()) {
+                Ok(change) => {
+                    self.apply_change(change);
+                    tracing::info!(
+                        "host setting {name} = {stored} (set with `gpux host set`; over config.toml)"
+                    );
+                }
+                Err(e) => tracing::warn!("host setting {name}: the stored change {e}; skipped"),
+            }
+        }
+    }
+
+    fn prices(&self) -> (MicroCredits, Option<MicroCredits>) {
+        (self.options.price, self.options.spot_floor)
+    }
+
+    fn apply_change(&mut self, change: Change) {
+        match change {
+            Change::Price(price) => self.options.price = price,
+            Change::SpotFloor(floor) => self.options.spot_floor = floor,
+            Change::Region(region) => self.options.region = region,
+            Change::Paused(paused) => self.paused = paused,
+        }
+    }
+
+    /// Changes `name` to `value`: validated, stored (flushed), applied; the caller
+    /// publishes the offers again.
+    pub(crate) fn change(&mut self, name: &str, value: &str) -> Result<HostLive, ApiError> {
+        let change = parse(name, value, self.prices()).map_err(|e| {
+            ApiError::bad_input(format!("{name}: {e}"))
+                .with_hint("host settings: price, spot-floor (or off), region, paused")
+        })?;
+        self.state
+            .set_config(&key(name), value.trim().as_bytes())
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("storing {name}: {e}")))?;
+        self.apply_change(change);
+        self.publish_pending = true;
+        Ok(self.live())
+    }
+
+    /// The settings as they are now.
+    pub(crate) fn live(&self) -> HostLive {
+        HostLive {
+            price: self.options.price.amount_text(),
+            spot_floor: self.options.spot_floor.map(|f| f.amount_text()),
+            region: self.options.region.clone(),
+            paused: self.paused,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const O: (MicroCredits, Option<MicroCredits>) =
+        (MicroCredits(2_000_000), Some(MicroCredits(1_000_000)));
+
+    #[test]
+    fn changes_are_checked_as_the_config_file_s_values_are() {
+        assert!(matches!(
+            parse("price", "1.75", O),
+            Ok(Change::Price(MicroCredits(1_750_000)))
+        ));
+        for bad in ["0", "-1", "20000", "abc", "0.5"] {
+            assert!(parse("price", bad, O).is_err(), "price {bad}");
+        }
+        assert!(matches!(
+            parse("spot-floor", "off", O),
+            Ok(Change::SpotFloor(None))
+        ));
+        assert!(parse("spot-floor", "3", O).is_err(), "over the price");
+        assert!(matches!(
+            parse("region", "eu-west", O),
+            Ok(Change::Region(_))
+        ));
+        for bad in ["", "EU", "eu west", &"x".repeat(33)] {
+            assert!(parse("region", bad, O).is_err(), "region {bad:?}");
+        }
+        assert!(matches!(
+            parse("paused", "true", O),
+            Ok(Change::Paused(true))
+        ));
+        assert!(parse("paused", "yes", O).is_err());
+        assert!(parse("disk-price", "1", O).is_err());
+    }
+}
