@@ -82,5 +82,22 @@ fn a_host_reprices_pauses_and_resumes_while_its_lease_keeps_the_signed_terms() {
         hosted.redeemed, 60_000,
         "the 60 s minimum at 3.60/h: {hosted:?}"
     );
+    // What it earned, by renter; and its leases name the renter.
+    let out = host.gpux(&["host", "earnings", "--by", "renter", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let renter = &market.renters[0].peer;
+    assert_eq!(rows[0]["key"], renter.as_str(), "{rows}");
+    assert_eq!(
+        (rows[0]["leases"].as_u64(), rows[0]["paid_micro"].as_u64()),
+        (Some(1), Some(60_000))
+    );
+    let csv = host.gpux(&["host", "earnings", "--csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(
+        csv.starts_with("key,leases,paid,pending,disputed\n") && csv.contains(",1,0.06,0.00,0"),
+        "{csv}"
+    );
+    let listed = host.gpux(&["leases"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&renter[renter.len() - 12..]));
     market.assert_conserved();
 }

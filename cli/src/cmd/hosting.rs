@@ -45,6 +45,22 @@ pub(crate) enum HostAction {
         #[arg(long)]
         json: bool,
     },
+    /// What this host earned, from its leases' records: paid (redeemed at the ledger) and
+    /// pending (acknowledged, not yet redeemed), by day, lease or renter.
+    Earnings {
+        /// How to sum.
+        #[arg(long, value_enum, default_value_t)]
+        by: super::earnings::By,
+        /// Only leases from this UTC date (2026-12-01) or RFC 3339 time on.
+        #[arg(long)]
+        since: Option<String>,
+        /// Print CSV.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Offer the GPUs again after `pause`.
     Resume {
         /// Print JSON.
@@ -64,6 +80,12 @@ pub(crate) fn act(dir: &Path, action: HostAction) -> anyhow::Result<()> {
             }
             change(dir, &name, &value, json)
         }
+        HostAction::Earnings {
+            by,
+            since,
+            csv,
+            json,
+        } => super::earnings::earnings(dir, by, since.as_deref(), (csv, json)),
         HostAction::Pause { json } => change(dir, "paused", "true", json),
         HostAction::Resume { json } => change(dir, "paused", "false", json),
     }

@@ -334,9 +334,10 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
         out!("no leases yet")?;
     } else {
         out!(
-            "{:<64}  {:<6}  {:<9}  {:<14}  {:>4}  {:>12}  {:>12}  end",
+            "{:<64}  {:<6}  {:<12}  {:<9}  {:<14}  {:>4}  {:>12}  {:>12}  end",
             "lease",
             "role",
+            "with",
             "kind",
             "state",
             "GPUs",
@@ -379,10 +380,16 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
             .as_deref()
             .map_or(String::new(), |g| format!("  (group {})", short(g)));
         let note = note + &chain + &group;
+        // The other party: the renter on a host, the host on a renter.
+        let with = match l.role {
+            gpux_api::Role::Host => &l.renter,
+            _ => &l.host,
+        };
         out!(
-            "{:<64}  {:<6}  {:<9}  {:<14}  {:>4}  {:>12}  {:>12}  {}{note}",
+            "{:<64}  {:<6}  {:<12}  {:<9}  {:<14}  {:>4}  {:>12}  {:>12}  {}{note}",
             l.lease,
             role.as_str().unwrap_or("?"),
+            peer_short(with),
             l.kind,
             l.phase,
             l.gpus.len(),
@@ -415,6 +422,12 @@ pub(crate) fn leases(dir: &Path, json: bool) -> anyhow::Result<()> {
 }
 
 /// A lease id's first 12 hex digits, for a table.
+/// A peer id as people compare them: its last 12 characters (the first few are the same
+/// for every ed25519 peer id).
+pub(crate) fn peer_short(peer: &str) -> &str {
+    peer.get(peer.len().saturating_sub(12)..).unwrap_or(peer)
+}
+
 fn short(lease: &str) -> &str {
     lease.get(..12).unwrap_or(lease)
 }

@@ -4,6 +4,7 @@
 pub(crate) mod attest;
 pub(crate) mod console;
 mod docker_login;
+pub(crate) mod earnings;
 pub(crate) mod estimate;
 pub(crate) mod host;
 pub(crate) mod hosting;
