@@ -57,7 +57,7 @@ pub fn cpu_prover_gops() -> f64 {
 /// The honest family's reference, as a share of the prover's rate: far enough below it
 /// that the load of a shared machine (a few times slower between calibration and
 /// challenge) cannot fail an honest host.
-pub const HONEST_SHARE: f64 = 0.25;
+pub const HONEST_SHARE: f64 = 0.1;
 /// The claimed H100s' reference, as a multiple of the prover's rate: far enough above it
 /// that no lull in the load lets the disguised host pass.
 pub const LIAR_FACTOR: f64 = 10.0;

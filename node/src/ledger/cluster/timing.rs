@@ -1,14 +1,19 @@
-//! The raft timings, scaled to the round trip between members, which each member measures
-//! when it starts.
+//! The raft timings, scaled to the time of a call between members, which each member
+//! measures when it starts (a `Hello` exchange over `/gpux/raft/1`: a new substream, then
+//! the request, so about two network round trips, plus whatever the members' load adds).
 //!
 //! openraft fixes its timings when the engine is made, and waits for an append (a
-//! heartbeat included) only one heartbeat interval. A request over `/gpux/raft/1` takes
-//! about two round trips (a new substream, then the request), and the interval must also
-//! cover one TCP retransmission (Linux waits at least 200 ms): so the heartbeat is four
-//! round trips, never under 400 ms, which holds on links of 50 ms each way with 1% loss
-//! (the isolated testnet), where 200 ms never did. Elections wait two to three heartbeats;
-//! a follower that knows a leader first waits out the leader's lease (openraft: the largest
-//! election timeout), so a leader lost on a LAN is replaced within about 2.5 s.
+//! heartbeat included) only one heartbeat interval. An append costs what the measured call
+//! costs, and the interval must also cover a TCP retransmission (Linux waits at least
+//! 200 ms) and the load of the moment: so the heartbeat is four measured calls, never under
+//! 400 ms (which holds on links of 50 ms each way with 1% loss, where 200 ms never did) nor
+//! over 4 s. Elections wait two to three heartbeats; a follower that knows a leader first
+//! waits out the leader's lease (openraft: the largest election timeout), so a leader lost
+//! on a LAN is replaced within about 2.5 s.
+//!
+//! The first member to start has no one to measure and takes the floor. Members whose
+//! calls take over 200 ms (the floor's 800 ms election timeout below a far leader's
+//! heartbeat) should be started together, or the first restarted once the others run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,7 +29,7 @@ use crate::p2p::{Client, Multiaddr, PeerId};
 const MIN_HEARTBEAT: Duration = Duration::from_millis(400);
 /// The longest: members 1 s apart still form a cluster, slowly.
 const MAX_HEARTBEAT: Duration = Duration::from_secs(4);
-/// A heartbeat covers this many round trips.
+/// A heartbeat covers this many measured calls.
 const HEARTBEAT_ROUND_TRIPS: u32 = 4;
 /// How long a starting member spends measuring (members not running yet cost nothing:
 /// their refusals are immediate, and the first to start has no one to measure).
@@ -90,8 +95,8 @@ impl std::fmt::Display for Timings {
     }
 }
 
-/// The round trip to the farthest member that answers within [`MEASURE_WITHIN`]: for each,
-/// the median of [`SAMPLES`] `Hello` exchanges after one that connects.
+/// The time of a call to the farthest member that answers within [`MEASURE_WITHIN`]: for
+/// each, the median of [`SAMPLES`] `Hello` exchanges after one that connects.
 pub(super) async fn measure(
     net: &Client,
     members: &BTreeMap<PeerId, Multiaddr>,
