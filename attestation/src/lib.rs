@@ -13,10 +13,12 @@
 //! ```
 
 pub mod challenge;
+pub mod faults;
 pub mod plausibility;
 pub mod probe;
 pub mod spec;
 
+pub use faults::{XidEvent, fatal_xid};
 pub use plausibility::{Implausible, Plausibility, check_gpu};
 pub use probe::{DEFAULT_NVML_LIB, GpuTelemetry, GpuUsage, Probe, ProbeError};
 pub use spec::{GpuSpec, SPECS, spec_for_name};

@@ -118,12 +118,29 @@ pub struct GpuTelemetry {
     pub pcie_tx_kbps: Option<u32>,
     /// PCIe throughput received, KB/s.
     pub pcie_rx_kbps: Option<u32>,
+    /// SM clock now, MHz.
+    pub sm_clock_mhz: Option<u32>,
+    /// Memory clock now, MHz.
+    pub memory_clock_mhz: Option<u32>,
+    /// Corrected (single-bit) ECC errors over the GPU's life.
+    pub ecc_corrected: Option<u64>,
+    /// Uncorrected (double-bit) ECC errors over the GPU's life.
+    pub ecc_uncorrected: Option<u64>,
+    /// The last Xid error a [watch](Probe::watch_xids) saw on it (0: none).
+    pub last_xid: u64,
+    /// The driver answered that the GPU is lost (fallen off the bus): no reading but the
+    /// name and UUID read before.
+    pub lost: bool,
 }
 
 /// An open NVML library.
 pub struct Probe {
     nvml: Nvml,
     path: PathBuf,
+    /// The last Xid seen on each GPU (by UUID) by [`Probe::watch_xids`].
+    last_xid: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Each GPU's UUID and name by NVML index, as first read (a lost GPU answers neither).
+    names: std::sync::Mutex<std::collections::BTreeMap<u32, (String, String)>>,
 }
 
 impl std::fmt::Debug for Probe {
@@ -203,7 +220,12 @@ impl Probe {
                     source,
                 },
             })?;
-        Ok(Probe { nvml, path })
+        Ok(Probe {
+            nvml,
+            path,
+            last_xid: Default::default(),
+            names: Default::default(),
+        })
     }
 
     /// What the GPUs named by `uuids` are doing now, for metering: utilisation averaged over
@@ -236,43 +258,117 @@ impl Probe {
     }
 
     /// Every GPU's telemetry now (for `/metrics`). A reading the driver does not support is
-    /// `None`; one that fails is an error.
+    /// `None`; a GPU the driver says is lost is marked [`lost`](GpuTelemetry::lost); any
+    /// other failure is an error.
     pub fn telemetry(&self) -> Result<Vec<GpuTelemetry>, ProbeError> {
-        use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TemperatureSensor};
         let sys = |field, source| ProbeError::System { field, source };
         let count = self.nvml.device_count().map_err(|e| sys("GPU count", e))?;
         (0..count)
-            .map(|index| {
-                let device = required(self.nvml.device_by_index(index), index, "handle")?;
-                let memory = required(device.memory_info(), index, "memory")?;
-                Ok(GpuTelemetry {
-                    index,
-                    uuid: required(device.uuid(), index, "UUID")?,
-                    name: required(device.name(), index, "name")?,
-                    util_percent: optional(device.utilization_rates(), index, "utilization")?
-                        .map(|u| u.gpu.min(100)),
-                    memory_used_bytes: memory.used,
-                    memory_free_bytes: memory.free,
-                    temperature_c: optional(
-                        device.temperature(TemperatureSensor::Gpu),
+            .map(|index| match self.read_telemetry(index) {
+                Err(ProbeError::Gpu {
+                    source: NvmlError::GpuLost,
+                    ..
+                }) => {
+                    let (uuid, name) = self
+                        .names
+                        .lock()
+                        .ok()
+                        .and_then(|n| n.get(&index).cloned())
+                        .unwrap_or_default();
+                    Ok(GpuTelemetry {
                         index,
-                        "temperature",
-                    )?,
-                    power_mw: optional(device.power_usage(), index, "power")?,
-                    energy_mj: optional(device.total_energy_consumption(), index, "energy")?,
-                    pcie_tx_kbps: optional(
-                        device.pcie_throughput(PcieUtilCounter::Send),
-                        index,
-                        "PCIe throughput",
-                    )?,
-                    pcie_rx_kbps: optional(
-                        device.pcie_throughput(PcieUtilCounter::Receive),
-                        index,
-                        "PCIe throughput",
-                    )?,
-                })
+                        last_xid: self.last_xid(&uuid),
+                        uuid,
+                        name,
+                        util_percent: None,
+                        memory_used_bytes: 0,
+                        memory_free_bytes: 0,
+                        temperature_c: None,
+                        power_mw: None,
+                        energy_mj: None,
+                        pcie_tx_kbps: None,
+                        pcie_rx_kbps: None,
+                        sm_clock_mhz: None,
+                        memory_clock_mhz: None,
+                        ecc_corrected: None,
+                        ecc_uncorrected: None,
+                        lost: true,
+                    })
+                }
+                other => other,
             })
             .collect()
+    }
+
+    /// The last Xid a watch saw on `uuid` (0: none).
+    fn last_xid(&self, uuid: &str) -> u64 {
+        self.last_xid
+            .lock()
+            .ok()
+            .and_then(|m| m.get(uuid).copied())
+            .unwrap_or(0)
+    }
+
+    /// Records the Xid a watch saw on `uuid`.
+    pub(crate) fn saw_xid(&self, uuid: &str, xid: u64) {
+        if let Ok(mut m) = self.last_xid.lock() {
+            m.insert(uuid.to_string(), xid);
+        }
+    }
+
+    fn read_telemetry(&self, index: u32) -> Result<GpuTelemetry, ProbeError> {
+        use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TemperatureSensor};
+        let device = required(self.nvml.device_by_index(index), index, "handle")?;
+        let uuid = required(device.uuid(), index, "UUID")?;
+        let name = required(device.name(), index, "name")?;
+        if let Ok(mut names) = self.names.lock() {
+            names.entry(index).or_insert((uuid.clone(), name.clone()));
+        }
+        let memory = required(device.memory_info(), index, "memory")?;
+        let ecc = |kind| {
+            optional(
+                device.total_ecc_errors(kind, EccCounter::Aggregate),
+                index,
+                "ECC errors",
+            )
+        };
+        Ok(GpuTelemetry {
+            index,
+            last_xid: self.last_xid(&uuid),
+            uuid,
+            name,
+            util_percent: optional(device.utilization_rates(), index, "utilization")?
+                .map(|u| u.gpu.min(100)),
+            memory_used_bytes: memory.used,
+            memory_free_bytes: memory.free,
+            temperature_c: optional(
+                device.temperature(TemperatureSensor::Gpu),
+                index,
+                "temperature",
+            )?,
+            power_mw: optional(device.power_usage(), index, "power")?,
+            energy_mj: optional(device.total_energy_consumption(), index, "energy")?,
+            pcie_tx_kbps: optional(
+                device.pcie_throughput(PcieUtilCounter::Send),
+                index,
+                "PCIe throughput",
+            )?,
+            pcie_rx_kbps: optional(
+                device.pcie_throughput(PcieUtilCounter::Receive),
+                index,
+                "PCIe throughput",
+            )?,
+            sm_clock_mhz: optional(device.clock_info(Clock::SM), index, "SM clock")?,
+            memory_clock_mhz: optional(device.clock_info(Clock::Memory), index, "memory clock")?,
+            ecc_corrected: ecc(MemoryError::Corrected)?,
+            ecc_uncorrected: ecc(MemoryError::Uncorrected)?,
+            lost: false,
+        })
+    }
+
+    /// The open NVML library.
+    pub(crate) fn nvml(&self) -> &Nvml {
+        &self.nvml
     }
 
     /// The library this probe opened.

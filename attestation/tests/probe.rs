@@ -222,3 +222,83 @@ fn tampering_with_a_signed_report_is_detected() {
         "{err}"
     );
 }
+
+#[test]
+fn injected_faults_reach_the_xid_watch_and_a_gpu_off_the_bus_reads_as_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.toml");
+    let config = format!(
+        r#"
+faults = "{}"
+
+[[gpu]]
+name = "NVIDIA L4"
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+memory_total_bytes = 24000000000
+compute_capability = [8, 9]
+
+[[gpu]]
+name = "NVIDIA L4"
+uuid = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+memory_total_bytes = 24000000000
+compute_capability = [8, 9]
+"#,
+        faults.display()
+    );
+    let (_lock, _dir) = fake::configure(&config);
+    let probe = std::sync::Arc::new(Probe::open(Some(fake::lib())).unwrap());
+    let before = probe.telemetry().unwrap();
+    assert!(before.iter().all(|t| !t.lost && t.last_xid == 0));
+    assert_eq!(before[1].ecc_uncorrected, Some(0));
+    assert!(before[0].sm_clock_mhz.is_some_and(|c| c > 0 && c <= 1980));
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watcher = {
+        let probe = probe.clone();
+        std::thread::spawn(move || {
+            probe.watch_xids(|event| match event {
+                Some(e) => {
+                    tx.send(e).unwrap();
+                    std::ops::ControlFlow::Break(())
+                }
+                None => std::ops::ControlFlow::Continue(()),
+            })
+        })
+    };
+    // Registered before the fault: give the watch a moment to register.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(
+        &faults,
+        "[[fault]]\nuuid = \"GPU-66666666-7777-8888-9999-aaaaaaaaaaaa\"\nxid = 79\necc_uncorrected = 2\n",
+    )
+    .unwrap();
+    let event = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the Xid reaches the watch");
+    assert_eq!(
+        event,
+        gpux_attestation::XidEvent {
+            uuid: "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa".into(),
+            xid: 79
+        }
+    );
+    assert!(gpux_attestation::fatal_xid(event.xid));
+    assert!(
+        !gpux_attestation::fatal_xid(13),
+        "an application's own fault"
+    );
+    watcher.join().unwrap().unwrap();
+
+    // The GPU off the bus: no readings but its name and UUID, and the Xid it raised; the
+    // other GPU reads as before. Metering it fails.
+    let after = probe.telemetry().unwrap();
+    assert!(!after[0].lost && after[0].util_percent.is_some());
+    assert!(after[1].lost, "{:?}", after[1]);
+    assert_eq!(after[1].uuid, "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa");
+    assert_eq!((after[1].last_xid, after[1].energy_mj), (79, None));
+    assert!(
+        probe
+            .usage(&["GPU-66666666-7777-8888-9999-aaaaaaaaaaaa".to_string()])
+            .is_err()
+    );
+}

@@ -3,8 +3,13 @@
 //! Per second, rounded down (in the renter's favour), with a minimum of
 //! [`MIN_BILLED_SECONDS`](gpux_protocol::money::MIN_BILLED_SECONDS), never past the agreed
 //! duration, at the agreed price. Spot leases have no minimum: the host may end them at any
-//! time with a notice, and a minimum would let preemption farm minimums. Amounts are recomputed from cumulative GPU-seconds, so
-//! rounding never accumulates. A workspace kept after the workload adds a fixed sum, its
+//! time with a notice, and a minimum would let preemption farm minimums. Who ended a lease
+//! pays for its end: the minimum is owed only once the renter's side ended it (its stop, its
+//! workload's exit, the end of the time it asked for, its silence); a lease the host ends
+//! (its shutdown, a failed container or GPU) pays the seconds that ran. So receipts sent
+//! while a lease runs bill its runtime, and only the final receipt adds the minimum
+//! (cumulative amounts never go down). Amounts are recomputed from cumulative GPU-seconds,
+//! so rounding never accumulates. A workspace kept after the workload adds a fixed sum, its
 //! size for the agreed retention at the agreed price per GiB-hour, owed from the first
 //! receipt on (the host sets the disk aside from the acceptance).
 
@@ -17,15 +22,20 @@ pub fn gpu_seconds(gpus: u64, duration_s: u32, runtime_ms: u64) -> u64 {
     gpus.saturating_mul(secs)
 }
 
-/// Billed GPU-seconds for `runtime_ms` of work under `request` (for a spot lease, without
-/// the minimum).
+/// Billed GPU-seconds for `runtime_ms` of work under `request`, the seconds that ran and
+/// nothing more: never past the agreed duration, no minimum.
+pub fn run_gpu_seconds(request: &LeaseRequest, runtime_ms: u64) -> u64 {
+    let secs = (runtime_ms / 1000).min(u64::from(request.duration_s));
+    (request.gpus.len() as u64).saturating_mul(secs)
+}
+
+/// Billed GPU-seconds for `runtime_ms` of work under `request` once its renter's side ended
+/// it: with the minimum (for a spot lease, without it).
 pub fn request_gpu_seconds(request: &LeaseRequest, runtime_ms: u64) -> u64 {
-    let gpus = request.gpus.len() as u64;
     if matches!(request.kind, LeaseKind::Spot) {
-        let secs = (runtime_ms / 1000).min(u64::from(request.duration_s));
-        return gpus.saturating_mul(secs);
+        return run_gpu_seconds(request, runtime_ms);
     }
-    gpu_seconds(gpus, request.duration_s, runtime_ms)
+    gpu_seconds(request.gpus.len() as u64, request.duration_s, runtime_ms)
 }
 
 /// The most GPU-seconds `whole_s` seconds of work can bill under `request`: the

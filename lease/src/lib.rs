@@ -221,6 +221,9 @@ pub enum End {
     /// A side could not store a record of the lease (a receipt, an acknowledgement); it
     /// ended the lease. What was acknowledged before is settled.
     StoreFailed,
+    /// A leased GPU failed (an Xid error such as 79, "fallen off the bus", uncorrectable
+    /// memory errors, or the GPU vanished from the driver): billed up to the fault.
+    GpuFailed,
 }
 
 impl End {
@@ -241,7 +244,26 @@ impl End {
             End::ContainerFailed | End::ImageMissing | End::NotStarted => {
                 EndReason::ContainerFailed
             }
+            End::GpuFailed => EndReason::GpuFailed,
         }
+    }
+
+    /// Whether the renter owes the billing minimum for a lease that ended so: it does when
+    /// its own side ended the lease (a stop, its workload's exit, the end of the time it
+    /// asked for, a receipt it did not answer or disputed, an escrow that pays no more), not
+    /// when the host did (a shutdown, a container or GPU that failed, a record it could not
+    /// keep, a challenge its GPUs failed).
+    pub const fn owes_minimum(self) -> bool {
+        matches!(
+            self,
+            End::RenterStopped
+                | End::DurationReached
+                | End::ContainerExited
+                | End::ReceiptNotAcknowledged
+                | End::ReceiptDisputed
+                | End::EscrowExhausted
+                | End::Preempted
+        )
     }
 
     /// The end a `LeaseEnd` reports.
@@ -259,6 +281,7 @@ impl End {
             EndReason::NotCommitted => End::NotCommitted,
             EndReason::ChallengeFailed => End::ChallengeFailed,
             EndReason::StoreFailed => End::StoreFailed,
+            EndReason::GpuFailed => End::GpuFailed,
             // A reason from a newer peer: the nearest this build knows.
             _ => End::ContainerFailed,
         }

@@ -137,6 +137,10 @@ enum Ev {
     /// A party's store stops taking receipts (its lease records still go in): a receipt it
     /// would keep cannot be kept from now on.
     StoreBreaks(Party),
+    /// The host ends the lease itself (`gpux node stop --end-leases`).
+    HostEnds,
+    /// One of the lease's GPUs fails on the host.
+    GpuFault,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -498,6 +502,16 @@ impl World {
             );
             world.preemptor = Some(preemptor);
             world.at(at, Ev::Preempt);
+        }
+        // The host ends some leases itself: a stop that ends its leases, a GPU that fails.
+        if world.rng.chance(15) {
+            let at = world.rng.range(0, span);
+            let ev = if world.rng.chance(50) {
+                Ev::HostEnds
+            } else {
+                Ev::GpuFault
+            };
+            world.at(at, ev);
         }
         world
     }
@@ -1169,6 +1183,18 @@ impl World {
                     .push(format!("{} {party:?}'s receipt store breaks", self.now));
                 self.store_broken = Some(party);
             }
+            Ev::HostEnds => {
+                self.trace
+                    .push(format!("{} the host ends the lease", self.now));
+                self.host_in(HostInput::Shutdown);
+            }
+            Ev::GpuFault => {
+                // Seen up to a second after it happened.
+                let at = Timestamp(self.now.saturating_sub(self.rng.range(0, 1_000)));
+                self.trace
+                    .push(format!("{} a GPU failed at {}", self.now, at.0));
+                self.host_in(HostInput::GpuFailed { at });
+            }
             Ev::RenterStop => {
                 let now = Timestamp(self.now);
                 if let Some(renter) = self.renter.as_mut()
@@ -1257,6 +1283,8 @@ struct Summary {
     cancel_fee: bool,
     /// A side's store failure ended the lease.
     store_failed: bool,
+    /// The host ended a lease that ran, and was paid for it.
+    host_ended: bool,
 }
 
 /// The rules every schedule must keep.
@@ -1320,6 +1348,30 @@ fn check(w: &World) -> Result<Summary, String> {
             }),
         _ => None,
     };
+    // Who ended it pays for the end: a lease the host ended (its stop, a failed GPU or
+    // container, a store it could not keep) pays the seconds that ran until it did, no
+    // minimum (for a failed GPU, nothing after the fault).
+    let host_end = w
+        .host
+        .as_ref()
+        .and_then(|h| h.record().end.zip(h.record().ended_at));
+    let host_ended = host_end.is_some_and(|(end, _)| !end.owes_minimum());
+    if ran && host_ended {
+        // Billed up to the moment the host ended it (a failed GPU: the fault).
+        let mut billed_ms = runtime_ms;
+        if let (Some((_, ended)), Some(started)) =
+            (host_end, w.container.as_ref().and_then(|c| c.started_at))
+        {
+            billed_ms = billed_ms.min(ended.0.saturating_sub(started));
+        }
+        let most =
+            gpux_lease::bill::run_gpu_seconds(&w.request, billed_ms) * PER_GPU_SECOND + retention;
+        if host_paid > most {
+            return Err(format!(
+                "the host ended the lease ({host_end:?}) and was paid {host_paid} for {billed_ms} ms of work; at most {most}"
+            ));
+        }
+    }
     let most = if ran {
         gpux_lease::bill::request_gpu_seconds(&w.request, runtime_ms).max(committed)
             * PER_GPU_SECOND
@@ -1477,6 +1529,7 @@ fn check(w: &World) -> Result<Summary, String> {
         outage_over_grace: w.faults.outages.iter().any(|&(a, b)| b - a > grace),
         cancel_fee: !ran && host_paid > 0,
         store_failed: !w.store_failed.is_empty(),
+        host_ended: ran && host_ended && host_paid > 0,
     })
 }
 
@@ -1545,8 +1598,9 @@ fn every_schedule_keeps_the_rules_of_a_lease() {
     let long_outages = summaries.iter().filter(|s| s.outage_over_grace).count();
     let fees = summaries.iter().filter(|s| s.cancel_fee).count();
     let store_failed = summaries.iter().filter(|s| s.store_failed).count();
+    let host_ended = summaries.iter().filter(|s| s.host_ended).count();
     println!(
-        "lease simulator: {n} schedules in {:.1} s ({receipts} receipts; {ran} ran a container; {long_outages} with a ledger outage longer than the release grace; {fees} windows cancelled for a fee; {store_failed} ended by a store failure); {} failed",
+        "lease simulator: {n} schedules in {:.1} s ({receipts} receipts; {ran} ran a container; {long_outages} with a ledger outage longer than the release grace; {fees} windows cancelled for a fee; {store_failed} ended by a store failure; {host_ended} paid leases the host ended); {} failed",
         took.as_secs_f64(),
         failures.len()
     );
@@ -1570,6 +1624,10 @@ fn every_schedule_keeps_the_rules_of_a_lease() {
     assert!(
         n < 1000 || fees > 0,
         "no schedule cancelled a window for a fee"
+    );
+    assert!(
+        n < 1000 || host_ended > 0,
+        "no paid lease was ended by its host"
     );
 }
 

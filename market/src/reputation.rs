@@ -131,12 +131,15 @@ pub struct EndEvidence {
 }
 
 /// Whether a lease's end, as stated by the host (`by_host`) or its renter, was the host's
-/// doing: it shut down, its container failed, it failed the renter's challenge, or (by the
+/// doing: it shut down, its container or GPU failed, it failed the renter's challenge, or (by the
 /// renter's word) it fell silent or billed more than ran. A preemption is within the spot
 /// contract and is not a fault.
 pub fn host_at_fault(outcome: &LeaseOutcome, by_host: bool) -> bool {
     match outcome.reason {
-        EndReason::HostShutdown | EndReason::ContainerFailed | EndReason::ChallengeFailed => true,
+        EndReason::HostShutdown
+        | EndReason::ContainerFailed
+        | EndReason::GpuFailed
+        | EndReason::ChallengeFailed => true,
         EndReason::ReceiptNotAcknowledged | EndReason::ReceiptDisputed => !by_host,
         _ => false,
     }

@@ -250,48 +250,96 @@ async fn scrape(State(app): State<AppState>) -> Response {
     }
 }
 
-/// The DCGM series, by name: (help, value of a reading).
+/// The DCGM series, by name: (help, whether it is a counter, value of a reading).
 type Reading = fn(&gpux_attestation::GpuTelemetry) -> Option<f64>;
-const DCGM: [(&str, &str, Reading); 8] = [
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)", |t| {
-        t.util_percent.map(f64::from)
-    }),
+const DCGM: [(&str, &str, bool, Reading); 13] = [
+    (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "GPU utilization (in %)",
+        false,
+        |t| t.util_percent.map(f64::from),
+    ),
     (
         "DCGM_FI_DEV_FB_USED",
         "Framebuffer memory used (in MiB)",
-        |t| Some(t.memory_used_bytes as f64 / 1_048_576.0),
+        false,
+        |t| (!t.lost).then(|| t.memory_used_bytes as f64 / 1_048_576.0),
     ),
     (
         "DCGM_FI_DEV_FB_FREE",
         "Framebuffer memory free (in MiB)",
-        |t| Some(t.memory_free_bytes as f64 / 1_048_576.0),
+        false,
+        |t| (!t.lost).then(|| t.memory_free_bytes as f64 / 1_048_576.0),
     ),
-    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)", |t| {
-        t.temperature_c.map(f64::from)
-    }),
-    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)", |t| {
+    (
+        "DCGM_FI_DEV_GPU_TEMP",
+        "GPU temperature (in C)",
+        false,
+        |t| t.temperature_c.map(f64::from),
+    ),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)", false, |t| {
         t.power_mw.map(|mw| f64::from(mw) / 1000.0)
     }),
     (
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "Total energy consumption since boot (in mJ)",
+        true,
         |t| t.energy_mj.map(|mj| mj as f64),
     ),
     (
         "DCGM_FI_PROF_PCIE_TX_BYTES",
         "The rate of data transmitted over the PCIe bus (in bytes per second)",
+        false,
         |t| t.pcie_tx_kbps.map(|k| f64::from(k) * 1024.0),
     ),
     (
         "DCGM_FI_PROF_PCIE_RX_BYTES",
         "The rate of data received over the PCIe bus (in bytes per second)",
+        false,
         |t| t.pcie_rx_kbps.map(|k| f64::from(k) * 1024.0),
+    ),
+    (
+        "DCGM_FI_DEV_SM_CLOCK",
+        "SM clock frequency (in MHz)",
+        false,
+        |t| t.sm_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "Memory clock frequency (in MHz)",
+        false,
+        |t| t.memory_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error encountered",
+        false,
+        |t| Some(t.last_xid as f64),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "Total number of single-bit persistent ECC errors",
+        true,
+        |t| t.ecc_corrected.map(|n| n as f64),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "Total number of double-bit persistent ECC errors",
+        true,
+        |t| t.ecc_uncorrected.map(|n| n as f64),
     ),
 ];
 
-/// The names of the DCGM series a host exports (for the dashboard's and the tests' checks).
-pub fn dcgm_names() -> impl Iterator<Item = &'static str> {
-    DCGM.iter().map(|(name, _, _)| *name)
+/// The names of the DCGM series a host exports, as their samples are named (a counter's
+/// with Prometheus' `_total`), for the dashboard's and the tests' checks.
+pub fn dcgm_names() -> impl Iterator<Item = String> {
+    DCGM.iter().map(|(name, _, counter, _)| {
+        if *counter {
+            format!("{name}_total")
+        } else {
+            (*name).to_string()
+        }
+    })
 }
 
 /// The OpenMetrics text prometheus-client writes, as Prometheus' own text format (0.0.4),
@@ -329,13 +377,16 @@ fn render(
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     if let Some((host, readings)) = gpus {
-        for (name, help, read) in DCGM {
-            let family = Family::<Labels, FloatGauge>::default();
+        for (name, help, counter, read) in DCGM {
+            let gauges = Family::<Labels, FloatGauge>::default();
+            let counters = Family::<Labels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
             for t in readings {
                 let Some(value) = read(t) else { continue };
+                // dcgm-exporter's labels (`device` is the driver's device file).
                 let labels = vec![
                     ("gpu", t.index.to_string()),
                     ("UUID", t.uuid.clone()),
+                    ("device", format!("nvidia{}", t.index)),
                     ("modelName", t.name.clone()),
                     ("Hostname", host.hostname.clone()),
                     (
@@ -343,9 +394,17 @@ fn render(
                         host.leases.get(&t.uuid).cloned().unwrap_or_default(),
                     ),
                 ];
-                family.get_or_create(&labels).set(value);
+                if counter {
+                    counters.get_or_create(&labels).inc_by(value);
+                } else {
+                    gauges.get_or_create(&labels).set(value);
+                }
             }
-            registry.register(name, help, family);
+            if counter {
+                registry.register(name, help, counters);
+            } else {
+                registry.register(name, help, gauges);
+            }
         }
     }
     let peers = Gauge::<i64>::default();

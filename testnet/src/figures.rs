@@ -101,12 +101,23 @@ pub(crate) fn collect_leases(hosts: &[ApiClient], renters: &[ApiClient], report:
             });
             let price = l.price_per_gpu_hour_micro;
             let gpus = l.gpus.len() as u64;
+            // A lease its host ended (a stop that ends leases, a failed container or GPU)
+            // is billed up to the moment it did, without the minimum (docs/settlement.md).
+            let host_ended = matches!(
+                l.end.as_deref(),
+                Some("host-shutdown" | "container-failed" | "gpu-failed" | "store-failed")
+            );
+            let billed_end = match l.ended_at {
+                Some(ended) if host_ended => end.min(ended),
+                _ => end,
+            };
             let runtime_s = end.saturating_sub(start) as f64 / 1000.0;
+            let billed_run_s = billed_end.saturating_sub(start) as f64 / 1000.0;
             // Spot leases bill no minimum.
-            let billed_s = if l.kind == "spot" {
-                runtime_s
+            let billed_s = if l.kind == "spot" || host_ended {
+                billed_run_s
             } else {
-                runtime_s.max(60.0)
+                billed_run_s.max(60.0)
             };
             report.leases_settled += usize::from(l.settled);
             report.leases.push(LeaseReport {

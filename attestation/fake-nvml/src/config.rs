@@ -20,6 +20,10 @@ pub struct Config {
     /// The GPUs.
     #[serde(default)]
     pub gpu: Vec<Gpu>,
+    /// A TOML file of injected faults, read again whenever it changes (see
+    /// [`faults`](crate::faults)); absent: none.
+    #[serde(default)]
+    pub faults: Option<std::path::PathBuf>,
 }
 
 fn default_driver() -> String {

@@ -5,7 +5,9 @@
 //! struct, and answers them from the TOML file named by `GPUX_FAKE_NVML_CONFIG`, read at
 //! every `nvmlInit_v2`, so each process (each testnet host) can pretend to have different
 //! GPUs. A field listed in a GPU's `unsupported` answers `NVML_ERROR_NOT_SUPPORTED`; one in
-//! `failing` answers `NVML_ERROR_UNKNOWN`. See `docs/attestation.md`.
+//! `failing` answers `NVML_ERROR_UNKNOWN`. Faults (Xid errors, a GPU fallen off the bus,
+//! uncorrected ECC errors) are injected at run time through the file the config's `faults`
+//! names ([`faults`]). See `docs/attestation.md`.
 //!
 //! This is test support. gpux uses it only when pointed at it with `--nvml-lib`.
 // Exporting a C ABI that fills caller-provided buffers is unsafe by nature; every pointer is
@@ -17,14 +19,16 @@
 #![allow(missing_docs)]
 
 pub mod config;
+pub mod faults;
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 use std::io::Write;
 use std::sync::Mutex;
 
 use nvml_wrapper_sys::bindings::{
-    nvmlClockType_t, nvmlDevice_t, nvmlEccCounterType_t, nvmlEnableState_t, nvmlMemory_v2_t,
-    nvmlMemoryErrorType_t, nvmlReturn_t, nvmlSystemConfComputeSettings_t, nvmlUtilization_t,
+    nvmlClockType_t, nvmlDevice_t, nvmlEccCounterType_t, nvmlEnableState_t, nvmlEventData_t,
+    nvmlEventSet_t, nvmlMemory_v2_t, nvmlMemoryErrorType_t, nvmlReturn_t,
+    nvmlSystemConfComputeSettings_t, nvmlUtilization_t,
 };
 
 use config::{Config, Gpu};
@@ -35,6 +39,8 @@ const INVALID_ARGUMENT: nvmlReturn_t = 2;
 const NOT_SUPPORTED: nvmlReturn_t = 3;
 const NOT_FOUND: nvmlReturn_t = 6;
 const INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+const TIMEOUT: nvmlReturn_t = 10;
+const GPU_IS_LOST: nvmlReturn_t = 15;
 const UNKNOWN: nvmlReturn_t = 999;
 
 /// The configuration loaded by the last successful `nvmlInit_v2`, and how many inits are
@@ -75,8 +81,24 @@ fn with_gpu<T>(
         if gpu.unsupported.contains(field) {
             return Err(NOT_SUPPORTED);
         }
+        // A GPU fallen off the bus still has the name and UUID read before.
+        if !matches!(field, "name" | "uuid")
+            && let Some(path) = &config.faults
+            && faults::lost(&faults::current(path), &gpu.uuid)
+        {
+            return Err(GPU_IS_LOST);
+        }
         f(gpu)
     })
+}
+
+/// The injected faults now (none without a faults file).
+fn injected(config: &Config) -> Vec<faults::Fault> {
+    config
+        .faults
+        .as_deref()
+        .map(faults::current)
+        .unwrap_or_default()
 }
 
 /// Writes `value` through `out`, or answers INVALID_ARGUMENT for a null pointer.
@@ -380,6 +402,26 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    device: nvmlDevice_t,
+    clock: nvmlClockType_t,
+    out: *mut c_uint,
+) -> nvmlReturn_t {
+    // The current clocks: the maximum, swung by `vary_percent` below it as a boosting GPU's.
+    code(with_gpu(device, "clocks", |g| {
+        let max = match clock {
+            0 | 1 => g.max_sm_clock_mhz,
+            2 => g.max_memory_clock_mhz,
+            3 => g.max_sm_clock_mhz / 2,
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        let value = swing(max, g.vary_percent / 2, phase(device)).min(max);
+        // SAFETY: forwarded caller pointer.
+        Ok(unsafe { put(out, value) })
+    }))
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     device: nvmlDevice_t,
     current: *mut nvmlEnableState_t,
@@ -402,10 +444,13 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     _counter: nvmlEccCounterType_t,
     count: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    // Read before `with_gpu`, which holds the state's lock.
+    let faults = with_config(|c| Ok(injected(c))).unwrap_or_default();
     code(with_gpu(device, "ecc", |g| {
+        let extra = faults::ecc_uncorrected(&faults, &g.uuid);
         let value = match error_type {
             0 => g.ecc_corrected,
-            1 => g.ecc_uncorrected,
+            1 => g.ecc_uncorrected + extra,
             _ => return Err(INVALID_ARGUMENT),
         };
         // SAFETY: forwarded caller pointer.
@@ -546,4 +591,125 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
         // SAFETY: forwarded caller pointer.
         Ok(unsafe { put(value, swing(base, g.vary_percent, phase(device))) })
     }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    code(with_config(|_| {
+        let mut sets = faults::EVENT_SETS.lock().map_err(|_| UNKNOWN)?;
+        sets.push(Some(faults::EventSet::default()));
+        // SAFETY: forwarded caller pointer; the handle is an opaque integer.
+        Ok(unsafe { put(set, sets.len() as nvmlEventSet_t) })
+    }))
+}
+
+fn event_set<T>(
+    set: nvmlEventSet_t,
+    f: impl FnOnce(&mut faults::EventSet) -> Result<T, nvmlReturn_t>,
+) -> Result<T, nvmlReturn_t> {
+    let mut sets = faults::EVENT_SETS.lock().map_err(|_| UNKNOWN)?;
+    let slot = (set as usize).checked_sub(1).ok_or(INVALID_ARGUMENT)?;
+    match sets.get_mut(slot) {
+        Some(Some(s)) => f(s),
+        _ => Err(INVALID_ARGUMENT),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
+    device: nvmlDevice_t,
+    types: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    code(with_gpu(device, "events", |_| {
+        let xid = c_ulonglong::from(nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError);
+        // SAFETY: forwarded caller pointer.
+        Ok(unsafe { put(types, xid) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceRegisterEvents(
+    device: nvmlDevice_t,
+    types: c_ulonglong,
+    set: nvmlEventSet_t,
+) -> nvmlReturn_t {
+    // Read before `with_gpu`, which holds the state's lock.
+    let before = with_config(|c| Ok(injected(c).len())).unwrap_or(0);
+    code(with_gpu(device, "events", |_| {
+        let (g, _) = gpu_index(device).ok_or(INVALID_ARGUMENT)?;
+        let xid = c_ulonglong::from(nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError);
+        if types & !xid != 0 {
+            return Err(NOT_SUPPORTED);
+        }
+        event_set(set, |s| {
+            s.xid_gpus.insert(g);
+            // No event from before the registration is recorded.
+            s.seen.extend(0..before);
+            Ok(SUCCESS)
+        })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: nvmlEventSet_t,
+    data: *mut nvmlEventData_t,
+    timeout_ms: c_uint,
+) -> nvmlReturn_t {
+    if data.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.into());
+    loop {
+        let next = with_config(|c| {
+            let faults = injected(c);
+            event_set(set, |s| {
+                for (i, fault) in faults.iter().enumerate() {
+                    let Some(xid) = fault.xid else { continue };
+                    let Some(g) = c.gpu.iter().position(|g| g.uuid == fault.uuid) else {
+                        continue;
+                    };
+                    if s.xid_gpus.contains(&g) && s.seen.insert(i) {
+                        return Ok(Some((g, xid)));
+                    }
+                }
+                Ok(None)
+            })
+        });
+        match next {
+            Ok(Some((g, xid))) => {
+                let event = nvmlEventData_t {
+                    device: (g + 1) as nvmlDevice_t,
+                    eventType: nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError.into(),
+                    eventData: xid,
+                    gpuInstanceId: u32::MAX,
+                    computeInstanceId: u32::MAX,
+                };
+                // SAFETY: non-null; the caller provides a valid, aligned pointer.
+                return unsafe { put(data, event) };
+            }
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Ok(None) => return TIMEOUT,
+            Err(e) => return e,
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
+    let Ok(mut sets) = faults::EVENT_SETS.lock() else {
+        return UNKNOWN;
+    };
+    match (set as usize)
+        .checked_sub(1)
+        .and_then(|slot| sets.get_mut(slot))
+    {
+        Some(slot @ Some(_)) => {
+            *slot = None;
+            SUCCESS
+        }
+        _ => INVALID_ARGUMENT,
+    }
 }

@@ -56,6 +56,7 @@ const MIN_FREE_BYTES: u64 = 50 << 30;
 /// Runs every check; prints them (a table, or JSON with `json`). Fails when any check does.
 pub(crate) fn check(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::Result<()> {
     let mut checks = vec![nvml(nvml_lib)];
+    let gpus_read_well = checks[0].status == Status::Ok;
     let runtime = tokio::runtime::Runtime::new()?;
     let docker_root = runtime.block_on(docker(&mut checks));
     checks.push(disk("free disk (data directory)", dir));
@@ -79,10 +80,39 @@ pub(crate) fn check(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::
             }
         }
     }
+    if gpus_read_well {
+        offer_again(dir, json)?;
+    }
     if failed > 0 {
         bail!(
             "{failed} check(s) failed: this machine cannot share GPUs yet (each FAIL line says what to do)"
         );
+    }
+    Ok(())
+}
+
+/// Every GPU reads well through the driver: a running node offers again the GPUs it
+/// withheld after a fault.
+fn offer_again(dir: &Path, json: bool) -> anyhow::Result<()> {
+    if !gpux_node::node_runs_on(dir).unwrap_or(false) {
+        return Ok(());
+    }
+    let api = gpux_node::api_client::ApiClient::for_data_dir(dir)?;
+    let failed = api
+        .settings()?
+        .host
+        .map(|h| h.failed_gpus)
+        .unwrap_or_default();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    api.set_setting("failed-gpus", "")?;
+    if !json {
+        out!(
+            "ok    {:<30} offered again: {}",
+            "GPUs withheld after a fault",
+            failed.join(", ")
+        )?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `gpux host ...`: checking and installing a host, and changing a running one (`set`,
-//! `pause`, `resume`: through the node's API, stored by the node, published at once).
+//! `pause`, `drain`, `resume`: through the node's API, stored by the node, published at
+//! once).
 
 use std::path::{Path, PathBuf};
 
@@ -61,7 +62,21 @@ pub(crate) enum HostAction {
         #[arg(long)]
         json: bool,
     },
-    /// Offer the GPUs again after `pause`.
+    /// Take the machine back at a time: from now on offer and take only leases that end by
+    /// TIME (an RFC 3339 time, 2026-12-08T09:00:00Z, or a span from now, 2h30m), and say
+    /// when the last running lease ends. Kept across restarts until `resume` (or --off).
+    Drain {
+        /// When the machine must be free.
+        #[arg(long, value_name = "TIME", required_unless_present = "off")]
+        until: Option<String>,
+        /// Stop draining: offer leases of any length again.
+        #[arg(long, conflicts_with = "until")]
+        off: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Offer the GPUs again after `pause` or `drain`.
     Resume {
         /// Print JSON.
         #[arg(long)]
@@ -78,6 +93,9 @@ pub(crate) fn act(dir: &Path, action: HostAction) -> anyhow::Result<()> {
             if name == "paused" {
                 anyhow::bail!("use `gpux host pause` and `gpux host resume`");
             }
+            if name == "drain-until" {
+                anyhow::bail!("use `gpux host drain --until TIME` and `gpux host resume`");
+            }
             change(dir, &name, &value, json)
         }
         HostAction::Earnings {
@@ -87,8 +105,48 @@ pub(crate) fn act(dir: &Path, action: HostAction) -> anyhow::Result<()> {
             json,
         } => super::earnings::earnings(dir, by, since.as_deref(), (csv, json)),
         HostAction::Pause { json } => change(dir, "paused", "true", json),
-        HostAction::Resume { json } => change(dir, "paused", "false", json),
+        HostAction::Drain { until, off, json } => {
+            let value = match (until, off) {
+                (Some(until), false) => drain_time(&until)?.to_string(),
+                _ => "off".to_string(),
+            };
+            change(dir, "drain-until", &value, json)
+        }
+        HostAction::Resume { json } => {
+            ApiClient::for_data_dir(dir)?.set_setting("drain-until", "off")?;
+            change(dir, "paused", "false", json)
+        }
     }
+}
+
+/// `--until`: an RFC 3339 time or a span from now, as unix milliseconds (in the future).
+fn drain_time(until: &str) -> anyhow::Result<u64> {
+    let now = std::time::SystemTime::now();
+    let at = match humantime::parse_rfc3339_weak(until) {
+        Ok(at) => at,
+        Err(_) => {
+            let span = humantime::parse_duration(until).map_err(|e| {
+                anyhow::anyhow!(
+                    "--until {until}: {e} (a time, 2026-12-08T09:00:00Z, or a span from now, 2h30m)"
+                )
+            })?;
+            now + span
+        }
+    };
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| anyhow::anyhow!("--until {until}: before 1970"))?
+        .as_millis();
+    if at <= now {
+        anyhow::bail!("--until {until}: that time has passed");
+    }
+    Ok(u64::try_from(ms)?)
+}
+
+/// A unix-ms time as the user reads it (UTC, to the second).
+fn when(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
 }
 
 /// Changes one of the running host's settings and prints them all as they now are.
@@ -117,5 +175,24 @@ fn change(dir: &Path, name: &str, value: &str, json: bool) -> anyhow::Result<()>
             "published"
         }
     )?;
+    if let Some(until) = host.drain_until {
+        out!(
+            "drain       until {}: only leases that end by then are offered and taken",
+            when(until)
+        )?;
+    }
+    match host.free_at {
+        Some(free) => out!(
+            "free at     {} (when the last running lease ends)",
+            when(free)
+        )?,
+        None => out!("free at     now (no lease running)")?,
+    }
+    if !host.failed_gpus.is_empty() {
+        out!(
+            "failed      {} (withheld after a fault; `gpux host check` offers them again once they read well)",
+            host.failed_gpus.join(", ")
+        )?;
+    }
     Ok(())
 }

@@ -259,6 +259,12 @@ pub enum HostInput {
     Commit(Verified<LeaseCommit>),
     /// The host node is shutting down.
     Shutdown,
+    /// One of the lease's GPUs failed at `at` (a fatal Xid, uncorrectable memory errors, the
+    /// GPU gone from the driver): the lease ends (`End::GpuFailed`), billed up to the fault.
+    GpuFailed {
+        /// When the fault happened (or was first seen), never after the input's `now`.
+        at: Timestamp,
+    },
     /// The node could not store a record of this lease outside the machine's own (a
     /// receipt, an acknowledgement): the lease ends (`End::StoreFailed`), settled on what
     /// was acknowledged.

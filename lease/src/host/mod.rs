@@ -372,11 +372,23 @@ impl HostLease {
         if let Some(finished) = self.rec.finished_at {
             end = end.min(finished);
         }
+        // A lease the host ended is billed up to the moment it did (a failed GPU: the
+        // fault), not the moments its container took to stop.
+        if let (Some(why), Some(ended)) = (self.rec.end, self.rec.ended_at)
+            && !why.owes_minimum()
+        {
+            end = end.min(ended);
+        }
         let end = end.max(started);
         let runtime = end.ms_since(started);
         #[cfg(feature = "broken-rule")]
         let runtime = runtime + 1000;
-        let mut gpu_seconds = bill::request_gpu_seconds(&self.request, runtime);
+        // Who ended it pays for the end: the minimum once the renter's side ended the lease;
+        // the seconds that ran while it runs and when the host ended it.
+        let mut gpu_seconds = match self.rec.end {
+            Some(end) if end.owes_minimum() => bill::request_gpu_seconds(&self.request, runtime),
+            _ => bill::run_gpu_seconds(&self.request, runtime),
+        };
         // A reserved window its renter stopped early pays its committed minimum.
         if self.rec.end == Some(End::RenterStopped) {
             gpu_seconds = gpu_seconds.max(bill::committed_gpu_seconds(&self.request));
@@ -447,6 +459,13 @@ impl HostLease {
             }
             HostInput::Commit(commit) => self.on_commit(now, &commit, &mut out),
             HostInput::Shutdown => self.end(now, End::HostShutdown, &mut out),
+            HostInput::GpuFailed { at } => {
+                if self.rec.end.is_none() {
+                    self.end(now, End::GpuFailed, &mut out);
+                    // Billed up to the fault (the work after it was on a broken GPU).
+                    self.rec.ended_at = Some(at.min(now));
+                }
+            }
             HostInput::StoreFailed => self.end(now, End::StoreFailed, &mut out),
             HostInput::Preempt(preemptor) => self.on_preempt(now, &preemptor, &mut out),
             HostInput::Timer(timer) => self.on_timer(now, timer, &mut out),

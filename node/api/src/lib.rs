@@ -353,6 +353,9 @@ pub struct LeaseView {
     pub started_at: Option<u64>,
     /// See `started_at`.
     pub finished_at: Option<u64>,
+    /// Host: when the lease ended (a lease the host ended is billed up to then), unix ms.
+    #[serde(default)]
+    pub ended_at: Option<u64>,
     /// The workload's exit code.
     pub exit_code: Option<i64>,
     /// The receipt timing of the lease (the host's, announced in its acceptance), ms.
@@ -562,6 +565,15 @@ pub struct HostLive {
     pub region: String,
     /// Paused: no offers, no new leases; running leases go on.
     pub paused: bool,
+    /// GPUs withheld after a fault (a fatal Xid) until `gpux host check` reads them well.
+    #[serde(default)]
+    pub failed_gpus: Vec<String>,
+    /// Draining: only leases that end by then (unix ms) are offered and taken.
+    #[serde(default)]
+    pub drain_until: Option<u64>,
+    /// When the last lease the host holds ends by its terms (unix ms; none: it holds none).
+    #[serde(default)]
+    pub free_at: Option<u64>,
 }
 
 /// `POST /v1/settings`: change one setting.

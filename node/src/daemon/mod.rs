@@ -194,6 +194,12 @@ pub(crate) enum Event {
     /// An API command to answer again a little later (a search of families just followed,
     /// once their hosts have republished), and until when it may wait for a first offer.
     Deferred(Box<ApiCommand>, std::time::Instant),
+    /// NVML reported Xid `xid` on the host's GPU `uuid` at `at`.
+    GpuFault {
+        uuid: String,
+        xid: u64,
+        at: gpux_protocol::Timestamp,
+    },
     /// A renter's held lease is committed, stopped, or failed its challenge (a rent, a
     /// group or a resume decided).
     Act {
@@ -646,6 +652,13 @@ impl Daemon {
             Event::Host { lease, input } => {
                 if let Some(host) = self.host.as_mut()
                     && host.on_input(lease, input)
+                {
+                    self.publish_offers_soon();
+                }
+            }
+            Event::GpuFault { uuid, xid, at } => {
+                if let Some(host) = self.host.as_mut()
+                    && host.on_gpu_fault(&uuid, xid, at)
                 {
                     self.publish_offers_soon();
                 }

@@ -658,6 +658,9 @@ pub enum EndReason {
     /// The sender could not store a record of the lease (a receipt, an acknowledgement):
     /// it ends the lease rather than go on with what it cannot keep.
     StoreFailed,
+    /// A leased GPU failed on the host (an Xid error such as 79, uncorrectable memory
+    /// errors, or the GPU vanished from the driver): billed up to the fault.
+    GpuFailed,
 }
 
 /// Either side ends a lease.

@@ -2,7 +2,8 @@
 //! stored (flushed) and kept over `config.toml`'s at the next start, and the offers are
 //! signed again at once with a new sequence number; leases already agreed keep the terms
 //! both sides signed. A paused host withdraws every offer and refuses new leases while its
-//! running leases go on.
+//! running leases go on; a draining host (`drain-until`) offers and takes only leases that
+//! end by then, so the machine is free at a time its owner chose.
 
 use gpux_api::{ApiError, ErrorCode, HostLive};
 use gpux_protocol::MicroCredits;
@@ -10,7 +11,16 @@ use gpux_protocol::MicroCredits;
 use super::HostRole;
 
 /// The settings changed here, by the name `gpux host set` and `POST /v1/settings` use.
-pub(crate) const NAMES: [&str; 4] = ["price", "spot-floor", "region", "paused"];
+/// (`failed-gpus` takes only the empty value: `gpux host check` clears the GPUs withheld for
+/// a fault once it reads every GPU well.)
+pub(crate) const NAMES: [&str; 6] = [
+    "price",
+    "spot-floor",
+    "region",
+    "paused",
+    "drain-until",
+    "failed-gpus",
+];
 
 /// Where a change is stored: `host-live/<name>`.
 fn key(name: &str) -> String {
@@ -24,6 +34,8 @@ enum Change {
     SpotFloor(Option<MicroCredits>),
     Region(String),
     Paused(bool),
+    /// Leases must end by then (unix ms); `None`: no drain.
+    DrainUntil(Option<gpux_protocol::Timestamp>),
 }
 
 fn parse(
@@ -73,6 +85,11 @@ fn parse(
             }
             Ok(Change::Region(value.to_string()))
         }
+        "drain-until" if value == "off" => Ok(Change::DrainUntil(None)),
+        "drain-until" => value
+            .parse::<u64>()
+            .map(|ms| Change::DrainUntil(Some(gpux_protocol::Timestamp(ms))))
+            .map_err(|_| format!("'{value}': a time in unix milliseconds, or `off`")),
         "paused" => match value {
             "true" => Ok(Change::Paused(true)),
             "false" => Ok(Change::Paused(false)),
@@ -87,7 +104,7 @@ impl HostRole {
     /// `config.toml`'s values (each said in the log). A stored value that no longer reads
     /// is skipped, with a word.
     pub(crate) fn apply_stored_changes(&mut self) {
-        for name in NAMES {
+        for name in NAMES.into_iter().filter(|n| *n != "failed-gpus") {
             let stored = match self.state.config(&key(name)) {
                 Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
                 Ok(None) => continue,
@@ -118,15 +135,28 @@ impl HostRole {
             Change::SpotFloor(floor) => self.options.spot_floor = floor,
             Change::Region(region) => self.options.region = region,
             Change::Paused(paused) => self.paused = paused,
+            Change::DrainUntil(until) => self.drain_until = until,
         }
     }
 
     /// Changes `name` to `value`: validated, stored (flushed), applied; the caller
     /// publishes the offers again.
     pub(crate) fn change(&mut self, name: &str, value: &str) -> Result<HostLive, ApiError> {
+        if name == "failed-gpus" {
+            if !value.trim().is_empty() {
+                return Err(ApiError::bad_input(
+                    "failed-gpus: only the empty value, which offers the failed GPUs again",
+                )
+                .with_hint("`gpux host check` clears them once it reads every GPU well"));
+            }
+            self.clear_failed_gpus()?;
+            return Ok(self.live());
+        }
         let change = parse(name, value, self.prices()).map_err(|e| {
             ApiError::bad_input(format!("{name}: {e}"))
-                .with_hint("host settings: price, spot-floor (or off), region, paused")
+                .with_hint(
+                    "host settings: price, spot-floor (or off), region, paused, drain-until (unix ms or off)",
+                )
         })?;
         self.state
             .set_config(&key(name), value.trim().as_bytes())
@@ -136,6 +166,20 @@ impl HostRole {
         Ok(self.live())
     }
 
+    /// When the last lease this host holds ends by its terms (`None`: it holds none).
+    fn free_at(&self) -> Option<gpux_protocol::Timestamp> {
+        self.leases
+            .values()
+            .filter(|l| l.holds_gpus())
+            .map(|l| l.deadline())
+            .max()
+    }
+
+    /// Whether a lease ending at `end` fits the drain (always, without one).
+    pub(crate) fn within_drain(&self, end: gpux_protocol::Timestamp) -> bool {
+        self.drain_until.is_none_or(|until| end <= until)
+    }
+
     /// The settings as they are now.
     pub(crate) fn live(&self) -> HostLive {
         HostLive {
@@ -143,6 +187,9 @@ impl HostRole {
             spot_floor: self.options.spot_floor.map(|f| f.amount_text()),
             region: self.options.region.clone(),
             paused: self.paused,
+            failed_gpus: self.failed_gpus().iter().map(ToString::to_string).collect(),
+            drain_until: self.drain_until.map(|t| t.0),
+            free_at: self.free_at().map(|t| t.0),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! and the effects runner that alone carries out what they decide: the store, the
 //! executor (through each lease's [`worker`]), the renter's link and the ledger.
 
+mod faults;
 mod live;
 mod offers;
 
@@ -59,6 +60,11 @@ pub(crate) struct HostRole {
     pull_cache: crate::plane::pulled::PullCache,
     /// Paused (`gpux host pause`): no offers, no new leases; running leases go on.
     paused: bool,
+    /// GPUs that failed (a fatal Xid): not offered, no new leases, until `gpux host check`
+    /// reads them well.
+    failed_gpus: std::collections::BTreeSet<gpux_protocol::GpuUuid>,
+    /// Draining (`gpux host drain --until`): only leases that end by then.
+    drain_until: Option<Timestamp>,
 }
 
 fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Option<Verified<T>> {
@@ -118,7 +124,11 @@ impl HostRole {
             });
         }
         let nvml = match gpux_attestation::Probe::open(options.nvml_lib.as_deref()) {
-            Ok(probe) => Some(Arc::new(probe)),
+            Ok(probe) => {
+                let probe = Arc::new(probe);
+                faults::spawn_xid_watch(probe.clone(), events.clone());
+                Some(probe)
+            }
             Err(e) => {
                 tracing::warn!("no NVML for metering GPU use: {e}");
                 None
@@ -198,8 +208,11 @@ impl HostRole {
             recorder,
             pull_cache,
             paused: false,
+            failed_gpus: Default::default(),
+            drain_until: None,
         };
         role.apply_stored_changes();
+        role.load_failed_gpus();
         role.recover(&exec, &workspaces).await?;
         Ok(role)
     }
@@ -464,6 +477,27 @@ impl HostRole {
                     RejectReason::GpusUnavailable,
                     "the host is paused: it takes no new leases",
                 ),
+                false,
+            );
+        }
+        let end = match request.kind {
+            gpux_protocol::LeaseKind::Reserved { end, .. } => end,
+            _ => now.plus_secs(request.duration_s.into()),
+        };
+        if !self.within_drain(end) {
+            return (
+                self.reject(
+                    request.id(),
+                    RejectReason::GpusUnavailable,
+                    "the host is draining: it takes only leases that end before its drain time",
+                ),
+                false,
+            );
+        }
+        if let Some(gpu) = request.gpus.iter().find(|g| self.failed_gpus.contains(g)) {
+            let why = format!("GPU {gpu} failed on this host; it takes no leases until checked");
+            return (
+                self.reject(request.id(), RejectReason::GpusUnavailable, &why),
                 false,
             );
         }

@@ -65,6 +65,14 @@ impl Published {
     }
 }
 
+/// What a host keeps out of its offers: everything while paused, its failed GPUs, and any
+/// lease that would end after its drain time.
+pub(crate) struct Withheld<'a> {
+    pub(crate) paused: bool,
+    pub(crate) failed: &'a std::collections::BTreeSet<GpuUuid>,
+    pub(crate) drain_until: Option<Timestamp>,
+}
+
 /// Signs a publication at `t`. The attestation is re-signed with every publication: a new
 /// message, so peers that joined since receive it (they ignore offers whose attestation they
 /// have not seen). Publications are paced by the caller, which keeps a host well under the
@@ -77,8 +85,17 @@ pub(crate) fn sign(
     book: &mut HostBook,
     options: &HostOptions,
     (policy, challenged): (Ext, &std::collections::BTreeSet<GpuUuid>),
-    (t, paused): (Timestamp, bool),
+    (t, withheld): (Timestamp, Withheld<'_>),
 ) -> anyhow::Result<Published> {
+    // A draining host offers leases that end by its drain time; once none of its minimum
+    // duration fits, it offers nothing.
+    let max_duration_s = match withheld.drain_until {
+        Some(until) => options
+            .max_duration_s
+            .min(u32::try_from(until.ms_since(t) / 1000).unwrap_or(u32::MAX)),
+        None => options.max_duration_s,
+    };
+    let paused = withheld.paused || max_duration_s < options.min_duration_s.max(1);
     let mut body = att.body().clone();
     body.created_at = t;
     *att = Signed::sign(key, body).context("signing the attestation")?;
@@ -121,10 +138,13 @@ pub(crate) fn sign(
         ..Published::default()
     };
     for (slot, group) in groups.iter().enumerate() {
-        // A paused host offers nothing: every slot is withdrawn.
+        // A paused host offers nothing: every slot is withdrawn; a failed GPU (or a slice
+        // of one) is withheld until it is checked.
         let group: Vec<_> = group
             .iter()
-            .filter(|g| !paused && !busy.contains(&g.uuid()))
+            .filter(|g| {
+                !paused && !busy.contains(&g.uuid()) && !withheld.failed.contains(&g.gpu.uuid)
+            })
             .collect();
         if group.is_empty() {
             if let Some(old) = book.retire_slot(slot as u16) {
@@ -194,7 +214,7 @@ pub(crate) fn sign(
             price_per_gpu_hour: price,
             spot_floor_per_gpu_hour: spot_floor,
             min_duration_s: options.min_duration_s,
-            max_duration_s: options.max_duration_s,
+            max_duration_s,
             region: BoundedString::new(options.region.clone())
                 .map_err(|e| anyhow::anyhow!("region: {e}"))?,
             tier: if group.iter().any(|u| challenged.contains(&u.uuid())) {
@@ -416,7 +436,14 @@ impl super::HostRole {
             &mut self.book,
             &self.options,
             (policy, &self.challenged),
-            (t, self.paused),
+            (
+                t,
+                Withheld {
+                    paused: self.paused,
+                    failed: &self.failed_gpus,
+                    drain_until: self.drain_until,
+                },
+            ),
         )?;
         for (id, bytes) in &published.stored {
             if let Err(e) = self.state.save_own_offer(id, bytes) {

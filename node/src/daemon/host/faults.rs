@@ -1,0 +1,129 @@
+//! GPU faults on a host: NVML's Xid errors, watched on a thread of their own. A fatal one
+//! (see [`gpux_attestation::fatal_xid`]) ends every lease on that GPU (`gpu-failed`, billed
+//! up to the fault), and the GPU is withheld from offers and new leases until
+//! `gpux host check` reads it well again. The failed set is stored (flushed), so a restart
+//! does not offer a broken GPU.
+
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use gpux_api::{ApiError, ErrorCode};
+use gpux_lease::HostInput;
+use gpux_protocol::{GpuUuid, Timestamp};
+use tokio::sync::mpsc;
+
+use super::HostRole;
+use crate::daemon::Event;
+
+/// Where the failed GPUs are stored: their UUIDs, one per line.
+const FAILED_KEY: &str = "host-live/failed-gpus";
+
+/// Watches `probe`'s GPUs for Xid errors on a thread of its own, sending each to the
+/// daemon's loop, until the loop is gone. A driver that cannot watch is said in the log.
+pub(crate) fn spawn_xid_watch(probe: Arc<gpux_attestation::Probe>, events: mpsc::Sender<Event>) {
+    let spawned = std::thread::Builder::new()
+        .name("gpux-xid-watch".into())
+        .spawn(move || {
+            let watched = probe.watch_xids(|event| {
+                if events.is_closed() {
+                    return ControlFlow::Break(());
+                }
+                if let Some(e) = event {
+                    let fault = Event::GpuFault {
+                        uuid: e.uuid,
+                        xid: e.xid,
+                        at: crate::attest::now(),
+                    };
+                    if events.blocking_send(fault).is_err() {
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+            if let Err(e) = watched {
+                tracing::warn!("GPU faults (Xid errors) are not watched: {e}");
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("GPU faults (Xid errors) are not watched: {e}");
+    }
+}
+
+impl HostRole {
+    /// At start: the GPUs an earlier run found failed.
+    pub(crate) fn load_failed_gpus(&mut self) {
+        match self.state.config(FAILED_KEY) {
+            Ok(Some(bytes)) => {
+                self.failed_gpus = String::from_utf8_lossy(&bytes)
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<GpuUuid>().ok())
+                    .collect();
+                for uuid in &self.failed_gpus {
+                    tracing::warn!(
+                        "GPU {uuid} failed before this start: not offered until `gpux host check` reads it well"
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!("cannot read the failed GPUs: {e}"),
+        }
+    }
+
+    fn store_failed_gpus(&self) -> Result<(), String> {
+        let text: String = self.failed_gpus.iter().map(|u| format!("{u}\n")).collect();
+        self.state
+            .set_config(FAILED_KEY, text.as_bytes())
+            .map_err(|e| e.to_string())
+    }
+
+    /// The GPUs withheld for a fault.
+    pub(crate) fn failed_gpus(&self) -> &BTreeSet<GpuUuid> {
+        &self.failed_gpus
+    }
+
+    /// Xid `xid` on `uuid` at `at`: a fatal one fails the GPU and ends its leases. Returns
+    /// whether the offers should be published again.
+    pub(crate) fn on_gpu_fault(&mut self, uuid: &str, xid: u64, at: Timestamp) -> bool {
+        if !gpux_attestation::fatal_xid(xid) {
+            tracing::info!("GPU {uuid}: Xid {xid} (the workload's own fault; the GPU is fine)");
+            return false;
+        }
+        let Ok(gpu) = uuid.parse::<GpuUuid>() else {
+            tracing::warn!("Xid {xid} on a GPU whose UUID does not read ({uuid})");
+            return false;
+        };
+        tracing::error!(
+            "GPU {gpu}: Xid {xid}; its leases end (gpu-failed) and it is not offered until `gpux host check` reads it well"
+        );
+        if self.failed_gpus.insert(gpu)
+            && let Err(e) = self.store_failed_gpus()
+        {
+            tracing::error!("cannot store the failed GPU {gpu}: {e}");
+        }
+        let hit: Vec<_> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.request().gpus.contains(&gpu))
+            .map(|(id, _)| *id)
+            .collect();
+        for lease in hit {
+            self.on_input(lease, HostInput::GpuFailed { at });
+        }
+        true
+    }
+
+    /// `gpux host check` read every GPU well: the failed ones are offered again.
+    pub(crate) fn clear_failed_gpus(&mut self) -> Result<Vec<String>, ApiError> {
+        let cleared: Vec<String> = self.failed_gpus.iter().map(ToString::to_string).collect();
+        self.failed_gpus.clear();
+        self.store_failed_gpus().map_err(|e| {
+            ApiError::new(ErrorCode::Internal, format!("storing the failed GPUs: {e}"))
+        })?;
+        for uuid in &cleared {
+            tracing::info!("GPU {uuid} reads well again: offered again");
+        }
+        self.publish_pending = true;
+        Ok(cleared)
+    }
+}
