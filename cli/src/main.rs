@@ -606,8 +606,14 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     burst,
                     levels,
                     samples,
+                    restart,
                 },
-        } => cmd::testnet::rent_bench((hosts, gpus, renters, ledgers), burst, levels, samples)?,
+        } => cmd::testnet::rent_bench(
+            (hosts, gpus, renters, ledgers),
+            (burst, restart),
+            levels,
+            samples,
+        )?,
         Command::Testnet {
             action:
                 cmd::testnet::TestnetAction::AccessBench {

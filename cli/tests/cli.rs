@@ -257,6 +257,36 @@ compute_capability = [8, 6]
             found.contains("2 GPU(s)") && found.contains("NVIDIA L4"),
             "{found}"
         );
+        // Measured: the machine, the workspace disk, the challenge against itself; without a
+        // host's config.toml there is no first offer, and it says how to make one.
+        assert!(checks["machine"].1.contains("threads"), "{checks:?}");
+        assert!(checks["workspace disk"].1.contains("MB/s"), "{checks:?}");
+        let (status, found, _) = &checks["challenge self-test"];
+        assert!(
+            status == "ok" && found.contains("Gop/s, product checked"),
+            "{found}"
+        );
+        let (status, found, fix) = &checks["first offer"];
+        assert!(
+            status == "warn" && found.starts_with("none") && fix.contains("host install"),
+            "{found}"
+        );
+        // With one, the offer it would publish.
+        std::fs::write(
+            dir.path().join("config.toml"),
+            "host = true\nprice = \"2.50\"\nregion = \"eu-west\"\nfake_gpus = true\n",
+        )
+        .unwrap();
+        let (_, checks) = host_check(dir.path(), Some(TWO), &lib);
+        let (status, found, _) = &checks["first offer"];
+        assert!(
+            status == "ok"
+                && found.contains("1 x NVIDIA H100 80GB HBM3, 1 x NVIDIA L4 at 2.50 credits")
+                && found.contains("region eu-west"),
+            "{found}"
+        );
+        assert!(checks["challenge self-test"].1.contains("fake GPUs"));
+        std::fs::remove_file(dir.path().join("config.toml")).unwrap();
 
         // The human form: each failure with its fix, and the exit status says so.
         let out = run(
@@ -714,6 +744,52 @@ mod testnet {
         // and rented again once the link healed.
         assert_eq!(partitions[2]["rents_refused_during"], 0, "{report}");
         assert_eq!(partitions[2]["rented_after_heal"], true, "{report}");
+        // A host running a business (host-1, public): repriced live and seen at the new
+        // price within a gossip round; stopped with SIGTERM mid-lease and started from a
+        // copy of its binary, its lease's container untouched and the lease ending by its
+        // time; an Xid 79 on a leased GPU ended that lease gpu-failed within two receipt
+        // intervals (2 s each), paid at most the time up to the fault, no minimum.
+        let hosting = &report["hosting"];
+        assert_eq!(hosting["host"], "host-1", "{report}");
+        assert!(
+            hosting["live_price_ms"].as_u64().unwrap() <= 15_000,
+            "{report}"
+        );
+        assert_eq!(hosting["container_kept"], true, "{report}");
+        eprintln!(
+            "hosting: price seen {} ms after the change; receipts {} ms after the SIGTERM; lease ended {} ms after the fault",
+            hosting["live_price_ms"], hosting["restart_gap_ms"], hosting["gpu_fault_end_ms"]
+        );
+        assert!(
+            hosting["gpu_fault_end_ms"].as_u64().unwrap() <= 4_000,
+            "{report}"
+        );
+        let (charged, worth) = (
+            hosting["gpu_failed_charged"].as_u64().unwrap(),
+            hosting["gpu_fault_worth"].as_u64().unwrap(),
+        );
+        let end_of = |id: &serde_json::Value| {
+            report["leases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["lease"] == *id)
+                .map(|l| l["end_reason"].as_str().unwrap_or("").to_string())
+        };
+        assert_eq!(
+            end_of(&hosting["restarted_lease"]).as_deref(),
+            Some("duration-reached"),
+            "{report}"
+        );
+        assert_eq!(
+            end_of(&hosting["gpu_failed_lease"]).as_deref(),
+            Some("gpu-failed"),
+            "{report}"
+        );
+        assert!(
+            charged > 0 && charged <= worth + worth / 2 + 2_000,
+            "{report}"
+        );
         // The ledger's leader was killed mid-run: leases went on starting (and, below, all
         // settled with credits conserved), and the members agree at the end.
         assert_eq!(report["ledger_members"], 3, "{report}");

@@ -444,6 +444,28 @@ fn the_console_signs_in_once_shows_the_market_and_live_leases_and_refuses_forger
         assert_eq!(samples.len(), 1);
         assert!(samples[0].parse::<u32>().unwrap() >= 1, "{samples:?}");
         shoot(&browser, "host-overview").await;
+        // The host's controls post what `gpux host set|pause|resume` post; its earnings are
+        // charted per day over two weeks.
+        let days = attrs(&browser, "#earnings-chart rect.bar", "data-day").await;
+        assert_eq!(days.len(), 14, "{days:?}");
+        let price = browser
+            .find(Locator::Css("#set-price input[name=value]"))
+            .await
+            .unwrap();
+        price.clear().await.unwrap();
+        price.send_keys("3.10").await.unwrap();
+        click_and_load(&browser, "#set-price button").await;
+        let state = text_of(&browser, "#host-state").await;
+        assert!(state.contains("offered at 3.10"), "{state}");
+        let live = || hosting.api().settings().unwrap().host.unwrap();
+        assert_eq!(live().price, "3.10");
+        click_and_load(&browser, "#pause button").await;
+        let state = text_of(&browser, "#host-state").await;
+        assert!(state.starts_with("paused"), "{state}");
+        assert!(live().paused);
+        shoot(&browser, "host-paused").await;
+        click_and_load(&browser, "#resume button").await;
+        assert!(!live().paused && live().drain_until.is_none());
         let host_addr = api_addr(hosting);
         browser
             .goto(&format!("http://{host_addr}/console/leases/{lease}"))

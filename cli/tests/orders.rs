@@ -492,6 +492,7 @@ fn forty_two_rents_at_once_from_three_renters_on_three_16_gpu_hosts_with_a_repli
         burst: 42,
         levels: Vec::new(),
         samples: 0,
+        restart: false,
         base_dir: None,
     };
     let report = gpux_testnet::rent_bench::run(&config, |line| eprintln!("{line}")).unwrap();

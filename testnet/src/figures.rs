@@ -162,6 +162,31 @@ pub(crate) fn is_busy_market(code: Option<gpux_api::ErrorCode>, leases_exist: bo
         || (leases_exist && matches!(code, Some(ErrorCode::NoOffer)))
 }
 
+/// The market's figures from every node's status: offers published, gossip judged,
+/// propagation delays at the renters.
+pub(crate) fn market_figures(hosts: &[ApiClient], renters: &[ApiClient], report: &mut Report) {
+    report.offers_published = hosts
+        .iter()
+        .map(|h| h.status().ok().and_then(|s| s.own_offers).unwrap_or(0))
+        .sum();
+    let mut delays = Vec::new();
+    for c in hosts.iter().chain(renters) {
+        if let Ok(status) = c.status() {
+            report.rejected_messages += status.gossip_rejected;
+            report.over_budget_messages += status.gossip_over_budget;
+        }
+    }
+    for r in renters {
+        if let Ok(status) = r.status() {
+            delays.extend(status.arrivals_ms);
+        }
+    }
+    delays.sort_unstable();
+    report.propagation_samples = delays.len();
+    report.propagation_ms_p50 = percentile(&delays, 0.50);
+    report.propagation_ms_p95 = percentile(&delays, 0.95);
+}
+
 /// GPUs a host booked for two leases at once, over all hosts (from their lease records:
 /// leases that held GPUs, each from its booking's start, the acceptance or the end of the
 /// notice of the spot leases it preempted, to the end of its work).

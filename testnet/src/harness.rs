@@ -285,6 +285,11 @@ impl Node {
         self.spawn()
     }
 
+    /// Runs `gpux` from now on (an upgrade: the next start runs the new binary).
+    pub fn set_binary(&mut self, gpux: PathBuf) {
+        self.gpux = gpux;
+    }
+
     /// A client of its API.
     pub fn api(&self) -> anyhow::Result<ApiClient> {
         Ok(ApiClient::for_data_dir(&self.dir)?)

@@ -17,6 +17,7 @@ use gpux_node::api_client::ApiClient;
 pub mod access;
 pub mod access_bench;
 pub mod api_bench;
+mod business;
 mod figures;
 pub mod flood;
 pub mod harness;
@@ -293,7 +294,8 @@ pub fn up(
             let h = i - 1;
             let (model, memory, cc, price) = MODELS[h % MODELS.len()];
             let count = 1 + h % 4;
-            let mut toml = String::new();
+            // Faults are injected by writing `faults.toml` in its data directory.
+            let mut toml = format!("faults = \"{}\"\n\n", dir.join("faults.toml").display());
             // One offer per host, and one more for an A100 host's MIG slices.
             expected_offers += 1 + usize::from(model.contains("A100"));
             *offers_by_family.entry(family_of(model)).or_default() +=
@@ -425,7 +427,7 @@ pub fn up(
             .map(|d| ApiClient::for_data_dir(d))
             .collect::<Result<_, _>>()?)
     };
-    let hosts = clients(&host_dirs)?;
+    let mut hosts = clients(&host_dirs)?;
     let renters = clients(&renter_dirs)?;
     let seen = |c: &ApiClient| c.status().map_or(0, |s| s.offers_in_book);
     // What each renter should hold: every offer of the families it follows.
@@ -482,7 +484,7 @@ pub fn up(
         .collect::<anyhow::Result<Vec<String>>>()?;
     ledgers::fund(&nodes[..n_ledgers], &peers, FAUCET_CREDITS, &stop)?;
     let host_peers: Vec<String> = peers[..hosts.len()].to_vec();
-    let credits = |errors: &mut Vec<String>| -> u64 {
+    let credits = |hosts: &[ApiClient], errors: &mut Vec<String>| -> u64 {
         hosts
             .iter()
             .chain(&renters)
@@ -495,7 +497,7 @@ pub fn up(
             })
             .sum()
     };
-    report.credits_before = credits(&mut report.errors);
+    report.credits_before = credits(&hosts, &mut report.errors);
     progress(&format!(
         "faucet: {FAUCET_CREDITS} credits to each of {} nodes",
         peers.len()
@@ -673,6 +675,23 @@ pub fn up(
         }
     }
 
+    // A host running a business: a live price change, a restart and an upgrade mid-lease,
+    // a GPU that fails under a lease.
+    let last_host = format!("host-{}", config.hosts - 1);
+    if config.hosts > config.nat_hosts && !stop.load(Ordering::Relaxed) {
+        let renter = nodes.iter().position(|n| n.name == "renter-0");
+        let host = nodes.iter().position(|n| n.name == last_host);
+        if let (Some(r), Some(h)) = (renter, host) {
+            let renter = nodes[r].dir.clone();
+            match business::round(&mut nodes[h], &renter, &config.gpux, &progress) {
+                Ok(f) => report.hosting = Some(f),
+                Err(e) => report.errors.push(format!("hosting: {e:#}")),
+            }
+            // Restarted: its API listens on a new port.
+            hosts = clients(&host_dirs)?;
+        }
+    }
+
     // Every lease ends within its time; wait for all of them to settle.
     progress("renting stopped; waiting for the last leases to end and settle");
     let settled = |c: &ApiClient| -> (usize, usize) {
@@ -694,7 +713,7 @@ pub fn up(
             .errors
             .push("not every lease settled within 30 s of its end".into());
     }
-    report.credits_after = credits(&mut report.errors);
+    report.credits_after = credits(&hosts, &mut report.errors);
     // The ledger's operations (its log's entries) over the renting rounds and the wait.
     if let (Some(from), Some(to)) = (applied_from.1, ledgers::applied(&nodes[..n_ledgers])) {
         let secs = applied_from.0.elapsed().as_secs_f64();
@@ -726,28 +745,8 @@ pub fn up(
     ));
 
     // Collect the figures.
-    let published: usize = hosts
-        .iter()
-        .map(|h| h.status().ok().and_then(|s| s.own_offers).unwrap_or(0))
-        .sum();
-    report.offers_published = published;
+    figures::market_figures(&hosts, &renters, &mut report);
     report.offers_seen_min = renters.iter().map(seen).min().unwrap_or(0);
-    let mut delays = Vec::new();
-    for c in hosts.iter().chain(&renters) {
-        if let Ok(status) = c.status() {
-            report.rejected_messages += status.gossip_rejected;
-            report.over_budget_messages += status.gossip_over_budget;
-        }
-    }
-    for r in &renters {
-        if let Ok(status) = r.status() {
-            delays.extend(status.arrivals_ms);
-        }
-    }
-    delays.sort_unstable();
-    report.propagation_samples = delays.len();
-    report.propagation_ms_p50 = percentile(&delays, 0.50);
-    report.propagation_ms_p95 = percentile(&delays, 0.95);
     report.double_allocations = double_allocations(&hosts);
     if let Some((net, preflight)) = &net {
         report.isolated = Some(isolation(net, preflight, &nodes));

@@ -10,6 +10,11 @@
 //!   to the lease running, against `docker create` + `docker start` of the same image at the
 //!   same concurrency in the same run.
 //!
+//! - **a restart** (with the burst): the first host is stopped with SIGTERM while the burst's
+//!   leases run on it and started again; the time from the SIGTERM to each lease's next
+//!   acknowledged receipt, and the longest pause between acknowledged receipts its renter
+//!   saw, against the same pause measured over the receipts before the restart.
+//!
 //! Every lease is stopped, and has ended, before the next batch.
 
 use std::path::PathBuf;
@@ -39,8 +44,39 @@ pub struct RentBenchConfig {
     pub levels: Vec<usize>,
     /// Samples each level gathers, at least.
     pub samples: usize,
+    /// Restart the first host while the burst's leases run on it (receipts every
+    /// [`RESTART_RECEIPT_S`] seconds then).
+    pub restart: bool,
     /// Where the nodes' data dirs go (a temporary directory when None).
     pub base_dir: Option<PathBuf>,
+}
+
+/// The receipt interval of a restart run, seconds (the ack grace is the default 30 s).
+pub const RESTART_RECEIPT_S: u64 = 5;
+
+/// The restart's outcome.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RestartReport {
+    /// The burst's leases running on the restarted host.
+    pub leases: usize,
+    /// From the SIGTERM to the node's exit, ms.
+    pub stop_ms: u64,
+    /// From the SIGTERM to the node answering its API again, ms.
+    pub back_ms: u64,
+    /// From the SIGTERM to each lease's next acknowledged receipt: median and longest, ms.
+    pub next_ack_ms_p50: u64,
+    /// See `next_ack_ms_p50`.
+    pub next_ack_ms_max: u64,
+    /// The longest pause between two acknowledged receipts of a lease that its renter saw
+    /// across the restart, ms.
+    pub gap_ms_max: u64,
+    /// The baseline: the longest pause between acknowledged receipts over the two
+    /// intervals before the restart, ms.
+    pub gap_ms_max_before: u64,
+    /// The renters' ack grace, ms: the goal is `next_ack_ms_max` under it.
+    pub ack_grace_ms: u64,
+    /// Leases that ended across the restart (must be 0).
+    pub ended: usize,
 }
 
 /// The burst's outcome.
@@ -96,6 +132,8 @@ pub struct RentBenchReport {
     pub ledgers: usize,
     /// The burst, when one ran.
     pub burst: Option<BurstReport>,
+    /// The restart, when one ran.
+    pub restart: Option<RestartReport>,
     /// The levels.
     pub levels: Vec<LevelReport>,
 }
@@ -162,6 +200,9 @@ pub fn run(config: &RentBenchConfig, progress: impl Fn(&str)) -> anyhow::Result<
                 ]
                 .map(String::from),
             );
+            if config.restart {
+                args.extend(["--receipt-interval".into(), RESTART_RECEIPT_S.to_string()]);
+            }
             let mut host = Node::new(
                 &config.gpux,
                 &base,
@@ -183,12 +224,11 @@ pub fn run(config: &RentBenchConfig, progress: impl Fn(&str)) -> anyhow::Result<
             renter.spawn()?;
             nodes.push(renter);
         }
-        let renters = &nodes[config.hosts..];
         let accounts: Vec<String> = nodes.iter().map(|n| n.peer.clone()).collect();
         let stop = std::sync::atomic::AtomicBool::new(false);
         crate::ledgers::fund(&ledgers.nodes, &accounts, "1000", &stop)?;
         let started = Instant::now();
-        for renter in renters {
+        for renter in &nodes[config.hosts..] {
             while renter.api()?.status().map_or(0, |s| s.offers_in_book) < config.hosts {
                 if started.elapsed() > Duration::from_secs(60) {
                     bail!("{}: not every host's offer arrived in 60 s", renter.name);
@@ -208,10 +248,14 @@ pub fn run(config: &RentBenchConfig, progress: impl Fn(&str)) -> anyhow::Result<
             ..RentBenchReport::default()
         };
         if config.burst > 0 {
-            let who: Vec<&Node> = (0..config.burst)
-                .map(|i| &renters[i % renters.len()])
-                .collect();
-            let batch = fire(&who, &image);
+            let who_of = |renters: &'_ [Node]| -> Vec<usize> {
+                (0..config.burst).map(|i| i % renters.len()).collect()
+            };
+            let picks = who_of(&nodes[config.hosts..]);
+            let batch = {
+                let who: Vec<&Node> = picks.iter().map(|&i| &nodes[config.hosts + i]).collect();
+                fire(&who, &image)
+            };
             let mut gpus = std::collections::BTreeMap::new();
             for rented in batch.outcomes.iter().flatten() {
                 for gpu in &rented.0.gpus {
@@ -236,11 +280,29 @@ pub fn run(config: &RentBenchConfig, progress: impl Fn(&str)) -> anyhow::Result<
                 "burst: {} of {} rents got a lease in {} ms; GPUs given twice: {}",
                 burst.leased, burst.fired, burst.wall_ms, burst.gpus_twice
             ));
+            let (hosts, renters) = nodes.split_at_mut(config.hosts);
+            let who: Vec<&Node> = picks.iter().map(|&i| &renters[i]).collect();
+            if config.restart {
+                let restart = restart(&mut hosts[0], &who, &batch)?;
+                progress(&format!(
+                    "restart: {} leases on host-0; SIGTERM to exit {} ms, to its API {} ms; next acknowledged receipt p50 {} ms, max {} ms (ack grace {} ms); longest pause between receipts {} ms (before: {} ms); {} ended",
+                    restart.leases,
+                    restart.stop_ms,
+                    restart.back_ms,
+                    restart.next_ack_ms_p50,
+                    restart.next_ack_ms_max,
+                    restart.ack_grace_ms,
+                    restart.gap_ms_max,
+                    restart.gap_ms_max_before,
+                    restart.ended
+                ));
+                report.restart = Some(restart);
+            }
             end_all(&who, &batch)?;
             report.burst = Some(burst);
         }
         for &c in &config.levels {
-            let level = level(&renters[0], &image, c, config.samples.max(1))?;
+            let level = level(&nodes[config.hosts], &image, c, config.samples.max(1))?;
             progress(&format!(
                 "{c} at once: {:.1} rents/s, p50 {} ms, p95 {} ms; docker create+start {:.1}/s, p50 {} ms ({:.2}x)",
                 level.rents_per_s,
@@ -458,4 +520,138 @@ fn docker_baseline(
         run(&args)?;
     }
     Ok((took, wall))
+}
+
+/// Each lease's acknowledged receipts and end, as its renter sees them.
+fn acks(who: &[&Node], leases: &[(usize, String)]) -> Vec<Option<(u64, bool)>> {
+    let mut views = std::collections::BTreeMap::new();
+    for (i, _) in leases {
+        let dir = &who[*i].dir;
+        if !views.contains_key(dir)
+            && let Ok(list) = who[*i].api().and_then(|a| Ok(a.leases()?))
+        {
+            views.insert(dir.clone(), list);
+        }
+    }
+    leases
+        .iter()
+        .map(|(i, id)| {
+            views
+                .get(&who[*i].dir)?
+                .iter()
+                .find(|l| &l.lease == id)
+                .map(|l| (l.acked_seq, l.end.is_some()))
+        })
+        .collect()
+}
+
+/// SIGTERMs `host` while the burst's leases run on it and starts it again; times the
+/// leases' acknowledged receipts around it.
+fn restart(host: &mut Node, who: &[&Node], batch: &Batch) -> anyhow::Result<RestartReport> {
+    let leases: Vec<(usize, String)> = batch
+        .outcomes
+        .iter()
+        .flatten()
+        .filter(|(r, _)| r.host == host.peer)
+        .map(|(r, i)| (*i, r.lease.clone()))
+        .collect();
+    if leases.is_empty() {
+        bail!("no lease of the burst runs on {}", host.name);
+    }
+    let interval = Duration::from_secs(RESTART_RECEIPT_S);
+    // Watches the acks for `span` (or until `done`); returns, per lease, when each new ack
+    // was seen.
+    let watch = |span: Duration,
+                 seen: &mut Vec<Vec<Instant>>,
+                 last: &mut Vec<u64>,
+                 done: &dyn Fn(&[Vec<Instant>]) -> bool| {
+        let from = Instant::now();
+        while from.elapsed() < span && !done(seen) {
+            for (k, a) in acks(who, &leases).into_iter().enumerate() {
+                if let Some((seq, _)) = a
+                    && seq > last[k]
+                {
+                    last[k] = seq;
+                    seen[k].push(Instant::now());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut seen = vec![Vec::new(); leases.len()];
+    let mut last = vec![0u64; leases.len()];
+    // Every lease acknowledged once, then two intervals of receipts: the baseline.
+    watch(interval * 4, &mut seen, &mut last, &|s| {
+        s.iter().all(|v| !v.is_empty())
+    });
+    if seen.iter().any(Vec::is_empty) {
+        bail!(
+            "not every lease had a receipt acknowledged in {} s",
+            4 * RESTART_RECEIPT_S
+        );
+    }
+    let mut before = vec![Vec::new(); leases.len()];
+    watch(
+        interval * 2 + Duration::from_millis(500),
+        &mut before,
+        &mut last,
+        &|_| false,
+    );
+    let gap = |times: &[Instant]| {
+        times
+            .windows(2)
+            .map(|w| w[1].duration_since(w[0]).as_millis() as u64)
+            .max()
+            .unwrap_or(0)
+    };
+    let gap_ms_max_before = before.iter().map(|t| gap(t)).max().unwrap_or(0);
+    let last_before: Vec<Instant> = before
+        .iter()
+        .zip(&seen)
+        .map(|(b, s)| b.last().or(s.last()).copied().unwrap_or_else(Instant::now))
+        .collect();
+    let sigterm = Instant::now();
+    host.terminate();
+    if !host.reap(Instant::now() + Duration::from_secs(30)) {
+        bail!("{} did not stop within 30 s of SIGTERM", host.name);
+    }
+    let stop_ms = sigterm.elapsed().as_millis() as u64;
+    host.spawn()?;
+    let back_ms = sigterm.elapsed().as_millis() as u64;
+    let mut after = vec![Vec::new(); leases.len()];
+    watch(Duration::from_secs(60), &mut after, &mut last, &|s| {
+        s.iter().all(|v| !v.is_empty())
+    });
+    let mut next: Vec<u64> = after
+        .iter()
+        .map(|t| {
+            t.first()
+                .map_or(u64::MAX, |at| at.duration_since(sigterm).as_millis() as u64)
+        })
+        .collect();
+    next.sort_unstable();
+    let gap_ms_max = after
+        .iter()
+        .zip(&last_before)
+        .map(|(t, b)| {
+            t.first()
+                .map_or(u64::MAX, |at| at.duration_since(*b).as_millis() as u64)
+        })
+        .max()
+        .unwrap_or(0);
+    let ended = acks(who, &leases)
+        .iter()
+        .filter(|a| a.is_some_and(|(_, ended)| ended))
+        .count();
+    Ok(RestartReport {
+        leases: leases.len(),
+        stop_ms,
+        back_ms,
+        next_ack_ms_p50: next[next.len() / 2],
+        next_ack_ms_max: next.last().copied().unwrap_or(0),
+        gap_ms_max,
+        gap_ms_max_before,
+        ack_grace_ms: 30_000,
+        ended,
+    })
 }

@@ -92,6 +92,9 @@ pub struct Report {
     /// The order-kinds round: a spot lease preempted (flattened into the report).
     #[serde(flatten)]
     pub orders: orders::OrderFigures,
+    /// The hosting round: a live price change, a restart and upgrade mid-lease, a GPU
+    /// fault (none when the run had no public host to spare or was stopped first).
+    pub hosting: Option<crate::business::HostingFigures>,
     /// Every lease, as its host ran and settled it.
     pub leases: Vec<LeaseReport>,
     /// Workspaces the hosts still kept (within their leases' retention) when the run

@@ -55,8 +55,10 @@ const MIN_FREE_BYTES: u64 = 50 << 30;
 
 /// Runs every check; prints them (a table, or JSON with `json`). Fails when any check does.
 pub(crate) fn check(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::Result<()> {
-    let mut checks = vec![nvml(nvml_lib)];
-    let gpus_read_well = checks[0].status == Status::Ok;
+    let started = std::time::Instant::now();
+    let (gpus, attestation) = nvml(nvml_lib);
+    let gpus_read_well = gpus.status == Status::Ok;
+    let mut checks = vec![gpus];
     let runtime = tokio::runtime::Runtime::new()?;
     let docker_root = runtime.block_on(docker(&mut checks));
     checks.push(disk("free disk (data directory)", dir));
@@ -64,9 +66,17 @@ pub(crate) fn check(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::
         checks.push(disk("free disk (Docker's images)", &root));
     }
     checks.push(clock());
+    // What the offer will say, measured.
+    for m in super::host_measure::measure(dir, attestation.as_ref()) {
+        checks.push(match m.warn {
+            None => Check::ok(m.what, m.found),
+            Some(fix) => Check::not(m.what, Status::Warn, m.found, fix),
+        });
+    }
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+    let took_s = started.elapsed().as_secs_f64();
     if json {
-        print_json(&serde_json::json!({ "checks": checks, "failed": failed }))?;
+        print_json(&serde_json::json!({ "checks": checks, "failed": failed, "took_s": took_s }))?;
     } else {
         for c in &checks {
             let mark = match c.status {
@@ -79,6 +89,7 @@ pub(crate) fn check(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::
                 out!("      {:<30} fix: {fix}", "")?;
             }
         }
+        out!("checked in {took_s:.1} s")?;
     }
     if gpus_read_well {
         offer_again(dir, json)?;
@@ -117,7 +128,8 @@ fn offer_again(dir: &Path, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn nvml(lib: Option<&Path>) -> Check {
+/// The driver's check, with the GPUs it read.
+fn nvml(lib: Option<&Path>) -> (Check, Option<gpux_protocol::Attestation>) {
     const NAME: &str = "NVIDIA driver (NVML)";
     let probed = gpux_attestation::Probe::open(lib)
         .and_then(|probe| probe.attestation(gpux_node::attest::now()));
@@ -128,7 +140,7 @@ fn nvml(lib: Option<&Path>) -> Check {
                 .iter()
                 .map(|g| format!("{} ({})", g.name, g.uuid))
                 .collect();
-            Check::ok(
+            let check = Check::ok(
                 NAME,
                 format!(
                     "driver {}, {} GPU(s): {}",
@@ -136,14 +148,18 @@ fn nvml(lib: Option<&Path>) -> Check {
                     gpus.len(),
                     gpus.join(", ")
                 ),
-            )
+            );
+            (check, Some(att))
         }
-        Err(e) => Check::not(
-            NAME,
-            Status::Fail,
-            e.to_string(),
-            "install the NVIDIA driver (Debian: apt-get install nvidia-driver; `nvidia-smi` \
-             must list the GPUs), or name the library with --nvml-lib",
+        Err(e) => (
+            Check::not(
+                NAME,
+                Status::Fail,
+                e.to_string(),
+                "install the NVIDIA driver (Debian: apt-get install nvidia-driver; `nvidia-smi` \
+                 must list the GPUs), or name the library with --nvml-lib",
+            ),
+            None,
         ),
     }
 }

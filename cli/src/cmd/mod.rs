@@ -7,6 +7,7 @@ mod docker_login;
 pub(crate) mod earnings;
 pub(crate) mod estimate;
 pub(crate) mod host;
+pub(crate) mod host_measure;
 pub(crate) mod hosting;
 pub(crate) mod install;
 mod jupyter;

@@ -237,7 +237,7 @@ pub(crate) fn flood(
 /// `gpux testnet rent-bench`: renting at scale; prints its report as JSON.
 pub(crate) fn rent_bench(
     (hosts, gpus, renters, ledgers): (u16, u16, u16, usize),
-    burst: usize,
+    (burst, restart): (usize, bool),
     levels: Vec<usize>,
     samples: usize,
 ) -> anyhow::Result<()> {
@@ -250,6 +250,7 @@ pub(crate) fn rent_bench(
         burst,
         levels,
         samples,
+        restart,
         base_dir: None,
     };
     let started = std::time::Instant::now();
@@ -439,6 +440,11 @@ pub(crate) enum TestnetAction {
         /// Rents timed at each level, at least.
         #[arg(long, default_value_t = 32)]
         samples: usize,
+        /// After the burst, stop the first host with SIGTERM while the burst's leases run
+        /// on it and start it again: the time to each lease's next acknowledged receipt
+        /// (receipts every 5 s in this run).
+        #[arg(long, requires = "burst")]
+        restart: bool,
     },
     /// Benchmark the local API under abuse: `/v1/status` on a quiet node, then while
     /// clients hold connections whose headers never end; prints JSON (docs/benchmarks.md).

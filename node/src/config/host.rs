@@ -119,6 +119,15 @@ impl Effective {
                 format!("{floor}: must be above 0 and at most the price ({price})"),
             ));
         }
+        let region = o.region.clone().unwrap_or_default();
+        if !gpux_protocol::is_region(&region) {
+            return Err(self.bad(
+                "region",
+                format!(
+                    "'{region}': a token of 1 to 32 lower-case letters, digits and inner '-' (eu-west)"
+                ),
+            ));
+        }
         let (min_duration_s, max_duration_s) = (
             o.min_duration_s.unwrap_or(60),
             o.max_duration_s.unwrap_or(86_400),
@@ -142,7 +151,7 @@ impl Effective {
             nvml_lib: o.nvml_lib.clone(),
             price,
             spot_floor,
-            region: o.region.clone().unwrap_or_default(),
+            region,
             images,
             image_tags: Default::default(),
             min_duration_s,

@@ -469,6 +469,12 @@ pub const MAX_OFFER_BOOKED: usize = 8;
 /// The longest image tag an offer lists, bytes.
 pub const MAX_IMAGE_TAG_BYTES: usize = 128;
 
+/// Whether `region` may be an offer's region: 1 to 32 bytes of a-z, 0-9 and inner `-`
+/// (`eu-west`), as an offer's check requires.
+pub fn is_region(region: &str) -> bool {
+    region.len() <= 32 && super::ensure_token("region", region).is_ok()
+}
+
 /// Whether `tag` may be listed in an offer: 1 to [`MAX_IMAGE_TAG_BYTES`] bytes of ASCII
 /// letters, digits and `._-/:@`, as Docker references are written (`repo/name:tag`).
 pub fn is_image_tag(tag: &str) -> bool {

@@ -69,7 +69,7 @@ pub use market::{
     EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_BID_SLOTS,
     MAX_CACHED_IMAGES, MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES,
     MAX_PULL_REGISTRIES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferWithdrawal, Pulls, Share,
-    is_image_tag,
+    is_image_tag, is_region,
 };
 pub use usage::{
     EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,

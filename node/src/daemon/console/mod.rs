@@ -13,6 +13,7 @@
 
 mod chart;
 mod history;
+mod host;
 mod pages;
 mod rent;
 
@@ -314,6 +315,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console/rent", get(rent::form).post(rent::rent))
         .route("/console/leases/{lease}", get(lease))
         .route("/console/leases/{lease}/stop", post(stop))
+        .route("/console/host", post(host::post))
         .route("/console/leases/{lease}/receipts.csv", get(receipts_csv))
         .route("/console/live", get(live))
         .route("/console/app.js", get(script))

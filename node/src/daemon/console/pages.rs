@@ -47,7 +47,7 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn utc(ms: u64) -> String {
+pub(super) fn utc(ms: u64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_seconds(at).to_string()
 }
@@ -205,6 +205,9 @@ pub(crate) fn overview(view: &Overview, csrf: &str) -> Page {
                     p.small { "paid by the ledger for this host's leases" }
                 }
             }
+            @if let Some(live) = view.settings.as_ref().and_then(|s| s.host.as_ref()) {
+                (super::host::controls(live, csrf))
+            }
         }
         h2 { "Leases" }
         table #leases {
@@ -243,6 +246,10 @@ pub(crate) fn overview(view: &Overview, csrf: &str) -> Page {
                     }
                 }
             }
+        }
+        @if view.host.is_some() {
+            h2 { "Earnings" }
+            (super::host::earnings_chart(&super::host::earnings_by_day(&view.leases, now_ms())))
         }
     };
     layout("Overview", Some(csrf), body)

@@ -82,6 +82,21 @@ impl HostRole {
         &self.failed_gpus
     }
 
+    /// Whether `device` (a whole GPU, or a MIG instance of one) is on a failed GPU.
+    pub(crate) fn on_failed_gpu(&self, device: &GpuUuid) -> bool {
+        if self.failed_gpus.contains(device) {
+            return true;
+        }
+        self.attestation.as_ref().is_some_and(|att| {
+            att.gpus.iter().any(|g| {
+                self.failed_gpus.contains(&g.uuid)
+                    && super::offers::mig_instances(g)
+                        .iter()
+                        .any(|i| i.uuid == *device)
+            })
+        })
+    }
+
     /// Xid `xid` on `uuid` at `at`: a fatal one fails the GPU and ends its leases. Returns
     /// whether the offers should be published again.
     pub(crate) fn on_gpu_fault(&mut self, uuid: &str, xid: u64, at: Timestamp) -> bool {
@@ -104,7 +119,7 @@ impl HostRole {
         let hit: Vec<_> = self
             .leases
             .iter()
-            .filter(|(_, l)| l.request().gpus.contains(&gpu))
+            .filter(|(_, l)| l.request().gpus.iter().any(|d| self.on_failed_gpu(d)))
             .map(|(id, _)| *id)
             .collect();
         for lease in hit {

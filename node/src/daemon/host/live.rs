@@ -73,12 +73,7 @@ fn parse(
             Ok(Change::SpotFloor(Some(floor)))
         }
         "region" => {
-            let ok = !value.is_empty()
-                && value.len() <= 32
-                && value
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !ok {
+            if !gpux_protocol::is_region(value) {
                 return Err(format!(
                     "'{value}': a token of 1 to 32 lower-case letters, digits and '-' (eu-west)"
                 ));
@@ -219,7 +214,7 @@ mod tests {
             parse("region", "eu-west", O),
             Ok(Change::Region(_))
         ));
-        for bad in ["", "EU", "eu west", &"x".repeat(33)] {
+        for bad in ["", "EU", "eu west", "-eu", &"x".repeat(33)] {
             assert!(parse("region", bad, O).is_err(), "region {bad:?}");
         }
         assert!(matches!(

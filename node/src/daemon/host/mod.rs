@@ -494,7 +494,7 @@ impl HostRole {
                 false,
             );
         }
-        if let Some(gpu) = request.gpus.iter().find(|g| self.failed_gpus.contains(g)) {
+        if let Some(gpu) = request.gpus.iter().find(|g| self.on_failed_gpu(g)) {
             let why = format!("GPU {gpu} failed on this host; it takes no leases until checked");
             return (
                 self.reject(request.id(), RejectReason::GpusUnavailable, &why),

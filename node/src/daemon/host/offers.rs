@@ -271,7 +271,7 @@ impl Unit<'_> {
 }
 
 /// The MIG instances of `gpu` that are offered (none unless MIG is on).
-fn mig_instances(gpu: &GpuFacts) -> &[MigInstance] {
+pub(super) fn mig_instances(gpu: &GpuFacts) -> &[MigInstance] {
     match &gpu.mig {
         Some(m) if m.enabled => &m.instances,
         _ => &[],

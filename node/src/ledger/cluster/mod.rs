@@ -436,7 +436,7 @@ impl<S: Store + 'static> LedgerCluster<S> {
             .members
             .get(&peer)
             .ok_or_else(|| ClusterError::Config(format!("{peer} is not a configured member")))?;
-        let new_id = hello(&self.net, peer, addr).await?;
+        let new_id = hello(&self.net, peer, addr, MEMBER_CALL).await?;
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let old: BTreeSet<NodeId> = membership
             .nodes()
@@ -558,12 +558,17 @@ async fn not_leader(raft: &Raft<LedgerRaft>) -> LedgerResponse {
 }
 
 /// Asks `peer` for its node id.
-async fn hello(net: &Client, peer: PeerId, addr: &Multiaddr) -> Result<NodeId, ClusterError> {
+pub(super) async fn hello(
+    net: &Client,
+    peer: PeerId,
+    addr: &Multiaddr,
+    within: std::time::Duration,
+) -> Result<NodeId, ClusterError> {
     let hello = Addressed {
         to: None,
         rpc: RaftRpc::Hello,
     };
-    match network::call(net, peer, Some(addr), &hello, MEMBER_CALL).await {
+    match network::call(net, peer, Some(addr), &hello, within).await {
         Ok(RaftReply::Hello(id)) => Ok(id),
         Ok(other) => Err(ClusterError::Raft(format!("{peer} answered {other:?}"))),
         Err(e) => Err(ClusterError::Raft(e.to_string())),
@@ -603,7 +608,7 @@ async fn form(raft: Raft<LedgerRaft>, net: Client, members: BTreeMap<PeerId, Mul
                 .filter(|(_, m)| m.peer == peer.to_base58())
                 .map(|(id, _)| *id)
                 .collect();
-            let Ok(id) = hello(&net, *peer, addr).await else {
+            let Ok(id) = hello(&net, *peer, addr, MEMBER_CALL).await else {
                 continue;
             };
             if known.contains(&id) {

@@ -22,7 +22,6 @@ use futures::future::join_all;
 use openraft::Config;
 
 use super::ClusterError;
-use super::network::{self, Addressed, RaftReply, RaftRpc};
 use crate::p2p::{Client, Multiaddr, PeerId};
 
 /// The shortest heartbeat interval.
@@ -103,18 +102,13 @@ pub(super) async fn measure(
 ) -> Option<Duration> {
     let me = net.local_peer_id();
     let one = |peer: PeerId, addr: Multiaddr| async move {
-        let hello = Addressed {
-            to: None,
-            rpc: RaftRpc::Hello,
-        };
-        let ask = |timeout| network::call(net, peer, Some(&addr), &hello, timeout);
-        if !matches!(ask(MEASURE_WITHIN).await, Ok(RaftReply::Hello(_))) {
-            return None;
-        }
+        let ask = || super::hello(net, peer, &addr, MEASURE_WITHIN);
+        // The first call connects; the next ones are timed.
+        ask().await.ok()?;
         let mut samples = Vec::with_capacity(SAMPLES);
         for _ in 0..SAMPLES {
             let started = tokio::time::Instant::now();
-            if let Ok(RaftReply::Hello(_)) = ask(MEASURE_WITHIN).await {
+            if ask().await.is_ok() {
                 samples.push(started.elapsed());
             }
         }
