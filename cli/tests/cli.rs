@@ -272,8 +272,9 @@ compute_capability = [8, 6]
             "{found}"
         );
         // With one, the offer it would publish.
+        std::fs::create_dir_all(dir.path().join("node")).unwrap();
         std::fs::write(
-            dir.path().join("config.toml"),
+            dir.path().join("node/config.toml"),
             "host = true\nprice = \"2.50\"\nregion = \"eu-west\"\nfake_gpus = true\n",
         )
         .unwrap();
@@ -286,7 +287,7 @@ compute_capability = [8, 6]
             "{found}"
         );
         assert!(checks["challenge self-test"].1.contains("fake GPUs"));
-        std::fs::remove_file(dir.path().join("config.toml")).unwrap();
+        std::fs::remove_file(dir.path().join("node/config.toml")).unwrap();
 
         // The human form: each failure with its fix, and the exit status says so.
         let out = run(

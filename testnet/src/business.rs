@@ -98,14 +98,14 @@ pub(crate) fn round(
     };
     let renter_api = ApiClient::for_data_dir(renter)?;
     let host_api = ApiClient::for_data_dir(&host.dir)?;
-    let offered = |api: &ApiClient| -> Option<u64> {
+    // The prices of the host's offers in a book (a MIG slice's is its share of the GPU's).
+    let offered = |api: &ApiClient| -> Vec<u64> {
         api.offers(&format!("host={}", host.peer), 5)
-            .ok()?
-            .first()
-            .map(|h| h.price_per_gpu_hour.0)
+            .map(|hits| hits.iter().map(|h| h.price_per_gpu_hour.0).collect())
+            .unwrap_or_default()
     };
     wait("the host's offer in the renter's book", 30, || {
-        offered(&renter_api).is_some()
+        !offered(&renter_api).is_empty()
     })?;
 
     // A live price change.
@@ -122,7 +122,7 @@ pub(crate) fn round(
     host_api.set_setting("price", &lowered)?;
     let want = (lowered.parse::<f64>()? * 1e6).round() as u64;
     wait("the new price in the renter's book", 30, || {
-        offered(&renter_api) == Some(want)
+        offered(&renter_api).contains(&want)
     })?;
     f.live_price_ms = asked.elapsed().as_millis() as u64;
     progress(&format!(
@@ -131,7 +131,7 @@ pub(crate) fn round(
     ));
 
     // A restart and an upgrade mid-lease.
-    let rented = rent(&renter_api, &host.peer, 40)?;
+    let rented = rent(&renter_api, &host.peer, 20)?;
     f.restarted_lease = rented.lease.clone();
     wait("a receipt acknowledged", 20, || {
         lease(&renter_api, &rented.lease).is_some_and(|l| l.acked_seq >= 1)
@@ -165,6 +165,12 @@ pub(crate) fn round(
             "RESTARTED"
         }
     ));
+
+    // It runs to its end (a fault on its GPU would end it too: a MIG slice's GPU is the
+    // whole GPU's).
+    wait("the restarted lease to end", 40, || {
+        lease(&host_api, &f.restarted_lease).is_some_and(|l| l.end.is_some())
+    })?;
 
     // A GPU that falls off the bus under a lease.
     let rented = rent(&renter_api, &host.peer, 60)?;
