@@ -221,3 +221,38 @@ fn a_window_cancelled_before_every_step_costs_nothing_and_a_dearer_fee_is_disput
             if Signed::<LeaseEnd>::from_bytes(envelope.clone()).is_ok()
     )));
 }
+
+#[test]
+fn a_host_restarted_while_its_window_waits_keeps_it_and_starts_it_at_the_start() {
+    let b = booked();
+    // The host's node restarts ten minutes before the window: nothing was made for it yet.
+    let at = Timestamp(START.0 - 600_000);
+    let (mut restored, effects) = gpux_lease::HostLease::restore(
+        host(),
+        b.host.record().clone(),
+        gpux_lease::ContainerState::Absent,
+        at,
+    )
+    .unwrap();
+    assert_eq!(restored.phase(), HostPhase::Starting, "{effects:?}");
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            HostEffect::Schedule {
+                at,
+                timer: gpux_lease::HostTimer::StartAt
+            } if *at == START
+        )),
+        "the start scheduled for the window: {effects:?}"
+    );
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, HostEffect::StartContainer | HostEffect::SendEnd { .. })),
+        "{effects:?}"
+    );
+    // At the window's start, the work starts.
+    let effects = restored.handle(START, HostInput::Timer(gpux_lease::HostTimer::StartAt));
+    assert!(effects.contains(&HostEffect::StartContainer), "{effects:?}");
+    assert_eq!(restored.record().end, None::<End>);
+}

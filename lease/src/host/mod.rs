@@ -175,6 +175,26 @@ impl HostLease {
                 at: lease.rec.accepted_at.plus_ms(LOCK_WAIT_MS),
                 timer: HostTimer::LockWait,
             }),
+            // A locked lease whose start waits (a window booked ahead, the notice of the spot
+            // leases it preempts, the renter's commit), and whose container was never made:
+            // the renter was told the lock holds and waits for the start, so it keeps
+            // waiting, and starts then.
+            HostPhase::Starting
+                if matches!(container, ContainerState::Absent)
+                    && lease.rec.lock_record.is_some()
+                    && lease.rec.started_at.is_none()
+                    && (now < lease.rec.starts_at || lease.commit_wait_ms().is_some()) =>
+            {
+                lease.start_deferred = true;
+                lease.start_not_before = lease.rec.starts_at;
+                if let Some(by) = lease.commit_by() {
+                    out.push(HostEffect::Schedule {
+                        at: by,
+                        timer: HostTimer::CommitWait,
+                    });
+                }
+                lease.try_start(now, &mut out);
+            }
             // The renter's request for the start died with the old process: the renter has
             // given up on it (and pays nothing), so the work must not run.
             HostPhase::Locking | HostPhase::Starting => {
