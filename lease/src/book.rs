@@ -115,6 +115,21 @@ pub struct HostBook {
     /// ([`NAMED_HOLD_MS`]): another renter is neither named nor given them meanwhile, so
     /// renters refused at once each ask again for GPUs of their own.
     named: BTreeMap<GpuUuid, (gpux_protocol::PublicKey, Timestamp)>,
+    /// What the host keeps out of its offers and refuses to lease.
+    withheld: Withheld,
+}
+
+/// What a host keeps off the market while it runs: everything while paused, its failed GPUs
+/// (and their MIG slices), and any lease that would end after its drain time. Offers leave
+/// them out and [`HostBook::handle_request`] refuses them; running leases go on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Withheld {
+    /// Paused: no offers, no new leases.
+    pub paused: bool,
+    /// GPUs that failed (a fatal Xid), until checked.
+    pub failed: BTreeSet<GpuUuid>,
+    /// Draining: only leases that end by then.
+    pub drain_until: Option<Timestamp>,
 }
 
 /// How long the GPUs a refusal names stay kept for the renter it named them to, ms.
@@ -137,7 +152,49 @@ impl HostBook {
             pending: BTreeMap::new(),
             related: BTreeMap::new(),
             named: BTreeMap::new(),
+            withheld: Withheld::default(),
         }
+    }
+
+    /// What the host keeps off the market now.
+    pub fn withheld(&self) -> &Withheld {
+        &self.withheld
+    }
+
+    /// Changes what the host keeps off the market (from the next request and publication).
+    pub fn set_withheld(&mut self, withheld: Withheld) {
+        self.withheld = withheld;
+    }
+
+    /// Whether `device` is on a failed GPU: the GPU itself, or a MIG slice of it.
+    pub fn on_failed_gpu(&self, device: &GpuUuid) -> bool {
+        self.with_related([*device])
+            .iter()
+            .any(|d| self.withheld.failed.contains(d))
+    }
+
+    /// Why the host refuses `request` at `now` for what it withholds, if it does.
+    fn withheld_refusal(&self, request: &LeaseRequest, now: Timestamp) -> Option<String> {
+        if self.withheld.paused {
+            return Some("the host is paused: it takes no new leases".into());
+        }
+        if let Some(until) = self.withheld.drain_until {
+            let end = match request.kind {
+                LeaseKind::Reserved { end, .. } => end,
+                _ => now.plus_secs(request.duration_s.into()),
+            };
+            if end > until {
+                return Some(
+                    "the host is draining: it takes only leases that end before its drain time"
+                        .into(),
+                );
+            }
+        }
+        request
+            .gpus
+            .iter()
+            .find(|g| self.on_failed_gpu(g))
+            .map(|g| format!("GPU {g} failed on this host; it takes no leases until checked"))
     }
 
     /// The GPUs kept at `now` for renters other than `renter` (named in their refusals).
@@ -545,6 +602,9 @@ impl HostBook {
                 "this request was already answered",
                 now,
             );
+        }
+        if let Some(why) = self.withheld_refusal(&request, now) {
+            return self.reject(id, RejectReason::GpusUnavailable, &why, now);
         }
         let Some(offer) = self
             .offers

@@ -37,7 +37,7 @@ mod host;
 mod ledger;
 mod renter;
 
-pub use book::{Answer, HostBook, NAMED_HOLD_MS, OfferChange};
+pub use book::{Answer, HostBook, NAMED_HOLD_MS, OfferChange, Withheld};
 pub use group::{GroupEffect, GroupInput, GroupOutcome, GroupPlacement, MemberState, Placement};
 pub use host::{
     ContainerState, EXIT_NOTICE_MS, HostEffect, HostInput, HostLease, HostPhase, HostRecord,

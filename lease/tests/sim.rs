@@ -45,7 +45,7 @@ impl Rng {
     }
 
     /// True with probability `p` percent.
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 }

@@ -16,3 +16,4 @@ mod mig;
 mod preemption;
 mod rules;
 mod sim;
+mod withheld;

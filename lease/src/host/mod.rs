@@ -321,6 +321,12 @@ impl HostLease {
         )
     }
 
+    /// Whether its escrow is locked and its start waits (for its booking to begin, a spot
+    /// notice to run out, or its renter's commit): nothing is under way to wait for.
+    pub fn start_waits(&self) -> bool {
+        self.start_deferred && self.rec.phase == HostPhase::Starting
+    }
+
     /// The moment the work must stop: its duration from the start, but never past the
     /// booking of its GPUs (which runs from the acceptance, or from the end of the notice of
     /// the spot leases it preempts), nor past the end of a preemption's notice.

@@ -4,7 +4,6 @@
 //! `gpux host check` reads it well again. The failed set is stored (flushed), so a restart
 //! does not offer a broken GPU.
 
-use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -55,15 +54,17 @@ impl HostRole {
     pub(crate) fn load_failed_gpus(&mut self) {
         match self.state.config(FAILED_KEY) {
             Ok(Some(bytes)) => {
-                self.failed_gpus = String::from_utf8_lossy(&bytes)
+                let mut withheld = self.book.withheld().clone();
+                withheld.failed = String::from_utf8_lossy(&bytes)
                     .lines()
                     .filter_map(|l| l.trim().parse::<GpuUuid>().ok())
                     .collect();
-                for uuid in &self.failed_gpus {
+                for uuid in &withheld.failed {
                     tracing::warn!(
                         "GPU {uuid} failed before this start: not offered until `gpux host check` reads it well"
                     );
                 }
+                self.book.set_withheld(withheld);
             }
             Ok(None) => {}
             Err(e) => tracing::error!("cannot read the failed GPUs: {e}"),
@@ -71,30 +72,16 @@ impl HostRole {
     }
 
     fn store_failed_gpus(&self) -> Result<(), String> {
-        let text: String = self.failed_gpus.iter().map(|u| format!("{u}\n")).collect();
+        let text: String = self
+            .book
+            .withheld()
+            .failed
+            .iter()
+            .map(|u| format!("{u}\n"))
+            .collect();
         self.state
             .set_config(FAILED_KEY, text.as_bytes())
             .map_err(|e| e.to_string())
-    }
-
-    /// The GPUs withheld for a fault.
-    pub(crate) fn failed_gpus(&self) -> &BTreeSet<GpuUuid> {
-        &self.failed_gpus
-    }
-
-    /// Whether `device` (a whole GPU, or a MIG instance of one) is on a failed GPU.
-    pub(crate) fn on_failed_gpu(&self, device: &GpuUuid) -> bool {
-        if self.failed_gpus.contains(device) {
-            return true;
-        }
-        self.attestation.as_ref().is_some_and(|att| {
-            att.gpus.iter().any(|g| {
-                self.failed_gpus.contains(&g.uuid)
-                    && super::offers::mig_instances(g)
-                        .iter()
-                        .any(|i| i.uuid == *device)
-            })
-        })
     }
 
     /// Xid `xid` on `uuid` at `at`: a fatal one fails the GPU and ends its leases. Returns
@@ -111,15 +98,16 @@ impl HostRole {
         tracing::error!(
             "GPU {gpu}: Xid {xid}; its leases end (gpu-failed) and it is not offered until `gpux host check` reads it well"
         );
-        if self.failed_gpus.insert(gpu)
-            && let Err(e) = self.store_failed_gpus()
-        {
+        let mut withheld = self.book.withheld().clone();
+        let new = withheld.failed.insert(gpu);
+        self.book.set_withheld(withheld);
+        if new && let Err(e) = self.store_failed_gpus() {
             tracing::error!("cannot store the failed GPU {gpu}: {e}");
         }
         let hit: Vec<_> = self
             .leases
             .iter()
-            .filter(|(_, l)| l.request().gpus.iter().any(|d| self.on_failed_gpu(d)))
+            .filter(|(_, l)| l.request().gpus.iter().any(|d| self.book.on_failed_gpu(d)))
             .map(|(id, _)| *id)
             .collect();
         for lease in hit {
@@ -130,8 +118,10 @@ impl HostRole {
 
     /// `gpux host check` read every GPU well: the failed ones are offered again.
     pub(crate) fn clear_failed_gpus(&mut self) -> Result<Vec<String>, ApiError> {
-        let cleared: Vec<String> = self.failed_gpus.iter().map(ToString::to_string).collect();
-        self.failed_gpus.clear();
+        let mut withheld = self.book.withheld().clone();
+        let cleared: Vec<String> = withheld.failed.iter().map(ToString::to_string).collect();
+        withheld.failed.clear();
+        self.book.set_withheld(withheld);
         self.store_failed_gpus().map_err(|e| {
             ApiError::new(ErrorCode::Internal, format!("storing the failed GPUs: {e}"))
         })?;

@@ -129,8 +129,16 @@ impl HostRole {
             Change::Price(price) => self.options.price = price,
             Change::SpotFloor(floor) => self.options.spot_floor = floor,
             Change::Region(region) => self.options.region = region,
-            Change::Paused(paused) => self.paused = paused,
-            Change::DrainUntil(until) => self.drain_until = until,
+            Change::Paused(paused) => {
+                let mut w = self.book.withheld().clone();
+                w.paused = paused;
+                self.book.set_withheld(w);
+            }
+            Change::DrainUntil(until) => {
+                let mut w = self.book.withheld().clone();
+                w.drain_until = until;
+                self.book.set_withheld(w);
+            }
         }
     }
 
@@ -170,20 +178,21 @@ impl HostRole {
             .max()
     }
 
-    /// Whether a lease ending at `end` fits the drain (always, without one).
-    pub(crate) fn within_drain(&self, end: gpux_protocol::Timestamp) -> bool {
-        self.drain_until.is_none_or(|until| end <= until)
-    }
-
     /// The settings as they are now.
     pub(crate) fn live(&self) -> HostLive {
         HostLive {
             price: self.options.price.amount_text(),
             spot_floor: self.options.spot_floor.map(|f| f.amount_text()),
             region: self.options.region.clone(),
-            paused: self.paused,
-            failed_gpus: self.failed_gpus().iter().map(ToString::to_string).collect(),
-            drain_until: self.drain_until.map(|t| t.0),
+            paused: self.book.withheld().paused,
+            failed_gpus: self
+                .book
+                .withheld()
+                .failed
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            drain_until: self.book.withheld().drain_until.map(|t| t.0),
             free_at: self.free_at().map(|t| t.0),
         }
     }

@@ -58,13 +58,6 @@ pub(crate) struct HostRole {
     recorder: crate::metrics::Recorder,
     /// The images pulled without credentials that this host keeps (its offers list them).
     pull_cache: crate::plane::pulled::PullCache,
-    /// Paused (`gpux host pause`): no offers, no new leases; running leases go on.
-    paused: bool,
-    /// GPUs that failed (a fatal Xid): not offered, no new leases, until `gpux host check`
-    /// reads them well.
-    failed_gpus: std::collections::BTreeSet<gpux_protocol::GpuUuid>,
-    /// Draining (`gpux host drain --until`): only leases that end by then.
-    drain_until: Option<Timestamp>,
 }
 
 fn verify<T: gpux_protocol::Message>(bytes: &[u8]) -> Option<Verified<T>> {
@@ -207,9 +200,6 @@ impl HostRole {
             last_publish: Timestamp(0),
             recorder,
             pull_cache,
-            paused: false,
-            failed_gpus: Default::default(),
-            drain_until: None,
         };
         role.apply_stored_changes();
         role.load_failed_gpus();
@@ -364,11 +354,12 @@ impl HostRole {
     }
 
     /// Whether a lease is between its lock and its start (its renter waits for the start's
-    /// answer from this process).
+    /// answer from this process); a lease whose start waits for its booking or its
+    /// renter's commit stays booked across a restart and is not waited for.
     pub(crate) fn starting(&self) -> bool {
-        self.leases
-            .values()
-            .any(|l| matches!(l.phase(), HostPhase::Locking | HostPhase::Starting))
+        self.leases.values().any(|l| {
+            matches!(l.phase(), HostPhase::Locking | HostPhase::Starting) && !l.start_waits()
+        })
     }
 
     /// Leases not settled.
@@ -470,37 +461,6 @@ impl HostRole {
         request: Verified<LeaseRequest>,
         now: Timestamp,
     ) -> (Vec<u8>, bool) {
-        if self.paused {
-            return (
-                self.reject(
-                    request.id(),
-                    RejectReason::GpusUnavailable,
-                    "the host is paused: it takes no new leases",
-                ),
-                false,
-            );
-        }
-        let end = match request.kind {
-            gpux_protocol::LeaseKind::Reserved { end, .. } => end,
-            _ => now.plus_secs(request.duration_s.into()),
-        };
-        if !self.within_drain(end) {
-            return (
-                self.reject(
-                    request.id(),
-                    RejectReason::GpusUnavailable,
-                    "the host is draining: it takes only leases that end before its drain time",
-                ),
-                false,
-            );
-        }
-        if let Some(gpu) = request.gpus.iter().find(|g| self.on_failed_gpu(g)) {
-            let why = format!("GPU {gpu} failed on this host; it takes no leases until checked");
-            return (
-                self.reject(request.id(), RejectReason::GpusUnavailable, &why),
-                false,
-            );
-        }
         if let Some(why) = self.workspace_refusal(&request) {
             return (
                 self.reject(request.id(), RejectReason::LimitsTooHigh, &why),

@@ -65,14 +65,6 @@ impl Published {
     }
 }
 
-/// What a host keeps out of its offers: everything while paused, its failed GPUs, and any
-/// lease that would end after its drain time.
-pub(crate) struct Withheld<'a> {
-    pub(crate) paused: bool,
-    pub(crate) failed: &'a std::collections::BTreeSet<GpuUuid>,
-    pub(crate) drain_until: Option<Timestamp>,
-}
-
 /// Signs a publication at `t`. The attestation is re-signed with every publication: a new
 /// message, so peers that joined since receive it (they ignore offers whose attestation they
 /// have not seen). Publications are paced by the caller, which keeps a host well under the
@@ -85,8 +77,10 @@ pub(crate) fn sign(
     book: &mut HostBook,
     options: &HostOptions,
     (policy, challenged): (Ext, &std::collections::BTreeSet<GpuUuid>),
-    (t, withheld): (Timestamp, Withheld<'_>),
+    t: Timestamp,
 ) -> anyhow::Result<Published> {
+    // What the host keeps off the market (`gpux host pause|drain`, failed GPUs).
+    let withheld = book.withheld().clone();
     // A draining host offers leases that end by its drain time; once none of its minimum
     // duration fits, it offers nothing.
     let max_duration_s = match withheld.drain_until {
@@ -436,14 +430,7 @@ impl super::HostRole {
             &mut self.book,
             &self.options,
             (policy, &self.challenged),
-            (
-                t,
-                Withheld {
-                    paused: self.paused,
-                    failed: &self.failed_gpus,
-                    drain_until: self.drain_until,
-                },
-            ),
+            t,
         )?;
         for (id, bytes) in &published.stored {
             if let Err(e) = self.state.save_own_offer(id, bytes) {
