@@ -607,12 +607,13 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                     levels,
                     samples,
                     restart,
+                    dir,
                 },
         } => cmd::testnet::rent_bench(
             (hosts, gpus, renters, ledgers),
             (burst, restart),
             levels,
-            samples,
+            (samples, dir),
         )?,
         Command::Testnet {
             action:

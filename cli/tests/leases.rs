@@ -415,6 +415,13 @@ fn a_host_stopped_and_started_again_mid_lease_keeps_it_running_and_bills_its_run
     assert!(runtime_ms > 60_000, "{hosted:?}");
     assert_eq!(hosted.redeemed, runtime_ms / 1000 * 1000, "{hosted:?}");
     assert!(docker_containers(&lease).is_empty());
+    // The restarted host offers its GPU again once the lease is over.
+    wait_for("the GPU offered again after the lease", 15, || {
+        renter
+            .api()
+            .offers("gpu=l4", 5)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    });
     market.assert_conserved();
 }
 

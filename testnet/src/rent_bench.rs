@@ -419,19 +419,33 @@ fn level(renter: &Node, image: &str, c: usize, samples: usize) -> anyhow::Result
     let who = vec![renter; c];
     let mut took = Vec::new();
     let mut failed = 0;
+    let mut last_error = String::new();
     let mut wall = Duration::ZERO;
     while took.len() < samples {
+        // The hosts publish at most every few seconds: the batch goes once the renter's
+        // book shows the GPUs free again (the last batch's, or a restart's, leases over).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while renter.api()?.offers("gpu=l4", 100).map_or(0, |hits| {
+            hits.iter().map(|h| usize::from(h.free)).sum::<usize>()
+        }) < c
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let batch = fire(&who, image);
         for (outcome, t) in batch.outcomes.iter().zip(&batch.took) {
             match outcome {
                 Ok(_) => took.push(*t),
-                Err(_) => failed += 1,
+                Err(e) => {
+                    failed += 1;
+                    last_error.clone_from(e);
+                }
             }
         }
         wall += batch.wall;
         end_all(&who, &batch)?;
         if failed > samples {
-            bail!("{c} rents at once: {failed} failed");
+            bail!("{c} rents at once: {failed} failed (the last: {last_error})");
         }
     }
     let (docker, docker_wall) = docker_baseline(image, c, samples)?;

@@ -239,7 +239,7 @@ pub(crate) fn rent_bench(
     (hosts, gpus, renters, ledgers): (u16, u16, u16, usize),
     (burst, restart): (usize, bool),
     levels: Vec<usize>,
-    samples: usize,
+    (samples, dir): (usize, Option<std::path::PathBuf>),
 ) -> anyhow::Result<()> {
     let config = gpux_testnet::rent_bench::RentBenchConfig {
         gpux: std::env::current_exe().context("finding the gpux binary")?,
@@ -251,7 +251,7 @@ pub(crate) fn rent_bench(
         levels,
         samples,
         restart,
-        base_dir: None,
+        base_dir: dir,
     };
     let started = std::time::Instant::now();
     let report = gpux_testnet::rent_bench::run(&config, |line| {
@@ -445,6 +445,10 @@ pub(crate) enum TestnetAction {
         /// (receipts every 5 s in this run).
         #[arg(long, requires = "burst")]
         restart: bool,
+        /// Keep the nodes' data dirs and logs here (a temporary directory, removed, when
+        /// not given).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// Benchmark the local API under abuse: `/v1/status` on a quiet node, then while
     /// clients hold connections whose headers never end; prints JSON (docs/benchmarks.md).

@@ -538,8 +538,9 @@ impl Executor {
     pub async fn unpause(&self, id: &str) -> Result<(), ExecError> {
         match self.docker.unpause_container(id).await {
             Ok(()) => Ok(()),
-            // 409: not paused; 404: gone.
+            // 409: not paused; 404: gone. Docker 20.10 says "is not paused" with a 500.
             Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+            Err(e) if e.to_string().contains("is not paused") => Ok(()),
             Err(e) => Err(docker_err("unpause container")(e)),
         }
     }
