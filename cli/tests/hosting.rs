@@ -34,10 +34,20 @@ fn a_host_reprices_pauses_and_resumes_while_its_lease_keeps_the_signed_terms() {
         ("price", "0"),
         ("spot-floor", "9"),
         ("disk", "1"),
+        ("memory", "100MiB"),
+        ("cancel-fees", "soon"),
+        ("cpus", "0"),
     ] {
         let out = host.gpux(&["host", "set", name, value]);
         assert!(!out.status.success(), "{name} {value}: {out:?}");
     }
+    // The cancellation schedule and the machine's share change live too.
+    let set = host.gpux(&["host", "set", "cancel-fees", "1h:50%", "--json"]);
+    let live: gpux_api::HostLive = serde_json::from_slice(&set.stdout).unwrap();
+    assert_eq!(live.cancel_fees, "1h:50%", "{set:?}");
+    let set = host.gpux(&["host", "set", "cpus", "1", "--json"]);
+    let live: gpux_api::HostLive = serde_json::from_slice(&set.stdout).unwrap();
+    assert_eq!(live.cpus, Some(1), "{set:?}");
     // Paused: the offer is withdrawn at the renter and a rent finds nothing; the running
     // lease goes on.
     let pause = host.gpux(&["host", "pause"]);

@@ -31,26 +31,27 @@ impl MachineFacts {
     /// leases where the host says (by default every thread, and the memory less what the
     /// host keeps: a tenth, at least 2 GiB).
     pub fn read(cpus: Option<u32>, memory_bytes: Option<u64>) -> MachineFacts {
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1);
-        let total = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|t| mem_total(&t))
-            .unwrap_or(0);
         let model = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|t| cpu_model(&t))
             .unwrap_or_else(|| "unknown".into());
-        let given = memory_bytes.unwrap_or_else(|| {
-            total.saturating_sub((total / 10).max(HOST_RESERVE_BYTES).min(total / 2))
-        });
+        let (cpu_threads, memory_bytes) = given(cpus, memory_bytes);
         MachineFacts(Arc::new(Mutex::new(Machine {
             cpu_model: BoundedString::new(model).unwrap_or_default(),
-            cpu_threads: u16::try_from(cpus.unwrap_or(threads).max(1)).unwrap_or(u16::MAX),
-            memory_bytes: given.max(1 << 30),
+            cpu_threads,
+            memory_bytes,
             ..Machine::default()
         })))
+    }
+
+    /// Gives leases `cpus` threads and `memory_bytes` from now on (`None`: the defaults
+    /// [`Self::read`] takes), keeping what was measured (`gpux host set cpus|memory`).
+    pub fn set_given(&self, cpus: Option<u32>, memory_bytes: Option<u64>) {
+        let (threads, memory) = given(cpus, memory_bytes);
+        if let Ok(mut m) = self.0.lock() {
+            m.cpu_threads = threads;
+            m.memory_bytes = memory;
+        }
     }
 
     /// What is known now (the share is left for [`Self::for_offer`]).
@@ -175,6 +176,25 @@ pub fn measure_disk_write(dir: &Path) -> std::io::Result<u32> {
     Ok((DISK_PROBE_BYTES as f64 / 1e6 / elapsed)
         .round()
         .min(f64::from(u32::MAX)) as u32)
+}
+
+/// The threads and memory leases get: `cpus` and `memory_bytes` where the host says, by
+/// default every thread, and the memory less what the host keeps (a tenth, at least 2 GiB).
+fn given(cpus: Option<u32>, memory_bytes: Option<u64>) -> (u16, u64) {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| mem_total(&t))
+        .unwrap_or(0);
+    let memory = memory_bytes.unwrap_or_else(|| {
+        total.saturating_sub((total / 10).max(HOST_RESERVE_BYTES).min(total / 2))
+    });
+    (
+        u16::try_from(cpus.unwrap_or(threads).max(1)).unwrap_or(u16::MAX),
+        memory.max(1 << 30),
+    )
 }
 
 /// `MemTotal` of `/proc/meminfo`, bytes.

@@ -27,11 +27,13 @@ pub(crate) enum HostAction {
     /// unless --force.
     Install(super::install::InstallArgs),
     /// Change a running host's setting: `price CREDITS` (per GPU-hour), `spot-floor
-    /// CREDITS` (or `off`), `region TOKEN`. The offers are signed again at once (renters
-    /// see them within a gossip round); running leases keep the terms both sides signed.
-    /// Kept over config.toml's value at the node's next start.
+    /// CREDITS` (or `off`), `region TOKEN`, `cancel-fees SCHEDULE` (24h:10%,1h:50%, or
+    /// none), `cpus N` and `memory SIZE` (what leases get of the machine, or `all`). The
+    /// offers are signed again at once (renters see them within a gossip round); running
+    /// leases keep the terms both sides signed. Kept over config.toml's value at the
+    /// node's next start.
     Set {
-        /// The setting: price, spot-floor, region.
+        /// The setting: price, spot-floor, region, cancel-fees, cpus, memory.
         name: String,
         /// Its value.
         value: String,
@@ -167,6 +169,16 @@ fn change(dir: &Path, name: &str, value: &str, json: bool) -> anyhow::Result<()>
         )
     )?;
     out!("region      {}", host.region)?;
+    out!("cancel-fees {}", host.cancel_fees)?;
+    out!(
+        "share       {} threads, {} of memory for leases",
+        host.cpus
+            .map_or_else(|| "all".to_string(), |n| n.to_string()),
+        host.memory_bytes.map_or_else(
+            || "all but the host's own".to_string(),
+            |b| bytesize::ByteSize(b).to_string()
+        )
+    )?;
     out!(
         "offers      {}",
         if host.paused {

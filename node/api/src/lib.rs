@@ -563,6 +563,16 @@ pub struct HostLive {
     pub spot_floor: Option<String>,
     /// Region token.
     pub region: String,
+    /// What cancelling a reserved window before its start costs (`24h:10%,1h:50%`;
+    /// `none`: free).
+    #[serde(default)]
+    pub cancel_fees: String,
+    /// Threads given to leases (none: every thread).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// Memory given to leases, bytes (none: all but what the host keeps).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
     /// Paused: no offers, no new leases; running leases go on.
     pub paused: bool,
     /// GPUs withheld after a fault (a fatal Xid) until `gpux host check` reads them well.

@@ -13,10 +13,13 @@ use super::HostRole;
 /// The settings changed here, by the name `gpux host set` and `POST /v1/settings` use.
 /// (`failed-gpus` takes only the empty value: `gpux host check` clears the GPUs withheld for
 /// a fault once it reads every GPU well.)
-pub(crate) const NAMES: [&str; 6] = [
+pub(crate) const NAMES: [&str; 9] = [
     "price",
     "spot-floor",
     "region",
+    "cancel-fees",
+    "cpus",
+    "memory",
     "paused",
     "drain-until",
     "failed-gpus",
@@ -36,6 +39,11 @@ enum Change {
     Paused(bool),
     /// Leases must end by then (unix ms); `None`: no drain.
     DrainUntil(Option<gpux_protocol::Timestamp>),
+    CancelFees(gpux_protocol::CancelFees),
+    /// Threads given to leases (`None`: every thread).
+    Cpus(Option<u32>),
+    /// Memory given to leases, bytes (`None`: all but what the host keeps).
+    Memory(Option<u64>),
 }
 
 fn parse(
@@ -80,6 +88,25 @@ fn parse(
             }
             Ok(Change::Region(value.to_string()))
         }
+        "cancel-fees" => value
+            .parse::<gpux_protocol::CancelFees>()
+            .map(Change::CancelFees)
+            .map_err(|e| format!("'{value}': {e} (e.g. 24h:10%,1h:50%,10m:100%, or none)")),
+        "cpus" if value == "all" => Ok(Change::Cpus(None)),
+        "cpus" => value
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=65_535).contains(n))
+            .map(|n| Change::Cpus(Some(n)))
+            .ok_or_else(|| format!("'{value}': threads from 1 to 65535, or `all`")),
+        "memory" if value == "all" => Ok(Change::Memory(None)),
+        "memory" => value
+            .parse::<bytesize::ByteSize>()
+            .ok()
+            .map(|b| b.as_u64())
+            .filter(|b| *b >= 1 << 30)
+            .map(|b| Change::Memory(Some(b)))
+            .ok_or_else(|| format!("'{value}': a size of at least 1 GiB (e.g. 48GiB), or `all`")),
         "drain-until" if value == "off" => Ok(Change::DrainUntil(None)),
         "drain-until" => value
             .parse::<u64>()
@@ -134,6 +161,19 @@ impl HostRole {
                 w.paused = paused;
                 self.book.set_withheld(w);
             }
+            Change::CancelFees(fees) => self.options.cancel_fees = fees,
+            Change::Cpus(cpus) => {
+                self.options.cpus = cpus;
+                self.options
+                    .machine
+                    .set_given(self.options.cpus, self.options.memory_bytes);
+            }
+            Change::Memory(memory) => {
+                self.options.memory_bytes = memory;
+                self.options
+                    .machine
+                    .set_given(self.options.cpus, self.options.memory_bytes);
+            }
             Change::DrainUntil(until) => {
                 let mut w = self.book.withheld().clone();
                 w.drain_until = until;
@@ -158,7 +198,7 @@ impl HostRole {
         let change = parse(name, value, self.prices()).map_err(|e| {
             ApiError::bad_input(format!("{name}: {e}"))
                 .with_hint(
-                    "host settings: price, spot-floor (or off), region, paused, drain-until (unix ms or off)",
+                    "host settings: price, spot-floor (or off), region, cancel-fees, cpus, memory, paused, drain-until (unix ms or off)",
                 )
         })?;
         self.state
@@ -184,6 +224,9 @@ impl HostRole {
             price: self.options.price.amount_text(),
             spot_floor: self.options.spot_floor.map(|f| f.amount_text()),
             region: self.options.region.clone(),
+            cancel_fees: self.options.cancel_fees.to_string(),
+            cpus: self.options.cpus,
+            memory_bytes: self.options.memory_bytes,
             paused: self.book.withheld().paused,
             failed_gpus: self
                 .book
@@ -232,5 +275,18 @@ mod tests {
         ));
         assert!(parse("paused", "yes", O).is_err());
         assert!(parse("disk-price", "1", O).is_err());
+        assert!(matches!(
+            parse("cancel-fees", "1h:50%", O),
+            Ok(Change::CancelFees(_))
+        ));
+        assert!(parse("cancel-fees", "soon", O).is_err());
+        assert!(matches!(parse("cpus", "4", O), Ok(Change::Cpus(Some(4)))));
+        assert!(matches!(parse("cpus", "all", O), Ok(Change::Cpus(None))));
+        assert!(parse("cpus", "0", O).is_err());
+        assert!(matches!(
+            parse("memory", "48GiB", O),
+            Ok(Change::Memory(Some(51_539_607_552)))
+        ));
+        assert!(parse("memory", "100MiB", O).is_err());
     }
 }
