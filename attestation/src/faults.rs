@@ -21,6 +21,15 @@ pub struct XidEvent {
     pub xid: u64,
 }
 
+/// How a watch of Xid errors ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// Its caller said break.
+    Stopped,
+    /// The driver has no NVML events (WSL's, for one): nothing was watched.
+    Unsupported,
+}
+
 /// Whether Xid `xid` leaves the GPU unfit for the lease it ran: 48 (double-bit ECC error),
 /// 62 and 119/120 (the GPU's own processor failed or timed out), 64 (a row remapping
 /// failed), 74 (an NVLink error), 79 (the GPU fell off the bus), 92 (a high single-bit ECC
@@ -35,11 +44,11 @@ impl Probe {
     /// Watches every GPU for Xid critical errors, calling `on_event` with each (and with
     /// `None` about once a second while none comes) until it says break. Blocking: run it
     /// on a thread of its own. A driver without events (NVML answers not supported) returns
-    /// at once with `Ok`; one that cannot register a GPU is an error.
+    /// at once with [`WatchEnd::Unsupported`]; one that cannot register a GPU is an error.
     pub fn watch_xids(
         &self,
         mut on_event: impl FnMut(Option<XidEvent>) -> ControlFlow<()>,
-    ) -> Result<(), ProbeError> {
+    ) -> Result<WatchEnd, ProbeError> {
         let sys = |field, source| ProbeError::System { field, source };
         let nvml = self.nvml();
         let count = nvml.device_count().map_err(|e| sys("GPU count", e))?;
@@ -64,7 +73,9 @@ impl Probe {
             let handle = unsafe { device.handle() } as usize;
             set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
                 Ok(set) => set,
-                Err(e) if matches!(e.error, NvmlError::NotSupported) => return Ok(()),
+                Err(e) if matches!(e.error, NvmlError::NotSupported) => {
+                    return Ok(WatchEnd::Unsupported);
+                }
                 Err(e) => {
                     return Err(ProbeError::Gpu {
                         index,
@@ -100,7 +111,7 @@ impl Probe {
                 Err(e) => return Err(sys("Xid events", e)),
             };
             if on_event(event).is_break() {
-                return Ok(());
+                return Ok(WatchEnd::Stopped);
             }
         }
     }

@@ -18,7 +18,7 @@ pub mod plausibility;
 pub mod probe;
 pub mod spec;
 
-pub use faults::{XidEvent, fatal_xid};
+pub use faults::{WatchEnd, XidEvent, fatal_xid};
 pub use plausibility::{Implausible, Plausibility, check_gpu};
 pub use probe::{DEFAULT_NVML_LIB, GpuTelemetry, GpuUsage, Probe, ProbeError};
 pub use spec::{GpuSpec, SPECS, spec_for_name};

@@ -287,7 +287,10 @@ compute_capability = [8, 9]
         !gpux_attestation::fatal_xid(13),
         "an application's own fault"
     );
-    watcher.join().unwrap().unwrap();
+    assert_eq!(
+        watcher.join().unwrap().unwrap(),
+        gpux_attestation::WatchEnd::Stopped
+    );
 
     // The GPU off the bus: no readings but its name and UUID, and the Xid it raised; the
     // other GPU reads as before. Metering it fails.
@@ -301,4 +304,23 @@ compute_capability = [8, 9]
             .usage(&["GPU-66666666-7777-8888-9999-aaaaaaaaaaaa".to_string()])
             .is_err()
     );
+}
+
+#[test]
+fn a_driver_without_events_is_said_and_not_watched() {
+    let (_lock, _dir) = fake::configure(
+        r#"
+[[gpu]]
+name = "NVIDIA L4"
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+memory_total_bytes = 24000000000
+compute_capability = [8, 9]
+unsupported = ["events"]
+"#,
+    );
+    let probe = Probe::open(Some(fake::lib())).unwrap();
+    let end = probe
+        .watch_xids(|_| std::ops::ControlFlow::Continue(()))
+        .unwrap();
+    assert_eq!(end, gpux_attestation::WatchEnd::Unsupported);
 }

@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use gpux_node::api_client::ApiClient;
 
 use crate::harness;
+use crate::orders::{lease, wait};
 
 /// What the round measured, for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -34,21 +35,6 @@ pub struct HostingFigures {
     pub gpu_failed_charged: u64,
     /// See `gpu_failed_charged`.
     pub gpu_fault_worth: u64,
-}
-
-fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(secs) {
-        if done() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    bail!("timed out after {secs} s waiting for {what}")
-}
-
-fn lease(api: &ApiClient, id: &str) -> Option<gpux_api::LeaseView> {
-    api.leases().ok()?.into_iter().find(|l| l.lease == id)
 }
 
 fn now_ms() -> u64 {

@@ -220,7 +220,8 @@ pub const COUNTER: &str = "d=/workspace/checkpoint; mkdir -p $d; \
 /// Where [`COUNTER`] stops, seconds of work.
 pub const COUNTER_TARGET: u64 = 40;
 
-fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+/// Waits up to `secs` for `done`, polling every 200 ms.
+pub(crate) fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
         if done() {
@@ -231,7 +232,8 @@ fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) -> anyhow::Result
     bail!("timed out after {secs} s waiting for {what}")
 }
 
-fn lease(api: &ApiClient, id: &str) -> Option<gpux_api::LeaseView> {
+/// Lease `id` as `api`'s node sees it.
+pub(crate) fn lease(api: &ApiClient, id: &str) -> Option<gpux_api::LeaseView> {
     api.leases().ok()?.into_iter().find(|l| l.lease == id)
 }
 

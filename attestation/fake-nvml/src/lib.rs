@@ -388,17 +388,21 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     clock: nvmlClockType_t,
     out: *mut c_uint,
 ) -> nvmlReturn_t {
-    // Clock types: 0 graphics, 1 SM, 2 memory, 3 video.
     code(with_gpu(device, "clocks", |g| {
-        let value = match clock {
-            0 | 1 => g.max_sm_clock_mhz,
-            2 => g.max_memory_clock_mhz,
-            3 => g.max_sm_clock_mhz / 2,
-            _ => return Err(INVALID_ARGUMENT),
-        };
+        let value = max_clock(g, clock)?;
         // SAFETY: forwarded caller pointer.
         Ok(unsafe { put(out, value) })
     }))
+}
+
+/// A GPU's highest clock of a kind, MHz (kinds: 0 graphics, 1 SM, 2 memory, 3 video).
+fn max_clock(g: &Gpu, clock: nvmlClockType_t) -> Result<c_uint, nvmlReturn_t> {
+    match clock {
+        0 | 1 => Ok(g.max_sm_clock_mhz),
+        2 => Ok(g.max_memory_clock_mhz),
+        3 => Ok(g.max_sm_clock_mhz / 2),
+        _ => Err(INVALID_ARGUMENT),
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -409,12 +413,7 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
 ) -> nvmlReturn_t {
     // The current clocks: the maximum, swung by `vary_percent` below it as a boosting GPU's.
     code(with_gpu(device, "clocks", |g| {
-        let max = match clock {
-            0 | 1 => g.max_sm_clock_mhz,
-            2 => g.max_memory_clock_mhz,
-            3 => g.max_sm_clock_mhz / 2,
-            _ => return Err(INVALID_ARGUMENT),
-        };
+        let max = max_clock(g, clock)?;
         let value = swing(max, g.vary_percent / 2, phase(device)).min(max);
         // SAFETY: forwarded caller pointer.
         Ok(unsafe { put(out, value) })

@@ -40,8 +40,12 @@ pub(crate) fn spawn_xid_watch(probe: Arc<gpux_attestation::Probe>, events: mpsc:
                 }
                 ControlFlow::Continue(())
             });
-            if let Err(e) = watched {
-                tracing::warn!("GPU faults (Xid errors) are not watched: {e}");
+            match watched {
+                Ok(gpux_attestation::WatchEnd::Stopped) => {}
+                Ok(gpux_attestation::WatchEnd::Unsupported) => tracing::warn!(
+                    "GPU faults (Xid errors) are not watched: the driver has no NVML events; a failed GPU shows only as its lease's container failing"
+                ),
+                Err(e) => tracing::warn!("GPU faults (Xid errors) are not watched: {e}"),
             }
         });
     if let Err(e) = spawned {
