@@ -71,7 +71,7 @@ fn whole_gpu(device: &str) -> String {
 
 /// Runs the round on `host` (public, its fake driver reading `faults.toml` in its data
 /// directory) with the renter whose data directory is `renter`; `gpux` is the binary,
-/// copied beside it for the upgrade.
+/// copied into the run's directory for the upgrade.
 pub(crate) fn round(
     host: &mut harness::Node,
     renter: &Path,
@@ -123,7 +123,8 @@ pub(crate) fn round(
         lease(&renter_api, &rented.lease).is_some_and(|l| l.acked_seq >= 1)
     })?;
     let started = lease(&host_api, &rented.lease).and_then(|l| l.started_at);
-    let upgraded = gpux.with_file_name("gpux-upgraded");
+    // The new binary sits in the run's directory (removed with it), not beside the old.
+    let upgraded = host.dir.with_file_name("gpux-upgraded");
     std::fs::copy(gpux, &upgraded).context("copying the binary for the upgrade")?;
     let acked = lease(&renter_api, &rented.lease).map_or(0, |l| l.acked_seq);
     let stopped = Instant::now();
