@@ -1,14 +1,17 @@
 //! GPU attestation for gpux: the GPU spec table, plausibility checks that catch a disguised
-//! GPU, and the performance challenge (a seeded matrix product verified with Freivalds'
-//! algorithm). NVML probing and signed reports build on these.
+//! GPU, and the performance challenge (a seeded INT8 matrix product whose rows the prover
+//! commits to and the renter samples). NVML probing and signed reports build on these.
 //!
 //! ```
-//! use gpux_attestation::challenge::{prove_cpu, verify, Policy};
+//! use gpux_attestation::challenge::{pick_rows, prove_cpu, verify, Policy, Shape, Timed};
 //! use std::time::Duration;
 //!
-//! let seed = [7u8; 32];
-//! let proof = prove_cpu(&seed, 32);
-//! let verdict = verify(&seed, 32, &proof, Duration::from_millis(5), 0.001, &Policy::default(), &[1; 32]);
+//! let (seed, coins) = ([7u8; 32], [1u8; 32]);
+//! let shape = Shape::new(256, 128, 64).unwrap();
+//! let committed = prove_cpu(&seed, shape); // the host: the root first
+//! let picked = pick_rows(&coins, shape.m, &Policy::default()); // then the renter's pick
+//! let opened = committed.open(&picked);
+//! let verdict = verify(&seed, shape, &committed.root, &opened, Timed { observed: Duration::from_millis(5), reference: 0.001 }, &Policy::default(), &coins);
 //! assert!(verdict.is_ok());
 //! ```
 

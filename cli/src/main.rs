@@ -121,8 +121,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Challenge a running lease's GPUs: a seeded matrix product, checked with Freivalds
-    /// and timed by your node, while the host pauses your workload. A host below 90% of
+    /// Challenge a running lease's GPUs: a seeded INT8 matrix product, rows of it checked
+    /// and the whole timed by your node, while the host pauses your workload. A host below 90% of
     /// its model's reference rate, or with a wrong product, ends the lease at once.
     Challenge {
         /// The lease id.

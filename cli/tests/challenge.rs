@@ -9,8 +9,6 @@
 //! once its lease has paid, is published: its offers claim the `challenged` tier, which a
 //! node that never rented grants on the evidence.
 
-use gpux_attestation::challenge;
-
 use super::market::{Market, wait_for};
 
 fn unix_now() -> u64 {
@@ -71,9 +69,19 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
         "{passed:?}"
     );
     // Sized to dwarf the round trip: at least 20 of them at the reference rate.
-    let compute_ms = challenge::operations(passed.n as usize) / (passed.reference_gops * 1e6);
-    assert!(
-        compute_ms >= 20.0 * passed.round_trip_ms || passed.n == 1024,
+    let dims: Vec<f64> = passed
+        .shape
+        .split(" x ")
+        .map(|d| d.parse().unwrap())
+        .collect();
+    let compute_ms = 2.0 * dims.iter().product::<f64>() / (passed.reference_gops * 1e6);
+    assert!(compute_ms >= 20.0 * passed.round_trip_ms, "{passed:?}");
+    // The renter downloaded the rows it checked, not the product.
+    assert_eq!(passed.rows_checked as f64, dims[0].min(128.0), "{passed:?}");
+    let path = (dims[0] as u64).next_power_of_two().trailing_zeros() as u64;
+    assert_eq!(
+        passed.opened_bytes,
+        u64::from(passed.rows_checked) * (4 * dims[2] as u64 + 32 * path),
         "{passed:?}"
     );
     wait_for("the challenged work to run", 30, || {

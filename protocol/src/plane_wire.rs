@@ -152,8 +152,22 @@ pub struct ChallengeOpen {
     pub lease: ContentId,
 }
 
-/// The largest signed `ChallengeResponse` on a challenge stream (4,096 row commitments).
-pub const MAX_CHALLENGE_RESPONSE: usize = 160 * 1024;
+/// The largest signed `ChallengeResponse` on a challenge stream.
+pub const MAX_CHALLENGE_RESPONSE: usize = 1024;
+/// The most rows a renter may pick.
+pub const MAX_PICKED_ROWS: usize = 512;
+/// The largest row of a product (`MAX_CHALLENGE_N` values of 4 bytes).
+pub const MAX_CHALLENGE_ROW: usize = 4 * crate::messages::MAX_CHALLENGE_N as usize;
+/// The longest Merkle path (a tree over `MAX_CHALLENGE_M` rows).
+pub const MAX_CHALLENGE_PATH: usize = crate::messages::MAX_CHALLENGE_M.trailing_zeros() as usize;
+
+/// What the renter sends once it has the host's commitment: the rows it checks, ascending
+/// and distinct, each below the challenge's `m`.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ChallengePick {
+    /// The rows.
+    pub rows: BoundedVec<u32, MAX_PICKED_ROWS>,
+}
 
 /// What the host sends on a challenge stream after the renter's request.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -161,9 +175,17 @@ pub enum ChallengeAnswer {
     /// The signed `ChallengeResponse`: the host's commitment to its product (sent as soon
     /// as the product is computed; the renter's clock stops here).
     Response(BoundedBytes<MAX_CHALLENGE_RESPONSE>),
-    /// The next rows of the product, in order, each row `n` little-endian `u32`s.
-    Rows(BoundedBytes<MAX_FILE_DATA>),
-    /// All rows sent.
+    /// A picked row, in the order picked: its values (`n` little-endian `i32`s) and the
+    /// siblings from its leaf to the committed root.
+    Row {
+        /// The row's index.
+        index: u32,
+        /// Its values.
+        values: BoundedBytes<MAX_CHALLENGE_ROW>,
+        /// Its Merkle path, bottom first.
+        path: BoundedVec<ContentId, MAX_CHALLENGE_PATH>,
+    },
+    /// All picked rows sent.
     Done,
     /// The host will not answer (why).
     Failed(BoundedString<800>),

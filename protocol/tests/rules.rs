@@ -172,20 +172,21 @@ fn challenge_response_must_answer_its_request() {
             host: host.public(),
             created_at: T0,
             seed: [1; 32],
-            n: 2,
+            m: 64,
+            k: 64,
+            n: 64,
             gpu: None,
             ext: Ext::new(),
         },
     )
     .unwrap();
-    let respond = |rows: usize, key: &Keypair| {
+    let respond = |request: ContentId, key: &Keypair| {
         Signed::sign(
             key,
             ChallengeResponse {
-                request: request.id(),
+                request,
                 created_at: T0.plus_secs(1),
-                result_digest: ContentId([9; 32]),
-                row_commitments: BoundedVec::new(vec![ContentId([1; 32]); rows]).unwrap(),
+                rows_root: ContentId([9; 32]),
                 elapsed_ns: 1000,
                 ext: Ext::new(),
             },
@@ -193,17 +194,18 @@ fn challenge_response_must_answer_its_request() {
         .unwrap()
     };
     assert_eq!(
-        validate::challenge_response_matches_request(&respond(2, &host), &request),
+        validate::challenge_response_matches_request(&respond(request.id(), &host), &request),
         Ok(())
     );
-    assert_eq!(
-        validate::challenge_response_matches_request(&respond(3, &host), &request),
-        Err(RuleError::ChallengeMismatch {
-            field: "row_commitments"
-        })
-    );
     assert!(matches!(
-        validate::challenge_response_matches_request(&respond(2, &samples::renter()), &request),
+        validate::challenge_response_matches_request(&respond(ContentId([3; 32]), &host), &request),
+        Err(RuleError::WrongReference { .. })
+    ));
+    assert!(matches!(
+        validate::challenge_response_matches_request(
+            &respond(request.id(), &samples::renter()),
+            &request
+        ),
         Err(RuleError::SignerMismatch { .. })
     ));
 }
@@ -718,7 +720,9 @@ fn a_challenge_result_holds_only_with_the_trusted_ledgers_proof_of_a_paid_lease(
             host: host.public(),
             created_at: samples::T0,
             seed: [1; 32],
-            n: 4,
+            m: 64,
+            k: 64,
+            n: 64,
             gpu: None,
             ext: Ext::new(),
         },

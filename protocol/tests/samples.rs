@@ -372,7 +372,9 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
             host: h.public(),
             created_at: T0,
             seed: [0x5e; 32],
-            n: 4,
+            m: 128,
+            k: 1024,
+            n: 256,
             gpu: Some(uuid(1)),
             ext: Ext::new(),
         },
@@ -386,14 +388,7 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
             ChallengeResponse {
                 request: challenge.id(),
                 created_at: T0.plus_secs(1),
-                result_digest: ContentId([0xaa; 32]),
-                row_commitments: BoundedVec::new(vec![
-                    ContentId([1; 32]),
-                    ContentId([2; 32]),
-                    ContentId([3; 32]),
-                    ContentId([4; 32]),
-                ])
-                .unwrap(),
+                rows_root: ContentId([0xaa; 32]),
                 elapsed_ns: 1_234_567,
                 ext: Ext::new(),
             },

@@ -38,18 +38,20 @@ pub struct OrderFigures {
     pub challenges_failed: usize,
 }
 
-/// The CPU prover's rate on this machine, Gop/s: the best of five products of the size the
-/// testnet's challenges use. The fake GPUs' challenge references are calibrated against it
+/// The CPU prover's rate on this machine, Gop/s: the best of five products of the shape
+/// the testnet's challenges use. The fake GPUs' challenge references are calibrated against it
 /// in the same run; the best, not the median, because a busy machine (CI runs tests side by
 /// side) only ever slows a sample, and a rate measured low would let a host whose claim is a
 /// fixed multiple of it pass.
 pub fn cpu_prover_gops() -> f64 {
     use gpux_attestation::challenge;
-    let n = 256;
+    let Ok(shape) = challenge::Shape::new(256, 1024, 256) else {
+        return 0.0;
+    };
     (0..5u8)
         .map(|i| {
-            let proof = challenge::prove_cpu(&[i; 32], n);
-            challenge::operations(n) / proof.elapsed.as_secs_f64().max(1e-9) / 1e9
+            let proof = challenge::prove_cpu(&[i; 32], shape);
+            shape.operations() / proof.elapsed.as_secs_f64().max(1e-9) / 1e9
         })
         .fold(0.0, f64::max)
 }
@@ -101,10 +103,11 @@ pub(crate) fn challenge_and_group_round(
     let passed = honest.challenge.context("no challenge recorded")?;
     figures.challenges_passed = 1;
     progress(&format!(
-        "orders: host-1 passed the challenge at {:.2} Gop/s ({:.0}% of its reference, n = {})",
+        "orders: host-1 passed the challenge at {:.2} Gop/s ({:.0}% of its reference, {}, {} rows checked)",
         passed.achieved_gops,
         passed.achieved_gops / passed.reference_gops * 100.0,
-        passed.n
+        passed.shape,
+        passed.rows_checked
     ));
     // Challenged again while it runs: the host pauses the workload while it proves.
     wait("the challenged work to run", 20, || {

@@ -6,8 +6,12 @@ use std::path::Path;
 
 use gpux_protocol::Attestation;
 
-/// Challenge size for the self-test: the product a renter's challenge of a fake GPU uses.
-const SELF_TEST_N: usize = 256;
+/// Challenge shape for the self-test: the product a renter's challenge of a fake GPU uses.
+const SELF_TEST: gpux_attestation::challenge::Shape = gpux_attestation::challenge::Shape {
+    m: 256,
+    k: 1024,
+    n: 256,
+};
 /// Below this, renters' datasets and checkpoints load slowly.
 const SLOW_DISK_MBPS: u32 = 200;
 
@@ -78,24 +82,30 @@ pub(crate) fn measure(dir: &Path, attestation: Option<&Attestation>) -> Vec<Meas
 /// with, its product checked as a renter checks it.
 fn self_test(fake_gpus: bool) -> Measure {
     use gpux_attestation::challenge;
-    let seed = [0x5e; 32];
-    let mut proof = challenge::prove_cpu(&seed, SELF_TEST_N);
+    let (seed, coins) = ([0x5e; 32], [0x11; 32]);
+    let shape = SELF_TEST;
+    let mut proof = challenge::prove_cpu(&seed, shape);
     for _ in 0..2 {
-        let again = challenge::prove_cpu(&seed, SELF_TEST_N);
+        let again = challenge::prove_cpu(&seed, shape);
         if again.elapsed < proof.elapsed {
             proof = again;
         }
     }
-    let gops = challenge::operations(SELF_TEST_N) / proof.elapsed.as_secs_f64().max(1e-9) / 1e9;
+    let gops = shape.operations() / proof.elapsed.as_secs_f64().max(1e-9) / 1e9;
     // Checked with a reference it meets: the point is the product, not the rate.
+    let policy = challenge::Policy::default();
+    let opened = proof.open(&challenge::pick_rows(&coins, shape.m, &policy));
     let verdict = challenge::verify(
         &seed,
-        SELF_TEST_N,
-        &proof,
-        proof.elapsed,
-        gops * 0.5,
-        &challenge::Policy::default(),
-        &[0x11; 32],
+        shape,
+        &proof.root,
+        &opened,
+        challenge::Timed {
+            observed: proof.elapsed,
+            reference: gops * 0.5,
+        },
+        &policy,
+        &coins,
     );
     let prover = if fake_gpus {
         "the CPU prover that answers for fake GPUs"
@@ -106,7 +116,7 @@ fn self_test(fake_gpus: bool) -> Measure {
     match verdict {
         Ok(_) => Measure {
             what: "challenge self-test",
-            found: format!("{prover}: {gops:.2} Gop/s, product checked"),
+            found: format!("{prover}: {gops:.2} Gop/s ({shape} INT8 product), rows checked"),
             warn: None,
         },
         Err(e) => Measure {

@@ -88,12 +88,15 @@ pub(crate) fn challenge(dir: &Path, lease: &str, json: bool) -> anyhow::Result<(
         return super::print_json(&passed);
     }
     out!(
-        "lease {lease}: passed at {:.2} Gop/s ({:.0}% of the reference {:.2}; n = {}, round trip {:.1} ms)",
+        "lease {lease}: passed at {:.2} Gop/s ({:.0}% of the reference {:.2}; {} INT8 product, round trip {:.1} ms; {} rows checked, {:.0} KiB downloaded, {:.0} ms to check)",
         passed.achieved_gops,
         passed.achieved_gops / passed.reference_gops * 100.0,
         passed.reference_gops,
-        passed.n,
-        passed.round_trip_ms
+        passed.shape,
+        passed.round_trip_ms,
+        passed.rows_checked,
+        passed.opened_bytes as f64 / 1024.0,
+        passed.verify_ms
     )?;
     Ok(())
 }

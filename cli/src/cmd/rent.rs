@@ -63,8 +63,8 @@ pub(crate) struct Kind {
     /// nothing.
     #[arg(long, requires = "spread")]
     best_effort: bool,
-    /// Challenge the GPUs before the work starts (a seeded matrix product checked with
-    /// Freivalds, timed by this node): a host that answers wrong, or slower than 90% of its
+    /// Challenge the GPUs before the work starts (a seeded INT8 matrix product, rows of it
+    /// checked, timed by this node): a host that answers wrong, or slower than 90% of its
     /// model's reference rate, is paid nothing and the next offer is tried.
     #[arg(long, conflicts_with = "spread")]
     challenge: bool,
@@ -310,11 +310,12 @@ pub(crate) fn rent(
     }
     if let Some(c) = &lease.challenge {
         out!(
-            "challenge passed: {:.2} Gop/s, {:.0}% of the model's {:.2} (n = {}, round trip {:.1} ms)",
+            "challenge passed: {:.2} Gop/s, {:.0}% of the model's {:.2} ({} INT8 product, {} rows checked, round trip {:.1} ms)",
             c.achieved_gops,
             c.achieved_gops / c.reference_gops * 100.0,
             c.reference_gops,
-            c.n,
+            c.shape,
+            c.rows_checked,
             c.round_trip_ms
         )?;
     }

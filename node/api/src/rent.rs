@@ -174,8 +174,14 @@ pub struct RentProgress {
 /// A passed performance challenge, as the renter's node measured it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChallengePassed {
-    /// The product's size (n × n).
-    pub n: u32,
+    /// The product's shape, `m x k x n` (`A` is `m × k`, `B` is `k × n`).
+    pub shape: String,
+    /// Rows of the product the node picked and checked.
+    pub rows_checked: u32,
+    /// What the node downloaded of the product: the picked rows and their Merkle paths.
+    pub opened_bytes: u64,
+    /// The node's own time checking them, ms.
+    pub verify_ms: f64,
     /// The rate achieved, Gop/s, by this node's clock.
     pub achieved_gops: f64,
     /// The claimed model's reference rate, Gop/s.

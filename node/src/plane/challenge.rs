@@ -4,25 +4,25 @@
 //! own work is not taken for a slow one.
 //!
 //! Before the work starts, the renter's node times one exchange with the host (the round
-//! trip), sizes a seeded matrix product so that its compute at the claimed model's
-//! reference rate is at least 20 round trips, and sends its signed `ChallengeRequest`.
-//! The host computes the product and answers at once with its signed `ChallengeResponse`
-//! (a digest and a commitment to every row: the renter's clock stops here), then sends the
-//! rows. The renter checks the rows against the commitments, the product with Freivalds (20
-//! rounds: a wrong product passes with probability at most 2^-20) and a few recomputed rows,
-//! and the rate by its own clock against 90% of the reference.
+//! trip), sizes a seeded INT8 product so that its compute at the claimed model's reference
+//! rate is at least 20 round trips (`gpux_attestation::challenge::shape_for`), and sends its
+//! signed `ChallengeRequest`. The host computes the product and answers at once with its
+//! signed `ChallengeResponse` (the Merkle root over its rows: the renter's clock stops here).
+//! The renter then picks rows at random (`ChallengePick`) and the host opens each with its
+//! path; the renter checks them against the root and with random projections, and the rate
+//! by its own clock against 90% of the reference. It downloads the picked rows only.
 //!
 //! The prover is pluggable; this host serves fake GPUs with the CPU prover
-//! (`gpux_attestation::challenge::prove_cpu`). A CUDA prover for real GPUs is pending (see
-//! docs/attestation.md): a host with real GPUs refuses a challenge (`Unavailable`).
+//! (`gpux_attestation::challenge::prove_cpu`). A host with real GPUs refuses a challenge
+//! (`Unavailable`) until the CUDA prover lands (see docs/attestation.md).
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gpux_attestation::challenge::{self, Matrix, Policy, Proof};
+use gpux_attestation::challenge::{self, Opened, Policy, Shape};
 use gpux_lease::HostPhase;
 use gpux_protocol::plane_wire::{
-    ChallengeAnswer, ChallengeOpen, MAX_FILE_DATA, Opened, PlaneRefusal,
+    ChallengeAnswer, ChallengeOpen, ChallengePick, Opened as Open, PlaneRefusal,
 };
 use gpux_protocol::{
     BoundedBytes, BoundedString, BoundedVec, ChallengeRequest, ChallengeResponse, ContentId, Ext,
@@ -39,10 +39,25 @@ use crate::store::{NodeState, SledStore};
 /// `/gpux/challenge/1`.
 pub(crate) const CHALLENGE: StreamProtocol =
     StreamProtocol::new(gpux_protocol::plane_wire::CHALLENGE_PROTOCOL);
-/// The largest product the CPU prover computes (2·1024³ operations: seconds on one core).
-pub(crate) const MAX_CPU_N: u32 = 1024;
-/// The smallest product asked for.
-const MIN_N: u32 = 64;
+/// The most operations the CPU prover computes (tens of seconds on two cores): a renter,
+/// who pays for the lease, makes its host work at most this long per challenge, one at a
+/// time. A fake GPU claiming a faster model than its CPU answers late and fails.
+pub(crate) const MAX_CPU_OPS: f64 = 1e11;
+/// The most memory the CPU prover holds: `B`, and the product it opens rows of.
+const MAX_CPU_BYTES: u64 = 512 << 20;
+
+/// Whether the CPU prover computes a product of `shape`.
+fn cpu_proves(shape: Shape) -> Result<(), String> {
+    let bytes =
+        u64::from(shape.k) * u64::from(shape.n) + 4 * u64::from(shape.m) * u64::from(shape.n);
+    if shape.operations() > MAX_CPU_OPS || bytes > MAX_CPU_BYTES {
+        return Err(format!(
+            "{shape} is more than this host's CPU prover computes ({MAX_CPU_OPS:.0} operations, {} MiB)",
+            MAX_CPU_BYTES >> 20
+        ));
+    }
+    Ok(())
+}
 /// The compute must last this many round trips at the reference rate.
 const RTT_FACTOR: f64 = 20.0;
 /// How long the host may take, all told.
@@ -52,7 +67,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 /// host's signed answer (what a `ChallengeResult` carries).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Measured {
-    pub(crate) n: u32,
+    pub(crate) shape: Shape,
+    pub(crate) rows_checked: u32,
+    pub(crate) opened_bytes: u64,
+    pub(crate) verify: Duration,
     pub(crate) achieved_gops: f64,
     pub(crate) reference_gops: f64,
     pub(crate) round_trip: Duration,
@@ -78,24 +96,18 @@ pub(crate) enum ChallengeFailure {
     NotRun(String),
 }
 
-/// The product size: the smallest power of two whose compute at `reference_gops` lasts
-/// [`RTT_FACTOR`] round trips (at most [`MAX_CPU_N`]).
-pub(crate) fn size_for(reference_gops: f64, round_trip: Duration) -> u32 {
-    let want_s = round_trip.as_secs_f64() * RTT_FACTOR;
-    let mut n = MIN_N;
-    while n < MAX_CPU_N && challenge::operations(n as usize) / (reference_gops * 1e9) < want_s {
-        n *= 2;
-    }
-    n
+/// The product's shape: its compute at `reference_gops` lasts [`RTT_FACTOR`] round trips.
+pub(crate) fn size_for(reference_gops: f64, round_trip: Duration) -> Shape {
+    challenge::shape_for(reference_gops, round_trip.mul_f64(RTT_FACTOR))
 }
 
-/// How long the renter waits for the host's answer to a product of size `n`: the time a
+/// How long the renter waits for the host's commitment to a product of `shape`: the time a
 /// prover at the policy's lowest passing share of `reference_gops` needs, plus four round
 /// trips and a second of slack, at most [`ANSWER_WITHIN`]. An answer after it would fail
 /// the verdict anyway.
-pub(crate) fn answer_within(n: u32, reference_gops: f64, round_trip: Duration) -> Duration {
+pub(crate) fn answer_within(shape: Shape, reference_gops: f64, round_trip: Duration) -> Duration {
     let slowest_passing = reference_gops.max(1e-6) * Policy::default().min_share * 1e9;
-    let compute_s = challenge::operations(n as usize) / slowest_passing;
+    let compute_s = shape.operations() / slowest_passing;
     let s = compute_s + round_trip.as_secs_f64() * 4.0 + 1.0;
     Duration::from_secs_f64(s.min(ANSWER_WITHIN.as_secs_f64()))
 }
@@ -121,15 +133,15 @@ pub(crate) async fn run(
     send(&mut framed, &ChallengeOpen { lease })
         .await
         .map_err(|e| not_run(e.to_string()))?;
-    match recv::<Opened>(&mut framed, OPEN_WITHIN).await {
-        Ok(Opened::Yes) => {}
-        Ok(Opened::No { detail, .. }) => {
+    match recv::<Open>(&mut framed, OPEN_WITHIN).await {
+        Ok(Open::Yes) => {}
+        Ok(Open::No { detail, .. }) => {
             return Err(not_run(format!("the host refused: {detail}")));
         }
         Err(e) => return Err(not_run(e.to_string())),
     }
     let round_trip = asked.elapsed();
-    let n = size_for(reference_gops, round_trip);
+    let shape = size_for(reference_gops, round_trip);
     let mut seed = [0u8; 32];
     let mut coins = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| not_run(e.to_string()))?;
@@ -140,7 +152,9 @@ pub(crate) async fn run(
             host,
             created_at: now(),
             seed,
-            n,
+            m: shape.m,
+            k: shape.k,
+            n: shape.n,
             gpu: device,
             ext: Ext::new(),
         },
@@ -155,7 +169,7 @@ pub(crate) async fn run(
     let failed = |e: String| ChallengeFailure::Failed(e);
     // A host that has not answered by the time the policy's slowest passing prover would
     // have has failed already: the renter stops waiting there, not at `ANSWER_WITHIN`.
-    let within = answer_within(n, reference_gops, round_trip);
+    let within = answer_within(shape, reference_gops, round_trip);
     let response = match recv::<ChallengeAnswer>(&mut framed, within).await {
         Ok(ChallengeAnswer::Response(bytes)) => bytes,
         Ok(ChallengeAnswer::Failed(why)) => return Err(not_run(format!("the host: {why}"))),
@@ -178,42 +192,53 @@ pub(crate) async fn run(
             "the response is not the host's answer to this challenge".into(),
         ));
     }
-    // The rows, as committed.
-    let n_us = n as usize;
-    let mut entries = Vec::with_capacity(n_us * n_us);
+    // Only now, with the host committed, does it learn which rows are checked.
+    let policy = Policy::default();
+    let picked = challenge::pick_rows(&coins, shape.m, &policy);
+    let rows = BoundedVec::new(picked.clone()).map_err(|e| not_run(e.to_string()))?;
+    send(&mut framed, &ChallengePick { rows })
+        .await
+        .map_err(|e| not_run(e.to_string()))?;
+    let mut opened = Vec::with_capacity(picked.len());
+    let mut opened_bytes = 0u64;
     loop {
         match recv::<ChallengeAnswer>(&mut framed, ANSWER_WITHIN).await {
-            Ok(ChallengeAnswer::Rows(bytes)) => {
-                if entries.len() * 4 + bytes.len() > n_us * n_us * 4 || bytes.len() % 4 != 0 {
-                    return Err(failed("the host sent more than the product".into()));
+            Ok(ChallengeAnswer::Row {
+                index,
+                values,
+                path,
+            }) => {
+                if opened.len() == picked.len() || values.len() != 4 * shape.n as usize {
+                    return Err(failed("the host opened rows it was not asked for".into()));
                 }
-                entries.extend(
-                    bytes
+                opened_bytes += (values.len() + 32 * path.len()) as u64;
+                opened.push(Opened {
+                    index,
+                    row: values
                         .chunks_exact(4)
-                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                );
+                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                    path: path.iter().map(|h| h.0).collect(),
+                });
             }
             Ok(ChallengeAnswer::Done) => break,
             Ok(_) => return Err(failed("the host answered out of turn".into())),
-            Err(e) => return Err(failed(format!("the product did not arrive: {e}"))),
+            Err(e) => return Err(failed(format!("the picked rows did not arrive: {e}"))),
         }
     }
-    let product = Matrix::from_entries(n_us, entries)
-        .ok_or_else(|| failed("the product is not an n×n matrix of residues".into()))?;
-    let proof = Proof {
-        digest: response.result_digest,
-        row_commitments: response.row_commitments.to_vec(),
-        elapsed: Duration::from_nanos(response.elapsed_ns),
-        product,
-    };
+    let root = response.rows_root.0;
+    let checking = Instant::now();
     let verdict = tokio::task::spawn_blocking(move || {
         challenge::verify(
             &seed,
-            n_us,
-            &proof,
-            observed,
-            reference_gops,
-            &Policy::default(),
+            shape,
+            &root,
+            &opened,
+            challenge::Timed {
+                observed,
+                reference: reference_gops,
+            },
+            &policy,
             &coins,
         )
     })
@@ -221,7 +246,10 @@ pub(crate) async fn run(
     .map_err(|e| not_run(e.to_string()))?
     .map_err(|e| failed(e.to_string()))?;
     Ok(Measured {
-        n,
+        shape,
+        rows_checked: picked.len() as u32,
+        opened_bytes,
+        verify: checking.elapsed(),
         achieved_gops: verdict.achieved_gops,
         reference_gops,
         round_trip,
@@ -262,7 +290,7 @@ impl Drop for Unpause {
 }
 
 async fn refuse(framed: &mut FramedStream, code: PlaneRefusal, detail: &str) {
-    let _ = send(framed, &Opened::refused(code, detail)).await;
+    let _ = send(framed, &Open::refused(code, detail)).await;
 }
 
 impl ChallengeHost {
@@ -352,7 +380,7 @@ impl ChallengeHost {
         } else {
             None
         };
-        if send(&mut framed, &Opened::Yes).await.is_err() {
+        if send(&mut framed, &Open::Yes).await.is_err() {
             return;
         }
         let fail = |why: &str| ChallengeAnswer::Failed(BoundedString::new(why).unwrap_or_default());
@@ -363,7 +391,6 @@ impl ChallengeHost {
                 .filter(|r| {
                     r.host == self.key.public()
                         && PeerId::from_bytes(&r.signer().peer_id().to_bytes()).ok() == Some(peer)
-                        && r.n <= MAX_CPU_N
                 }),
             Err(_) => return,
         };
@@ -371,19 +398,26 @@ impl ChallengeHost {
             let _ = send(&mut framed, &fail("not a challenge this host answers")).await;
             return;
         };
-        let (seed, n) = (request.seed, request.n as usize);
-        let Ok(proof) = tokio::task::spawn_blocking(move || challenge::prove_cpu(&seed, n)).await
-        else {
-            return;
+        let shape = match Shape::new(request.m, request.k, request.n)
+            .map_err(|e| e.to_string())
+            .and_then(|shape| cpu_proves(shape).map(|()| shape))
+        {
+            Ok(shape) => shape,
+            Err(why) => {
+                let _ = send(&mut framed, &fail(&why)).await;
+                return;
+            }
         };
-        let Ok(row_commitments) = BoundedVec::new(proof.row_commitments.clone()) else {
+        let seed = request.seed;
+        let Ok(proof) =
+            tokio::task::spawn_blocking(move || challenge::prove_cpu(&seed, shape)).await
+        else {
             return;
         };
         let body = ChallengeResponse {
             request: request.id(),
             created_at: now(),
-            result_digest: proof.digest,
-            row_commitments,
+            rows_root: ContentId(proof.root),
             elapsed_ns: u64::try_from(proof.elapsed.as_nanos())
                 .unwrap_or(u64::MAX)
                 .max(1),
@@ -402,27 +436,29 @@ impl ChallengeHost {
             return;
         }
         drop(paused);
-        let mut chunk = Vec::with_capacity(MAX_FILE_DATA);
-        for i in 0..n {
-            for v in proof.product.row(i) {
-                chunk.extend_from_slice(&v.to_le_bytes());
-                if chunk.len() == MAX_FILE_DATA {
-                    let rows = BoundedBytes::new(std::mem::take(&mut chunk)).unwrap_or_default();
-                    if send(&mut framed, &ChallengeAnswer::Rows(rows))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
+        let Ok(pick) = recv::<ChallengePick>(&mut framed, OPEN_WITHIN).await else {
+            return;
+        };
+        let ascending = pick.rows.windows(2).all(|w| w[0] < w[1]);
+        if !ascending || pick.rows.iter().any(|&i| i >= shape.m) {
+            let why = "the picked rows are not distinct rows of the product, ascending";
+            let _ = send(&mut framed, &fail(why)).await;
+            return;
         }
-        if !chunk.is_empty() {
-            let rows = BoundedBytes::new(chunk).unwrap_or_default();
-            if send(&mut framed, &ChallengeAnswer::Rows(rows))
-                .await
-                .is_err()
-            {
+        for row in proof.open(&pick.rows) {
+            let values: Vec<u8> = row.row.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let (Ok(values), Ok(path)) = (
+                BoundedBytes::new(values),
+                BoundedVec::new(row.path.into_iter().map(ContentId).collect()),
+            ) else {
+                return;
+            };
+            let answer = ChallengeAnswer::Row {
+                index: row.index,
+                values,
+                path,
+            };
+            if send(&mut framed, &answer).await.is_err() {
                 return;
             }
         }
@@ -438,15 +474,16 @@ mod tests {
     fn the_renter_waits_as_long_as_a_passing_prover_needs_and_no_longer() {
         let rtt = Duration::from_millis(50);
         let reference = 0.2;
-        let n = 512;
-        let within = answer_within(n, reference, rtt);
+        let shape = size_for(reference, rtt);
+        assert!(shape.operations() >= reference * 1e9 * rtt.as_secs_f64() * RTT_FACTOR);
+        let within = answer_within(shape, reference, rtt);
         // The slowest prover that still passes answers just inside the wait.
         let slowest = Duration::from_secs_f64(
-            challenge::operations(n as usize) / (reference * Policy::default().min_share * 1e9),
+            shape.operations() / (reference * Policy::default().min_share * 1e9),
         );
         assert!(within > slowest + rtt * 2, "{within:?} vs {slowest:?}");
         assert!(within < slowest + Duration::from_secs(2), "{within:?}");
         // An absurdly slow reference never holds the renter past the hard cap.
-        assert_eq!(answer_within(MAX_CPU_N, 1e-9, rtt), ANSWER_WITHIN);
+        assert_eq!(answer_within(shape, 1e-9, rtt), ANSWER_WITHIN);
     }
 }

@@ -1,7 +1,8 @@
-//! The performance challenge: a renter asks a host to compute a seeded matrix product and
-//! checks the answer cheaply (Freivalds); see `gpux-attestation`.
+//! The performance challenge: a renter asks a host to compute a seeded INT8 matrix product,
+//! the host commits to its rows, and the renter checks a few rows it picks afterwards; see
+//! `gpux_attestation::challenge`.
 
-use crate::codec::{BoundedBytes, BoundedVec, Ext};
+use crate::codec::{BoundedBytes, Ext};
 use crate::envelope::Message;
 use crate::key::PublicKey;
 use crate::messages::{
@@ -9,10 +10,15 @@ use crate::messages::{
 };
 use crate::types::{ContentId, GpuUuid, Timestamp};
 
-/// The largest matrix dimension a challenge may ask for.
-pub const MAX_CHALLENGE_N: usize = 4096;
+/// The most rows of `A` (and of the product) a challenge may ask for.
+pub const MAX_CHALLENGE_M: u32 = 1 << 24;
+/// The longest sum a challenge may ask for: `k · 2^14` must fit an `i32`.
+pub const MAX_CHALLENGE_K: u32 = 1 << 16;
+/// The most columns of `B` (and of the product) a challenge may ask for.
+pub const MAX_CHALLENGE_N: u32 = 1 << 14;
 
-/// A renter's challenge: compute the product of two `n × n` matrices derived from `seed`.
+/// A renter's challenge: compute the product of the `m × k` and `k × n` INT8 matrices
+/// derived from `seed`, and commit to its rows.
 #[derive(
     Debug,
     Clone,
@@ -30,7 +36,11 @@ pub struct ChallengeRequest {
     pub created_at: Timestamp,
     /// Seed of the matrices, chosen at random by the renter.
     pub seed: [u8; 32],
-    /// Matrix dimension.
+    /// Rows of `A` and of the product.
+    pub m: u32,
+    /// Columns of `A`, rows of `B`.
+    pub k: u32,
+    /// Columns of `B` and of the product.
     pub n: u32,
     /// The GPU to run on, or any.
     pub gpu: Option<GpuUuid>,
@@ -42,8 +52,15 @@ impl Message for ChallengeRequest {
     const KIND: MessageKind = MessageKind::ChallengeRequest;
 
     fn check(&self) -> Result<(), InvalidMessage> {
-        ensure_nonzero("n", self.n.into())?;
-        ensure_at_most("n", self.n.into(), MAX_CHALLENGE_N as u64)
+        for (field, value, max) in [
+            ("m", self.m, MAX_CHALLENGE_M),
+            ("k", self.k, MAX_CHALLENGE_K),
+            ("n", self.n, MAX_CHALLENGE_N),
+        ] {
+            ensure_nonzero(field, value.into())?;
+            ensure_at_most(field, value.into(), max.into())?;
+        }
+        Ok(())
     }
 
     fn created_at(&self) -> Timestamp {
@@ -51,8 +68,8 @@ impl Message for ChallengeRequest {
     }
 }
 
-/// The host's answer: a digest of the product, a commitment to each row (so the renter can
-/// spot-check rows), and the time the computation took.
+/// The host's answer: the Merkle root over its product's row hashes (it opens the rows the
+/// renter picks afterwards, each with its path), and the time the computation took.
 #[derive(
     Debug,
     Clone,
@@ -68,10 +85,8 @@ pub struct ChallengeResponse {
     pub request: ContentId,
     /// When.
     pub created_at: Timestamp,
-    /// blake3 of the whole product.
-    pub result_digest: ContentId,
-    /// blake3 of each row, `n` of them.
-    pub row_commitments: BoundedVec<ContentId, MAX_CHALLENGE_N>,
+    /// The Merkle root over the product's `m` row hashes.
+    pub rows_root: ContentId,
     /// Compute time, nanoseconds.
     pub elapsed_ns: u64,
     /// Extension fields.
@@ -82,7 +97,6 @@ impl Message for ChallengeResponse {
     const KIND: MessageKind = MessageKind::ChallengeResponse;
 
     fn check(&self) -> Result<(), InvalidMessage> {
-        ensure_nonempty("row_commitments", &self.row_commitments)?;
         ensure_nonzero("elapsed_ns", self.elapsed_ns)
     }
 
@@ -91,8 +105,8 @@ impl Message for ChallengeResponse {
     }
 }
 
-/// The largest host answer a [`ChallengeResult`] may carry (a challenge of `n` ≤ 1,024).
-pub const MAX_RESULT_RESPONSE: usize = 40 * 1024;
+/// The largest host answer a [`ChallengeResult`] may carry.
+pub const MAX_RESULT_RESPONSE: usize = 1024;
 
 /// What the challenger concluded.
 #[derive(

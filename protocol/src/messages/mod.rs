@@ -16,13 +16,13 @@
 //! | [`UsageReceipt`] | 10 | host | 1 KiB |
 //! | [`ReceiptAck`] | 11 | renter | 512 B |
 //! | [`ChallengeRequest`] | 12 | renter | 512 B |
-//! | [`ChallengeResponse`] | 13 | host | 160 KiB |
+//! | [`ChallengeResponse`] | 13 | host | 1 KiB |
 //! | [`LogChunk`] | 14 | host | 66 KiB |
 //! | [`EscrowLock`] | 15 | renter | 1 KiB |
 //! | [`Redeem`] | 16 | host | 4 KiB |
 //! | [`Release`] | 17 | either | 512 B |
 //! | [`LedgerRecord`] | 18 | ledger | 1 KiB |
-//! | [`ChallengeResult`] | 19 | challenger | 48 KiB |
+//! | [`ChallengeResult`] | 19 | challenger | 8 KiB |
 //! | [`LeaseCommit`] | 20 | renter | 512 B |
 //! | [`FaucetGrant`] | 21 | the ledger's faucet | 512 B |
 //! | [`BidWithdrawal`] | 22 | renter | 512 B |
@@ -48,8 +48,8 @@ pub use attestation::{
 };
 pub use cancel::{CancelFees, FeeTier, MAX_FEE_TIERS};
 pub use challenge::{
-    ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_N,
-    MAX_RESULT_RESPONSE,
+    ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_K,
+    MAX_CHALLENGE_M, MAX_CHALLENGE_N, MAX_RESULT_RESPONSE,
 };
 pub use lease::{
     DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,
@@ -206,14 +206,14 @@ message_kinds! {
     PreemptionNotice = 9, version 2, max 34 * KIB;
     UsageReceipt = 10, version 1, max KIB;
     ReceiptAck = 11, version 1, max 512;
-    ChallengeRequest = 12, version 2, max 512;
-    ChallengeResponse = 13, version 1, max 160 * KIB;
+    ChallengeRequest = 12, version 3, max 512;
+    ChallengeResponse = 13, version 2, max KIB;
     LogChunk = 14, version 1, max 66 * KIB;
     EscrowLock = 15, version 1, max KIB;
     Redeem = 16, version 1, max 4 * KIB;
     Release = 17, version 1, max 512;
     LedgerRecord = 18, version 1, max KIB;
-    ChallengeResult = 19, version 1, max 48 * KIB;
+    ChallengeResult = 19, version 2, max 8 * KIB;
     LeaseCommit = 20, version 1, max 512;
     FaucetGrant = 21, version 1, max 512;
     BidWithdrawal = 22, version 1, max 512;

@@ -16,7 +16,10 @@ use crate::plane::challenge::{self, ChallengeFailure, Measured};
 
 fn passed(measured: Measured) -> ChallengePassed {
     ChallengePassed {
-        n: measured.n,
+        shape: measured.shape.to_string(),
+        rows_checked: measured.rows_checked,
+        opened_bytes: measured.opened_bytes,
+        verify_ms: measured.verify.as_secs_f64() * 1000.0,
         achieved_gops: measured.achieved_gops,
         reference_gops: measured.reference_gops,
         round_trip_ms: measured.round_trip.as_secs_f64() * 1000.0,
@@ -172,11 +175,11 @@ impl RentTask {
                 .await;
                 let passed = passed(measured);
                 tracing::info!(
-                    "lease {}: {peer} passed the challenge ({:.2} of {:.2} Gop/s, n = {})",
+                    "lease {}: {peer} passed the challenge ({:.2} of {:.2} Gop/s, {})",
                     lease.short(),
                     passed.achieved_gops,
                     passed.reference_gops,
-                    passed.n
+                    passed.shape
                 );
                 // A hold the renter asked for itself stays its to commit.
                 if !self.workload.held_by_renter() {
