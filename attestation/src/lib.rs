@@ -24,4 +24,4 @@ pub mod spec;
 pub use faults::{WatchEnd, XidEvent, fatal_xid};
 pub use plausibility::{Implausible, Plausibility, check_gpu};
 pub use probe::{DEFAULT_NVML_LIB, GpuTelemetry, GpuUsage, Probe, ProbeError};
-pub use spec::{GpuSpec, SPECS, spec_for_name};
+pub use spec::{Disguise, GpuSpec, SPECS, spec_for_name};

@@ -44,6 +44,57 @@ const fn cc(major: u8, minor: u8) -> ComputeCapability {
 /// each tile. Replaced by measurements as real hardware becomes available.
 pub const CHALLENGE_SHARE_OF_INT8: f64 = 0.5;
 
+/// Share of the memory bandwidth the challenge's memory fill is expected to sustain (it
+/// reads one random block and writes one per step, and hashes every block). An estimate
+/// until measured on real hardware.
+pub const FILL_SHARE_OF_BANDWIDTH: f64 = 0.5;
+/// Share of the claimed memory the challenge fills (the rest is the prover's own: the
+/// product, the driver's context).
+pub const FILL_SHARE_OF_MEMORY: f64 = 0.9;
+
+impl GpuSpec {
+    /// The reference bandwidth of the challenge's memory fill, GB/s.
+    pub fn fill_gbs(&self) -> f64 {
+        f64::from(self.bandwidth_gbs) * FILL_SHARE_OF_BANDWIDTH
+    }
+}
+
+/// Fake GPUs (the fake NVML driver's, for tests and the testnet) prove on the CPU and answer
+/// at their model's rates scaled down by these: the product at `challenge_gops` times
+/// [`FAKE_TENSOR_SCALE`] (an A100: 0.62 Gop/s, within any CPU's reach), the fill at
+/// `fill_gbs` times [`FAKE_BANDWIDTH_SCALE`] (an A100: 0.1 GB/s) over [`FAKE_MEMORY_SCALE`]
+/// of the claimed memory (an A100 80GB: 36 MB). A fake GPU is then as fast as its model,
+/// scaled, however busy the machine is (unless the CPU cannot keep up at all), so a renter
+/// can judge it as it judges real GPUs.
+pub const FAKE_TENSOR_SCALE: f64 = 2e-6;
+/// See [`FAKE_TENSOR_SCALE`].
+pub const FAKE_BANDWIDTH_SCALE: f64 = 1e-4;
+/// See [`FAKE_TENSOR_SCALE`].
+pub const FAKE_MEMORY_SCALE: f64 = 5e-4;
+
+/// What a GPU really is against what it claims to be: the ratio of each measure the
+/// challenge takes (the fake driver's disguises answer with these).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Disguise {
+    /// Real memory over claimed.
+    pub memory: f64,
+    /// Real INT8 tensor throughput over claimed.
+    pub tensor: f64,
+    /// Real memory bandwidth over claimed.
+    pub bandwidth: f64,
+}
+
+impl Disguise {
+    /// `real` sold as `claimed`.
+    pub fn of(real: &GpuSpec, claimed: &GpuSpec) -> Disguise {
+        Disguise {
+            memory: f64::from(real.vram_gb) / f64::from(claimed.vram_gb),
+            tensor: real.challenge_gops / claimed.challenge_gops,
+            bandwidth: f64::from(real.bandwidth_gbs) / f64::from(claimed.bandwidth_gbs),
+        }
+    }
+}
+
 macro_rules! specs {
     ($( $model:literal, $family:ident, [$($v:literal),*], $gb:literal, $bw:literal, $fp64:literal, $fp32:literal, $fp16:literal, $int8:literal, ($maj:literal, $min:literal); )+) => {
         /// The spec table (more specific variants of a family first).

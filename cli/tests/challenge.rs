@@ -1,11 +1,13 @@
 //! The performance guarantee with real processes: before the work starts the renter's node
-//! challenges the leased GPUs (a seeded product checked with Freivalds, timed by itself).
-//! The fake GPUs' reference rates are calibrated against the CPU prover in this same run: an
-//! honest fake L4 passes and its work starts; a host whose fake GPUs claim to be H100s, ten
-//! times faster than its prover sustains, is caught, ends `challenge-failed` and is paid
-//! nothing. Challenged again while it runs (`gpux challenge LEASE`), the honest host pauses
-//! the workload while it proves and passes; the slow one, rented without a challenge, is
-//! caught while running and its lease ends at once. The honest host's passed challenge,
+//! challenges the leased GPUs (a memory fill of the claimed memory, then a seeded INT8
+//! product; blocks and rows of each checked, both timed by itself). The fake GPUs'
+//! references are calibrated against the CPU provers in this same run: a genuine fake A100
+//! 80GB passes and its work starts; a fake "A100 80GB" that is really an A40 (the fake
+//! driver's `really`: 48 GB, the A40's rates) is caught on memory size and on throughput,
+//! ends `challenge-failed` and is paid nothing. Challenged again while it runs (`gpux
+//! challenge LEASE`), the honest host pauses the workload while it proves and passes; the
+//! disguised one, rented without a challenge, is caught while running and its lease ends
+//! at once. The honest host's passed challenge,
 //! once its lease has paid, is published: its offers claim the `challenged` tier, which a
 //! node that never rented grants on the evidence.
 
@@ -42,21 +44,26 @@ fn docker_actions(lease: &str, since: u64) -> Vec<String> {
 }
 
 #[test]
-fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught_unpaid() {
-    let rate = gpux_testnet::orders::cpu_prover_gops();
-    let mut market = Market::start(1, 0, 10);
-    market.add_host_of("NVIDIA H100 80GB HBM3", 85_899_345_920, (9, 0));
-    // The honest fake L4's reference is well within the prover's rate; an H100's is ten
-    // times what the prover sustains.
-    market.add_renter(&gpux_testnet::orders::challenge_references(rate, "l4"));
+fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
+    let mut market = Market::start(0, 0, 10);
+    market.add_host_of("NVIDIA A100-SXM4-80GB", 85_899_345_920, (8, 0));
+    let a40 = "[[gpu]]\nname = \"NVIDIA A100-SXM4-80GB\"\nreally = \"NVIDIA A40\"\nuuid = \"GPU-00000001-0000-3333-4444-555555555555\"\nmemory_total_bytes = 85899345920\ncompute_capability = [8, 0]\n";
+    market.add_host_config_in(a40, "us-east");
+    market.add_renter(&gpux_testnet::orders::fake_references(&["a100"]));
     let renter = &market.renters[0];
+    wait_for("the genuine A100 offered again", 30, || {
+        renter
+            .api()
+            .offers("gpu=a100 region=eu-west", 5)
+            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+    });
     let before = market.balance(renter);
     let rent = |query: &str| {
         let options = ["--challenge", "--max-price", "5", "--duration", "60"];
         market.rent_output(renter, query, &options, "echo challenged work; sleep 8")
     };
 
-    let out = rent("gpu=l4");
+    let out = rent("gpu=a100 region=eu-west");
     assert!(
         out.status.success(),
         "the honest host was refused: {}",
@@ -68,6 +75,17 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
         passed.achieved_gops >= 0.9 * passed.reference_gops,
         "{passed:?}"
     );
+    // It filled 90% of its claimed 80 GB, scaled as fake GPUs are, at its reference
+    // bandwidth.
+    let fill = 80e9 * 0.9 * gpux_attestation::spec::FAKE_MEMORY_SCALE;
+    assert!(
+        (passed.fill_bytes as f64) <= fill && passed.fill_bytes as f64 > 0.95 * fill,
+        "{passed:?}"
+    );
+    assert!(
+        passed.achieved_gbs >= 0.9 * passed.reference_gbs.unwrap(),
+        "{passed:?}"
+    );
     // Sized to dwarf the round trip: at least 20 of them at the reference rate.
     let dims: Vec<f64> = passed
         .shape
@@ -76,14 +94,13 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
         .collect();
     let compute_ms = 2.0 * dims.iter().product::<f64>() / (passed.reference_gops * 1e6);
     assert!(compute_ms >= 20.0 * passed.round_trip_ms, "{passed:?}");
-    // The renter downloaded the rows it checked, not the product.
+    // The renter downloaded the rows and blocks it checked, not the product or the fill:
+    // 128 rows with their paths, 64 blocks with their inputs and paths.
+    let depth = |leaves: f64| (leaves as u64).next_power_of_two().trailing_zeros() as u64;
     assert_eq!(passed.rows_checked as f64, dims[0].min(128.0), "{passed:?}");
-    let path = (dims[0] as u64).next_power_of_two().trailing_zeros() as u64;
-    assert_eq!(
-        passed.opened_bytes,
-        u64::from(passed.rows_checked) * (4 * dims[2] as u64 + 32 * path),
-        "{passed:?}"
-    );
+    let rows = u64::from(passed.rows_checked) * (4 * dims[2] as u64 + 32 * depth(dims[0]));
+    let blocks = 3 * 64 * (1024 + 32 * depth(passed.fill_bytes as f64 / 1024.0));
+    assert_eq!(passed.opened_bytes, rows + blocks, "{passed:?}");
     wait_for("the challenged work to run", 30, || {
         renter
             .api()
@@ -114,11 +131,16 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
         "a passed challenge ended the lease"
     );
 
-    // The H100 host answers right but at a third of its model's rate: caught.
-    let out = rent("gpu=h100");
-    assert!(!out.status.success(), "the slow H100 was accepted");
+    // The disguised A40 holds 60% of the fill and runs at the A40's rates: caught on both.
+    let out = rent("gpu=a100 region=us-east");
+    assert!(!out.status.success(), "the disguised A40 was accepted");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("failed the performance challenge"), "{err}");
+    assert!(
+        err.contains("memory: block") && err.contains("the claimed memory was not filled"),
+        "{err}"
+    );
+    assert!(err.contains("tensor throughput: "), "{err}");
     let slow = &market.hosts[1];
     let caught = slow.api().leases().unwrap();
     assert_eq!(caught.len(), 1, "{caught:?}");
@@ -142,12 +164,12 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
     wait_for("the slow host's GPU offered again", 30, || {
         renter
             .api()
-            .offers("gpu=h100", 5)
+            .offers("gpu=a100 region=us-east", 5)
             .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
     });
     let out = market.rent_output(
         renter,
-        "gpu=h100",
+        "gpu=a100 region=us-east",
         &["--max-price", "5", "--duration", "60"],
         "echo slow work; sleep 50",
     );
@@ -164,7 +186,10 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
             .is_ok_and(|p| p.text.contains("slow work"))
     });
     let out = renter.gpux(&["challenge", &running.lease]);
-    assert!(!out.status.success(), "the slow H100 passed while running");
+    assert!(
+        !out.status.success(),
+        "the disguised A40 passed while running"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("failed the performance challenge"), "{err}");
     wait_for("the caught running lease to settle", 40, || {
@@ -203,12 +228,58 @@ fn an_honest_host_passes_the_challenge_and_one_claiming_a_faster_model_is_caught
     wait_for(
         "the honest host's offer to be challenged, for the renter",
         60,
-        || challenged(renter, "gpu=l4 tier>=challenged"),
+        || challenged(renter, "gpu=a100 region=eu-west tier>=challenged"),
     );
     wait_for(
         "the honest host's offer to be challenged, for a third node",
         30,
-        || challenged(&market.ledger, "gpu=l4 tier>=challenged"),
+        || challenged(&market.ledger, "gpu=a100 region=eu-west tier>=challenged"),
     );
-    assert!(!challenged(renter, "gpu=h100"));
+    assert!(!challenged(renter, "gpu=a100 region=us-east"));
+
+    // Ten more times while two busy loops keep both cores loaded: the disguise fails on
+    // memory every time, since what catches it does not depend on the machine's speed.
+    struct Busy(Vec<std::process::Child>);
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            for child in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+    let _busy = Busy(
+        (0..2)
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("starting a busy loop")
+            })
+            .collect(),
+    );
+    for run in 0..10 {
+        wait_for("the disguised host's GPU offered again", 60, || {
+            renter
+                .api()
+                .offers("gpu=a100 region=us-east", 5)
+                .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+        });
+        // A host still proving a challenge the renter gave up on refuses the next one.
+        let mut out = rent("gpu=a100 region=us-east");
+        for _ in 0..30 {
+            if !String::from_utf8_lossy(&out.stderr).contains("another challenge runs") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            out = rent("gpu=a100 region=us-east");
+        }
+        assert!(
+            !out.status.success(),
+            "run {run}: the disguise passed under load"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        // The fill's blocks, or its time: the memory part fails.
+        assert!(err.contains("(memory: "), "run {run}: {err}");
+    }
 }

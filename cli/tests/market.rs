@@ -247,6 +247,11 @@ impl Market {
 
     /// Starts (and funds) one more host whose fake driver reads `toml` (`[[gpu]]` tables).
     pub fn add_host_config(&mut self, toml: &str) {
+        self.add_host_config_in(toml, "eu-west");
+    }
+
+    /// The same, in `region`.
+    pub fn add_host_config_in(&mut self, toml: &str, region: &str) {
         let h = self.hosts.len();
         let gpus = self._tmp.path().join(format!("gpus-{h}.toml"));
         std::fs::write(&gpus, toml).unwrap();
@@ -265,7 +270,7 @@ impl Market {
                 "--disk-price",
                 "36",
                 "--region",
-                "eu-west",
+                region,
                 "--min-duration",
                 "1",
                 "--republish",

@@ -161,12 +161,31 @@ pub const MAX_CHALLENGE_ROW: usize = 4 * crate::messages::MAX_CHALLENGE_N as usi
 /// The longest Merkle path (a tree over `MAX_CHALLENGE_M` rows).
 pub const MAX_CHALLENGE_PATH: usize = crate::messages::MAX_CHALLENGE_M.trailing_zeros() as usize;
 
+/// The most fill blocks a renter may pick.
+pub const MAX_PICKED_BLOCKS: usize = 256;
+/// The longest Merkle path of a fill (a tree over `MAX_FILL_LANES × MAX_FILL_BLOCKS` blocks).
+pub const MAX_FILL_PATH: usize = 40;
+/// The bytes of a fill block.
+pub const FILL_BLOCK_BYTES: usize = 1024;
+
+/// A block of a challenge's memory fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Encode, Decode)]
+pub struct BlockAt {
+    /// The lane.
+    pub lane: u32,
+    /// The block's index in its lane.
+    pub index: u32,
+}
+
 /// What the renter sends once it has the host's commitment: the rows it checks, ascending
-/// and distinct, each below the challenge's `m`.
+/// and distinct, each below the challenge's `m`, and the fill blocks it checks (each with
+/// an index of at least 2), ascending and distinct.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct ChallengePick {
     /// The rows.
     pub rows: BoundedVec<u32, MAX_PICKED_ROWS>,
+    /// The fill's blocks.
+    pub blocks: BoundedVec<BlockAt, MAX_PICKED_BLOCKS>,
 }
 
 /// What the host sends on a challenge stream after the renter's request.
@@ -185,10 +204,24 @@ pub enum ChallengeAnswer {
         /// Its Merkle path, bottom first.
         path: BoundedVec<ContentId, MAX_CHALLENGE_PATH>,
     },
-    /// All picked rows sent.
+    /// All picked rows and blocks sent.
     Done,
     /// The host will not answer (why).
     Failed(BoundedString<800>),
+    /// The Merkle root over the memory fill's blocks, sent the moment the fill is done
+    /// (the renter times the fill up to here); the signed response repeats it.
+    Filled(ContentId),
+    /// A fill block, after the rows: for each picked block, the block, its predecessor and
+    /// its reference, in that order; each its words (128 little-endian `u64`s) and its
+    /// Merkle path, bottom first.
+    Block {
+        /// Where it is.
+        at: BlockAt,
+        /// Its words.
+        words: BoundedBytes<FILL_BLOCK_BYTES>,
+        /// Its Merkle path.
+        path: BoundedVec<ContentId, MAX_FILL_PATH>,
+    },
 }
 
 /// What the renter sends on an exec stream after it was opened.

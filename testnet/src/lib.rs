@@ -256,8 +256,14 @@ pub fn up(
     let mut offers_by_family: std::collections::BTreeMap<&str, usize> = Default::default();
     let mut renter_family: Vec<Option<&str>> = Vec::new();
     let prover_gops = orders::cpu_prover_gops();
+    let fill_gbs = orders::cpu_fill_gbs();
+    let a100 = gpux_attestation::spec_for_name("NVIDIA A100-SXM4-80GB");
     progress(&format!(
-        "the CPU prover runs at {prover_gops:.3} Gop/s here: the fake GPUs' challenge references"
+        "the CPU provers run at {prover_gops:.3} Gop/s and fill at {fill_gbs:.2} GB/s here; fake GPUs answer at their models' rates scaled (an A100 at {:.2} Gop/s and {:.2} GB/s)",
+        a100.map_or(0.0, |s| s.challenge_gops
+            * gpux_attestation::spec::FAKE_TENSOR_SCALE),
+        a100.map_or(0.0, |s| s.fill_gbs()
+            * gpux_attestation::spec::FAKE_BANDWIDTH_SCALE),
     ));
     for i in 1..1 + config.hosts + config.renters {
         let is_host = i <= config.hosts;
@@ -305,6 +311,11 @@ pub fn up(
                     "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n",
                     cc.0, cc.1
                 ));
+                // The H100s are disguised L40S (48 GB): their challenge fills only what an
+                // L40S holds, and fails on memory however busy the machine is.
+                if model.contains("H100") {
+                    toml.push_str("really = \"NVIDIA L40S\"\n");
+                }
                 // An A100 host's first GPU runs MIG: two 1g.5gb slices, offered apart.
                 if g == 0 && model.contains("A100") {
                     toml.push_str("mig_enabled = true\nmig = [\n");
@@ -349,7 +360,7 @@ pub fn up(
             host_dirs.push(dir.clone());
         } else {
             // The fake GPUs prove on the CPU: renters judge them against it.
-            args.extend(orders::challenge_references(prover_gops, "a100"));
+            args.extend(orders::fake_references(&["a100", "h100"]));
             let r = i - 1 - config.hosts;
             let family =
                 (config.shard_renters && r >= 2 && r < config.renters - config.nat_renters)

@@ -45,7 +45,8 @@ pub struct OrderFigures {
 /// fixed multiple of it pass.
 pub fn cpu_prover_gops() -> f64 {
     use gpux_attestation::challenge;
-    let Ok(shape) = challenge::Shape::new(256, 1024, 256) else {
+    // A quarter of a second's work or so, like the challenges renters size.
+    let Ok(shape) = challenge::Shape::new(1024, 1024, 256) else {
         return 0.0;
     };
     (0..5u8)
@@ -56,23 +57,48 @@ pub fn cpu_prover_gops() -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The honest family's reference, as a share of the prover's rate: far enough below it
-/// that the load of a shared machine (a few times slower between calibration and
-/// challenge) cannot fail an honest host.
-pub const HONEST_SHARE: f64 = 0.1;
-/// The claimed H100s' reference, as a multiple of the prover's rate: far enough above it
-/// that no lull in the load lets the disguised host pass.
-pub const LIAR_FACTOR: f64 = 10.0;
+/// The CPU fill's bandwidth on this machine, GB/s (the fill's traffic over its time): the
+/// best of three fills of 16 MiB, for the same reason as [`cpu_prover_gops`].
+pub fn cpu_fill_gbs() -> f64 {
+    use gpux_attestation::challenge::fill;
+    let shape = fill::FillShape::for_bytes(16 << 20);
+    (0..3u8)
+        .map(|i| {
+            let filled = fill::fill_cpu(&[i; 32], shape, u64::MAX);
+            shape.traffic() / filled.elapsed.as_secs_f64().max(1e-9) / 1e9
+        })
+        .fold(0.0, f64::max)
+}
 
-/// A renter's challenge references for `rate` (the CPU prover's): `honest`'s well within
-/// it, the H100's [`LIAR_FACTOR`] times it, so a host whose fake GPUs claim H100s is caught.
-pub fn challenge_references(rate: f64, honest: &str) -> Vec<String> {
-    vec![
-        "--challenge-reference".into(),
-        format!("{honest}={}", rate * HONEST_SHARE),
-        "--challenge-reference".into(),
-        format!("h100={}", rate * LIAR_FACTOR),
-    ]
+/// A renter's references for fake GPUs, as a share of their models' scaled rates: the
+/// first spec row of each family's product rate and fill bandwidth times the fake GPUs'
+/// scales (`gpux_attestation::spec::FAKE_TENSOR_SCALE` ...) times this, so that a genuine
+/// fake GPU passes with room for a busy machine's delays, and an A40 sold as an A100 (48%
+/// of the product's rate, 34% of the bandwidth) or an L40S as an H100 does not.
+pub const FAKE_REFERENCE_SHARE: f64 = 0.8;
+
+/// A renter's `--challenge-reference` arguments for fake GPUs of `families` (keys such as
+/// `a100`): each family's reference rates, scaled as fake GPUs run, and the share of the
+/// claimed memory they fill.
+pub fn fake_references(families: &[&str]) -> Vec<String> {
+    use gpux_attestation::spec;
+    families
+        .iter()
+        .filter_map(|key| {
+            let family: gpux_protocol::GpuFamily = key.parse().ok()?;
+            let s = spec::specs_of(family).next()?;
+            Some([
+                "--challenge-reference".to_string(),
+                format!(
+                    "{key}={},{},{}",
+                    s.challenge_gops * spec::FAKE_TENSOR_SCALE * FAKE_REFERENCE_SHARE,
+                    s.fill_gbs() * spec::FAKE_BANDWIDTH_SCALE * FAKE_REFERENCE_SHARE,
+                    spec::FAKE_MEMORY_SCALE
+                ),
+            ])
+        })
+        .flatten()
+        .collect()
 }
 
 /// The second half of the round, with two hosts or more: `renter` challenges host-1's A100
@@ -123,10 +149,16 @@ pub(crate) fn challenge_and_group_round(
         again.achieved_gops
     ));
     match challenged("h100") {
-        Ok(_) => bail!("host-0, claiming H100s its prover cannot match, passed the challenge"),
+        Ok(_) => bail!("host-0, L40S disguised as H100s, passed the challenge"),
         Err(e) if e.to_string().contains("failed the performance challenge") => {
+            let why = e.to_string();
+            if !why.contains("memory:") {
+                bail!("host-0, L40S disguised as H100s, was not caught on memory: {why}");
+            }
             figures.challenges_failed = 1;
-            progress("orders: host-0, claiming H100s, failed the challenge and was paid nothing");
+            progress(
+                "orders: host-0, L40S disguised as H100s, failed the challenge on memory and was paid nothing",
+            );
         }
         Err(e) => bail!("the H100 challenge did not run: {e}"),
     }

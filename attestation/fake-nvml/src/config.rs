@@ -90,6 +90,11 @@ pub struct Gpu {
     /// MIG devices.
     #[serde(default)]
     pub mig: Vec<Mig>,
+    /// The model this fake GPU really is, when `name` is a disguise (an A40 sold as an
+    /// A100): the driver answers with `name`, and a host's challenge prover answers with
+    /// this model's memory and rates (`gpux_attestation::spec::Disguise`).
+    #[serde(default)]
+    pub really: Option<String>,
     /// GPU utilisation, percent.
     #[serde(default)]
     pub utilization_gpu: u32,

@@ -1,12 +1,16 @@
 //! The memory challenge: a data-dependent, memory-hard fill of the claimed memory, committed
 //! with a Merkle root and checked at blocks the renter picks afterwards.
 //!
-//! The memory is `lanes` lanes of `blocks` blocks of 1 KiB (128 words). In each lane the
-//! first two blocks come from the seed; every later block `j` is [`compress`]`(B[j-1],
-//! B[r])`, where `r` is read from `B[j-1]`'s first word: uniform over the earlier blocks
-//! `0 .. j-1`, unknown until `B[j-1]` exists. Lanes are independent (a GPU runs one per
-//! warp, without synchronisation). A device that holds every block reads one earlier block
-//! and writes one per step: the fill is bound by memory bandwidth, and the renter times it.
+//! The memory is `lanes` lanes of `blocks` blocks of 1 KiB (128 words), each lane cut into
+//! [`SLICES`] slices. In each lane the first two blocks come from the seed; every later block
+//! `j` is [`compress`]`(B[j-1], R)`, where the reference `R` is read from `B[j-1]`: in the
+//! first slice an earlier block of the same lane; after it, a block of any lane, from the
+//! slices every lane has finished (or an earlier block of its own lane) -- uniform, and
+//! unknown until `B[j-1]` exists. All lanes fill a slice at once (a GPU runs one lane per
+//! warp and synchronises between slices), and each slice can refer to everything filled
+//! before it, so the earlier slices of every lane must all be held: a device cannot fill the
+//! lanes a batch at a time. A device that holds every block reads one block and writes one
+//! per step: the fill is bound by memory bandwidth, and the renter times it.
 //!
 //! A device with less memory than it claims cannot hold every block. It can drop blocks and
 //! recompute them when a later block refers to one (each recomputation needs its own
@@ -25,6 +29,8 @@ use super::tensor::mix;
 pub const BLOCK_WORDS: usize = 128;
 /// Bytes in a block.
 pub const BLOCK_BYTES: u64 = 8 * BLOCK_WORDS as u64;
+/// Slices per lane: the points where every lane's earlier blocks become referable.
+pub const SLICES: u32 = 16;
 /// The derive-key context of a block's hash (a Merkle leaf).
 pub const BLOCK_CONTEXT: &str = "gpux challenge 2026-12 fill block";
 
@@ -36,7 +42,7 @@ pub type Block = [u64; BLOCK_WORDS];
 pub struct FillShape {
     /// Independent lanes.
     pub lanes: u32,
-    /// Blocks in each lane (at least 4).
+    /// Blocks in each lane: a multiple of [`SLICES`], at least two slices.
     pub blocks: u32,
 }
 
@@ -52,14 +58,31 @@ impl FillShape {
         2.0 * self.bytes() as f64
     }
 
-    /// The shape that fills `bytes` (rounded down to whole blocks) in `lanes` lanes.
-    pub fn for_bytes(bytes: u64, lanes: u32) -> FillShape {
-        let lanes = lanes.max(1);
-        let blocks = bytes / BLOCK_BYTES / u64::from(lanes);
+    /// A fill shape, if `lanes` ≥ 1 and `blocks` a multiple of [`SLICES`], at least two
+    /// slices, and the whole at most `max_bytes`.
+    pub fn new(lanes: u32, blocks: u32, max_bytes: u64) -> Option<FillShape> {
+        let shape = FillShape { lanes, blocks };
+        let fits = lanes >= 1
+            && blocks >= 2 * SLICES
+            && blocks.is_multiple_of(SLICES)
+            && shape.bytes() <= max_bytes;
+        fits.then_some(shape)
+    }
+
+    /// The shape that fills about `bytes` (at least two slices of one lane): one lane per MiB,
+    /// at most 8,192 lanes (a GPU's resident warps), whole slices.
+    pub fn for_bytes(bytes: u64) -> FillShape {
+        let lanes = (bytes >> 20).clamp(1, 8_192) as u32;
+        let per_lane = bytes / BLOCK_BYTES / u64::from(lanes);
+        let blocks = (per_lane / u64::from(SLICES) * u64::from(SLICES)).max(u64::from(2 * SLICES));
         FillShape {
             lanes,
-            blocks: u32::try_from(blocks).unwrap_or(u32::MAX).max(4),
+            blocks: u32::try_from(blocks).unwrap_or(u32::MAX / SLICES * SLICES),
         }
+    }
+
+    fn slice_len(&self) -> u32 {
+        self.blocks / SLICES
     }
 
     fn leaf(&self, lane: u32, j: u32) -> usize {
@@ -88,9 +111,23 @@ pub fn first_block(key: u64, lane: u32, j: u32) -> Block {
     std::array::from_fn(|i| super::tensor::word(key, base | i as u64))
 }
 
-/// The earlier block that block `j ≥ 2` refers to: read from its predecessor.
-pub fn reference(prev: &Block, j: u32) -> u32 {
-    (prev[0] % u64::from(j.max(2) - 1)) as u32
+/// The block that block `j ≥ 2` of `lane` refers to, `(lane, index)`: read from its
+/// predecessor. In the first slice, an earlier block of the lane; after it, a lane drawn
+/// from the predecessor's second word and, in another lane, a block of the slices finished
+/// before `j`'s, in its own lane an earlier block.
+pub fn reference(shape: FillShape, lane: u32, j: u32, prev: &Block) -> (u32, u32) {
+    let slice = j / shape.slice_len();
+    let other = if slice == 0 {
+        lane
+    } else {
+        (prev[1] % u64::from(shape.lanes)) as u32
+    };
+    let span = if other == lane {
+        j.max(2) - 1
+    } else {
+        slice * shape.slice_len()
+    };
+    (other, (prev[0] % u64::from(span)) as u32)
 }
 
 fn mix_pair(a: u64, b: u64, round: u32) -> u64 {
@@ -151,27 +188,25 @@ pub struct Filled {
 }
 
 /// The CPU prover's fill of `shape` on every core, keeping at most `holds` bytes: a device
-/// that holds less than the fill (a disguise) commits zeros for the blocks past what it
-/// holds in each lane, and computes later blocks from those zeros.
+/// that holds less than the fill (a disguise) keeps the first blocks of each lane and
+/// commits zeros for the rest, computing later blocks from what it has.
 pub fn fill_cpu(seed: &[u8; 32], shape: FillShape, holds: u64) -> Filled {
     let started = std::time::Instant::now();
     let key = key(seed, shape);
-    let kept_per_lane =
-        (holds / BLOCK_BYTES / u64::from(shape.lanes.max(1))).min(u64::from(shape.blocks)) as usize;
-    let lane_len = shape.blocks as usize;
+    let kept =
+        (holds / BLOCK_BYTES / u64::from(shape.lanes.max(1))).min(u64::from(shape.blocks)) as u32;
     let mut memory = vec![[0u64; BLOCK_WORDS]; shape.leaves()];
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let lanes_each = (shape.lanes as usize).div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        for (part, chunk) in memory.chunks_mut(lanes_each * lane_len).enumerate() {
-            scope.spawn(move || {
-                for (l, lane) in chunk.chunks_exact_mut(lane_len).enumerate() {
-                    let lane_no = (part * lanes_each + l) as u32;
-                    fill_lane(key, lane_no, lane, kept_per_lane);
-                }
-            });
-        }
-    });
+    for slice in 0..SLICES {
+        fill_slice(
+            key,
+            shape,
+            slice * shape.slice_len(),
+            kept,
+            &mut memory,
+            threads,
+        );
+    }
     let leaves = memory.iter().map(block_hash).collect();
     let tree = merkle::Tree::new(leaves);
     Filled {
@@ -183,16 +218,53 @@ pub fn fill_cpu(seed: &[u8; 32], shape: FillShape, holds: u64) -> Filled {
     }
 }
 
-fn fill_lane(key: u64, lane_no: u32, lane: &mut [Block], kept: usize) {
-    for j in 0..lane.len() {
-        let block = if j < 2 {
-            first_block(key, lane_no, j as u32)
-        } else {
-            let prev = &lane[j - 1];
-            compress(prev, &lane[reference(prev, j as u32) as usize])
-        };
-        lane[j] = if j < kept { block } else { [0; BLOCK_WORDS] };
+/// Every lane's blocks `start .. start + slice_len` at once, on `threads` threads: each lane
+/// writes its own slice and reads the slices every lane finished before it.
+fn fill_slice(
+    key: u64,
+    shape: FillShape,
+    start: u32,
+    kept: u32,
+    memory: &mut [Block],
+    threads: usize,
+) {
+    let end = start + shape.slice_len();
+    let mut before: Vec<&[Block]> = Vec::with_capacity(shape.lanes as usize);
+    let mut current: Vec<&mut [Block]> = Vec::with_capacity(shape.lanes as usize);
+    for lane in memory.chunks_exact_mut(shape.blocks as usize) {
+        let (done, rest) = lane.split_at_mut(start as usize);
+        before.push(done);
+        current.push(&mut rest[..(end - start) as usize]);
     }
+    let before = &before;
+    let lanes_each = current.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        for (part, group) in current.chunks_mut(lanes_each).enumerate() {
+            scope.spawn(move || {
+                for (i, slice) in group.iter_mut().enumerate() {
+                    let lane = (part * lanes_each + i) as u32;
+                    let read = |slice: &[Block], (l, idx): (u32, u32)| {
+                        if l == lane && idx >= start {
+                            slice[(idx - start) as usize]
+                        } else {
+                            before[l as usize][idx as usize]
+                        }
+                    };
+                    for j in start..end {
+                        let block = if j < 2 {
+                            first_block(key, lane, j)
+                        } else {
+                            let prev = read(slice, (lane, j - 1));
+                            let refd = read(slice, reference(shape, lane, j, &prev));
+                            compress(&prev, &refd)
+                        };
+                        slice[(j - start) as usize] =
+                            if j < kept { block } else { [0; BLOCK_WORDS] };
+                    }
+                }
+            });
+        }
+    });
 }
 
 impl Filled {
@@ -214,8 +286,8 @@ impl Filled {
             .filter(|(lane, j)| *lane < self.shape.lanes && (2..self.shape.blocks).contains(j))
             .map(|&(lane, j)| {
                 let prev = self.opened(lane, j - 1);
-                let r = reference(&prev.block, j);
-                [self.opened(lane, j), prev, self.opened(lane, r)]
+                let (rl, ri) = reference(self.shape, lane, j, &prev.block);
+                [self.opened(lane, j), prev, self.opened(rl, ri)]
             })
             .collect()
     }
@@ -325,8 +397,7 @@ pub fn verify_fill(
                 && b.index == *j
                 && p.lane == *lane
                 && p.index == j - 1
-                && r.lane == *lane
-                && r.index == reference(&p.block, *j)
+                && (r.lane, r.index) == reference(shape, *lane, *j, &p.block)
         })
         .count();
     if as_picked != picked.len() || openings.len() != picked.len() {
@@ -428,14 +499,30 @@ mod tests {
         for i in 0..20 {
             check(&sd, &filled, &seed(100 + i)).unwrap();
         }
-        // The definition, sequentially, for one lane.
+        // The definition, sequentially: slice by slice, lane by lane.
         let key = key(&sd, SHAPE);
-        let mut lane = vec![first_block(key, 3, 0), first_block(key, 3, 1)];
-        for j in 2..256u32 {
-            let prev = lane[j as usize - 1];
-            lane.push(compress(&prev, &lane[reference(&prev, j) as usize]));
+        let mut mem = vec![vec![[0u64; BLOCK_WORDS]; 256]; 8];
+        let mut crossed = 0;
+        for slice in 0..SLICES {
+            for lane in 0..8u32 {
+                for j in slice * 16..(slice + 1) * 16 {
+                    mem[lane as usize][j as usize] = if j < 2 {
+                        first_block(key, lane, j)
+                    } else {
+                        let prev = mem[lane as usize][j as usize - 1];
+                        let (rl, ri) = reference(SHAPE, lane, j, &prev);
+                        assert!(ri < j - 1 || (rl != lane && ri < slice * 16));
+                        crossed += usize::from(rl != lane);
+                        compress(&prev, &mem[rl as usize][ri as usize])
+                    };
+                }
+            }
         }
-        assert_eq!(filled.opened(3, 255).block, lane[255]);
+        for lane in 0..8u32 {
+            assert_eq!(filled.opened(lane, 255).block, mem[lane as usize][255]);
+        }
+        // After the first slice, most references land in other lanes.
+        assert!(crossed > 8 * 240 * 6 / 10, "{crossed}");
         // Too slow for the reference.
         let policy = FillPolicy::default();
         let coins = seed(5);
@@ -485,7 +572,8 @@ mod tests {
         // A reference other than the one the predecessor names.
         let mut openings = honest.open(&picks);
         let (lane, j) = picks[0];
-        openings[0][2] = honest.opened(lane, (openings[0][2].index + 1) % j);
+        let refd = openings[0][2].clone();
+        openings[0][2] = honest.opened(refd.lane, (refd.index + 1) % (j - 1));
         let got = verify_fill(&sd, SHAPE, &honest.root, &openings, FAST, &policy, &coins);
         assert!(matches!(got, Err(FillError::Unopened { .. })), "{got:?}");
         // A forged block, committed: its inputs do not make it.

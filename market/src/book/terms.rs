@@ -79,6 +79,12 @@ impl OrderBook {
         Some(e.family)
     }
 
+    /// The memory of each of an offer's GPUs (or MIG slices), GB.
+    pub fn offer_vram_gb(&self, offer: &ContentId) -> Option<u16> {
+        let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;
+        Some(e.vram_gb)
+    }
+
     /// The MIG profile of an offer of slices (`None` for whole GPUs or an unknown offer).
     pub fn offer_mig_profile(&self, offer: &ContentId) -> Option<&str> {
         let e = self.by_id.get(offer).and_then(|&i| self.entry(i))?;

@@ -186,6 +186,15 @@ pub struct ChallengePassed {
     pub achieved_gops: f64,
     /// The claimed model's reference rate, Gop/s.
     pub reference_gops: f64,
+    /// The memory fill's size, bytes (0: none asked).
+    #[serde(default)]
+    pub fill_bytes: u64,
+    /// The fill's bandwidth achieved, GB/s, by this node's clock.
+    #[serde(default)]
+    pub achieved_gbs: f64,
+    /// The claimed model's reference bandwidth, GB/s (`None`: not judged).
+    #[serde(default)]
+    pub reference_gbs: Option<f64>,
     /// The round trip the size was chosen against, ms.
     pub round_trip_ms: f64,
 }

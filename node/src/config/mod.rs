@@ -44,7 +44,8 @@
 //! cpus = 32                             # host: CPU threads given to leases (default: all)
 //! memory = "256GiB"                     # host: memory given to leases (default: all but a
 //!                                       # tenth, at least 2 GiB, kept for the host)
-//! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rate, Gop/s (fake GPUs)
+//! challenge_reference = ["l4=1.5"]      # renter: a family's challenge rates, Gop/s[,GB/s
+//!                                       # [,memory scale]] (fake GPUs prove on the CPU)
 //! market_families = ["h100", "a100"]    # follow only these families' offers (default: all;
 //!                                       # ["auto"]: those this node searches, rents and bids for)
 //! ```
@@ -204,10 +205,11 @@ pub struct Options {
     /// machine's, less a tenth, at least 2 GiB, kept for the host).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// Renter: the performance challenge's reference rate of a GPU family, `FAMILY=GOPS`
-    /// (repeatable), in place of the spec table's; for fake GPUs, whose CPU prover is
-    /// measured on the machine.
-    #[arg(long = "challenge-reference", value_name = "FAMILY=GOPS")]
+    /// Renter: the performance challenge's references of a GPU family (repeatable), in
+    /// place of the spec table's: the INT8 product's rate in Gop/s, optionally the memory
+    /// fill's bandwidth in GB/s (not judged when absent) and the share of the claimed memory
+    /// it fills (default 1); for fake GPUs, whose CPU provers are measured on the machine.
+    #[arg(long = "challenge-reference", value_name = "FAMILY=GOPS[,GBS[,SCALE]]")]
     pub challenge_reference: Option<Vec<String>>,
     /// The GPU families whose offers and attestations this node follows (`h100,a100`); the
     /// market is gossiped per family, so a renter that wants a few receives only those.
@@ -552,20 +554,29 @@ impl Effective {
         };
         let mut challenge_references = std::collections::BTreeMap::new();
         for pair in o.challenge_reference.as_deref().unwrap_or_default() {
-            let parsed = pair.split_once('=').and_then(|(family, gops)| {
-                let gops: f64 = gops
-                    .parse()
-                    .ok()
-                    .filter(|g: &f64| g.is_finite() && *g > 0.0)?;
-                Some((family.parse::<gpux_protocol::GpuFamily>().ok()?, gops))
-            });
-            let Some((family, gops)) = parsed else {
-                return Err(self.bad(
-                    "challenge_reference",
-                    format!("'{pair}': expected FAMILY=GOPS, e.g. l4=1.5"),
-                ));
-            };
-            challenge_references.insert(family, gops);
+            let parsed = pair
+                .split_once('=')
+                .ok_or_else(|| "no '='".to_string())
+                .and_then(|(family, reference)| {
+                    let family = family
+                        .parse::<gpux_protocol::GpuFamily>()
+                        .map_err(|e| e.to_string())?;
+                    Ok((
+                        family,
+                        reference.parse::<crate::plane::challenge::OwnReference>()?,
+                    ))
+                });
+            match parsed {
+                Ok((family, reference)) => {
+                    challenge_references.insert(family, reference);
+                }
+                Err(e) => {
+                    return Err(self.bad(
+                        "challenge_reference",
+                        format!("'{pair}': {e} (expected FAMILY=GOPS[,GBS[,SCALE]], e.g. l4=1.5 or a100=2,0.8,0.001)"),
+                    ));
+                }
+            }
         }
         let market_auto = o
             .market_families

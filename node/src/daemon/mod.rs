@@ -137,8 +137,9 @@ pub struct DaemonConfig {
     pub serve_ledger: Option<gpux_market::LedgerConfig>,
     /// Receipt interval and acknowledgement grace (a host announces them in its acceptances).
     pub timing: Timing,
-    /// Renter: challenge reference rates, Gop/s, by family, in place of the spec table's.
-    pub challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
+    /// Renter: challenge references by family, in place of the spec table's (fake GPUs).
+    pub challenge_references:
+        std::collections::BTreeMap<gpux_protocol::GpuFamily, crate::plane::challenge::OwnReference>,
     /// The families whose offers this node follows (None: every family).
     pub market_families: Option<std::collections::BTreeSet<gpux_protocol::GpuFamily>>,
     /// Follow the families this node's searches, rents, groups and bids name, as they come
@@ -285,8 +286,9 @@ pub(crate) struct Daemon {
     reachability: (p2p::Reachability, Vec<String>),
     /// The data directory (renters' images are saved under `outbox/` for staging).
     data_dir: std::path::PathBuf,
-    /// Challenge reference rates by family, in place of the spec table's (fake GPUs).
-    challenge_references: std::collections::BTreeMap<gpux_protocol::GpuFamily, f64>,
+    /// Challenge references by family, in place of the spec table's (fake GPUs).
+    challenge_references:
+        std::collections::BTreeMap<gpux_protocol::GpuFamily, crate::plane::challenge::OwnReference>,
     /// Passed challenges waiting for their lease to pay the host, to be published.
     pending_results: Vec<proof::Pending>,
     /// What `/metrics` accumulates.

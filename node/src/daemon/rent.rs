@@ -43,7 +43,7 @@ pub(crate) struct Candidate {
     pub(crate) cancel_fees: gpux_protocol::CancelFees,
     /// The performance challenge's reference rate of its model, Gop/s (none known: the
     /// offer cannot be challenged).
-    pub(crate) reference_gops: Option<f64>,
+    pub(crate) reference: Option<crate::plane::challenge::Reference>,
     /// What of the host's machine goes with each GPU.
     pub(crate) share: gpux_protocol::Share,
     /// What the host pulls from registries, and has cached.
@@ -380,7 +380,7 @@ impl RentTask {
                     image: offered_image,
                     retention,
                     cancel_fees,
-                    reference_gops,
+                    reference,
                     share,
                     pulls,
                 } = candidate;
@@ -484,7 +484,7 @@ impl RentTask {
                     .await;
                 let rented = match rented {
                     Ok(rented) if self.workload.challenge => {
-                        self.challenge_held(rented, host, reference_gops).await
+                        self.challenge_held(rented, host, reference).await
                     }
                     other => other,
                 };

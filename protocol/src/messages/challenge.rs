@@ -17,8 +17,14 @@ pub const MAX_CHALLENGE_K: u32 = 1 << 16;
 /// The most columns of `B` (and of the product) a challenge may ask for.
 pub const MAX_CHALLENGE_N: u32 = 1 << 14;
 
-/// A renter's challenge: compute the product of the `m × k` and `k × n` INT8 matrices
-/// derived from `seed`, and commit to its rows.
+/// The most lanes a challenge's memory fill may have.
+pub const MAX_FILL_LANES: u32 = 1 << 16;
+/// The most 1 KiB blocks in one lane of a fill.
+pub const MAX_FILL_BLOCKS: u32 = 1 << 24;
+
+/// A renter's challenge: fill `fill_lanes × fill_blocks` KiB of memory from `seed` (a
+/// memory-hard fill: its size and bandwidth), then compute the product of the `m × k` and
+/// `k × n` INT8 matrices derived from `seed` (tensor throughput), committing to each.
 #[derive(
     Debug,
     Clone,
@@ -42,6 +48,10 @@ pub struct ChallengeRequest {
     pub k: u32,
     /// Columns of `B` and of the product.
     pub n: u32,
+    /// Lanes of the memory fill (0: no fill).
+    pub fill_lanes: u32,
+    /// 1 KiB blocks in each lane of the fill (0: no fill).
+    pub fill_blocks: u32,
     /// The GPU to run on, or any.
     pub gpu: Option<GpuUuid>,
     /// Extension fields.
@@ -59,6 +69,16 @@ impl Message for ChallengeRequest {
         ] {
             ensure_nonzero(field, value.into())?;
             ensure_at_most(field, value.into(), max.into())?;
+        }
+        if self.fill_lanes > 0 || self.fill_blocks > 0 {
+            ensure_nonzero("fill_lanes", self.fill_lanes.into())?;
+            ensure_nonzero("fill_blocks", self.fill_blocks.into())?;
+            ensure_at_most("fill_lanes", self.fill_lanes.into(), MAX_FILL_LANES.into())?;
+            ensure_at_most(
+                "fill_blocks",
+                self.fill_blocks.into(),
+                MAX_FILL_BLOCKS.into(),
+            )?;
         }
         Ok(())
     }
@@ -87,6 +107,8 @@ pub struct ChallengeResponse {
     pub created_at: Timestamp,
     /// The Merkle root over the product's `m` row hashes.
     pub rows_root: ContentId,
+    /// The Merkle root over the fill's blocks, lane by lane (`None`: no fill asked).
+    pub fill_root: Option<ContentId>,
     /// Compute time, nanoseconds.
     pub elapsed_ns: u64,
     /// Extension fields.

@@ -49,7 +49,7 @@ pub use attestation::{
 pub use cancel::{CancelFees, FeeTier, MAX_FEE_TIERS};
 pub use challenge::{
     ChallengeRequest, ChallengeResponse, ChallengeResult, ChallengeVerdict, MAX_CHALLENGE_K,
-    MAX_CHALLENGE_M, MAX_CHALLENGE_N, MAX_RESULT_RESPONSE,
+    MAX_CHALLENGE_M, MAX_CHALLENGE_N, MAX_FILL_BLOCKS, MAX_FILL_LANES, MAX_RESULT_RESPONSE,
 };
 pub use lease::{
     DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,

@@ -165,6 +165,11 @@ impl HostRole {
             state: state.clone(),
             exec: exec.clone(),
             fake_gpus: options.fake_gpus,
+            fakes: std::sync::Arc::new(if options.fake_gpus {
+                crate::plane::challenge::fake_gpus()
+            } else {
+                Default::default()
+            }),
             busy: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
         }
         .spawn(&net)

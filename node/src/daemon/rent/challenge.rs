@@ -12,7 +12,7 @@ use gpux_protocol::{ContentId, PublicKey, RejectReason};
 
 use super::{Refusal, RentTask};
 use crate::daemon::{Daemon, Event, LeaseAct, act, report};
-use crate::plane::challenge::{self, ChallengeFailure, Measured};
+use crate::plane::challenge::{self, ChallengeFailure, Measured, Reference};
 
 fn passed(measured: Measured) -> ChallengePassed {
     ChallengePassed {
@@ -22,42 +22,58 @@ fn passed(measured: Measured) -> ChallengePassed {
         verify_ms: measured.verify.as_secs_f64() * 1000.0,
         achieved_gops: measured.achieved_gops,
         reference_gops: measured.reference_gops,
+        fill_bytes: measured.fill.map_or(0, |f| f.0),
+        achieved_gbs: measured.fill.map_or(0.0, |f| f.1),
+        reference_gbs: measured.fill.and_then(|f| f.2),
         round_trip_ms: measured.round_trip.as_secs_f64() * 1000.0,
     }
 }
 
 impl Daemon {
-    /// The challenge reference rate of `offer`'s GPUs, Gop/s: this node's for the family
+    /// The challenge reference of `offer`'s GPUs: this node's own for the family
     /// (`--challenge-reference`), else the spec table's; a MIG slice's is its share of the
     /// GPU's. `None` when the offer is not in the book or no rate is known.
-    pub(crate) fn challenge_reference(&self, offer: &gpux_protocol::ContentId) -> Option<f64> {
+    pub(crate) fn challenge_reference(&self, offer: &ContentId) -> Option<Reference> {
         let book = &self.market.book;
-        self.reference_of(book.offer_family(offer)?, book.offer_mig_profile(offer))
+        self.reference_of(
+            book.offer_family(offer)?,
+            book.offer_mig_profile(offer),
+            book.offer_vram_gb(offer),
+        )
     }
 
-    /// The challenge reference of a GPU of `family`, or of a MIG slice of one with
-    /// `profile` (its share of the GPU's).
+    /// The challenge reference of a GPU of `family` with `vram_gb` of memory (`None`: the
+    /// spec table's), or of a MIG slice of one with `profile` (its share of the rates).
     pub(crate) fn reference_of(
         &self,
         family: gpux_protocol::GpuFamily,
         profile: Option<&str>,
-    ) -> Option<f64> {
-        let whole = self
-            .challenge_references
-            .get(&family)
-            .copied()
-            .or_else(|| {
-                gpux_attestation::spec::specs_of(family)
-                    .next()
-                    .map(|s| s.challenge_gops)
-            })?;
-        match profile {
+        vram_gb: Option<u16>,
+    ) -> Option<Reference> {
+        let spec = gpux_attestation::spec::specs_of(family).next();
+        let own = self.challenge_references.get(&family);
+        let gops = own.map(|o| o.gops).or(spec.map(|s| s.challenge_gops))?;
+        let gbs = match own {
+            Some(o) => o.gbs,
+            None => spec.map(|s| s.fill_gbs()),
+        };
+        let share = match profile {
             Some(profile) => {
                 let (n, of) = family.mig_share(profile)?;
-                Some(whole * f64::from(n) / f64::from(of))
+                f64::from(n) / f64::from(of)
             }
-            None => Some(whole),
-        }
+            None => 1.0,
+        };
+        let memory_gb = vram_gb.or(spec.map(|s| s.vram_gb)).unwrap_or(0);
+        let fill = f64::from(memory_gb)
+            * 1e9
+            * gpux_attestation::spec::FILL_SHARE_OF_MEMORY
+            * own.map_or(1.0, |o| o.memory_scale);
+        Some(Reference {
+            gops: gops * share,
+            gbs: gbs.map(|g| g * share),
+            fill_bytes: fill as u64,
+        })
     }
 
     /// Challenges this node's running lease `id` (`POST /v1/leases/{id}/challenge`): the
@@ -83,9 +99,14 @@ impl Daemon {
         // attestation says the leased device is.
         let reference = self.challenge_reference(&offer).or_else(|| {
             let (name, profile) = self.market.validator.attested_device(&host, &device?)?;
+            let memory = profile
+                .as_deref()
+                .and_then(gpux_protocol::mig_profile_gb)
+                .or_else(|| gpux_attestation::spec_for_name(&name).map(|s| s.vram_gb));
             self.reference_of(
                 gpux_protocol::GpuFamily::classify(&name),
                 profile.as_deref(),
+                memory,
             )
         });
         let Some(reference) = reference else {
@@ -142,13 +163,13 @@ impl Daemon {
 }
 
 impl RentTask {
-    /// Challenges the held lease `rented` on `host` against `reference_gops`: committed
+    /// Challenges the held lease `rented` on `host` against `reference`: committed
     /// when it passes (and the renter asked for no hold of its own), ended otherwise.
     pub(super) async fn challenge_held(
         &self,
         rented: Rented,
         host: PublicKey,
-        reference_gops: Option<f64>,
+        reference: Option<Reference>,
     ) -> Result<Rented, Refusal> {
         let lease: ContentId = rented
             .lease
@@ -156,7 +177,7 @@ impl RentTask {
             .map_err(|e| Refusal::Refused(format!("{e}"), None))?;
         let peer = host.peer_id();
         let refused = |why: String| Refusal::Refused(why, Some(RejectReason::Invalid));
-        let Some(reference) = reference_gops else {
+        let Some(reference) = reference else {
             let _ = act(&self.events, lease, LeaseAct::Stop).await;
             return Err(refused(format!(
                 "{peer}: no challenge reference rate is known for its GPU model"

@@ -167,7 +167,7 @@ impl Daemon {
             retention: book
                 .offer_retention(&offer)
                 .unwrap_or((MicroCredits::ZERO, None)),
-            reference_gops: self.challenge_reference(&offer),
+            reference: self.challenge_reference(&offer),
             cancel_fees: book.offer_cancel_fees(&offer).unwrap_or_default(),
             share: book.offer_share(&offer).unwrap_or_default(),
             pulls: book.offer_pulls(&offer).unwrap_or_default(),
