@@ -89,6 +89,28 @@ ensure_promtool() {
     apt_install prometheus
 }
 
+# ensure_nvrtc: NVIDIA's NVRTC (and the CUDA headers it includes) from PyPI, pinned, in a
+# virtual environment under target/tools (no GPU or CUDA toolkit needed): scripts/ptx
+# compiles the challenge's CUDA kernels to PTX with it. Sets NVRTC_PYTHON and NVRTC_SITE.
+NVRTC_VERSION=12.2.140
+ensure_nvrtc() {
+    local venv="${CARGO_TARGET_DIR:-$PWD/target}/tools/nvrtc-$NVRTC_VERSION"
+    NVRTC_PYTHON="$venv/bin/python"
+    if [ ! -x "$NVRTC_PYTHON" ] || ! "$NVRTC_PYTHON" -c "import nvidia.cuda_nvrtc" 2>/dev/null; then
+        say "installing NVIDIA's NVRTC $NVRTC_VERSION from PyPI (to compile the CUDA kernels to PTX)"
+        if ! python3 -m venv "$venv" 2>/dev/null; then
+            apt_install python3-venv
+            python3 -m venv "$venv"
+        fi
+        "$venv/bin/pip" install --quiet --disable-pip-version-check \
+            "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION" \
+            "nvidia-cuda-nvcc-cu12==$NVRTC_VERSION" \
+            "nvidia-cuda-runtime-cu12==$NVRTC_VERSION"
+    fi
+    NVRTC_SITE=$("$NVRTC_PYTHON" -c "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))")
+    export NVRTC_PYTHON NVRTC_SITE
+}
+
 # ensure_systemd_analyze: the tests check `gpux host install`'s unit with systemd-analyze
 # verify (Debian's systemd package; nothing is started).
 ensure_systemd_analyze() {

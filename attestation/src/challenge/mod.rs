@@ -28,6 +28,7 @@
 //! This module has the CPU prover used for fake GPUs (tests, the testnet); the CUDA prover
 //! computes the same rows from the same seed.
 
+pub mod cuda;
 pub mod fill;
 pub mod merkle;
 pub mod tensor;
