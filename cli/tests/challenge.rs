@@ -50,6 +50,16 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     let a40 = "[[gpu]]\nname = \"NVIDIA A100-SXM4-80GB\"\nreally = \"NVIDIA A40\"\nuuid = \"GPU-00000001-0000-3333-4444-555555555555\"\nmemory_total_bytes = 85899345920\ncompute_capability = [8, 0]\n";
     market.add_host_config_in(a40, "us-east");
     market.add_renter(&gpux_testnet::orders::fake_references(&["a100"]));
+    // A second renter, for the re-challenges at the end: its A100 references fill no
+    // memory (a millionth of it), so that a challenge takes a quarter second.
+    market.add_renter(&[
+        "--challenge-reference".to_string(),
+        format!(
+            "a100={},{},0.000001",
+            312_000.0 * gpux_attestation::spec::FAKE_TENSOR_SCALE * 0.8,
+            1.0
+        ),
+    ]);
     let renter = &market.renters[0];
     wait_for("the genuine A100 offered again", 30, || {
         renter
@@ -236,6 +246,47 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
         || challenged(&market.ledger, "gpu=a100 region=eu-west tier>=challenged"),
     );
     assert!(!challenged(renter, "gpu=a100 region=us-east"));
+
+    // Challenged again at random while it runs (`--challenge-every`), by the second renter:
+    // a quarter-second challenge may come every 25 s at 1% of the time; the disguised host
+    // is caught at its first re-challenge and the lease ends.
+    let again = &market.renters[1];
+    wait_for(
+        "the disguised host's GPU offered to the second renter",
+        60,
+        || {
+            again
+                .api()
+                .offers("gpu=a100 region=us-east", 5)
+                .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+        },
+    );
+    let out = market.rent_output(
+        again,
+        "gpu=a100 region=us-east",
+        &[
+            "--max-price",
+            "5",
+            "--duration",
+            "120",
+            "--challenge-every",
+            "1s",
+        ],
+        "echo watched work; sleep 110",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let watched: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
+    // Widened to a hundred times a quarter-second challenge.
+    assert_eq!(watched.challenge_every_s, Some(25), "{watched:?}");
+    wait_for("a re-challenge to catch the disguised host", 60, || {
+        slow.lease(&watched.lease).settled
+    });
+    let ended = slow.lease(&watched.lease);
+    assert_eq!(ended.end.as_deref(), Some("challenge-failed"), "{ended:?}");
 
     // Ten more times while two busy loops keep both cores loaded: the disguise fails on
     // memory every time, since what catches it does not depend on the machine's speed.

@@ -68,6 +68,12 @@ pub(crate) struct Kind {
     /// model's reference rate, is paid nothing and the next offer is tried.
     #[arg(long, conflicts_with = "spread")]
     challenge: bool,
+    /// Challenge the GPUs again while the work runs, at random times about this far apart
+    /// (`6h`): each re-challenge pauses the work for at most 1% of the time it covers (a
+    /// shorter interval is widened), and a host that fails one ends the lease, paid for
+    /// what ran.
+    #[arg(long, value_name = "SPAN", value_parser = super::parse_duration, conflicts_with = "spread")]
+    challenge_every: Option<u32>,
     /// With --spot (and --disk): when preempted, this node copies the workspace out (only
     /// what changed since the last move), rents the best fitting offer again, copies it in
     /// (held: not billed) and starts the same workload; `gpux leases` shows the chain. The
@@ -243,6 +249,7 @@ pub(crate) fn request_of(
         best_effort: kind.best_effort,
         group: None,
         challenge: kind.challenge,
+        challenge_every_s: kind.challenge_every.map(u64::from),
         committed_s: kind.committed,
     })
 }
@@ -317,6 +324,12 @@ pub(crate) fn rent(
             c.shape,
             c.rows_checked,
             c.round_trip_ms
+        )?;
+    }
+    if let Some(every) = lease.challenge_every_s {
+        out!(
+            "challenged again while it runs, at random, about every {} (a host that fails ends it)",
+            humantime::format_duration(std::time::Duration::from_secs(every))
         )?;
     }
     if let Some(by) = lease.commit_by_ms {

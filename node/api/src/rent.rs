@@ -91,6 +91,11 @@ pub struct RentRequest {
     /// the next offer is tried.
     #[serde(default)]
     pub challenge: bool,
+    /// Challenge the lease's GPUs again while it runs, at random, about this often
+    /// (seconds): each re-challenge costs at most 1% of the time it covers (a shorter
+    /// interval is widened), and a host that fails one ends the lease.
+    #[serde(default)]
+    pub challenge_every_s: Option<u64>,
     /// CPU for the lease, thousandths of a core (at most its GPUs' share of the host;
     /// that share when absent).
     #[serde(default)]
@@ -270,6 +275,11 @@ pub struct Rented {
     /// The performance challenge it passed before its work started (`challenge`).
     #[serde(default)]
     pub challenge: Option<ChallengePassed>,
+    /// How often, on average, it is challenged again while it runs (seconds;
+    /// `challenge_every_s`, widened to the 1% rule), when a reference rate is known for its
+    /// model.
+    #[serde(default)]
+    pub challenge_every_s: Option<u64>,
 }
 
 /// A lease's workspace, kept after its workload for the renter to fetch results.

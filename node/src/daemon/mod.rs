@@ -175,6 +175,8 @@ pub(crate) enum Event {
         history: gpux_protocol::ledger_wire::HostHistory,
         ends: gpux_protocol::ledger_wire::HostEnds,
     },
+    /// Challenge `lease` again about every `every` while it runs.
+    Rechallenge { lease: ContentId, every: Duration },
     /// The renter's performance challenge of one of its leases passed (to publish once the
     /// lease has paid the host).
     ChallengePassed {
@@ -291,6 +293,8 @@ pub(crate) struct Daemon {
         std::collections::BTreeMap<gpux_protocol::GpuFamily, crate::plane::challenge::OwnReference>,
     /// Passed challenges waiting for their lease to pay the host, to be published.
     pending_results: Vec<proof::Pending>,
+    /// Running leases to challenge again (`--challenge-every`).
+    rechallenges: rent::rechallenge::Rechallenges,
     /// What `/metrics` accumulates.
     recorder: crate::metrics::Recorder,
     /// Where `/metrics` listens, once bound.
@@ -412,6 +416,7 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         challenge_references: config.challenge_references.clone(),
         pending_results: Vec::new(),
+        rechallenges: Default::default(),
         recorder: crate::metrics::Recorder {
             libp2p: Some(net.bandwidth()),
             ..crate::metrics::Recorder::default()
@@ -553,7 +558,10 @@ pub async fn run(
                 let _ = reply.send(daemon.metrics_snapshot());
             }
             _ = republish_tick.tick() => daemon.publish_offers(),
-            _ = pending_tick.tick() => daemon.publish_if_due(),
+            _ = pending_tick.tick() => {
+                daemon.publish_if_due();
+                daemon.rechallenge_if_due();
+            }
             _ = expire_tick.tick() => {
                 daemon.market.expire(now());
                 daemon.retry_bids();
@@ -684,6 +692,7 @@ impl Daemon {
                 self.market.book.set_reliability(host, score);
             }
             Event::ChallengePassed { lease, measured } => self.challenge_passed(lease, &measured),
+            Event::Rechallenge { lease, every } => self.rechallenges.add(lease, every),
             Event::Proof { lease, proof } => self.on_proof(lease, proof),
             Event::StoreFailed(why) => {
                 self.store_failed.get_or_insert(why);

@@ -56,6 +56,7 @@ mod image;
 mod in_loop;
 mod progress;
 mod rank;
+pub(crate) mod rechallenge;
 mod request;
 mod terms;
 use image::PullOutcome;
@@ -162,6 +163,8 @@ pub(crate) struct Workload {
     terms: Ext,
     /// Challenge the GPUs before the work starts (the lease is held for it).
     challenge: bool,
+    /// Challenge them again while the work runs, about this often.
+    challenge_every: Option<std::time::Duration>,
     /// The renter asked for a hold of its own (`--hold`): it commits, not the challenge.
     own_hold: bool,
     /// The CPU, memory and `/dev/shm` asked for.
@@ -489,7 +492,7 @@ impl RentTask {
                     other => other,
                 };
                 match rented {
-                    Ok(rented) => return Ok(rented),
+                    Ok(rented) => return Ok(self.rechallenged(rented, reference).await),
                     Err(Refusal::Taken(why, _)) => {
                         refusals.push(why);
                         reasons.push(Some(RejectReason::GpusUnavailable));

@@ -195,6 +195,7 @@ impl RentTask {
                 starts_at_ms: starts_at,
                 commit_by_ms: (report == RentReport::Held).then_some(commit_by).flatten(),
                 challenge: None,
+                challenge_every_s: None,
             }),
             Ok(RentReport::Failed { detail, .. }) => Err(Refusal::NotStarted(detail)),
             Err(_) => Err(Refusal::NotStarted(

@@ -296,6 +296,10 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         network: request.network,
         terms,
         challenge: request.challenge,
+        challenge_every: match request.challenge_every_s {
+            Some(0) => return Err(bad("--challenge-every")("must be more than 0 s".into())),
+            every => every.map(std::time::Duration::from_secs),
+        },
         own_hold: request.hold_s.is_some(),
         resources: Resources {
             cpu_millis: request.cpu_millis,

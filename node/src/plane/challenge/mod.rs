@@ -144,6 +144,16 @@ pub(crate) fn fill_for(bytes: u64) -> Option<FillShape> {
     (bytes >= 1 << 20).then(|| FillShape::for_bytes(bytes))
 }
 
+/// What one challenge against `reference` takes at the reference rates: the fill's traffic
+/// at its bandwidth (when judged) and the product's least time.
+pub(crate) fn expected_time(reference: &Reference) -> Duration {
+    let fill = match (fill_for(reference.fill_bytes), reference.gbs) {
+        (Some(f), Some(gbs)) if gbs > 0.0 => Duration::from_secs_f64(f.traffic() / (gbs * 1e9)),
+        _ => Duration::ZERO,
+    };
+    fill + MIN_COMPUTE
+}
+
 /// How long the renter waits for a commitment to work that takes `seconds` at the
 /// reference: the time a prover at the policy's lowest passing share needs, plus four
 /// round trips and a second of slack, at most [`ANSWER_WITHIN`]. An answer after it would
