@@ -164,6 +164,52 @@ fn nvml(lib: Option<&Path>) -> (Check, Option<gpux_protocol::Attestation>) {
     }
 }
 
+/// The NVIDIA container runtime is registered: does the toolkit reach the driver? Its CLI
+/// (`nvidia-container-cli info`, what the runtime runs for each container) lists the GPUs
+/// it would hand a container.
+fn toolkit_works(runtimes: &str) -> Check {
+    const NAME: &str = "NVIDIA container runtime";
+    match std::process::Command::new("nvidia-container-cli")
+        .arg("info")
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            let gpus = toolkit_gpus(&String::from_utf8_lossy(&out.stdout));
+            Check::ok(
+                NAME,
+                format!(
+                    "runtimes: {runtimes}; nvidia-container-cli reaches the driver and would give containers {gpus} GPU(s)"
+                ),
+            )
+        }
+        Ok(out) => Check::not(
+            NAME,
+            Status::Fail,
+            format!(
+                "registered, but `nvidia-container-cli info` fails: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("(no message)")
+            ),
+            "check the NVIDIA driver and the toolkit's configuration (nvidia-ctk), then restart Docker",
+        ),
+        Err(e) => Check::not(
+            NAME,
+            Status::Warn,
+            format!("registered (runtimes: {runtimes}), but nvidia-container-cli cannot run: {e}"),
+            "install the NVIDIA Container Toolkit (nvidia-container-toolkit) in full",
+        ),
+    }
+}
+
+/// How many GPUs `nvidia-container-cli info` lists (a `Device Index:` line each).
+fn toolkit_gpus(info: &str) -> usize {
+    info.lines()
+        .filter(|l| l.trim_start().starts_with("Device Index:"))
+        .count()
+}
+
 /// The Docker checks; returns where Docker keeps its data, when it says.
 async fn docker(checks: &mut Vec<Check>) -> Option<std::path::PathBuf> {
     const NAME: &str = "Docker";
@@ -198,7 +244,7 @@ async fn docker(checks: &mut Vec<Check>) -> Option<std::path::PathBuf> {
     ));
     let runtimes = facts.runtimes.join(", ");
     checks.push(if facts.runtimes.iter().any(|r| r == "nvidia") {
-        Check::ok("NVIDIA container runtime", format!("runtimes: {runtimes}"))
+        toolkit_works(&runtimes)
     } else {
         Check::not(
             "NVIDIA container runtime",
@@ -301,5 +347,15 @@ fn clock_synchronized() -> Option<bool> {
         -1 => None,
         libc::TIME_ERROR => Some(false),
         _ => Some(true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_toolkit_s_gpus_are_counted_from_its_info() {
+        let info = "NVRM version:   550.54.15\nCUDA version:   12.4\n\nDevice Index:   0\nDevice Minor:   0\nModel:          NVIDIA H100 80GB HBM3\n\nDevice Index:   1\nDevice Minor:   1\nModel:          NVIDIA H100 80GB HBM3\n";
+        assert_eq!(super::toolkit_gpus(info), 2);
+        assert_eq!(super::toolkit_gpus("NVRM version: 550\n"), 0);
     }
 }
