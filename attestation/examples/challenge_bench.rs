@@ -1,5 +1,6 @@
-//! The challenge's costs at the shapes a renter asks: the CPU prover's time, the renter's
-//! verification time (one core) and what it downloads.
+//! The challenge's costs at the shapes a renter asks: the CPU provers' time, the renter's
+//! verification time (one core) and what it downloads, for the product and for the memory
+//! fill.
 //!
 //! `cargo run --release -p gpux-attestation --example challenge_bench`
 //!
@@ -79,4 +80,60 @@ fn main() {
             bytes as f64 / 1024.0
         );
     }
+    fill_bench();
+}
+
+/// The fill: an H100 80GB's (72 GB) cannot be filled by a CPU in a benchmark's time, so the
+/// CPU fills 256 MiB with the same lane layout; the renter's check (64 blocks, each with its
+/// two inputs and three paths) does not depend on the size but for the paths' length, which
+/// the bytes count for the full fill.
+fn fill_bench() {
+    use gpux_attestation::challenge::fill::{
+        FillPolicy, FillShape, fill_cpu, pick_blocks, verify_fill,
+    };
+    let policy = FillPolicy::default();
+    println!();
+    println!(
+        "| fill | CPU fill | CPU GB/s (traffic) | renter's check (median of 5) | downloaded for the full fill |"
+    );
+    println!("|---|---|---|---|---|");
+    let full = FillShape::for_bytes((80e9 * 0.9) as u64);
+    let proved = FillShape::for_bytes(256 << 20);
+    let seed = [5u8; 32];
+    let filled = fill_cpu(&seed, proved, u64::MAX);
+    let times: Vec<Duration> = (0..5u8)
+        .map(|i| {
+            let coins = [i; 32];
+            let openings = filled.open(&pick_blocks(&coins, proved, &policy));
+            let started = Instant::now();
+            verify_fill(
+                &seed,
+                proved,
+                &filled.root,
+                &openings,
+                Timed {
+                    observed: Duration::from_secs(1),
+                    reference: 1e-9,
+                },
+                &policy,
+                &coins,
+            )
+            .expect("the honest fill passes");
+            started.elapsed()
+        })
+        .collect();
+    let leaves = u64::from(full.lanes) * u64::from(full.blocks);
+    let depth = u64::from(leaves.next_power_of_two().trailing_zeros());
+    let bytes = policy.blocks as u64 * 3 * (1024 + 32 * depth);
+    println!(
+        "| an H100 80GB's 90% ({} lanes x {} blocks; CPU: {} x {}) | {:.2} s | {:.2} | {:.2} ms | {:.1} KiB |",
+        full.lanes,
+        full.blocks,
+        proved.lanes,
+        proved.blocks,
+        filled.elapsed.as_secs_f64(),
+        proved.traffic() / filled.elapsed.as_secs_f64() / 1e9,
+        median(times).as_secs_f64() * 1000.0,
+        bytes as f64 / 1024.0
+    );
 }
