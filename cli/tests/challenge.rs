@@ -43,6 +43,13 @@ fn docker_actions(lease: &str, since: u64) -> Vec<String> {
         .collect()
 }
 
+/// Whether `node`'s book shows a free GPU of an offer matching `query`.
+fn offered_free(node: &super::market::Node, query: &str) -> bool {
+    node.api()
+        .offers(query, 5)
+        .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+}
+
 #[test]
 fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     let mut market = Market::start(0, 0, 10);
@@ -62,10 +69,7 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     ]);
     let renter = &market.renters[0];
     wait_for("the genuine A100 offered again", 30, || {
-        renter
-            .api()
-            .offers("gpu=a100 region=eu-west", 5)
-            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+        offered_free(renter, "gpu=a100 region=eu-west")
     });
     let before = market.balance(renter);
     let rent = |query: &str| {
@@ -172,10 +176,7 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     // Rented without a challenge, the slow host's lease runs; challenged while running, it
     // is caught and ends at once, paid for what ran (not its 60 s).
     wait_for("the slow host's GPU offered again", 30, || {
-        renter
-            .api()
-            .offers("gpu=a100 region=us-east", 5)
-            .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+        offered_free(renter, "gpu=a100 region=us-east")
     });
     let out = market.rent_output(
         renter,
@@ -254,12 +255,7 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     wait_for(
         "the disguised host's GPU offered to the second renter",
         60,
-        || {
-            again
-                .api()
-                .offers("gpu=a100 region=us-east", 5)
-                .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
-        },
+        || offered_free(again, "gpu=a100 region=us-east"),
     );
     let out = market.rent_output(
         again,
@@ -311,10 +307,7 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     );
     for run in 0..10 {
         wait_for("the disguised host's GPU offered again", 60, || {
-            renter
-                .api()
-                .offers("gpu=a100 region=us-east", 5)
-                .is_ok_and(|hits| hits.iter().any(|h| h.free >= 1))
+            offered_free(renter, "gpu=a100 region=us-east")
         });
         // A host still proving a challenge the renter gave up on refuses the next one.
         let mut out = rent("gpu=a100 region=us-east");
