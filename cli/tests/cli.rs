@@ -263,7 +263,7 @@ compute_capability = [8, 6]
         assert!(checks["workspace disk"].1.contains("MB/s"), "{checks:?}");
         let (status, found, _) = &checks["challenge self-test"];
         assert!(
-            status == "ok" && found.contains("Gop/s, product checked"),
+            status == "ok" && found.contains("INT8 product), rows checked"),
             "{found}"
         );
         let (status, found, fix) = &checks["first offer"];
