@@ -6,6 +6,7 @@
 //! spread, lets every renter rent, shows progress, and writes a JSON report. Every process it
 //! started is stopped at the end, on Ctrl-C, or if it fails; none is left behind.
 
+use fakes::{MODELS, family_of};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +19,7 @@ pub mod access;
 pub mod access_bench;
 pub mod api_bench;
 mod business;
+mod fakes;
 mod figures;
 pub mod flood;
 pub mod harness;
@@ -91,20 +93,7 @@ const PARTITION_HOLD: Duration = Duration::from_secs(8);
 /// check.
 const PARTITION_OVERRUN: Duration = Duration::from_secs(90);
 
-/// GPU models the fake hosts pretend to have: (NVML name, memory bytes, cc, base price).
-const MODELS: [(&str, u64, (u8, u8), &str); 5] = [
-    ("NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0), "2.40"),
-    ("NVIDIA A100-SXM4-40GB", 42_505_273_344, (8, 0), "1.30"),
-    ("NVIDIA L4", 24_152_899_584, (8, 9), "0.45"),
-    ("NVIDIA GeForce RTX 4090", 25_757_220_864, (8, 9), "0.40"),
-    ("NVIDIA A40", 48_305_799_168, (8, 6), "0.70"),
-];
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "asia-east"];
-
-/// The family key of one of the [`MODELS`].
-fn family_of(model: &str) -> &'static str {
-    gpux_protocol::GpuFamily::classify(model).key()
-}
 
 /// Builds (or finds, cached) the workload image through the local Docker daemon.
 pub fn build_image() -> anyhow::Result<String> {
@@ -298,36 +287,13 @@ pub fn up(
         args.extend(["--ack-grace", ACK_GRACE_S].map(String::from));
         if is_host {
             let h = i - 1;
-            let (model, memory, cc, price) = MODELS[h % MODELS.len()];
-            let count = 1 + h % 4;
+            let (model, _, _, price) = MODELS[h % MODELS.len()];
             // Faults are injected by writing `faults.toml` in its data directory.
-            let mut toml = format!("faults = \"{}\"\n\n", dir.join("faults.toml").display());
+            let toml = fakes::host_gpus(h, &dir.join("faults.toml"));
             // One offer per host, and one more for an A100 host's MIG slices.
             expected_offers += 1 + usize::from(model.contains("A100"));
             *offers_by_family.entry(family_of(model)).or_default() +=
                 1 + usize::from(model.contains("A100"));
-            for g in 0..count {
-                toml.push_str(&format!(
-                    "[[gpu]]\nname = \"{model}\"\nuuid = \"GPU-{h:08x}-0000-4000-8000-{g:012x}\"\nmemory_total_bytes = {memory}\ncompute_capability = [{}, {}]\nutilization_gpu = 87\n",
-                    cc.0, cc.1
-                ));
-                // The H100s are disguised L40S (48 GB): their challenge fills only what an
-                // L40S holds, and fails on memory however busy the machine is.
-                if model.contains("H100") {
-                    toml.push_str("really = \"NVIDIA L40S\"\n");
-                }
-                // An A100 host's first GPU runs MIG: two 1g.5gb slices, offered apart.
-                if g == 0 && model.contains("A100") {
-                    toml.push_str("mig_enabled = true\nmig = [\n");
-                    for s in 1..=2 {
-                        toml.push_str(&format!(
-                            "  {{ uuid = \"MIG-{h:08x}-0001-4000-8000-{s:012x}\", profile = \"1g.5gb\", memory_total_bytes = 5100273664 }},\n"
-                        ));
-                    }
-                    toml.push_str("]\n");
-                }
-                toml.push('\n');
-            }
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let gpus = dir.join("gpus.toml");
             std::fs::write(&gpus, toml)?;
