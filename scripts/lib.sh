@@ -141,6 +141,16 @@ ensure_workspace_tools() {
     apt_install e2fsprogs
 }
 
+# ensure_cxx: attestation's tests compile the CUDA kernels' BLAKE3 (attestation/cuda/
+# blake3.cuh) as C++ on the host and check it against the blake3 crate.
+ensure_cxx() {
+    if command -v c++ >/dev/null 2>&1; then
+        return 0
+    fi
+    say "installing g++ (to check the CUDA kernels' hashing on the CPU)"
+    apt_install g++
+}
+
 # ensure_registry: the tests and the testnet pull images from a real registry on loopback
 # (Debian's docker-registry, with TLS from openssl and basic auth from apache2-utils'
 # htpasswd). Only installed: each test starts its own registry process.

@@ -22,6 +22,7 @@ def main():
     name = os.path.basename(source).encode()
     check(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(program), text, name, 0, None, None))
     includes = [
+        os.path.dirname(os.path.abspath(source)),
         os.path.join(site, "nvidia/cuda_runtime/include"),
         os.path.join(site, "nvidia/cuda_nvcc/include"),
     ]

@@ -8,12 +8,13 @@
 // Every definition here must match the CPU's in attestation/src/challenge/ bit for bit:
 // the generator (tensor.rs: splitmix64 over positions), the product (exact i8 x i8 -> i32)
 // and the fill (fill.rs: lanes of 128-word blocks in 16 slices, seven butterfly rounds).
+// The hashes (row and block leaves, Merkle levels) are BLAKE3 in derive-key mode
+// (blake3.cuh), as the CPU computes them with the blake3 crate.
 // Not yet run on a GPU: scripts/gpu-check is where it is first checked against the CPU.
 
 #include <mma.h>
 
-typedef unsigned long long u64;
-typedef long long i64;
+#include "blake3.cuh"
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
 #define BLOCK_WORDS 128
@@ -35,11 +36,12 @@ __device__ __forceinline__ signed char entry(u64 key, u64 idx) {
     return (signed char)((word(key, idx >> 3) >> (8 * (idx & 7))) & 0xff);
 }
 
-// A (m x k, row-major) into `a`.
-extern "C" __global__ void gen_a(signed char* a, u64 key, u64 entries) {
+// `entries` entries of A (m x k, row-major) from word `first` on (row i starts at word
+// i * k / 8) into `a`.
+extern "C" __global__ void gen_a(signed char* a, u64 key, u64 first, u64 entries) {
     u64 w = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (w * 8 >= entries) return;
-    u64 v = word(key, w);
+    u64 v = word(key, first + w);
     for (int b = 0; b < 8; b++) a[w * 8 + b] = (signed char)((v >> (8 * b)) & 0xff);
 }
 
@@ -135,4 +137,72 @@ extern "C" __global__ void fill_slice(u64* mem, u64 key, unsigned lanes, unsigne
             prev[s] = out[s];
         }
     }
+}
+
+// Copies a context key (8 words) out of global memory.
+__device__ __forceinline__ void load_key(const u32* key, u32* k) {
+    for (int i = 0; i < 8; i++) k[i] = key[i];
+}
+
+// The chaining value of every chunk of `rows` rows of `c` (n values each, 4n bytes): one
+// thread per chunk, into `cvs` (8 words each, row after row). A row of one chunk is hashed
+// whole here (its chunk is the root).
+extern "C" __global__ void hash_row_chunks(const int* c, unsigned rows, unsigned n,
+                                           const u32* key, u32* cvs) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned row_bytes = 4 * n;
+    unsigned chunks = (row_bytes + B3_CHUNK_BYTES - 1) / B3_CHUNK_BYTES;
+    if (t >= (u64)rows * chunks) return;
+    u64 r = t / chunks;
+    unsigned chunk = (unsigned)(t % chunks);
+    unsigned bytes = min(B3_CHUNK_BYTES, row_bytes - chunk * B3_CHUNK_BYTES);
+    const u32* words = (const u32*)(c + r * n) + chunk * (B3_CHUNK_BYTES / 4);
+    u32 k[8];
+    load_key(key, k);
+    b3_chunk(words, bytes, chunk, k, chunks == 1, cvs + 8 * t);
+}
+
+// Each row's hash (its Merkle leaf) from its chunks' chaining values: one thread per row,
+// into `leaves` from leaf `first` on.
+extern "C" __global__ void hash_rows(const u32* cvs, unsigned rows, unsigned n,
+                                     const u32* key, u32* leaves, u64 first) {
+    u64 r = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    unsigned chunks = (4 * n + B3_CHUNK_BYTES - 1) / B3_CHUNK_BYTES;
+    u32* out = leaves + 8 * (first + r);
+    const u32* own = cvs + 8 * r * chunks;
+    if (chunks == 1) {
+        for (int i = 0; i < 8; i++) out[i] = own[i];
+        return;
+    }
+    u32 k[8];
+    load_key(key, k);
+    b3_merge(own, chunks, k, out);
+}
+
+// Each fill block's hash (one chunk: 1 KiB): one thread per block.
+extern "C" __global__ void hash_blocks(const u64* mem, u64 count, const u32* key,
+                                       u32* leaves) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    u32 k[8];
+    load_key(key, k);
+    b3_chunk((const u32*)(mem + t * BLOCK_WORDS), B3_CHUNK_BYTES, 0, k, true, leaves + 8 * t);
+}
+
+// One level of a Merkle tree (merkle.rs): node i of the level above is the hash of nodes
+// 2i and 2i + 1 below, `pad` (the level's padding subtree) where 2i + 1 is past the end.
+extern "C" __global__ void merkle_level(const u32* below, u64 below_count, const u32* pad,
+                                        const u32* key, u32* above) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (below_count + 1) / 2) return;
+    u32 block[16];
+    const u32* right = 2 * i + 1 < below_count ? below + 8 * (2 * i + 1) : pad;
+    for (int w = 0; w < 8; w++) {
+        block[w] = below[8 * 2 * i + w];
+        block[w + 8] = right[w];
+    }
+    u32 k[8];
+    load_key(key, k);
+    b3_chunk(block, 64, 0, k, true, above + 8 * i);
 }
