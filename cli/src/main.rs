@@ -422,6 +422,21 @@ enum AttestAction {
         #[arg(long, value_name = "TIME")]
         at: Option<String>,
     },
+    /// Challenge this machine's own GPUs with the CUDA prover, as a renter would (the
+    /// memory fill of the model the driver names, then the INT8 product), and print each
+    /// rate against the model's reference. Needs the NVIDIA driver only. Exits non-zero
+    /// unless every GPU passes.
+    Challenge {
+        /// Only this GPU (its UUID, `GPU-...`); repeat for several [default: every GPU].
+        #[arg(long, value_name = "UUID")]
+        gpu: Vec<String>,
+        /// The product lasts at least this long at the model's reference rate.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+        seconds: f64,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {
@@ -474,6 +489,13 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
     } = &cli.command
     {
         return cmd::attest::verify(file, at.as_deref());
+    }
+    if let Command::Attest {
+        action: Some(AttestAction::Challenge { gpu, seconds, json }),
+        ..
+    } = &cli.command
+    {
+        return cmd::attest::challenge(gpu, *seconds, *json);
     }
     let dir = data_dir(&cli)?;
     match cli.command {

@@ -30,6 +30,8 @@
 
 pub mod cuda;
 pub mod fill;
+pub mod gpu;
+pub mod local;
 pub mod merkle;
 pub mod tensor;
 

@@ -1,4 +1,4 @@
-//! `gpux attest` and `gpux attest verify`.
+//! `gpux attest`, `gpux attest verify` and `gpux attest challenge`.
 
 use std::path::Path;
 
@@ -108,4 +108,102 @@ pub(crate) fn attest(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow:
     } else {
         print_attestation(&report)
     }
+}
+
+/// One GPU's local challenge, for `gpux attest challenge --json`.
+#[derive(serde::Serialize)]
+struct Challenged {
+    uuid: String,
+    name: String,
+    compute_capability: String,
+    memory_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<gpux_attestation::challenge::local::LocalChallenge>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// `gpux attest challenge`: the CUDA prover on this machine's GPUs (those in `only`, or
+/// all), each product lasting at least `seconds` at its model's reference. `Ok(false)`
+/// when any GPU fails.
+pub(crate) fn challenge(only: &[String], seconds: f64, json: bool) -> anyhow::Result<bool> {
+    use gpux_attestation::challenge::{gpu, local};
+    if !(seconds.is_finite() && (0.01..=60.0).contains(&seconds)) {
+        anyhow::bail!("--seconds {seconds}: from 0.01 to 60");
+    }
+    let devices = gpu::devices()?;
+    let chosen: Vec<_> = devices
+        .into_iter()
+        .filter(|d| only.is_empty() || only.iter().any(|u| u.eq_ignore_ascii_case(&d.uuid)))
+        .collect();
+    if chosen.is_empty() {
+        anyhow::bail!("no CUDA device here is among {}", only.join(", "));
+    }
+    let mut all = Vec::new();
+    for info in chosen {
+        let spec = gpux_attestation::spec_for_name(&info.name);
+        let outcome = gpu::Device::open(&info.uuid).and_then(|device| {
+            local::run(&device, spec, std::time::Duration::from_secs_f64(seconds))
+        });
+        let (result, error) = match outcome {
+            Ok(result) => (Some(result), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        all.push(Challenged {
+            uuid: info.uuid,
+            name: info.name,
+            compute_capability: format!("{}.{}", info.cc.0, info.cc.1),
+            memory_bytes: info.memory_bytes,
+            result,
+            error,
+        });
+    }
+    let passed = all
+        .iter()
+        .all(|c| c.result.as_ref().is_some_and(|r| r.passed));
+    if json {
+        /// `gpux attest challenge --json`.
+        #[derive(serde::Serialize)]
+        struct Report {
+            passed: bool,
+            gpus: Vec<Challenged>,
+        }
+        print_json(&Report { passed, gpus: all })?;
+        return Ok(passed);
+    }
+    for c in &all {
+        out!(
+            "{} {} (compute capability {})",
+            c.uuid,
+            c.name,
+            c.compute_capability
+        )?;
+        if let Some(e) = &c.error {
+            out!("  failed: {e}")?;
+        }
+        if let Some(r) = &c.result {
+            let line = |what: &str, unit: &str, m: &local::Measured| {
+                let against = match (m.reference, m.share) {
+                    (Some(r), Some(s)) => {
+                        format!(" = {:.0}% of the reference {r:.0} {unit}", s * 100.0)
+                    }
+                    _ => " (no reference: the model is not in the spec table)".into(),
+                };
+                let verdict = m
+                    .failed
+                    .as_deref()
+                    .map_or("passed".to_string(), |f| format!("FAILED: {f}"));
+                format!(
+                    "  {what}: {} in {:.3} s, {:.0} {unit}{against}; {verdict}",
+                    m.work, m.seconds, m.rate
+                )
+            };
+            if let Some(f) = &r.fill {
+                out!("{}", line("memory fill", "GB/s", f))?;
+            }
+            out!("{}", line("INT8 product", "Gop/s", &r.product))?;
+            out!("  {}", if r.passed { "passed" } else { "FAILED" })?;
+        }
+    }
+    Ok(passed)
 }

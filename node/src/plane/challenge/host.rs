@@ -2,12 +2,11 @@
 //! (the fill, then the product), open what the renter picks.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
-use gpux_attestation::Disguise;
-use gpux_attestation::challenge::fill::{self, FillShape};
-use gpux_attestation::challenge::{self, Shape};
+use gpux_attestation::challenge::fill::FillShape;
+use gpux_attestation::challenge::Shape;
 use gpux_lease::HostPhase;
 use gpux_protocol::plane_wire::{
     BlockAt, ChallengeAnswer, ChallengeOpen, ChallengePick, Opened, PlaneRefusal,
@@ -19,132 +18,12 @@ use gpux_protocol::{
 use libp2p::PeerId;
 
 use super::CHALLENGE;
+use super::prover::{FakeGpu, GpuSession, Prover};
 use crate::attest::now;
 use crate::executor::Executor;
 use crate::p2p::Client;
 use crate::plane::{FramedStream, OPEN_WITHIN, framed, recv, send};
 use crate::store::{NodeState, SledStore};
-
-/// The most operations the CPU prover computes (tens of seconds on two cores): a renter,
-/// who pays for the lease, makes its host work at most this long per challenge, one at a
-/// time. A fake GPU claiming a faster model than its CPU answers late and fails.
-pub(crate) const MAX_CPU_OPS: f64 = 1e11;
-/// The most memory the CPU provers hold: `B` and the product, and the fill.
-const MAX_CPU_BYTES: u64 = 512 << 20;
-
-/// Whether the CPU prover computes a product of `shape`.
-fn cpu_proves(shape: Shape) -> Result<(), String> {
-    let bytes =
-        u64::from(shape.k) * u64::from(shape.n) + 4 * u64::from(shape.m) * u64::from(shape.n);
-    if shape.operations() > MAX_CPU_OPS || bytes > MAX_CPU_BYTES {
-        return Err(format!(
-            "{shape} is more than this host's CPU prover computes ({MAX_CPU_OPS:.0} operations, {} MiB)",
-            MAX_CPU_BYTES >> 20
-        ));
-    }
-    Ok(())
-}
-
-/// The fill a request asks for (`None`: none), if the CPU prover holds it.
-fn cpu_fills(request: &ChallengeRequest) -> Result<Option<FillShape>, String> {
-    if request.fill_lanes == 0 {
-        return Ok(None);
-    }
-    FillShape::new(request.fill_lanes, request.fill_blocks, MAX_CPU_BYTES)
-        .map(Some)
-        .ok_or_else(|| {
-            format!(
-                "a fill of {} lanes of {} blocks is not one this host's CPU prover holds (whole slices, at most {} MiB)",
-                request.fill_lanes,
-                request.fill_blocks,
-                MAX_CPU_BYTES >> 20
-            )
-        })
-}
-
-/// A fake GPU, as the fake driver describes it: the model it claims, and what it really
-/// is when that is a disguise.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FakeGpu {
-    claimed: &'static gpux_attestation::GpuSpec,
-    disguise: Option<Disguise>,
-}
-
-impl FakeGpu {
-    /// How long this fake GPU takes for a fill of `shape`: its claimed model's reference
-    /// bandwidth, scaled ([`gpux_attestation::spec::FAKE_BANDWIDTH_SCALE`]), at its real
-    /// model's share.
-    fn fill_time(&self, shape: FillShape) -> Duration {
-        let gbs = self.claimed.fill_gbs()
-            * gpux_attestation::spec::FAKE_BANDWIDTH_SCALE
-            * self.disguise.map_or(1.0, |d| d.bandwidth);
-        Duration::from_secs_f64(shape.traffic() / (gbs * 1e9))
-    }
-
-    /// How long this fake GPU takes for a product of `shape`, likewise.
-    fn product_time(&self, shape: Shape) -> Duration {
-        let gops = self.claimed.challenge_gops
-            * gpux_attestation::spec::FAKE_TENSOR_SCALE
-            * self.disguise.map_or(1.0, |d| d.tensor);
-        Duration::from_secs_f64(shape.operations() / (gops * 1e9))
-    }
-
-    /// What it holds of a fill of `bytes`.
-    fn holds(&self, bytes: u64) -> u64 {
-        self.disguise
-            .map_or(u64::MAX, |d| (bytes as f64 * d.memory) as u64)
-    }
-}
-
-/// The fake driver's GPUs (the file `GPUX_FAKE_NVML_CONFIG` names) whose model the spec
-/// table knows, by device.
-pub(crate) fn fake_gpus() -> BTreeMap<GpuUuid, FakeGpu> {
-    #[derive(serde::Deserialize)]
-    struct File {
-        #[serde(default)]
-        gpu: Vec<Gpu>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Gpu {
-        name: String,
-        uuid: String,
-        really: Option<String>,
-    }
-    let Some(path) = std::env::var_os("GPUX_FAKE_NVML_CONFIG") else {
-        return BTreeMap::new();
-    };
-    let file: File = match std::fs::read_to_string(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|text| toml::from_str(&text).map_err(|e| e.to_string()))
-    {
-        Ok(file) => file,
-        Err(e) => {
-            tracing::warn!("reading the fake GPUs from {}: {e}", path.display());
-            return BTreeMap::new();
-        }
-    };
-    file.gpu
-        .into_iter()
-        .filter_map(|g| {
-            let claimed = gpux_attestation::spec_for_name(&g.name)?;
-            let disguise = match g.really.as_deref() {
-                Some(real) => Some(Disguise::of(
-                    gpux_attestation::spec_for_name(real)?,
-                    claimed,
-                )),
-                None => None,
-            };
-            Some((g.uuid.parse().ok()?, FakeGpu { claimed, disguise }))
-        })
-        .collect()
-}
-
-/// Waits until `took` since `started`: a fake GPU answers when its model would have.
-async fn pace(started: Instant, took: Option<Duration>) {
-    if let Some(rest) = took.and_then(|t| t.checked_sub(started.elapsed())) {
-        tokio::time::sleep(rest).await;
-    }
-}
 
 /// The host's side: serves challenges of its held leases with the CPU prover (fake GPUs
 /// only).
@@ -198,8 +77,13 @@ impl ChallengeHost {
     }
 
     /// Whether `peer` may challenge `lease` now: its renter, while it is held or running.
-    /// `Ok(true)`: it runs, and its container is paused while the host proves.
-    fn admit(&self, peer: PeerId, lease: ContentId) -> Result<bool, (PlaneRefusal, String)> {
+    /// `Ok((true, _))`: it runs, and its container is paused while the host proves; the
+    /// lease's GPUs.
+    fn admit(
+        &self,
+        peer: PeerId,
+        lease: ContentId,
+    ) -> Result<(bool, Vec<GpuUuid>), (PlaneRefusal, String)> {
         let (record, request) = crate::plane::renters_lease(&self.state, peer, lease)?;
         let held = record.phase == HostPhase::Starting
             && record.committed_at.is_none()
@@ -211,13 +95,17 @@ impl ChallengeHost {
                 "a challenge runs on a held lease, before its commit, or on a running one".into(),
             ));
         }
-        if !self.fake_gpus {
-            return Err((
-                PlaneRefusal::Unavailable,
-                "this host has no GPU prover yet (the CUDA prover is pending)".into(),
-            ));
-        }
-        Ok(running)
+        Ok((running, request.gpus.to_vec()))
+    }
+
+    /// The CUDA prover on each of the lease's GPUs, opened before the renter's clock starts
+    /// (the driver compiles the kernels as it opens each).
+    async fn open_gpus(gpus: &[GpuUuid]) -> Result<Vec<(GpuUuid, GpuSession)>, String> {
+        let opened = futures::future::join_all(gpus.iter().map(|&g| GpuSession::open(g))).await;
+        gpus.iter()
+            .zip(opened)
+            .map(|(&g, session)| Ok((g, session.map_err(|e| format!("{g}: {e}"))?)))
+            .collect()
     }
 
     /// The container of a running lease, paused: `None` when it could not be found or
@@ -248,13 +136,23 @@ impl ChallengeHost {
                 return refuse(&mut framed, PlaneRefusal::Malformed, &e.to_string()).await;
             }
         };
-        let running = match self.admit(peer, open.lease) {
-            Ok(running) => running,
+        let (running, gpus) = match self.admit(peer, open.lease) {
+            Ok(admitted) => admitted,
             Err((code, detail)) => return refuse(&mut framed, code, &detail).await,
         };
         let Ok(_permit) = self.busy.clone().try_acquire_owned() else {
             return refuse(&mut framed, PlaneRefusal::Busy, "another challenge runs").await;
         };
+        let mut sessions = Vec::new();
+        if !self.fake_gpus {
+            match Self::open_gpus(&gpus).await {
+                Ok(opened) => sessions = opened,
+                Err(why) => {
+                    let why = format!("the CUDA prover cannot run: {why}");
+                    return refuse(&mut framed, PlaneRefusal::Unavailable, &why).await;
+                }
+            }
+        }
         // A running lease's workload is frozen from before the renter's clock starts until
         // the host's answer is sent (when it stops): Docker's latency is never timed.
         let paused = if running {
@@ -289,10 +187,28 @@ impl ChallengeHost {
             let _ = send(&mut framed, &fail("not a challenge this host answers")).await;
             return;
         };
+        let mut prover = if self.fake_gpus {
+            Prover::Cpu {
+                fake: request.gpu.and_then(|g| self.fakes.get(&g).copied()),
+                filled: None,
+                proof: None,
+            }
+        } else {
+            let named = request
+                .gpu
+                .and_then(|g| sessions.into_iter().find(|(s, _)| *s == g));
+            match named {
+                Some((_, session)) => Prover::Gpu(session),
+                None => {
+                    let why = "the challenge names none of the lease's GPUs";
+                    let _ = send(&mut framed, &fail(why)).await;
+                    return;
+                }
+            }
+        };
         let work = Shape::new(request.m, request.k, request.n)
             .map_err(|e| e.to_string())
-            .and_then(|shape| cpu_proves(shape).map(|()| shape))
-            .and_then(|shape| Ok((shape, cpu_fills(&request)?)));
+            .and_then(|shape| Ok((shape, prover.admits(shape, &request)?)));
         let (shape, fill_shape) = match work {
             Ok(work) => work,
             Err(why) => {
@@ -300,44 +216,37 @@ impl ChallengeHost {
                 return;
             }
         };
-        let fake = request.gpu.and_then(|g| self.fakes.get(&g).copied());
         let seed = request.seed;
         // The fill first: its root stops the renter's first clock.
-        let filled = match fill_shape {
-            Some(f) => {
-                let holds = fake.map_or(u64::MAX, |g| g.holds(f.bytes()));
-                let started = Instant::now();
-                let Ok(filled) =
-                    tokio::task::spawn_blocking(move || fill::fill_cpu(&seed, f, holds)).await
-                else {
-                    return;
-                };
-                pace(started, fake.map(|g| g.fill_time(f))).await;
-                if send(
-                    &mut framed,
-                    &ChallengeAnswer::Filled(ContentId(filled.root)),
-                )
-                .await
-                .is_err()
-                {
+        let fill_root = match fill_shape {
+            Some(f) => match prover.fill(seed, f).await {
+                Ok(root) => {
+                    let filled = ChallengeAnswer::Filled(ContentId(root));
+                    if send(&mut framed, &filled).await.is_err() {
+                        return;
+                    }
+                    Some(root)
+                }
+                Err(why) => {
+                    let _ = send(&mut framed, &fail(&format!("the fill: {why}"))).await;
                     return;
                 }
-                Some(filled)
-            }
+            },
             None => None,
         };
         let started = Instant::now();
-        let Ok(proof) =
-            tokio::task::spawn_blocking(move || challenge::prove_cpu(&seed, shape)).await
-        else {
-            return;
+        let rows_root = match prover.prove(seed, shape).await {
+            Ok(root) => root,
+            Err(why) => {
+                let _ = send(&mut framed, &fail(&format!("the product: {why}"))).await;
+                return;
+            }
         };
-        pace(started, fake.map(|g| g.product_time(shape))).await;
         let body = ChallengeResponse {
             request: request.id(),
             created_at: now(),
-            rows_root: ContentId(proof.root),
-            fill_root: filled.as_ref().map(|f| ContentId(f.root)),
+            rows_root: ContentId(rows_root),
+            fill_root: fill_root.map(ContentId),
             elapsed_ns: u64::try_from(started.elapsed().as_nanos())
                 .unwrap_or(u64::MAX)
                 .max(1),
@@ -363,47 +272,57 @@ impl ChallengeHost {
             let _ = send(&mut framed, &fail(why)).await;
             return;
         }
-        for row in proof.open(&pick.rows) {
-            let values: Vec<u8> = row.row.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let (Ok(values), Ok(path)) = (
-                BoundedBytes::new(values),
-                BoundedVec::new(row.path.into_iter().map(ContentId).collect()),
-            ) else {
+        let picks = pick.blocks.iter().map(|b| (b.lane, b.index)).collect();
+        let (rows, blocks) = match prover.open(pick.rows.to_vec(), picks).await {
+            Ok(opened) => opened,
+            Err(why) => {
+                let _ = send(&mut framed, &fail(&format!("opening: {why}"))).await;
                 return;
-            };
-            let answer = ChallengeAnswer::Row {
-                index: row.index,
-                values,
-                path,
+            }
+        };
+        for row in rows {
+            let values: Vec<u8> = row.row.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let Some(answer) =
+                opened_answer(values, row.path, |values, path| ChallengeAnswer::Row {
+                    index: row.index,
+                    values,
+                    path,
+                })
+            else {
+                return;
             };
             if send(&mut framed, &answer).await.is_err() {
                 return;
             }
         }
-        if let Some(filled) = &filled {
-            let picks: Vec<(u32, u32)> = pick.blocks.iter().map(|b| (b.lane, b.index)).collect();
-            for block in filled.open(&picks).into_iter().flatten() {
-                let words: Vec<u8> = block.block.iter().flat_map(|w| w.to_le_bytes()).collect();
-                let (Ok(words), Ok(path)) = (
-                    BoundedBytes::new(words),
-                    BoundedVec::new(block.path.into_iter().map(ContentId).collect()),
-                ) else {
-                    return;
-                };
-                let at = BlockAt {
-                    lane: block.lane,
-                    index: block.index,
-                };
-                if send(&mut framed, &ChallengeAnswer::Block { at, words, path })
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
+        for block in blocks.into_iter().flatten() {
+            let words: Vec<u8> = block.block.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let at = BlockAt {
+                lane: block.lane,
+                index: block.index,
+            };
+            let Some(answer) = opened_answer(words, block.path, |words, path| {
+                ChallengeAnswer::Block { at, words, path }
+            }) else {
+                return;
+            };
+            if send(&mut framed, &answer).await.is_err() {
+                return;
             }
         }
         let _ = send(&mut framed, &ChallengeAnswer::Done).await;
     }
+}
+
+/// An opened row or block as a frame: its bytes and path within the wire's bounds.
+fn opened_answer<const B: usize, const P: usize>(
+    bytes: Vec<u8>,
+    path: Vec<[u8; 32]>,
+    frame: impl FnOnce(BoundedBytes<B>, BoundedVec<ContentId, P>) -> ChallengeAnswer,
+) -> Option<ChallengeAnswer> {
+    let bytes = BoundedBytes::new(bytes).ok()?;
+    let path = BoundedVec::new(path.into_iter().map(ContentId).collect()).ok()?;
+    Some(frame(bytes, path))
 }
 
 /// Whether the renter's pick names distinct rows of the product and blocks of the fill

@@ -23,6 +23,7 @@
 //! docs/attestation.md).
 
 mod host;
+mod prover;
 mod renter;
 
 use std::time::Duration;
@@ -30,7 +31,8 @@ use std::time::Duration;
 use gpux_attestation::challenge::{self, Policy, Shape, fill::FillShape};
 use libp2p::StreamProtocol;
 
-pub(crate) use host::{ChallengeHost, fake_gpus};
+pub(crate) use host::ChallengeHost;
+pub(crate) use prover::fake_gpus;
 pub(crate) use renter::run;
 
 /// `/gpux/challenge/1`.
