@@ -484,6 +484,44 @@ compute_capability = [8, 6]
         assert!(!ok && out.contains("12 or more digits"), "{out}");
     }
 
+    /// `scripts/gpu-check`, the ready check for a GPU machine, run here on the fake driver:
+    /// one JSON document with the attestation (verified) and the CUDA prover's answer
+    /// (this machine has no CUDA driver: it says so, and the check fails).
+    #[test]
+    fn gpu_check_prints_one_json_document_of_every_step() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("gpus.toml");
+        std::fs::write(&config, TWO).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/gpu-check");
+        let out = Command::new(script)
+            .env("GPUX", env!("CARGO_BIN_EXE_gpux"))
+            .env("GPUX_NVML_LIB", fake_lib())
+            .env("GPUX_FAKE_NVML_CONFIG", &config)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let gpus = report["attest"]["attestation"]["gpus"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{report}"));
+        assert_eq!(gpus.len(), 2, "{report}");
+        assert_eq!(report["attest_verify"]["passed"], true, "{report}");
+        let verified = report["attest_verify"]["output"].as_str().unwrap();
+        assert!(verified.contains("report verified"), "{verified}");
+        let cuda = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists();
+        if !cuda {
+            let error = report["challenge"]["error"].as_str().unwrap_or_default();
+            assert!(error.contains("libcuda.so"), "{report}");
+            assert_eq!(report["passed"], false);
+            assert!(!out.status.success());
+        }
+    }
+
     #[test]
     fn without_a_driver_attest_fails_clearly() {
         let tmp = tempfile::tempdir().unwrap();
