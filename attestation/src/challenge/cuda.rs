@@ -4,10 +4,11 @@
 //! host needs no CUDA toolkit. CI compiles the source again and checks the PTX is the same.
 //!
 //! The kernels generate `A` and `B` (transposed), compute the product on the tensor cores
-//! (WMMA, `i8` summed in `i32`) and fill memory a slice at a time, each as the CPU code of
-//! [`super::tensor`] and [`super::fill`] defines them. The prover that launches them (the
-//! driver API through a crate such as cudarc, the rows and blocks hashed and committed as
-//! the CPU prover does) is not built yet, and the kernels have not run on a GPU.
+//! (WMMA, `i8` summed in `i32`), fill memory a slice at a time, and hash rows, blocks and
+//! Merkle levels (BLAKE3, `attestation/cuda/blake3.cuh`), each as the CPU code of
+//! [`super::tensor`], [`super::fill`] and [`super::merkle`] defines them. [`super::gpu`]
+//! launches them. The hashing is checked here on the CPU (compiled as C++); the kernels
+//! have not yet run on a GPU (`scripts/gpu-check` is where they first will).
 
 /// The CUDA C source.
 pub const SOURCE: &str = include_str!("../../cuda/challenge.cu");

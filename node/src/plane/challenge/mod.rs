@@ -15,12 +15,12 @@
 //! the renter checks them, and each rate by its own clock against 90% of the reference. It
 //! downloads the picked rows and blocks only.
 //!
-//! The prover is pluggable; this host serves fake GPUs with the CPU provers
+//! The host's provers ([`prover`]): fake GPUs are served by the CPU provers
 //! (`gpux_attestation::challenge`), answering when the fake GPU's model would have, its
 //! rates scaled (`gpux_attestation::spec::FAKE_TENSOR_SCALE`), and for a disguised fake GPU
-//! (`really` in the fake driver's configuration) with the real model's memory and rates. A host with real GPUs
-//! refuses a challenge (`Unavailable`) until the CUDA prover lands (see
-//! docs/attestation.md).
+//! (`really` in the fake driver's configuration) with the real model's memory and rates;
+//! real GPUs by the CUDA prover (`gpux_attestation::challenge::gpu`), opened before the
+//! renter's clock starts (see docs/attestation.md).
 
 mod host;
 mod prover;
