@@ -165,6 +165,22 @@ pub fn specs_of(family: GpuFamily) -> impl Iterator<Item = &'static GpuSpec> {
     SPECS.iter().filter(move |s| s.family == family)
 }
 
+/// The challenge references (product Gop/s, fill GB/s) a GPU of `family` with `vram_gb`
+/// of memory is held to: an offer names its family and memory, not its variant (an H100
+/// 80GB may be the SXM or the PCIe card), so the slowest variant with that memory sets each
+/// (an honest PCIe card passes; a card of another memory size is not judged by it). `None`
+/// memory, or none matching: the family's slowest variant.
+pub fn references(family: GpuFamily, vram_gb: Option<u16>) -> Option<(f64, f64)> {
+    let matching = |s: &&GpuSpec| vram_gb.is_none_or(|gb| s.vram_gb == gb);
+    let rows: Vec<&GpuSpec> = match specs_of(family).filter(matching).count() {
+        0 => specs_of(family).collect(),
+        _ => specs_of(family).filter(matching).collect(),
+    };
+    let gops = rows.iter().map(|s| s.challenge_gops).reduce(f64::min)?;
+    let gbs = rows.iter().map(|s| s.fill_gbs()).reduce(f64::min)?;
+    Some((gops, gbs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +210,28 @@ mod tests {
             let spec = spec_for_name(name).unwrap_or_else(|| panic!("{name} not in the table"));
             assert_eq!(spec.family, GpuFamily::classify(name), "{name}");
         }
+    }
+
+    /// An offer says family and memory: the references are the slowest variant's with that
+    /// memory, never another memory size's (an 80GB A100 is not held to the 40GB card's
+    /// bandwidth, nor an H100 80GB to the 94 GB NVL's).
+    #[test]
+    fn references_follow_the_offer_s_memory() {
+        let (gops, gbs) = references(GpuFamily::A100, Some(80)).unwrap();
+        assert_eq!(gbs, 1935.0 * FILL_SHARE_OF_BANDWIDTH);
+        assert_eq!(gops, 624.0 * 1000.0 * CHALLENGE_SHARE_OF_INT8);
+        let (_, gbs) = references(GpuFamily::A100, Some(40)).unwrap();
+        assert_eq!(gbs, 1555.0 * FILL_SHARE_OF_BANDWIDTH);
+        let (gops, gbs) = references(GpuFamily::H100, Some(80)).unwrap();
+        assert_eq!(gbs, 2000.0 * FILL_SHARE_OF_BANDWIDTH);
+        assert_eq!(gops, 1513.0 * 1000.0 * CHALLENGE_SHARE_OF_INT8);
+        let (_, gbs) = references(GpuFamily::H100, Some(94)).unwrap();
+        assert_eq!(gbs, 3900.0 * FILL_SHARE_OF_BANDWIDTH);
+        // The L40S sold as an H100 80GB still falls short on both rates.
+        let l40s = spec_for_name("NVIDIA L40S").unwrap();
+        assert!(l40s.challenge_gops < 0.9 * references(GpuFamily::H100, Some(80)).unwrap().0);
+        assert!(l40s.fill_gbs() < 0.9 * gbs);
+        assert!(references(GpuFamily::A100, Some(12)).is_some());
     }
 
     #[test]

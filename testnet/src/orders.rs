@@ -70,9 +70,9 @@ pub fn cpu_fill_gbs() -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// A renter's references for fake GPUs, as a share of their models' scaled rates: the
-/// first spec row of each family's product rate and fill bandwidth times the fake GPUs'
-/// scales (`gpux_attestation::spec::FAKE_TENSOR_SCALE` ...) times this, so that a genuine
+/// A renter's references for fake GPUs, as a share of their models' scaled rates: each
+/// family's slowest variant's product rate and fill bandwidth
+/// (`gpux_attestation::spec::references`) times the fake GPUs' scales (`gpux_attestation::spec::FAKE_TENSOR_SCALE` ...) times this, so that a genuine
 /// fake GPU passes with room for a busy machine's delays, and an A40 sold as an A100 (48%
 /// of the product's rate, 34% of the bandwidth) or an L40S as an H100 does not.
 pub const FAKE_REFERENCE_SHARE: f64 = 0.8;
@@ -86,13 +86,13 @@ pub fn fake_references(families: &[&str]) -> Vec<String> {
         .iter()
         .filter_map(|key| {
             let family: gpux_protocol::GpuFamily = key.parse().ok()?;
-            let s = spec::specs_of(family).next()?;
+            let (gops, gbs) = spec::references(family, None)?;
             Some([
                 "--challenge-reference".to_string(),
                 format!(
                     "{key}={},{},{}",
-                    s.challenge_gops * spec::FAKE_TENSOR_SCALE * FAKE_REFERENCE_SHARE,
-                    s.fill_gbs() * spec::FAKE_BANDWIDTH_SCALE * FAKE_REFERENCE_SHARE,
+                    gops * spec::FAKE_TENSOR_SCALE * FAKE_REFERENCE_SHARE,
+                    gbs * spec::FAKE_BANDWIDTH_SCALE * FAKE_REFERENCE_SHARE,
                     spec::FAKE_MEMORY_SCALE
                 ),
             ])

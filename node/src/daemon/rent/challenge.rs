@@ -51,11 +51,12 @@ impl Daemon {
         vram_gb: Option<u16>,
     ) -> Option<Reference> {
         let spec = gpux_attestation::spec::specs_of(family).next();
+        let table = gpux_attestation::spec::references(family, vram_gb);
         let own = self.challenge_references.get(&family);
-        let gops = own.map(|o| o.gops).or(spec.map(|s| s.challenge_gops))?;
+        let gops = own.map(|o| o.gops).or(table.map(|t| t.0))?;
         let gbs = match own {
             Some(o) => o.gbs,
-            None => spec.map(|s| s.fill_gbs()),
+            None => table.map(|t| t.1),
         };
         let share = match profile {
             Some(profile) => {

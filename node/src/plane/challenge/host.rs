@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures::StreamExt;
-use gpux_attestation::challenge::fill::FillShape;
 use gpux_attestation::challenge::Shape;
+use gpux_attestation::challenge::fill::FillShape;
 use gpux_lease::HostPhase;
 use gpux_protocol::plane_wire::{
     BlockAt, ChallengeAnswer, ChallengeOpen, ChallengePick, Opened, PlaneRefusal,
