@@ -196,6 +196,11 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
             .logs(&running.lease, 0)
             .is_ok_and(|p| p.text.contains("slow work"))
     });
+    // A receipt acknowledged first, so that the lease has run something to pay for (a
+    // running lease is challenged on the product alone: it is caught within a second).
+    wait_for("a receipt of the slow work", 30, || {
+        slow.lease(&running.lease).acked_seq >= 1
+    });
     let out = renter.gpux(&["challenge", &running.lease]);
     assert!(
         !out.status.success(),
@@ -278,9 +283,20 @@ fn an_honest_host_passes_the_challenge_and_a_disguised_a40_is_caught_unpaid() {
     let watched: gpux_api::Rented = serde_json::from_slice(&out.stdout).unwrap();
     // Widened to a hundred times a quarter-second challenge.
     assert_eq!(watched.challenge_every_s, Some(25), "{watched:?}");
-    wait_for("a re-challenge to catch the disguised host", 60, || {
+    let caught_in_time = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(200));
         slow.lease(&watched.lease).settled
     });
+    assert!(
+        caught_in_time,
+        "no re-challenge caught the disguised host within 60 s; the renter's re-challenges:\n{}",
+        again
+            .log()
+            .lines()
+            .filter(|l| l.contains("challenge"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let ended = slow.lease(&watched.lease);
     assert_eq!(ended.end.as_deref(), Some("challenge-failed"), "{ended:?}");
 

@@ -117,6 +117,13 @@ impl Daemon {
             )));
             return;
         };
+        // The product alone: the paused workload keeps its memory on the GPU, so a fill of
+        // the claimed memory would fail an honest host for the renter's own allocations.
+        // The memory was proved before the work (`--challenge`); a GPU cannot shrink since.
+        let reference = Reference {
+            fill_bytes: 0,
+            ..reference
+        };
         let (net, key, events) = (self.net.clone(), self.key.clone(), self.events_tx.clone());
         tokio::spawn(async move {
             let peer = host.peer_id();
