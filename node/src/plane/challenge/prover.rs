@@ -49,6 +49,27 @@ fn cpu_fills(request: &ChallengeRequest) -> Result<Option<FillShape>, String> {
         })
 }
 
+/// The longest a renter waits for a product (`super::ANSWER_WITHIN`): a GPU computes no
+/// product longer than this at its model's INT8 peak, so a renter cannot hold a host's GPU
+/// for hours with one challenge of a held lease it never commits.
+const MAX_GPU_SECONDS: f64 = 60.0;
+/// The INT8 rate assumed for a GPU the spec table does not know, Gop/s (an H100's peak).
+const UNKNOWN_PEAK_GOPS: f64 = 1_979_000.0;
+
+/// Whether the CUDA prover computes a product of `shape` on GPU `name`: at most
+/// [`MAX_GPU_SECONDS`] at its model's dense INT8 peak.
+fn gpu_proves(shape: Shape, name: &str) -> Result<(), String> {
+    let peak = gpux_attestation::spec_for_name(name).map_or(UNKNOWN_PEAK_GOPS, |s| {
+        f64::from(s.int8_tensor_tops) * 1000.0
+    });
+    if shape.operations() > peak * 1e9 * MAX_GPU_SECONDS {
+        return Err(format!(
+            "{shape} is more than {name} computes in {MAX_GPU_SECONDS:.0} s at its INT8 peak"
+        ));
+    }
+    Ok(())
+}
+
 /// A fake GPU, as the fake driver describes it: the model it claims, and what it really
 /// is when that is a disguise.
 #[derive(Debug, Clone, Copy)]
@@ -160,15 +181,20 @@ impl Prover {
                 cpu_proves(shape)?;
                 cpu_fills(request)
             }
-            Prover::Gpu(_) if request.fill_lanes == 0 => Ok(None),
-            Prover::Gpu(_) => FillShape::new(request.fill_lanes, request.fill_blocks, u64::MAX)
+            Prover::Gpu(session) => {
+                gpu_proves(shape, &session.name)?;
+                if request.fill_lanes == 0 {
+                    return Ok(None);
+                }
+                FillShape::new(request.fill_lanes, request.fill_blocks, u64::MAX)
                 .map(Some)
                 .ok_or_else(|| {
                     format!(
                         "a fill of {} lanes of {} blocks is not a fill (whole slices, at least two)",
                         request.fill_lanes, request.fill_blocks
                     )
-                }),
+                })
+            }
         }
     }
 
@@ -236,13 +262,15 @@ enum Command {
 }
 
 enum Answer {
-    Ready,
+    Ready(String),
     Root(Hash),
     Opened(Vec<Opened>, Vec<Opening>),
 }
 
 /// The CUDA prover on one GPU, on a thread of its own: commands in, answers out.
 pub(crate) struct GpuSession {
+    /// The device's name, as the driver gives it.
+    name: String,
     commands: std::sync::mpsc::Sender<Command>,
     answers: tokio::sync::mpsc::Receiver<Result<Answer, String>>,
 }
@@ -263,9 +291,16 @@ impl GpuSession {
             .name("gpux-challenge-gpu".into())
             .spawn(move || gpu_worker(&name, &inbox, &outbox))
             .map_err(|e| format!("starting the CUDA prover: {e}"))?;
-        let mut session = GpuSession { commands, answers };
+        let mut session = GpuSession {
+            name: String::new(),
+            commands,
+            answers,
+        };
         match session.next().await? {
-            Answer::Ready => Ok(session),
+            Answer::Ready(name) => {
+                session.name = name;
+                Ok(session)
+            }
             _ => Err("the CUDA prover answered out of turn".into()),
         }
     }
@@ -306,7 +341,10 @@ fn gpu_worker(
             return;
         }
     };
-    if outbox.blocking_send(Ok(Answer::Ready)).is_err() {
+    if outbox
+        .blocking_send(Ok(Answer::Ready(device.info.name.clone())))
+        .is_err()
+    {
         return;
     }
     let mut filled: Option<GpuFill<'_>> = None;
@@ -339,5 +377,31 @@ fn gpu_worker(
         if outbox.blocking_send(answer).is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A renter cannot make a GPU compute for more than a minute: the bound follows the
+    /// model's INT8 peak (an L4's minute is a fifth of an H100's).
+    #[test]
+    fn a_gpu_computes_at_most_a_minute_at_its_peak() {
+        let one_second_h100 = Shape::new(1_843_136, 32_768, 8_192).unwrap();
+        assert!(gpu_proves(one_second_h100, "NVIDIA H100 80GB HBM3").is_ok());
+        assert!(gpu_proves(one_second_h100, "NVIDIA L4").is_ok());
+        // The protocol's largest product (2^55 operations) is 18 s of an H100's peak,
+        // 149 s of an L4's: refused there.
+        let largest = Shape::new(
+            gpux_protocol::MAX_CHALLENGE_M,
+            gpux_protocol::MAX_CHALLENGE_K,
+            gpux_protocol::MAX_CHALLENGE_N,
+        )
+        .unwrap();
+        assert!(gpu_proves(largest, "NVIDIA H100 80GB HBM3").is_ok());
+        let why = gpu_proves(largest, "NVIDIA L4").unwrap_err();
+        assert!(why.contains("60 s at its INT8 peak"), "{why}");
+        assert!(gpu_proves(largest, "NVIDIA Tesla T4").is_err());
     }
 }
