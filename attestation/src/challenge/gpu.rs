@@ -284,20 +284,32 @@ impl Device {
         })
     }
 
-    fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    /// `len` elements on the device from `make`, or why they do not fit.
+    fn allocated<T>(
         &self,
         len: u64,
         what: &str,
+        make: impl FnOnce(usize) -> Result<CudaSlice<T>, DriverError>,
     ) -> Result<CudaSlice<T>, GpuError> {
         let len = usize::try_from(len)
-            .map_err(|_| GpuError::Memory(format!("{what}: {len} elements")))?;
-        self.stream.alloc_zeros::<T>(len.max(1)).map_err(|e| {
+            .map_err(|_| GpuError::Memory(format!("{what}: {len} elements")))?
+            .max(1);
+        make(len).map_err(|e| {
             GpuError::Memory(format!(
                 "{what} ({} MiB) does not fit {}: {e}",
                 (len * std::mem::size_of::<T>()) >> 20,
                 self.info.name
             ))
         })
+    }
+
+    /// `len` cleared elements.
+    fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        len: u64,
+        what: &str,
+    ) -> Result<CudaSlice<T>, GpuError> {
+        self.allocated(len, what, |n| self.stream.alloc_zeros::<T>(n))
     }
 
     /// Memory the kernels write in full before anything reads it (the fill, the leaves):
@@ -307,16 +319,8 @@ impl Device {
         len: u64,
         what: &str,
     ) -> Result<CudaSlice<T>, GpuError> {
-        let len = usize::try_from(len)
-            .map_err(|_| GpuError::Memory(format!("{what}: {len} elements")))?;
         // SAFETY: the caller's kernel writes every element before any is read.
-        unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(|e| {
-            GpuError::Memory(format!(
-                "{what} ({} MiB) does not fit {}: {e}",
-                (len * std::mem::size_of::<T>()) >> 20,
-                self.info.name
-            ))
-        })
+        self.allocated(len, what, |n| unsafe { self.stream.alloc::<T>(n) })
     }
 
     fn key_on_device(&self, context: &str) -> Result<CudaSlice<u32>, GpuError> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::fill::{self, FillPolicy, FillShape};
 use super::gpu::{Device, GpuError};
-use super::{Policy, Shape, Timed, shape_for};
+use super::{Policy, Timed, shape_for};
 use crate::spec::{FILL_SHARE_OF_MEMORY, GpuSpec};
 
 /// One measure of a local challenge.
@@ -38,8 +38,8 @@ pub struct Measured {
 pub struct LocalChallenge {
     /// The model the driver names, when the spec table knows it.
     pub model: Option<String>,
-    /// The memory fill (`None`: the device had no room for one).
-    pub fill: Option<Measured>,
+    /// The memory fill (failed on memory when the device had no room for it).
+    pub fill: Measured,
     /// The INT8 product.
     pub product: Measured,
     /// Whether every measure was checked and reached 90% of its reference.
@@ -50,7 +50,8 @@ pub struct LocalChallenge {
 const UNKNOWN_GOPS: f64 = 100_000.0;
 
 /// Runs the challenge on `device` as a renter of `spec` would (the claimed memory filled,
-/// a product lasting at least `at_least` at the reference), with fresh randomness.
+/// a product lasting at least `at_least` at the reference), with fresh randomness. A fill
+/// that does not fit the device fails the memory measure; the product still runs.
 pub fn run(
     device: &Device,
     spec: Option<&GpuSpec>,
@@ -62,85 +63,57 @@ pub fn run(
         f64::from(s.vram_gb) * 1e9
     });
     let fill_shape = FillShape::for_bytes((memory * FILL_SHARE_OF_MEMORY) as u64);
-    let fill = match timed(|| device.fill(&seed, fill_shape)) {
-        Ok((filled, seconds)) => Some((filled, seconds)),
-        Err(GpuError::Memory(why)) => {
-            return Ok(no_room(device, spec, at_least, &seed, &coins, why));
-        }
+    let filled = match timed(|| device.fill(&seed, fill_shape)) {
+        Ok(filled) => Ok(filled),
+        Err(GpuError::Memory(why)) => Err(why),
         Err(e) => return Err(e),
     };
-    let gops = spec.map_or(UNKNOWN_GOPS, |s| s.challenge_gops);
-    let shape = shape_for(gops, at_least);
-    let (product, product_seconds) = timed(|| device.prove(&seed, shape))?;
-    let policy = Policy::default();
-    let opened = product.open(&super::pick_rows(&coins, shape.m, &policy))?;
-    let product = judge_product(
-        shape,
-        product_seconds,
-        spec,
-        super::verify(
-            &seed,
-            shape,
-            &product.root,
-            &opened,
-            Timed {
-                observed: Duration::from_secs_f64(product_seconds),
-                reference: gops,
-            },
-            &Policy {
-                min_share: if spec.is_some() {
-                    policy.min_share
-                } else {
-                    0.0
+    // The fill stays on the device while the product runs, as in a renter's challenge.
+    let product = product(device, spec, at_least, &seed, &coins);
+    let fill = match filled {
+        Ok((filled, seconds)) => {
+            let picks = fill::pick_blocks(&coins, fill_shape, &FillPolicy::default());
+            let openings = filled.open(&picks)?;
+            let reference = spec.map(GpuSpec::fill_gbs);
+            let failed = fill::verify_fill(
+                &seed,
+                fill_shape,
+                &filled.root,
+                &openings,
+                Timed {
+                    observed: Duration::from_secs_f64(seconds),
+                    reference: reference.unwrap_or(1.0),
                 },
-                ..policy
-            },
-            &coins,
-        )
-        .err()
-        .map(|e| e.to_string()),
-    );
-    let fill = fill.map(|(filled, seconds)| -> Result<Measured, GpuError> {
-        let fill_policy = FillPolicy::default();
-        let picks = fill::pick_blocks(&coins, fill_shape, &fill_policy);
-        let openings = filled.open(&picks)?;
-        let reference = spec.map(GpuSpec::fill_gbs);
-        let failed = fill::verify_fill(
-            &seed,
-            fill_shape,
-            &filled.root,
-            &openings,
-            Timed {
-                observed: Duration::from_secs_f64(seconds),
-                reference: reference.unwrap_or(1.0),
-            },
-            &FillPolicy {
-                min_share: if spec.is_some() {
-                    fill_policy.min_share
-                } else {
-                    0.0
+                &FillPolicy {
+                    min_share: judged(spec, FillPolicy::default().min_share),
+                    ..FillPolicy::default()
                 },
-                ..fill_policy
-            },
-            &coins,
-        )
-        .err()
-        .map(|e| e.to_string());
-        let rate = fill_shape.traffic() / seconds / 1e9;
-        Ok(Measured {
-            work: format!("{} lanes x {} blocks", fill_shape.lanes, fill_shape.blocks),
-            amount: fill_shape.bytes() as f64,
-            seconds,
-            rate,
-            reference,
-            share: reference.map(|r| rate / r),
-            failed,
-        })
-    });
-    let fill = fill.transpose()?;
-    let passed = spec.is_some()
-        && product.failed.is_none()
-        && fill.as_ref().is_some_and(|f| f.failed.is_none());
+                &coins,
+            )
+            .err()
+            .map(|e| e.to_string());
+            let rate = fill_shape.traffic() / seconds / 1e9;
+            Measured {
+                work: format!("{} lanes x {} blocks", fill_shape.lanes, fill_shape.blocks),
+                amount: fill_shape.bytes() as f64,
+                seconds,
+                rate,
+                reference,
+                share: reference.map(|r| rate / r),
+                failed,
+            }
+        }
+        Err(why) => Measured {
+            work: "none".into(),
+            amount: 0.0,
+            seconds: 0.0,
+            rate: 0.0,
+            reference: spec.map(GpuSpec::fill_gbs),
+            share: None,
+            failed: Some(format!("memory: {why}")),
+        },
+    };
+    let passed = spec.is_some() && product.failed.is_none() && fill.failed.is_none();
     Ok(LocalChallenge {
         model: spec.map(|s| s.model.to_string()),
         fill,
@@ -149,22 +122,30 @@ pub fn run(
     })
 }
 
-/// The challenge of a device without room for the claimed model's fill: the product
-/// alone, and the memory failed.
-fn no_room(
+/// The policy's least share when the model is known; nothing is judged (0) without a
+/// reference.
+fn judged(spec: Option<&GpuSpec>, min_share: f64) -> f64 {
+    if spec.is_some() { min_share } else { 0.0 }
+}
+
+/// The product measured: proved, its picked rows opened and checked by the CPU, its rate
+/// against the reference (a GPU error is the measure's failure).
+fn product(
     device: &Device,
     spec: Option<&GpuSpec>,
     at_least: Duration,
     seed: &[u8; 32],
     coins: &[u8; 32],
-    why: String,
-) -> LocalChallenge {
+) -> Measured {
     let gops = spec.map_or(UNKNOWN_GOPS, |s| s.challenge_gops);
     let shape = shape_for(gops, at_least);
-    let product = match timed(|| device.prove(seed, shape)) {
-        Ok((p, seconds)) => {
-            let policy = Policy::default();
-            let checked = p
+    let policy = Policy {
+        min_share: judged(spec, Policy::default().min_share),
+        ..Policy::default()
+    };
+    let (seconds, failed) = match timed(|| device.prove(seed, shape)) {
+        Ok((proved, seconds)) => {
+            let checked = proved
                 .open(&super::pick_rows(coins, shape.m, &policy))
                 .map_err(|e| e.to_string())
                 .and_then(|opened| {
@@ -172,35 +153,13 @@ fn no_room(
                         observed: Duration::from_secs_f64(seconds),
                         reference: gops,
                     };
-                    super::verify(seed, shape, &p.root, &opened, timed, &policy, coins)
+                    super::verify(seed, shape, &proved.root, &opened, timed, &policy, coins)
                         .map_err(|e| e.to_string())
                 });
-            judge_product(shape, seconds, spec, checked.err())
+            (seconds, checked.err())
         }
-        Err(e) => judge_product(shape, 0.0, spec, Some(e.to_string())),
+        Err(e) => (0.0, Some(e.to_string())),
     };
-    LocalChallenge {
-        model: spec.map(|s| s.model.to_string()),
-        fill: Some(Measured {
-            work: "none".into(),
-            amount: 0.0,
-            seconds: 0.0,
-            rate: 0.0,
-            reference: spec.map(GpuSpec::fill_gbs),
-            share: None,
-            failed: Some(format!("memory: {why}")),
-        }),
-        product,
-        passed: false,
-    }
-}
-
-fn judge_product(
-    shape: Shape,
-    seconds: f64,
-    spec: Option<&GpuSpec>,
-    failed: Option<String>,
-) -> Measured {
     let rate = if seconds > 0.0 {
         shape.operations() / seconds / 1e9
     } else {
