@@ -131,29 +131,17 @@ pub fn check_gpu(gpu: &GpuFacts) -> Plausibility {
 
 #[cfg(test)]
 mod tests {
-    use gpux_protocol::{BoundedString, BoundedVec, GpuUuid, PcieFacts};
+    use gpux_protocol::BoundedVec;
 
     use super::*;
 
     fn gpu(name: &str, mib: u64, cc: (u8, u8)) -> GpuFacts {
         GpuFacts {
-            index: 0,
-            name: BoundedString::new(name).unwrap(),
-            uuid: GpuUuid::Gpu([1; 16]),
-            serial: None,
-            board_part_number: None,
-            memory_total_bytes: mib << 20,
-            compute_capability: ComputeCapability::new(cc.0, cc.1),
-            pcie: PcieFacts::default(),
-            power_limit_mw: None,
-            max_sm_clock_mhz: None,
-            max_memory_clock_mhz: None,
-            ecc: None,
             mig: Some(gpux_protocol::MigFacts {
                 enabled: false,
                 instances: BoundedVec::empty(),
             }),
-            confidential_compute: None,
+            ..gpux_testkit::gpu_facts(0, name, mib << 20, cc)
         }
     }
 

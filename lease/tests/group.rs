@@ -20,6 +20,7 @@ use gpux_lease::{
 };
 use gpux_market::LedgerConfig;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 
 const T0: u64 = 1_000_000;
 const HORIZON_MS: u64 = 30 * 60 * 1000;
@@ -108,39 +109,22 @@ struct World {
 }
 
 fn request(renter: &Keypair, host: &Keypair, n: u8) -> Verified<LeaseRequest> {
-    let mut ext = Ext::new();
-    ext.insert(EXT_COMMIT_WAIT_MS, WAIT_MS.to_le_bytes().to_vec())
-        .unwrap();
-    Signed::sign(
+    kit::sign(
         renter,
         LeaseRequest {
-            created_at: Timestamp(T0),
-            expires_at: Timestamp(T0 + 30_000),
-            offer: ContentId([n; 32]),
-            host: host.public(),
-            gpus: BoundedVec::new(vec![GpuUuid::Gpu([n; 16])]).unwrap(),
-            price_per_gpu_hour: MicroCredits(3_600_000),
             duration_s: 30,
-            kind: LeaseKind::OnDemand,
-            image: ImageDigest([4; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-                shm_bytes: 1 << 20,
-            },
-            network: false,
             escrow: EscrowId([n; 16]),
             escrow_amount: MicroCredits(60_000),
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext,
+            ext: kit::ext_u64([(EXT_COMMIT_WAIT_MS, WAIT_MS)]),
+            ..kit::request_to(
+                host.public(),
+                ContentId([n; 32]),
+                [GpuUuid::Gpu([n; 16])],
+                MicroCredits(3_600_000),
+                Timestamp(T0),
+            )
         },
     )
-    .unwrap()
 }
 
 impl World {

@@ -3,6 +3,7 @@
 
 use gpux_lease::{Answer, HostBook, Timing};
 use gpux_protocol::*;
+use gpux_testkit as kit;
 
 use crate::rules::{T0, host, request_by};
 
@@ -16,43 +17,16 @@ fn offer(slot: u16, gpus: &[GpuUuid], profile: Option<&str>) -> Verified<Offer> 
         ext.insert(EXT_OFFER_MIG_PROFILE, p.as_bytes().to_vec())
             .unwrap();
     }
-    Signed::sign(
+    kit::sign(
         &host(),
         Offer {
             seq: u64::from(slot) + 1,
             slot,
-            created_at: Timestamp(T0),
-            expires_at: Timestamp(T0 + 600_000),
-            attestation: ContentId([7; 32]),
-            gpus: BoundedVec::new(
-                gpus.iter()
-                    .map(|&uuid| OfferGpu {
-                        uuid,
-                        family: BoundedString::new("a100").unwrap(),
-                        memory_bytes: if uuid.is_mig() { 10 << 30 } else { 80 << 30 },
-                        compute_capability: ComputeCapability::new(8, 0),
-                        pcie_gen: 4,
-                    })
-                    .collect(),
-            )
-            .unwrap(),
-            price_per_gpu_hour: MicroCredits(3_600_000),
             spot_floor_per_gpu_hour: Some(MicroCredits(1_000_000)),
-            min_duration_s: 1,
-            max_duration_s: 86_400,
-            region: BoundedString::new("eu").unwrap(),
-            tier: EvidenceTier::SelfReported,
-            driver: Version::default(),
-            cuda: Version::default(),
-            images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
-
-            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
-
-            pulls: gpux_protocol::Pulls::default(),
             ext,
+            ..kit::offer(Timestamp(T0), gpus.iter().map(|&uuid| kit::a100(uuid)))
         },
     )
-    .unwrap()
 }
 
 fn request(

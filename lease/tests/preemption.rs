@@ -8,6 +8,7 @@ use gpux_lease::{
 };
 use gpux_market::LedgerConfig;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 
 use crate::rules::{T0, host, ledger_key, offer, submit};
 
@@ -40,36 +41,22 @@ pub(crate) fn request(
     kind: LeaseKind,
     price: u64,
 ) -> Verified<LeaseRequest> {
-    Signed::sign(
+    kit::sign(
         who,
         LeaseRequest {
-            created_at: Timestamp(t),
-            expires_at: Timestamp(t + 30_000),
-            offer: offer.id(),
-            host: host().public(),
-            gpus: BoundedVec::new(vec![GPU]).unwrap(),
-            price_per_gpu_hour: MicroCredits(price),
             duration_s: 600,
             kind,
-            image: ImageDigest([4; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-                shm_bytes: 1 << 20,
-            },
-            network: false,
             escrow: EscrowId([t as u8; 16]),
             escrow_amount: MicroCredits(1_000_000),
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext: Ext::new(),
+            ..kit::request_to(
+                host().public(),
+                offer.id(),
+                [GPU],
+                MicroCredits(price),
+                Timestamp(t),
+            )
         },
     )
-    .unwrap()
 }
 
 pub(crate) fn spot_renter() -> Keypair {

@@ -7,6 +7,7 @@ use gpux_lease::{
 use gpux_market::LedgerConfig;
 use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};
 use gpux_protocol::*;
+use gpux_testkit as kit;
 
 pub(crate) const T0: u64 = 1_700_000_000_000;
 
@@ -21,37 +22,7 @@ pub(crate) fn ledger_key() -> Keypair {
 }
 
 pub(crate) fn offer(t: u64) -> Verified<Offer> {
-    Signed::sign(
-        &host(),
-        Offer {
-            seq: 1,
-            slot: 0,
-            created_at: Timestamp(t),
-            expires_at: Timestamp(t + 600_000),
-            attestation: ContentId([7; 32]),
-            gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: GpuUuid::Gpu([3; 16]),
-                family: BoundedString::new("l4").unwrap(),
-                memory_bytes: 24_000_000_000,
-                compute_capability: ComputeCapability::new(8, 9),
-                pcie_gen: 4,
-            }])
-            .unwrap(),
-            price_per_gpu_hour: MicroCredits(3_600_000),
-            spot_floor_per_gpu_hour: None,
-            min_duration_s: 1,
-            max_duration_s: 86_400,
-            region: BoundedString::new("eu").unwrap(),
-            tier: EvidenceTier::SelfReported,
-            driver: Version::default(),
-            cuda: Version::default(),
-            images: BoundedVec::new(vec![ImageDigest([4; 32])]).unwrap(),
-            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
-            pulls: gpux_protocol::Pulls::default(),
-            ext: Ext::new(),
-        },
-    )
-    .unwrap()
+    kit::sign(&host(), kit::offer(Timestamp(t), [kit::l4(kit::gpu(3))]))
 }
 
 fn request(offer: &Verified<Offer>, t: u64, kind: LeaseKind) -> Verified<LeaseRequest> {
@@ -66,36 +37,19 @@ pub(crate) fn request_by(
     t: u64,
     kind: LeaseKind,
 ) -> Verified<LeaseRequest> {
-    Signed::sign(
+    kit::sign(
         renter,
         LeaseRequest {
-            created_at: Timestamp(t),
-            expires_at: Timestamp(t + 30_000),
-            offer: offer.id(),
-            host: host().public(),
-            gpus: BoundedVec::new(vec![gpu]).unwrap(),
-            price_per_gpu_hour: MicroCredits(3_600_000),
-            duration_s: 120,
             kind,
-            image: ImageDigest([4; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-                shm_bytes: 1 << 20,
-            },
-            network: false,
-            escrow: EscrowId([5; 16]),
-            escrow_amount: MicroCredits(120_000),
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext: Ext::new(),
+            ..kit::request_to(
+                host().public(),
+                offer.id(),
+                [gpu],
+                MicroCredits(3_600_000),
+                Timestamp(t),
+            )
         },
     )
-    .unwrap()
 }
 
 fn lock(request: &Verified<LeaseRequest>, price: u64, t: u64) -> Verified<EscrowLock> {

@@ -18,9 +18,10 @@ use gpux_lease::{
 use gpux_market::LedgerConfig;
 use gpux_protocol::ledger_wire::LedgerResponse;
 use gpux_protocol::{
-    AnySigned, AnyVerified, BoundedVec, ContentId, EscrowId, Ext, GpuUuid, ImageDigest, Keypair,
-    LeaseAccept, LeaseKind, LeaseRequest, MicroCredits, ResourceLimits, Signed, Timestamp,
+    AnySigned, AnyVerified, ContentId, GpuUuid, Keypair, LeaseAccept, LeaseKind, LeaseRequest,
+    MicroCredits, Signed, Timestamp,
 };
+use gpux_testkit as kit;
 
 /// SplitMix64: small, fast, and the same everywhere (the crowd simulator draws from it too).
 #[derive(Debug, Clone)]
@@ -214,52 +215,33 @@ fn request(
     kind: LeaseKind,
 ) -> gpux_protocol::Verified<LeaseRequest> {
     let price = MicroCredits(PER_GPU_SECOND * 3600);
-    let mut ext = Ext::new();
-    if kept_workspace {
-        // 1 GiB kept 600 s at 0.036 credits per GiB-hour: 6,000 micro-credits.
-        for (key, value) in [
-            (gpux_protocol::EXT_WORKSPACE_BYTES, 1u64 << 30),
-            (gpux_protocol::EXT_RETAIN_S, 600),
-            (gpux_protocol::EXT_WORKSPACE_PRICE, RETENTION_PRICE),
-        ] {
-            ext.insert(key, value.to_le_bytes().to_vec()).unwrap();
-        }
-    }
+    // 1 GiB kept 600 s at 0.036 credits per GiB-hour: 6,000 micro-credits.
+    let kept = [
+        (gpux_protocol::EXT_WORKSPACE_BYTES, 1u64 << 30),
+        (gpux_protocol::EXT_RETAIN_S, 600),
+        (gpux_protocol::EXT_WORKSPACE_PRICE, RETENTION_PRICE),
+    ];
     let escrow_amount =
         gpux_protocol::money::cost(u64::from(gpus) * u64::from(duration_s).max(60), price)
             .unwrap()
             .checked_add(MicroCredits(if kept_workspace { RETENTION } else { 0 }))
             .unwrap();
-    Signed::sign(
+    kit::sign(
         renter,
         LeaseRequest {
-            created_at: Timestamp(t),
-            expires_at: Timestamp(t + 30_000),
-            offer: ContentId([3; 32]),
-            host: host.public(),
-            gpus: BoundedVec::new((0..gpus).map(|g| GpuUuid::Gpu([g + 1; 16])).collect()).unwrap(),
-            price_per_gpu_hour: price,
             duration_s,
             kind,
-            image: ImageDigest([4; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-                shm_bytes: 1 << 20,
-            },
-            network: false,
-            escrow: EscrowId([5; 16]),
             escrow_amount,
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext,
+            ext: kit::ext_u64(kept.into_iter().filter(|_| kept_workspace)),
+            ..kit::request_to(
+                host.public(),
+                ContentId([3; 32]),
+                (0..gpus).map(|g| GpuUuid::Gpu([g + 1; 16])),
+                price,
+                Timestamp(t),
+            )
         },
     )
-    .unwrap()
 }
 
 impl World {

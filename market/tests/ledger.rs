@@ -2,6 +2,7 @@
 
 use gpux_market::*;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 use proptest::prelude::*;
 
 use crate::common::*;
@@ -44,22 +45,10 @@ impl Lease {
 
     /// A receipt for `gpu_seconds` (1 micro-credit per GPU-second at this price), acked.
     fn redeem(&self, seq: u64, gpu_seconds: u64) -> Verified<Redeem> {
-        let receipt = Signed::sign(
+        let receipt = kit::sign(
             &self.host,
-            UsageReceipt {
-                lease: self.lease,
-                escrow: self.escrow,
-                price_per_gpu_hour: self.price,
-                gpus: 1,
-                seq,
-                created_at: T0,
-                gpu_seconds,
-                amount_due: money::cost(gpu_seconds, self.price).unwrap(),
-                usage: UsageSummary::default(),
-                ext: Ext::new(),
-            },
-        )
-        .unwrap();
+            kit::receipt(self.lease, self.escrow, self.price, seq, gpu_seconds, T0),
+        );
         let ack = Signed::sign(
             &self.renter,
             ReceiptAck {

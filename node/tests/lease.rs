@@ -5,45 +5,24 @@ use gpux_node::attest::now;
 use gpux_node::p2p::{self, NetConfig, NetworkEvent};
 use gpux_node::store::NodeState;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 use libp2p::multiaddr::Protocol;
 use tokio::sync::mpsc;
 
 fn offer(host: &Keypair, t: Timestamp, gpus: u8) -> Verified<Offer> {
-    Signed::sign(
+    kit::sign(
         host,
         Offer {
-            seq: 1,
-            slot: 0,
-            created_at: t,
             expires_at: t.plus_secs(3000),
             attestation: ContentId([9; 32]),
-            gpus: BoundedVec::new(
-                (0..gpus)
-                    .map(|g| OfferGpu {
-                        uuid: GpuUuid::Gpu([g + 1; 16]),
-                        family: BoundedString::new("a100").unwrap(),
-                        memory_bytes: 85_899_345_920,
-                        compute_capability: ComputeCapability::new(8, 0),
-                        pcie_gen: 4,
-                    })
-                    .collect(),
-            )
-            .unwrap(),
             price_per_gpu_hour: MicroCredits(1_500_000),
-            spot_floor_per_gpu_hour: None,
             min_duration_s: 60,
-            max_duration_s: 86_400,
-            region: BoundedString::new("eu").unwrap(),
-            tier: EvidenceTier::SelfReported,
             driver: Version::new(550, 0, 0),
             cuda: Version::new(12, 4, 0),
-            images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
-            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
-            pulls: gpux_protocol::Pulls::default(),
-            ext: Ext::new(),
+            images: kit::list([ImageDigest([1; 32])]),
+            ..kit::offer(t, (0..gpus).map(|g| kit::a100(kit::gpu(g + 1))))
         },
     )
-    .unwrap()
 }
 
 fn request(
@@ -54,36 +33,21 @@ fn request(
 ) -> Verified<LeaseRequest> {
     let mut escrow = [0u8; 16];
     escrow[..8].copy_from_slice(&nonce.to_le_bytes());
-    Signed::sign(
+    kit::sign(
         renter,
         LeaseRequest {
-            created_at: t,
-            expires_at: t.plus_secs(30),
-            offer: offer.id(),
-            host: offer.signer(),
-            gpus: BoundedVec::new(offer.gpus.iter().map(|g| g.uuid).collect()).unwrap(),
-            price_per_gpu_hour: offer.price_per_gpu_hour,
             duration_s: 600,
-            kind: LeaseKind::OnDemand,
             image: ImageDigest([1; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
             limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
                 scratch_bytes: 1 << 28,
                 shm_bytes: 1 << 28,
+                ..kit::limits()
             },
-            network: false,
             escrow: EscrowId(escrow),
             escrow_amount: MicroCredits(1_000_000),
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext: Ext::new(),
+            ..kit::request(offer, t)
         },
     )
-    .unwrap()
 }
 
 /// A host book and its store, as the node's shell keeps them: offers and leases are stored

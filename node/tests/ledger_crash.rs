@@ -23,8 +23,9 @@ use gpux_node::store::{NodeState, SledStore, Store};
 use gpux_protocol::ledger_wire::{self, LedgerRequest, LedgerResponse};
 use gpux_protocol::{
     BoundedBytes, ContentId, EscrowId, EscrowLock, Ext, Keypair, MicroCredits, Redeem, Release,
-    Signed, Timestamp, UsageReceipt, UsageSummary,
+    Signed, Timestamp,
 };
+use gpux_testkit as kit;
 
 const PRICE: MicroCredits = MicroCredits(3_600_000);
 
@@ -98,22 +99,10 @@ fn op(i: u64) -> Op {
         ),
         2 => {
             let gpu_seconds = 10 + k % 50;
-            let receipt = Signed::sign(
+            let receipt = kit::sign(
                 &host,
-                UsageReceipt {
-                    lease,
-                    escrow,
-                    price_per_gpu_hour: PRICE,
-                    gpus: 1,
-                    seq: 1,
-                    created_at: at,
-                    gpu_seconds,
-                    amount_due: gpux_protocol::money::cost(gpu_seconds, PRICE).unwrap(),
-                    usage: UsageSummary::default(),
-                    ext: Ext::new(),
-                },
-            )
-            .unwrap();
+                kit::receipt(lease, escrow, PRICE, 1, gpu_seconds, at),
+            );
             let ack = Signed::sign(
                 &renter,
                 gpux_protocol::ReceiptAck {

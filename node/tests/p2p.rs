@@ -9,6 +9,7 @@ use gpux_node::p2p::{self, Client, NetConfig, NetworkEvent, topics};
 use gpux_node::validation::{Validator, Verdict};
 use gpux_protocol::validate::Rules;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 use libp2p::Multiaddr;
 use libp2p::multiaddr::Protocol;
 
@@ -110,67 +111,39 @@ fn host_messages_at(
     let t = att_t;
     let host = Keypair::from_seed(&[40; 32]);
     let gpu = GpuFacts {
-        index: 0,
-        name: BoundedString::new("NVIDIA H100 80GB HBM3").unwrap(),
         uuid: GpuUuid::Gpu([3; 16]),
-        serial: None,
-        board_part_number: None,
-        memory_total_bytes: 85_520_809_984,
-        compute_capability: ComputeCapability::new(9, 0),
         pcie: PcieFacts {
             max_gen: Some(5),
             ..PcieFacts::default()
         },
-        power_limit_mw: None,
-        max_sm_clock_mhz: None,
-        max_memory_clock_mhz: None,
-        ecc: None,
-        mig: None,
-        confidential_compute: None,
+        ..kit::gpu_facts(0, "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0))
     };
-    let att = Signed::sign(
+    let att = kit::sign(
         &host,
         Attestation {
-            created_at: t,
-            driver_version: BoundedString::new("550.54.15").unwrap(),
-            cuda_driver_version: None,
-            nvml_version: BoundedString::new("12.550").unwrap(),
-            gpus: BoundedVec::new(vec![gpu]).unwrap(),
-            ext: Ext::new(),
+            driver_version: kit::text("550.54.15"),
+            nvml_version: kit::text("12.550"),
+            ..kit::attestation(t, [gpu])
         },
-    )
-    .unwrap();
-    let offer = Signed::sign(
+    );
+    let gpu = OfferGpu {
+        pcie_gen: 5,
+        ..kit::offer_gpu(GpuUuid::Gpu([3; 16]), "h100", 85_520_809_984, (9, 0))
+    };
+    let offer = kit::sign(
         &host,
         Offer {
             seq,
-            slot: 0,
-            created_at: offer_t,
-            expires_at: offer_t.plus_secs(600),
             attestation: att.id(),
-            gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: GpuUuid::Gpu([3; 16]),
-                family: BoundedString::new("h100").unwrap(),
-                memory_bytes: 85_520_809_984,
-                compute_capability: ComputeCapability::new(9, 0),
-                pcie_gen: 5,
-            }])
-            .unwrap(),
             price_per_gpu_hour: MicroCredits(2_000_000),
-            spot_floor_per_gpu_hour: None,
             min_duration_s: 60,
-            max_duration_s: 86_400,
-            region: BoundedString::new("eu-west").unwrap(),
-            tier: EvidenceTier::SelfReported,
+            region: kit::text("eu-west"),
             driver: Version::new(550, 54, 15),
             cuda: Version::new(12, 4, 0),
-            images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
-            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
-            pulls: gpux_protocol::Pulls::default(),
-            ext: Ext::new(),
+            images: kit::list([ImageDigest([1; 32])]),
+            ..kit::offer(offer_t, [gpu])
         },
-    )
-    .unwrap();
+    );
     (att, offer)
 }
 

@@ -9,6 +9,7 @@ use gpux_node::daemon::DaemonConfig;
 use gpux_node::p2p::{self, NetConfig, Proto};
 use gpux_node::store::NodeState;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 use libp2p::multiaddr::Protocol;
 
 /// 3.60 credits per GPU-hour: 1000 micro-credits per GPU-second.
@@ -22,22 +23,10 @@ fn receipt(
     seq: u64,
     gpu_seconds: u64,
 ) -> Vec<u8> {
-    Signed::sign(
+    kit::sign(
         host,
-        UsageReceipt {
-            lease,
-            escrow,
-            price_per_gpu_hour: price,
-            gpus: 1,
-            seq,
-            created_at: now(),
-            gpu_seconds,
-            amount_due: money::cost(gpu_seconds, price).unwrap(),
-            usage: UsageSummary::default(),
-            ext: Ext::new(),
-        },
+        kit::receipt(lease, escrow, price, seq, gpu_seconds, now()),
     )
-    .unwrap()
     .as_bytes()
     .to_vec()
 }
@@ -50,36 +39,20 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
     let host_key = Keypair::from_seed(&[7; 32]);
     let t = now();
     let escrow = EscrowId([5; 16]);
-    let request = Signed::sign(
+    let request = kit::sign(
         &renter_key,
         LeaseRequest {
-            created_at: t,
-            expires_at: t.plus_secs(30),
-            offer: ContentId([1; 32]),
-            host: host_key.public(),
-            gpus: BoundedVec::new(vec![GpuUuid::Gpu([3; 16])]).unwrap(),
-            price_per_gpu_hour: PRICE,
-            duration_s: 120,
-            kind: LeaseKind::OnDemand,
             image: ImageDigest([1; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-                shm_bytes: 1 << 20,
-            },
-            network: false,
             escrow,
-            escrow_amount: money::cost(120, PRICE).unwrap(),
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext: Ext::new(),
+            ..kit::request_to(
+                host_key.public(),
+                ContentId([1; 32]),
+                [GpuUuid::Gpu([3; 16])],
+                PRICE,
+                t,
+            )
         },
-    )
-    .unwrap();
+    );
     let lease = request.id();
     {
         // The renter agreed this lease and asked the host to start it 10 s ago.

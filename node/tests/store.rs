@@ -3,50 +3,29 @@
 use gpux_lease::{HostLease, HostPhase, HostRecord, Timing};
 use gpux_node::store::{NodeState, SledStore, Store, StoreError, Tree};
 use gpux_protocol::*;
+use gpux_testkit as kit;
 
 /// A host's record of lease `n`, as accepted.
 fn record(n: u8) -> (ContentId, HostRecord) {
     let host = Keypair::from_seed(&[1; 32]);
     let renter = Keypair::from_seed(&[2; 32]);
-    let request = Signed::sign(
+    let request = kit::sign(
         &renter,
         LeaseRequest {
-            created_at: Timestamp(1000),
             expires_at: Timestamp(31_000),
-            offer: ContentId([n; 32]),
-            host: host.public(),
-            gpus: BoundedVec::new(vec![GpuUuid::Gpu([n; 16])]).unwrap(),
-            price_per_gpu_hour: MicroCredits(3_600_000),
             duration_s: 60,
-            kind: LeaseKind::OnDemand,
-            image: ImageDigest([4; 32]),
-            command: BoundedVec::empty(),
-            env: BoundedVec::empty(),
-            limits: ResourceLimits {
-                memory_bytes: 1 << 30,
-                cpu_millis: 1000,
-                pids: 64,
-                scratch_bytes: 1 << 20,
-                shm_bytes: 1 << 20,
-            },
-            network: false,
             escrow: EscrowId([n; 16]),
             escrow_amount: MicroCredits(60_000),
-            bid: None,
-            ssh_keys: gpux_protocol::BoundedVec::empty(),
-            ext: Ext::new(),
+            ..kit::request_to(
+                host.public(),
+                ContentId([n; 32]),
+                [GpuUuid::Gpu([n; 16])],
+                MicroCredits(3_600_000),
+                Timestamp(1000),
+            )
         },
-    )
-    .unwrap();
-    let accept = Signed::sign(
-        &host,
-        LeaseAccept {
-            request: request.id(),
-            created_at: Timestamp(1001),
-            ext: Ext::new(),
-        },
-    )
-    .unwrap();
+    );
+    let accept = kit::sign(&host, kit::accept(request.id(), Timestamp(1001)));
     let (lease, _) = HostLease::accepted(host, request, &accept, Timing::default(), Vec::new());
     (lease.id(), lease.record().clone())
 }

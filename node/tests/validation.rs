@@ -4,35 +4,16 @@ use gpux_node::p2p::topics;
 use gpux_node::validation::{RATE_LIMIT_MESSAGES, Validator, Verdict};
 use gpux_protocol::validate::Rules;
 use gpux_protocol::*;
+use gpux_testkit as kit;
 
 const T0: Timestamp = Timestamp(1_764_460_800_000);
 
 fn attestation(host: &Keypair, name: &str, memory: u64, cc: (u8, u8)) -> Verified<Attestation> {
     let gpu = GpuFacts {
-        index: 0,
-        name: BoundedString::new(name).unwrap(),
         uuid: GpuUuid::Gpu([3; 16]),
-        serial: None,
-        board_part_number: None,
-        memory_total_bytes: memory,
-        compute_capability: ComputeCapability::new(cc.0, cc.1),
-        pcie: PcieFacts::default(),
-        power_limit_mw: None,
-        max_sm_clock_mhz: None,
-        max_memory_clock_mhz: None,
-        ecc: None,
-        mig: None,
-        confidential_compute: None,
+        ..kit::gpu_facts(0, name, memory, cc)
     };
-    let body = Attestation {
-        created_at: T0,
-        driver_version: BoundedString::new("550").unwrap(),
-        cuda_driver_version: None,
-        nvml_version: BoundedString::new("12").unwrap(),
-        gpus: BoundedVec::new(vec![gpu]).unwrap(),
-        ext: Ext::new(),
-    };
-    Signed::sign(host, body).unwrap()
+    kit::sign(host, kit::attestation(T0, [gpu]))
 }
 
 fn offer(
@@ -42,37 +23,29 @@ fn offer(
     created: Timestamp,
 ) -> Verified<Offer> {
     let g = &att.gpus[0];
-    Signed::sign(
+    let gpu = OfferGpu {
+        pcie_gen: 0,
+        ..kit::offer_gpu(
+            g.uuid,
+            GpuFamily::classify(&g.name).key(),
+            g.memory_total_bytes,
+            (g.compute_capability.major, g.compute_capability.minor),
+        )
+    };
+    kit::sign(
         host,
         Offer {
             seq,
-            slot: 0,
-            created_at: created,
-            expires_at: created.plus_secs(600),
             attestation: att.id(),
-            gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: g.uuid,
-                family: BoundedString::new(GpuFamily::classify(&g.name).key()).unwrap(),
-                memory_bytes: g.memory_total_bytes,
-                compute_capability: g.compute_capability,
-                pcie_gen: 0,
-            }])
-            .unwrap(),
             price_per_gpu_hour: MicroCredits(1_000_000),
-            spot_floor_per_gpu_hour: None,
             min_duration_s: 60,
             max_duration_s: 3600,
-            region: BoundedString::new("eu").unwrap(),
-            tier: EvidenceTier::SelfReported,
             driver: Version::new(550, 0, 0),
             cuda: Version::new(12, 4, 0),
-            images: BoundedVec::new(vec![ImageDigest([1; 32])]).unwrap(),
-            machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
-            pulls: gpux_protocol::Pulls::default(),
-            ext: Ext::new(),
+            images: kit::list([ImageDigest([1; 32])]),
+            ..kit::offer(created, [gpu])
         },
     )
-    .unwrap()
 }
 
 /// The attestation topic the tests' attestations travel on (the validator takes any family's).

@@ -6,11 +6,7 @@ use gpux_protocol::*;
 use crate::samples::{self, T0};
 
 fn accept() -> LeaseAccept {
-    LeaseAccept {
-        request: ContentId([3; 32]),
-        created_at: T0,
-        ext: Ext::new(),
-    }
+    gpux_testkit::accept(ContentId([3; 32]), T0)
 }
 
 /// Builds an envelope around arbitrary body bytes and signs it correctly, as a rogue peer

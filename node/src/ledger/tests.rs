@@ -1,14 +1,13 @@
 //! The ledger service over a real sled on disk.
 
-use gpux_protocol::{
-    BoundedBytes, ContentId, EscrowLock, Redeem, Release, UsageReceipt, UsageSummary,
-};
+use gpux_protocol::{BoundedBytes, ContentId, EscrowLock, Redeem, Release};
 
 use super::*;
 use crate::store::{NodeState, SledStore};
 use gpux_protocol::EscrowId;
 use gpux_protocol::ledger_wire::{self, LedgerRequest};
 use gpux_protocol::{Ext, LedgerEntry, LedgerRecord, Signed, Verified};
+use gpux_testkit as kit;
 
 const PRICE: MicroCredits = MicroCredits(3_600_000);
 
@@ -55,22 +54,10 @@ fn lock(p: &Parties, amount: u64) -> Vec<u8> {
 }
 
 fn redeem(p: &Parties, seq: u64, gpu_seconds: u64) -> Vec<u8> {
-    let receipt = Signed::sign(
+    let receipt = kit::sign(
         &p.host,
-        UsageReceipt {
-            lease: p.lease,
-            escrow: p.escrow,
-            price_per_gpu_hour: PRICE,
-            gpus: 1,
-            seq,
-            created_at: Timestamp(2),
-            gpu_seconds,
-            amount_due: gpux_protocol::money::cost(gpu_seconds, PRICE).unwrap(),
-            usage: UsageSummary::default(),
-            ext: Ext::new(),
-        },
-    )
-    .unwrap();
+        kit::receipt(p.lease, p.escrow, PRICE, seq, gpu_seconds, Timestamp(2)),
+    );
     let ack = Signed::sign(
         &p.renter,
         gpux_protocol::ReceiptAck {

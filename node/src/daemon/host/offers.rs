@@ -450,7 +450,8 @@ impl super::HostRole {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpux_protocol::{ComputeCapability, ImageDigest, MicroCredits};
+    use gpux_protocol::{ImageDigest, MicroCredits};
+    use gpux_testkit as kit;
 
     fn options(images: usize, tag_len: usize) -> HostOptions {
         let images: Vec<ImageDigest> = (0..images).map(|i| ImageDigest([i as u8; 32])).collect();
@@ -490,53 +491,28 @@ mod tests {
 
     fn offer(options: &HostOptions) -> Offer {
         Offer {
-            seq: 1,
-            slot: 0,
-            created_at: Timestamp(1_000),
             expires_at: Timestamp(2_000),
             attestation: ContentId([9; 32]),
-            gpus: BoundedVec::new(vec![OfferGpu {
-                uuid: gpux_protocol::GpuUuid::Gpu([1; 16]),
-                family: BoundedString::new("l4").unwrap(),
-                memory_bytes: 24 << 30,
-                compute_capability: ComputeCapability { major: 8, minor: 9 },
-                pcie_gen: 4,
-            }])
-            .unwrap(),
             price_per_gpu_hour: options.price,
-            spot_floor_per_gpu_hour: None,
             min_duration_s: 60,
             max_duration_s: 3600,
-            region: BoundedString::new("eu").unwrap(),
-            tier: EvidenceTier::SelfReported,
-            driver: Default::default(),
-            cuda: Default::default(),
-            images: BoundedVec::new(options.images.clone()).unwrap(),
+            images: kit::list(options.images.clone()),
             machine: options
                 .machine
                 .for_offer(1, GpuFamily::classify("NVIDIA L4"), None),
             pulls: options.pulls.clone(),
-            ext: Ext::new(),
+            ..kit::offer(
+                Timestamp(1_000),
+                [kit::offer_gpu(kit::gpu(1), "l4", 24 << 30, (8, 9))],
+            )
         }
     }
 
     #[test]
     fn a_slice_costs_its_share_of_the_gpus_compute() {
         let gpu = |name: &str| GpuFacts {
-            index: 0,
-            name: BoundedString::new(name).unwrap(),
-            uuid: GpuUuid::Gpu([1; 16]),
-            serial: None,
-            board_part_number: None,
-            memory_total_bytes: 80 << 30,
-            compute_capability: ComputeCapability { major: 8, minor: 0 },
-            pcie: Default::default(),
-            power_limit_mw: None,
-            max_sm_clock_mhz: None,
-            max_memory_clock_mhz: None,
-            ecc: None,
-            mig: None,
-            confidential_compute: None,
+            uuid: kit::gpu(1),
+            ..kit::gpu_facts(0, name, 80 << 30, (8, 0))
         };
         let slice = |profile: &str| MigInstance {
             uuid: GpuUuid::Mig([2; 16]),
