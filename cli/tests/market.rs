@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpux_api::{LeaseView, LedgerTotals};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 use gpux_testnet::harness;
 use serde_json::Value;
 

@@ -14,7 +14,6 @@
 //! # }
 //! ```
 
-pub mod api_client;
 pub mod attest;
 pub mod budget;
 pub mod config;

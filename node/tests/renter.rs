@@ -188,7 +188,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
     assert!(disputed(&answer), "{answer:?}");
 
     // Only the fair receipt was countersigned and stored.
-    let api = gpux_node::api_client::ApiClient::for_data_dir(&dir).unwrap();
+    let api = gpux_client::ApiClient::for_data_dir(&dir).unwrap();
     let receipts = tokio::task::spawn_blocking(move || api.receipts(&lease.to_string()).unwrap())
         .await
         .unwrap();

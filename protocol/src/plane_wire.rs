@@ -71,6 +71,18 @@ pub const MAX_STAGE_CONFIG: u32 = 1 << 20;
 /// A path inside the workspace, relative to its root (`data/train.csv`).
 pub type WorkspacePath = BoundedString<MAX_PATH_BYTES>;
 
+/// Whether `path` may name something in a workspace: relative, non-empty, every component
+/// non-empty and neither `.` nor `..`, no NUL. Both sides check it (the host before it
+/// touches a file, the renter before it asks).
+pub fn is_workspace_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
 /// The renter's first frame on `/gpux/exec/1`.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct ExecOpen {

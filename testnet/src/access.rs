@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use crate::harness;
 use crate::registry::Registry;

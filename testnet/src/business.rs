@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use crate::harness;
 use crate::orders::{lease, wait};

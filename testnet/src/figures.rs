@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use anyhow::Context;
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use crate::{Isolation, LeaseReport, Report, harness, netns};
 

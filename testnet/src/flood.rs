@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 use gpux_protocol::{ImageDigest, MicroCredits};
 use serde::Serialize;
 

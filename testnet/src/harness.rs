@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpux_api::LeaseView;
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 /// How long a node may take to bring its API up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

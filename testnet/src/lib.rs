@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 pub mod access;
 pub mod access_bench;

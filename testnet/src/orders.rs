@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use crate::harness;
 

@@ -54,11 +54,6 @@ pub struct PlaneBenchReport {
     pub cp_up_mib_s: f64,
     /// `gpux cp` down, MiB/s.
     pub cp_down_mib_s: f64,
-    /// The same copy up with every byte carried over the CLI's WebSocket to its node (as
-    /// `gpux cp` did before the node did the file I/O itself), MiB/s.
-    pub cp_via_cli_socket_up_mib_s: f64,
-    /// See `cp_via_cli_socket_up_mib_s`: down.
-    pub cp_via_cli_socket_down_mib_s: f64,
     /// A raw libp2p stream between two in-process peers on loopback, MiB/s.
     pub libp2p_stream_mib_s: f64,
     /// See `cp_up_runs`: the raw stream between this process and another.
@@ -553,44 +548,6 @@ fn measure(
     }
     report.cp_up_mib_s = median(&report.cp_up_runs);
     report.cp_down_mib_s = median(&report.cp_down_runs);
-
-    // The earlier way, in the same run: the bytes cross a WebSocket between the client
-    // (this process) and the renter's node. Another name, so nothing is found in place (the
-    // first copy is removed: the workspace holds one).
-    run_ok(
-        renter,
-        &["exec", lease, "--", "rm", "-f", "/workspace/blob.bin"],
-    )?;
-    {
-        use gpux_node::plane::copy::{Place, copy};
-        let api = gpux_node::api_client::ApiClient::for_data_dir(&renter.dir)?;
-        let there = Place::parse(&format!("{lease}:/workspace/via-socket.bin"))
-            .map_err(anyhow::Error::msg)?;
-        settle();
-        let t = Instant::now();
-        runtime.block_on(copy(&api, &Place::Local(file.clone()), &there, &()))?;
-        report.cp_via_cli_socket_up_mib_s = mib_s(config.bytes, t.elapsed());
-        settle();
-        let t = Instant::now();
-        runtime.block_on(copy(&api, &there, &Place::Local(back.clone()), &()))?;
-        report.cp_via_cli_socket_down_mib_s = mib_s(config.bytes, t.elapsed());
-        std::fs::remove_file(&back)?;
-    }
-    run_ok(
-        renter,
-        &[
-            "exec",
-            lease,
-            "--",
-            "mv",
-            "/workspace/via-socket.bin",
-            "/workspace/blob.bin",
-        ],
-    )?;
-    progress(&format!(
-        "cp over the CLI's socket (before): up {:.0} MiB/s, down {:.0} MiB/s",
-        report.cp_via_cli_socket_up_mib_s, report.cp_via_cli_socket_down_mib_s
-    ));
 
     report.libp2p_stream_mib_s = median(&report.libp2p_stream_runs);
     report.libp2p_to_file_mib_s = median(&to_file);

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use bollard::body_full;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures::StreamExt;
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 use gpux_node::executor::Executor;
 use gpux_protocol::ImageDigest;
 

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 use gpux_protocol::MicroCredits;
 
 use super::{out, print_json};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use gpux_api::{LeaseView, Role};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 use gpux_protocol::MicroCredits;
 
 use super::{out, print_json};

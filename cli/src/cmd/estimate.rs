@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use gpux_client::ApiClient;
 use gpux_market::estimate::{BookOffer, estimate};
-use gpux_node::api_client::ApiClient;
 use gpux_protocol::GpuFamily;
 
 use super::{out, print_json};

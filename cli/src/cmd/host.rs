@@ -108,7 +108,7 @@ fn offer_again(dir: &Path, json: bool) -> anyhow::Result<()> {
     if !gpux_node::node_runs_on(dir).unwrap_or(false) {
         return Ok(());
     }
-    let api = gpux_node::api_client::ApiClient::for_data_dir(dir)?;
+    let api = gpux_client::ApiClient::for_data_dir(dir)?;
     let failed = api
         .settings()?
         .host

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use super::{out, print_json};
 

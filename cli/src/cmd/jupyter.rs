@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gpux_api::{RentRequest, Rented};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use super::out;
 

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use super::{out, print_json};
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use gpux_api::{BidRequest, MintRequest, OfferHit};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use super::rent::Want;
 use super::{out, print_json};

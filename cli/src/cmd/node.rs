@@ -51,7 +51,7 @@ const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// `gpux node stop`: asks the node to stop, then waits until its process has let go of the
 /// data directory.
 fn stop(dir: &std::path::Path, end_leases: bool) -> anyhow::Result<()> {
-    let api = gpux_node::api_client::ApiClient::for_data_dir(dir)?;
+    let api = gpux_client::ApiClient::for_data_dir(dir)?;
     api.shutdown(end_leases)
         .context("asking the node to stop")?;
     eprintln!(

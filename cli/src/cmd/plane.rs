@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gpux_api::ExecRequest;
-use gpux_node::api_client::ApiClient;
-use gpux_node::plane::client;
+use gpux_client::ApiClient;
+use gpux_client::stream as client;
 
 use super::out;
 use rustix::termios::{self, OptionalActions, Termios};
@@ -212,24 +212,13 @@ pub(crate) fn ssh_config(
     Ok(())
 }
 
-/// An indicatif bar on standard error (hidden when it is not a terminal).
-struct Bar(indicatif::ProgressBar);
-
-impl gpux_node::plane::copy::Progress for Bar {
-    fn total(&self, bytes: u64) {
-        self.0.set_length(bytes);
-    }
-    fn advance(&self, bytes: u64) {
-        self.0.inc(bytes);
-    }
-}
-
 /// Copies files and directories in or out of a lease's workspace.
 pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result<()> {
-    use gpux_node::plane::copy::Place;
+    use gpux_client::copy::Place;
     let api = ApiClient::for_data_dir(dir)?;
     let src = Place::parse(src).map_err(anyhow::Error::msg)?;
     let dst = Place::parse(dst).map_err(anyhow::Error::msg)?;
+    // An indicatif bar on standard error (hidden when it is not a terminal).
     let bar =
         indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
@@ -238,11 +227,14 @@ pub(crate) fn cp(dir: &Path, src: &str, dst: &str, json: bool) -> anyhow::Result
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let bar = Bar(bar);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     // The node reads and writes the local side itself; only progress crosses to here.
-    let report = runtime.block_on(gpux_node::plane::delegate::copy(&api, &src, &dst, &bar));
-    bar.0.finish_and_clear();
+    let show = |total, done| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let report = runtime.block_on(gpux_client::copy::copy(&api, &src, &dst, show));
+    bar.finish_and_clear();
     let report = report?;
     if json {
         return super::print_json(&report);

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::Path;
 
 use gpux_api::{RegistryCredentials, RentRequest};
-use gpux_node::api_client::ApiClient;
+use gpux_client::ApiClient;
 
 use super::market::parse_size;
 use super::{out, print_json};

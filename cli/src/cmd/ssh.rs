@@ -9,8 +9,8 @@ use std::process::Command;
 
 use anyhow::Context;
 use base64::Engine;
-use gpux_node::api_client::ApiClient;
-use gpux_node::plane::client;
+use gpux_client::ApiClient;
+use gpux_client::stream as client;
 
 use super::out;
 

@@ -21,14 +21,21 @@ use gpux_protocol::{
     ComputeCapability, ContentId, EvidenceTier, MicroCredits, PublicKey, Timestamp,
 };
 use serde::{Deserialize, Serialize};
+mod copy;
 mod ledger;
 mod rent;
 pub mod text;
+pub use copy::{CopyEvent, CopyOrder, CopyReport};
 pub use ledger::{Balance, ClusterView, LedgerTotals, MintRequest, Minted, ReaddRequest, Readded};
 pub use rent::{
     BidPlaced, BidRequest, BidView, ChallengePassed, GroupPlaced, GroupScale, GroupScaled,
     PulledImage, RegistryCredentials, RentProgress, RentRequest, Rented, Retention, StagedImage,
 };
+
+/// The file in a node's data directory that holds its API's bearer token (mode 0600).
+pub const TOKEN_FILE: &str = "api.token";
+/// The file in a node's data directory that holds its API's address (`127.0.0.1:PORT`).
+pub const ADDR_FILE: &str = "api.addr";
 
 /// What kind of failure an API error is: one HTTP status each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,10 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::plane::bridge::{self, Bridge};
 
-/// The token file's name.
-pub const TOKEN_FILE: &str = "api.token";
-/// The address file's name.
-pub const ADDR_FILE: &str = "api.addr";
+pub use gpux_api::{ADDR_FILE, TOKEN_FILE};
 
 /// Where the answer to an API command goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
@@ -501,9 +498,6 @@ fn decode_request<T: serde::de::DeserializeOwned>(
 
 /// The largest WebSocket message the plane endpoints take: one plane frame.
 const MAX_WS_MESSAGE: usize = gpux_protocol::plane_wire::MAX_PLANE_FRAME + 1024;
-/// A files WebSocket's read and write buffers: a few of the largest file frames, so a copy's
-/// data moves in large reads and writes (exec and forward keep tungstenite's 128 KiB).
-const WS_BUFFER: usize = 1 << 20;
 
 async fn exec(
     _: Authorized,
@@ -524,22 +518,6 @@ async fn exec(
     }
 }
 
-async fn files(
-    _: Authorized,
-    State(state): State<AppState>,
-    UrlPath(lease): UrlPath<String>,
-    ws: WebSocketUpgrade,
-) -> Response {
-    match state.bridge.open_files(&lease).await {
-        Ok(stream) => ws
-            .max_message_size(MAX_WS_MESSAGE)
-            .read_buffer_size(WS_BUFFER)
-            .write_buffer_size(WS_BUFFER)
-            .on_upgrade(move |socket| bridge::pump_frames(socket, stream)),
-        Err(e) => error(e),
-    }
-}
-
 /// `gpux cp`: this node copies between its own filesystem and the lease's workspace, and
 /// tells the CLI how far it got (see `plane::delegate`).
 async fn copy(
@@ -549,7 +527,7 @@ async fn copy(
     params: Result<Query<RequestParams>, QueryRejection>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let order = decode_request::<crate::plane::delegate::CopyOrder>(params);
+    let order = decode_request::<gpux_api::CopyOrder>(params);
     let order = match order {
         Ok(o) if o.local.is_absolute() => o,
         Ok(o) => {
@@ -712,7 +690,6 @@ pub(crate) async fn serve(
         .route("/v1/leases/{lease}/forward", get(forward))
         .route("/v1/leases/{lease}/ssh", get(ssh))
         .route("/v1/leases/{lease}/listen", get(listen))
-        .route("/v1/leases/{lease}/files", get(files))
         .route("/v1/leases/{lease}/copy", get(copy))
         .route("/v1/balance", get(balance))
         .route("/v1/ledger", get(ledger))

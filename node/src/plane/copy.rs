@@ -1,5 +1,5 @@
-//! `gpux cp`: files and directories in and out of a lease's workspace, over the node's
-//! `/v1/leases/{lease}/files` WebSocket (one `/gpux/files/1` stream to the host).
+//! The renter node's side of `gpux cp` (see `delegate`) and of a resume's mirror: files and
+//! directories in and out of a lease's workspace, over a `/gpux/files/1` stream to the host.
 //!
 //! Every file is verified end to end: the whole file's blake3 is compared on the far side
 //! before it takes its name. An interrupted copy leaves a `.<name>.gpux-part` beside the
@@ -8,96 +8,23 @@
 //! that leaves the directory is refused.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use std::pin::Pin;
 
 use bytes::Bytes;
-use futures::future::ready;
 use futures::{Sink, SinkExt, Stream, StreamExt};
+use gpux_api::CopyReport;
 use gpux_protocol::BoundedString;
 use gpux_protocol::plane_wire::{
     self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, WorkspacePath,
 };
-use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::chunks::{Cache, read_chunks, write_chunks};
-use super::client::{Socket, connect_buffered};
 use super::confined::{PathError, go_on_from, part_of};
 use super::copy_tree::{download, mirror, upload, upload_tree};
 use super::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
 use super::local::{LocalDir, hash_local};
 use super::{IDLE, Incoming};
-use crate::api_client::{ApiClient, ClientError};
-
-/// One side of a copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Place {
-    /// A path on this machine.
-    Local(PathBuf),
-    /// A path in a lease's workspace, relative to `/workspace` (`""`: the workspace).
-    Remote {
-        /// The lease id.
-        lease: String,
-        /// The path under `/workspace`.
-        path: String,
-        /// Written with a trailing `/`: a directory to copy into.
-        into: bool,
-    },
-}
-
-impl Place {
-    /// `LEASE:/workspace/PATH` (or `LEASE:PATH`, relative to `/workspace`) is in a lease's
-    /// workspace, where `LEASE` is a lease id (64 hex digits); anything else is local.
-    pub fn parse(text: &str) -> Result<Place, String> {
-        let Some((lease, path)) = text.split_once(':') else {
-            return Ok(Place::Local(PathBuf::from(text)));
-        };
-        if lease.len() != 64 || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(Place::Local(PathBuf::from(text)));
-        }
-        let rest = if path == "/workspace" {
-            ""
-        } else if let Some(rest) = path.strip_prefix("/workspace/") {
-            rest
-        } else if path.starts_with('/') {
-            return Err(format!("{text}: a lease's files are under /workspace"));
-        } else {
-            path
-        };
-        let into = rest.ends_with('/') || rest.is_empty();
-        let rest = rest.trim_end_matches('/');
-        if !rest.is_empty() {
-            super::confined::check(rest).map_err(|_| {
-                format!("{text}: the path must stay inside /workspace (no '..', no '//')")
-            })?;
-        }
-        Ok(Place::Remote {
-            lease: lease.to_ascii_lowercase(),
-            path: rest.to_string(),
-            into,
-        })
-    }
-}
-
-/// What a copy did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CopyReport {
-    /// Files copied (or found already there, unchanged).
-    pub files: u64,
-    /// Directories made.
-    pub dirs: u64,
-    /// The files' bytes, all together.
-    pub bytes: u64,
-    /// Bytes that crossed the link (less, when a part from an interrupted copy was kept or
-    /// a file was there already).
-    pub bytes_sent: u64,
-    /// What was left out: symbolic links, special files, names that are not UTF-8 and
-    /// copies' part files (never copied).
-    pub skipped: Vec<String>,
-    /// How long it took, milliseconds.
-    pub elapsed_ms: u64,
-}
 
 /// What a copy reports as it goes.
 pub trait Progress: Send + Sync {
@@ -114,9 +41,6 @@ impl Progress for () {}
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CopyError {
-    /// The node refused, or is not running.
-    #[error(transparent)]
-    Api(#[from] ClientError),
     /// A local file.
     #[error("{}: {source}", path.display())]
     Local {
@@ -156,9 +80,6 @@ pub enum CopyError {
     /// A copy that cannot be done as asked.
     #[error("{0}")]
     Usage(String),
-    /// The node, copying for the CLI, failed (its own words).
-    #[error("{0}")]
-    ByNode(String),
 }
 
 pub(super) fn local(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
@@ -197,29 +118,6 @@ fn link(e: impl std::fmt::Display) -> CopyError {
 }
 
 impl Session {
-    /// Through this node's local API (`/v1/leases/{lease}/files`).
-    async fn open(api: &ApiClient, lease: &str) -> Result<Session, CopyError> {
-        let socket: Socket =
-            connect_buffered(api, &format!("/v1/leases/{lease}/files"), 1 << 20).await?;
-        let (tx, rx) = socket.split();
-        let tx = tx
-            .with(|frame: Bytes| ready(Ok::<_, tungstenite::Error>(Message::Binary(frame))))
-            .sink_map_err(link);
-        let rx = rx
-            .take_while(|m| ready(!matches!(m, Ok(Message::Close(_)))))
-            .filter_map(|m| {
-                ready(match m {
-                    Ok(Message::Binary(frame)) => Some(Ok(frame)),
-                    Ok(_) => None,
-                    Err(e) => Some(Err(link(e))),
-                })
-            });
-        Ok(Session {
-            tx: Box::pin(tx),
-            rx: Box::pin(rx),
-        })
-    }
-
     /// Straight over a `/gpux/files/1` stream to the host, already opened.
     fn over(stream: super::FramedStream) -> Session {
         let (tx, rx) = stream.split();
@@ -567,36 +465,8 @@ pub(super) fn base_name(path: &Path) -> Result<String, CopyError> {
         .ok_or_else(|| CopyError::Usage(format!("{} has no name to copy under", path.display())))
 }
 
-/// Copies `src` to `dst` (one of them in a lease's workspace), as `cp -r` would: into `dst`
-/// when it is a directory (or written with a trailing `/`), as `dst` otherwise.
-pub async fn copy(
-    api: &ApiClient,
-    src: &Place,
-    dst: &Place,
-    progress: &dyn Progress,
-) -> Result<CopyReport, CopyError> {
-    let started = Instant::now();
-    let mut report = match (src, dst) {
-        (Place::Local(from), Place::Remote { lease, path, into }) => {
-            let mut session = Session::open(api, lease).await?;
-            upload(&mut session, from, path, *into, progress).await?
-        }
-        (Place::Remote { lease, path, .. }, Place::Local(to)) => {
-            let mut session = Session::open(api, lease).await?;
-            download(&mut session, path, to, progress).await?
-        }
-        _ => {
-            return Err(CopyError::Usage(
-                "one side of a copy is a lease's workspace (LEASE:/workspace/PATH), the other a local path".into(),
-            ));
-        }
-    };
-    report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(report)
-}
-
 /// Copies local `from` into a lease's workspace at `to` over `stream` (a `/gpux/files/1`
-/// stream this node opened to the host), as [`copy`] does for the CLI.
+/// stream this node opened to the host).
 pub(crate) async fn upload_over(
     stream: super::FramedStream,
     from: &Path,
@@ -607,7 +477,7 @@ pub(crate) async fn upload_over(
     upload(&mut Session::over(stream), from, to, into, progress).await
 }
 
-/// Copies `/workspace/{from}` to local `to` over `stream`, as [`copy`] does for the CLI.
+/// Copies `/workspace/{from}` to local `to` over `stream`.
 pub(crate) async fn download_over(
     stream: super::FramedStream,
     from: &str,
@@ -635,48 +505,4 @@ pub(crate) async fn upload_tree_over(
     to: &str,
 ) -> Result<CopyReport, CopyError> {
     upload_tree(&mut Session::over(stream), from, to, &()).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn places_read_as_local_or_a_lease_workspace() {
-        let lease = "ab".repeat(32);
-        let remote = |path: &str, into| Place::Remote {
-            lease: lease.clone(),
-            path: path.into(),
-            into,
-        };
-        assert_eq!(
-            Place::parse("data.bin").unwrap(),
-            Place::Local("data.bin".into())
-        );
-        assert_eq!(Place::parse("./a:b").unwrap(), Place::Local("./a:b".into()));
-        assert_eq!(
-            Place::parse(&format!("{lease}:/workspace/out/r.txt")).unwrap(),
-            remote("out/r.txt", false)
-        );
-        assert_eq!(
-            Place::parse(&format!("{lease}:/workspace/out/")).unwrap(),
-            remote("out", true)
-        );
-        assert_eq!(
-            Place::parse(&format!("{lease}:/workspace")).unwrap(),
-            remote("", true)
-        );
-        assert_eq!(
-            Place::parse(&format!("{lease}:in.csv")).unwrap(),
-            remote("in.csv", false)
-        );
-        for bad in [
-            "/workspace/../etc",
-            "/etc/passwd",
-            "/workspace/a/../../x",
-            "/workspacex",
-        ] {
-            assert!(Place::parse(&format!("{lease}:{bad}")).is_err(), "{bad}");
-        }
-    }
 }

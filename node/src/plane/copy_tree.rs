@@ -7,7 +7,9 @@ use std::path::Path;
 use gpux_protocol::plane_wire::{EntryKind, FilesError};
 
 use super::confined::is_part_name;
-use super::copy::{CopyError, CopyReport, Progress, Session, base_name, join, local};
+use gpux_api::CopyReport;
+
+use super::copy::{CopyError, Progress, Session, base_name, join, local};
 use super::local::{LocalDir, LocalTree, walk_local};
 
 /// Copies local `from` into the workspace at `to`: into `to` when it is a directory (or

@@ -18,7 +18,6 @@
 pub(crate) mod bridge;
 pub(crate) mod challenge;
 mod chunks;
-pub mod client;
 mod confined;
 pub mod copy;
 mod copy_tree;

@@ -80,13 +80,7 @@ pub(crate) struct Root {
 
 /// Checks a workspace path: relative, non-empty components, no `.` or `..`, no NUL.
 pub(crate) fn check(path: &str) -> Result<(), PathError> {
-    let ok = !path.is_empty()
-        && !path.starts_with('/')
-        && !path.contains('\0')
-        && path
-            .split('/')
-            .all(|c| !c.is_empty() && c != "." && c != "..");
-    if ok {
+    if gpux_protocol::plane_wire::is_workspace_path(path) {
         Ok(())
     } else {
         Err(PathError::Invalid(path.to_string()))

@@ -17,22 +17,13 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::api_client::{ApiClient, ClientError};
+use crate::api::{ApiClient, ClientError};
 
 pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Opens the API's WebSocket at `path_and_query`; an API refusal comes back as its error.
 pub(crate) async fn connect(api: &ApiClient, path_and_query: &str) -> Result<Socket, ClientError> {
-    connect_buffered(api, path_and_query, 128 << 10).await
-}
-
-/// [`connect`] with read and write buffers of `buffer` bytes (a copy's bulk data moves in
-/// large reads and writes).
-pub(crate) async fn connect_buffered(
-    api: &ApiClient,
-    path_and_query: &str,
-    buffer: usize,
-) -> Result<Socket, ClientError> {
+    let buffer = 128 << 10;
     let url = format!(
         "{}{path_and_query}",
         api.base().replacen("http://", "ws://", 1)

@@ -5,11 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpux_api::{ApiError, ErrorCode};
+use gpux_api::{ADDR_FILE, ApiError, ErrorCode, TOKEN_FILE};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-use crate::daemon::api::{ADDR_FILE, TOKEN_FILE};
 
 /// Why a call to the API gave no answer.
 #[derive(Debug, thiserror::Error)]
