@@ -122,7 +122,7 @@ pub const ADDR_FILE: &str = "metrics.addr";
 /// Records where `/metrics` listens (`<data-dir>/metrics.addr`, for scrape configs and the
 /// testnet).
 pub(crate) fn write_addr(data_dir: &std::path::Path, addr: SocketAddr) -> std::io::Result<()> {
-    crate::daemon::api::write_private(&data_dir.join(ADDR_FILE), addr.to_string().as_bytes())
+    crate::data_dir::write_private(&data_dir.join(ADDR_FILE), addr.to_string().as_bytes())
 }
 
 /// Where the node of `data_dir` serves `/metrics`, if it does.

@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use gpux_client::ApiClient;
 
 use crate::harness;
+use crate::harness::wait;
 use crate::registry::Registry;
-use crate::workload::wait;
 
 /// What the round did, for the report (flattened into it).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]

@@ -458,3 +458,15 @@ pub(crate) fn bench_nodes(gpux: &Path, base: &Path, image: &str) -> anyhow::Resu
         renter,
     })
 }
+
+/// Whether `done` comes true within `within` (asked every 250 ms, and once more at the end).
+pub(crate) fn wait(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    done()
+}

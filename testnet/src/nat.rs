@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::harness::Node;
-use crate::workload::{cp, wait};
+use crate::harness::wait;
+use crate::workload::cp;
 
 /// A host behind NAT, as the report gives it.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -5,7 +5,7 @@
 //! workspace, no renter image.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bollard::body_full;
@@ -15,7 +15,7 @@ use gpux_client::ApiClient;
 use gpux_node::executor::Executor;
 use gpux_protocol::ImageDigest;
 
-use crate::harness;
+use crate::harness::{self, wait};
 
 /// What the round did, for the report (flattened into it).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -205,17 +205,6 @@ pub(crate) fn cp(renter: &harness::Node, from: &str, to: &str) -> anyhow::Result
             .unwrap_or(0)
     };
     Ok((n("files"), n("bytes")))
-}
-
-pub(crate) fn wait(within: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    done()
 }
 
 /// Builds the renter's image: the workload image plus the job, as its command.

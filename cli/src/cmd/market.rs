@@ -11,11 +11,6 @@ use gpux_client::ApiClient;
 use super::rent::Want;
 use super::{out, print_json};
 
-/// A size on the command line: `10GiB`, `512MiB`, `1.5GB`, or bytes.
-pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
-    gpux_api::text::size_bytes(text)
-}
-
 pub(crate) fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     let status = ApiClient::for_data_dir(dir)?.status()?;
     if json {

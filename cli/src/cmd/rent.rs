@@ -8,7 +8,6 @@ use std::path::Path;
 use gpux_api::{RegistryCredentials, RentRequest};
 use gpux_client::ApiClient;
 
-use super::market::parse_size;
 use super::{out, print_json};
 
 /// What a renter wants, shared by `rent` and `bid`.
@@ -155,7 +154,7 @@ pub(crate) struct Run {
     network: bool,
     /// A `/workspace` of this size for the lease's files (`10GiB`, `512MiB`): enforced,
     /// erased when the lease ends.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = gpux_api::text::size_bytes)]
     disk: Option<u64>,
     /// Keep the workspace this long after the lease, for `gpux cp` to fetch results
     /// (`30m`; the host's default, 10 minutes, otherwise; 0: erase at once).
@@ -166,10 +165,10 @@ pub(crate) struct Run {
     #[arg(long, value_name = "CORES", value_parser = parse_cores)]
     cpus: Option<u32>,
     /// Memory for the container (`8GiB`) [default: the GPUs' share of the host].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = gpux_api::text::size_bytes)]
     memory: Option<u64>,
     /// Size of `/dev/shm`, part of the memory (`16GiB`) [default: half the memory].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = gpux_api::text::size_bytes)]
     shm: Option<u64>,
     /// The command to run in the container, after `--` [default: the image's].
     #[arg(last = true, value_name = "COMMAND")]

@@ -465,7 +465,7 @@ pub(crate) enum TestnetAction {
     /// (docs/benchmarks.md).
     PlaneBench {
         /// Bytes each copy moves (`1GiB`).
-        #[arg(long, default_value = "1GiB", value_parser = super::market::parse_size)]
+        #[arg(long, default_value = "1GiB", value_parser = gpux_api::text::size_bytes)]
         bytes: u64,
         /// Exec echo samples.
         #[arg(long, default_value_t = 200)]
@@ -479,7 +479,7 @@ pub(crate) enum TestnetAction {
     /// `gpux cp`; prints JSON (docs/benchmarks.md).
     AccessBench {
         /// The pulled image's size, in layers of random bytes (`4GiB`).
-        #[arg(long, default_value = "4GiB", value_parser = super::market::parse_size)]
+        #[arg(long, default_value = "4GiB", value_parser = gpux_api::text::size_bytes)]
         image_size: u64,
         /// Its layers.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -488,7 +488,7 @@ pub(crate) enum TestnetAction {
         #[arg(long, default_value_t = 30)]
         samples: usize,
         /// Bytes scp and gpux cp copy (`1GiB`).
-        #[arg(long, default_value = "1GiB", value_parser = super::market::parse_size)]
+        #[arg(long, default_value = "1GiB", value_parser = gpux_api::text::size_bytes)]
         copy: u64,
     },
     /// The receiving end of plane-bench's raw libp2p stream between two processes: prints

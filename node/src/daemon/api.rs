@@ -17,133 +17,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gpux_api::{
-    ApiError, Balance, BidPlaced, BidRequest, BlockRequest, Blocked, ErrorCode, ExecRequest,
-    LeaseView, LedgerTotals, LogsPage, MintRequest, Minted, OfferHit, Receipts, RentRequest,
-    Rented, ShuttingDown, Status, Stopping,
+    ApiError, BidRequest, BlockRequest, ErrorCode, ExecRequest, MintRequest, RentRequest,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
+use super::command::{ApiCommand, AppState, call};
+use super::http::same;
+use crate::data_dir::write_private;
 use crate::plane::bridge::{self, Bridge};
 
+pub(crate) use super::command::Reply;
 pub use gpux_api::{ADDR_FILE, TOKEN_FILE};
-
-/// Where the answer to an API command goes.
-pub(crate) type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
-
-/// What the API asks of the node.
-pub(crate) enum ApiCommand {
-    Status {
-        reply: Reply<Status>,
-    },
-    Search {
-        query: String,
-        limit: usize,
-        reply: Reply<Vec<OfferHit>>,
-    },
-    Leases {
-        reply: Reply<Vec<LeaseView>>,
-    },
-    Rent {
-        request: Box<RentRequest>,
-        reply: Reply<Rented>,
-    },
-    RentProgress {
-        name: String,
-        reply: Reply<gpux_api::RentProgress>,
-    },
-    Group {
-        request: Box<RentRequest>,
-        reply: Reply<gpux_api::GroupPlaced>,
-    },
-    ScaleGroup {
-        group: String,
-        delta: i32,
-        reply: Reply<gpux_api::GroupScaled>,
-    },
-    Bids {
-        reply: Reply<Vec<gpux_api::BidView>>,
-    },
-    CancelBid {
-        bid: String,
-        reply: Reply<gpux_api::BidView>,
-    },
-    Bid {
-        request: Box<BidRequest>,
-        reply: Reply<BidPlaced>,
-    },
-    Logs {
-        lease: String,
-        from: u64,
-        reply: Reply<LogsPage>,
-    },
-    Receipts {
-        lease: String,
-        reply: Reply<Receipts>,
-    },
-    Stop {
-        lease: String,
-        reply: Reply<Stopping>,
-    },
-    Commit {
-        lease: String,
-        reply: Reply<gpux_api::Committed>,
-    },
-    Challenge {
-        lease: String,
-        reply: Reply<gpux_api::ChallengePassed>,
-    },
-    Balance {
-        reply: Reply<Balance>,
-    },
-    Mint {
-        request: MintRequest,
-        reply: Reply<Minted>,
-    },
-    Ledger {
-        reply: Reply<LedgerTotals>,
-    },
-    LedgerReadd {
-        request: gpux_api::ReaddRequest,
-        reply: Reply<gpux_api::Readded>,
-    },
-    Block {
-        request: BlockRequest,
-        reply: Reply<Blocked>,
-    },
-    Follow {
-        request: gpux_api::FollowRequest,
-        reply: Reply<gpux_api::Following>,
-    },
-    Settings {
-        /// None: only read them.
-        change: Option<gpux_api::SettingChange>,
-        reply: Reply<gpux_api::Settings>,
-    },
-    Shutdown {
-        /// End the hosted leases first (otherwise they keep running for the next start).
-        end_leases: bool,
-        reply: Reply<ShuttingDown>,
-    },
-}
-
-#[derive(Clone)]
-pub(crate) struct AppState {
-    token: String,
-    commands: mpsc::Sender<ApiCommand>,
-    bridge: Bridge,
-    /// The web console's sessions.
-    pub(crate) console: super::console::Console,
-    /// Asks the loop for what `/metrics` shows (the console's host view).
-    pub(crate) snapshots: mpsc::Sender<crate::metrics::SnapshotRequest>,
-}
 
 /// A request that carried the right token.
 struct Authorized;
-
-pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
-    // Constant time in the token's length: no early exit on the first differing byte.
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 impl FromRequestParts<AppState> for Authorized {
     type Rejection = Response;
@@ -182,22 +69,6 @@ fn unauthorized() -> Response {
 fn error(e: ApiError) -> Response {
     let status = StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, Json(e)).into_response()
-}
-
-fn stopping() -> ApiError {
-    ApiError::new(ErrorCode::Unavailable, "the node is shutting down")
-}
-
-/// Asks the loop and waits for its answer.
-pub(crate) async fn call<T>(
-    state: &AppState,
-    make: impl FnOnce(Reply<T>) -> ApiCommand,
-) -> Result<T, ApiError> {
-    let (reply, rx) = oneshot::channel();
-    if state.commands.send(make(reply)).await.is_err() {
-        return Err(stopping());
-    }
-    rx.await.unwrap_or_else(|_| Err(stopping()))
 }
 
 async fn ask<T: serde::Serialize>(
@@ -621,22 +492,6 @@ async fn not_found(State(state): State<AppState>, headers: axum::http::HeaderMap
         return unauthorized();
     }
     error(ApiError::new(ErrorCode::BadInput, "no such API path"))
-}
-
-/// Writes `bytes` to `path` with mode 0600 (replacing it).
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 /// The API token of a data dir, created (0600) when missing.

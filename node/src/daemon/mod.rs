@@ -11,6 +11,7 @@
 
 pub mod api;
 mod bids;
+mod command;
 mod console;
 mod group;
 mod host;
@@ -42,7 +43,7 @@ use crate::ledger::{LedgerClient, LedgerService};
 use crate::p2p::{self, Client, NetConfig};
 use crate::store::{NodeState, SledStore};
 
-pub(crate) use api::ApiCommand;
+pub(crate) use command::ApiCommand;
 
 /// The least time between publications triggered by new subscribers, ms.
 const SUBSCRIBE_PUBLISH_GAP_MS: u64 = 3000;

@@ -18,8 +18,8 @@ use gpux_protocol::{BoundedString, BoundedVec};
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{hash_prefix_while, read_chunks};
-use super::confined::{Limit, PathError, Root, Walked};
-use super::{FramedStream, IDLE, PlaneError, feed, recv, send};
+use super::confined::{Limit, PathError, Root, Walked, failure};
+use super::{FramedStream, IDLE, PlaneError, blocking, feed, recv, send};
 
 /// The most entries a listing walks.
 pub(crate) const MAX_LISTED: usize = 100_000;
@@ -41,28 +41,6 @@ fn kind_of(stat: &rustix::fs::Stat) -> EntryKind {
         FileType::Symlink => EntryKind::Symlink,
         _ => EntryKind::Other,
     }
-}
-
-pub(super) fn failure(e: &PathError) -> FilesResponse {
-    let code = match e {
-        PathError::Invalid(_) => FilesError::Invalid,
-        PathError::Outside(_) => FilesError::OutsideWorkspace,
-        PathError::NotAFile(_) => FilesError::WrongKind,
-        e if e.is_no_space() => FilesError::NoSpace,
-        e if e.kind() == Some(std::io::ErrorKind::NotFound) => FilesError::NotFound,
-        e if e.kind() == Some(std::io::ErrorKind::NotADirectory) => FilesError::WrongKind,
-        _ => FilesError::Io,
-    };
-    FilesResponse::failed(code, &e.to_string())
-}
-
-/// Runs blocking filesystem work off the async threads.
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, PlaneError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| PlaneError::Io(std::io::Error::other(e.to_string())))
 }
 
 /// Serves one files stream on the workspace mounted at `dir` until the renter closes it.

@@ -20,11 +20,9 @@ pub(crate) mod challenge;
 mod chunks;
 mod confined;
 pub mod copy;
-mod copy_tree;
 pub mod delegate;
 mod files;
 pub(crate) mod host;
-mod local;
 pub mod pull;
 pub(crate) mod pull_host;
 pub(crate) mod pulled;
@@ -194,4 +192,13 @@ pub(crate) async fn recv<T: bincode::Decode<()> + bincode::Encode>(
     within: Duration,
 ) -> Result<T, PlaneError> {
     Ok(plane_wire::decode(&next_frame(framed, within).await?)?)
+}
+
+/// Runs blocking filesystem work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PlaneError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PlaneError::Io(std::io::Error::other(e.to_string())))
 }

@@ -20,9 +20,10 @@ use gpux_protocol::plane_wire::{FilesError, FilesRequest, FilesResponse};
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{Cache, hash_prefix_while, write_chunks};
-use super::confined::{NAME_MAX, PathError, Root, check, go_on_from, is_part_name, part_of};
-use super::files::{blocking, failure};
-use super::{FramedStream, IDLE, Incoming, PlaneError, recv, recv_data, send};
+use super::confined::{
+    NAME_MAX, PathError, Root, check, failure, go_on_from, is_part_name, part_of,
+};
+use super::{FramedStream, IDLE, Incoming, PlaneError, blocking, recv, recv_data, send};
 
 /// What the host holds of a file being put.
 struct Held {

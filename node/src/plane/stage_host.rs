@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::stage::{STAGE, chain_ids, diff_ids, image_id};
-use super::stage_pace::{DATA_DEADLINE, MIN_RATE, Pace};
+use super::stage_pace::{DATA_DEADLINE, Failed, MIN_RATE, Pace};
 use super::staged::{Hold, StagedImages, UNUSED_TTL_MS};
 use super::turns::{Turn, Turns};
 use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
@@ -71,15 +71,6 @@ impl Drop for Reservation {
 }
 
 type Refusal = (PlaneRefusal, String);
-
-/// A staging that failed after the plan: said to the renter in [`StageDone::Failed`].
-pub(super) struct Failed(pub(super) String);
-
-impl<E: std::fmt::Display> From<E> for Failed {
-    fn from(e: E) -> Self {
-        Failed(e.to_string())
-    }
-}
 
 impl StageHost {
     /// Takes `/gpux/stage/1` on `net` (when the host stages renter images at all) and

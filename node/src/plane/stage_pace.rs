@@ -6,8 +6,16 @@ use std::time::Duration;
 use gpux_protocol::plane_wire::StageData;
 
 use super::stage::DATA_WITHIN;
-use super::stage_host::Failed;
 use super::{FramedStream, recv};
+
+/// A staging that failed after the plan: said to the renter in `StageDone::Failed`.
+pub(super) struct Failed(pub(super) String);
+
+impl<E: std::fmt::Display> From<E> for Failed {
+    fn from(e: E) -> Self {
+        Failed(e.to_string())
+    }
+}
 
 /// A staging's data may take this long, plus a second per [`MIN_RATE`] bytes: a peer that
 /// trickles cannot hold a staging turn for long. The same bound holds at every frame for the

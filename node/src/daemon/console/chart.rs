@@ -1,5 +1,7 @@
 //! The console's charts: SVG drawn on the server (no script, nothing fetched).
 
+use std::collections::BTreeMap;
+
 use gpux_api::OfferHit;
 use maud::{Markup, html};
 
@@ -15,7 +17,7 @@ fn x_of(value: f64, max: f64) -> f64 {
 /// The price of every offer, one row per model: a dot per offer, a bar from the lowest to the
 /// highest, a tick at the median (credits per GPU-hour).
 pub(crate) fn prices(hits: &[OfferHit]) -> Markup {
-    let depth = super::pages::depth(hits);
+    let depth = depth(hits);
     let max = depth
         .values()
         .filter_map(|d| d.prices.last())
@@ -113,5 +115,42 @@ pub(crate) fn estimate(e: &gpux_market::estimate::Estimate) -> Markup {
             }
             figcaption { "Cost a month (credits), renting against buying." }
         }
+    }
+}
+
+/// Per model: offers, GPUs, free GPUs and the prices of the free ones.
+pub(crate) struct Depth {
+    pub(crate) offers: usize,
+    pub(crate) gpus: u64,
+    pub(crate) free: u64,
+    /// Each offer's price per GPU-hour, micro-credits (sorted).
+    pub(crate) prices: Vec<u64>,
+}
+
+pub(crate) fn depth(hits: &[OfferHit]) -> BTreeMap<String, Depth> {
+    let mut by_model: BTreeMap<String, Depth> = BTreeMap::new();
+    for h in hits {
+        let d = by_model.entry(model(h)).or_insert(Depth {
+            offers: 0,
+            gpus: 0,
+            free: 0,
+            prices: Vec::new(),
+        });
+        d.offers += 1;
+        d.gpus += u64::from(h.gpus);
+        d.free += u64::from(h.free);
+        d.prices.push(h.price_per_gpu_hour.0);
+    }
+    for d in by_model.values_mut() {
+        d.prices.sort_unstable();
+    }
+    by_model
+}
+
+/// An offer's model as the console names it: family, memory and MIG profile.
+pub(crate) fn model(hit: &OfferHit) -> String {
+    match &hit.mig_profile {
+        Some(p) => format!("{} {}GB MIG {p}", hit.family, hit.vram_gb),
+        None => format!("{} {}GB", hit.family, hit.vram_gb),
     }
 }

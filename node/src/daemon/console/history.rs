@@ -59,7 +59,7 @@ impl History {
                 return;
             };
             if let Some((_, readings)) = readings {
-                self.record(super::pages::now_ms(), &readings);
+                self.record(super::layout::now_ms(), &readings);
             }
         }
     }

@@ -65,7 +65,7 @@ pub(super) async fn post(
     if let Err(refused) = signed.check_post(&headers, &form.csrf) {
         return refused.into_response();
     }
-    let mut changes = vec![change(&form, super::pages::now_ms())];
+    let mut changes = vec![change(&form, super::layout::now_ms())];
     // Resuming ends a pause and a drain, as `gpux host resume` does.
     if form.name == "resume" {
         changes.push(Ok(SettingChange {
@@ -93,7 +93,7 @@ pub(super) async fn post(
 }
 
 fn when(ms: u64) -> String {
-    super::pages::utc(ms)
+    super::layout::utc(ms)
 }
 
 /// The controls and the state they set.

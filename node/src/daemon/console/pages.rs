@@ -4,28 +4,14 @@
 use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::Html;
 use gpux_api::{ApiError, LeaseView, OfferHit, Receipts, Role};
 use gpux_protocol::MicroCredits;
 use maud::{DOCTYPE, Markup, html};
 
 use super::chart;
+use super::layout::{Page, layout, now_ms, utc};
 use super::{EstimateParams, MarketParams, Overview};
-
-/// A rendered page.
-pub(crate) struct Page(Markup);
-
-impl IntoResponse for Page {
-    fn into_response(self) -> Response {
-        Html(self.0.into_string()).into_response()
-    }
-}
-
-impl Page {
-    pub(crate) fn into_string(self) -> String {
-        self.0.into_string()
-    }
-}
 
 /// What a host shows of its GPUs.
 pub(crate) struct HostView {
@@ -39,17 +25,6 @@ pub(crate) struct HostView {
 
 fn credits(micro: u64) -> String {
     MicroCredits(micro).amount_text()
-}
-
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(super) fn utc(ms: u64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 /// `1h 02m 03s`.
@@ -83,42 +58,6 @@ fn runtime(lease: &LeaseView) -> String {
         }
         _ => "—".into(),
     }
-}
-
-pub(super) fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Page {
-    Page(html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { "gpux · " (title) }
-                link rel="stylesheet" href="/console/style.css";
-                script src="/console/app.js" defer {}
-            }
-            body {
-                header {
-                    strong { "gpux" }
-                    nav {
-                        a href="/console/" { "Overview" }
-                        a href="/console/market" { "Market" }
-                        a href="/console/rent" { "Rent" }
-                        a href="/console/estimate" { "Estimate" }
-                    }
-                    @if let Some(csrf) = csrf {
-                        form.signout method="post" action="/console/logout" {
-                            input type="hidden" name="csrf" value=(csrf);
-                            button type="submit" { "Sign out" }
-                        }
-                    }
-                }
-                main {
-                    h1 { (title) }
-                    (body)
-                }
-            }
-        }
-    })
 }
 
 /// A refusal (401, 403, ...): self-contained, it loads nothing.
@@ -288,13 +227,6 @@ fn mbps(rate: u32) -> String {
     }
 }
 
-fn model(hit: &OfferHit) -> String {
-    match &hit.mig_profile {
-        Some(p) => format!("{} {}GB MIG {p}", hit.family, hit.vram_gb),
-        None => format!("{} {}GB", hit.family, hit.vram_gb),
-    }
-}
-
 fn sort_link(p: &MarketParams, key: &str) -> String {
     let current = p.sort.as_deref().unwrap_or("price");
     let desc = current == key && !p.desc;
@@ -365,7 +297,7 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
                         @for h in &hits {
                             tr.offer data-price=(h.price_per_gpu_hour.0) data-free=(h.free) data-family=(h.family) {
                                 td { code { (short(&h.host.peer_id().to_string())) } }
-                                td { (model(h)) }
+                                td { (chart::model(h)) }
                                 td.num { (h.free) "/" (h.gpus) }
                                 td.num { (credits(h.price_per_gpu_hour.0)) }
                                 td { (h.region) }
@@ -394,35 +326,6 @@ pub(crate) fn market(p: &MarketParams, hits: Result<Vec<OfferHit>, ApiError>, cs
     layout("Market", Some(csrf), body)
 }
 
-/// Per model: offers, GPUs, free GPUs and the prices of the free ones.
-pub(crate) struct Depth {
-    pub(crate) offers: usize,
-    pub(crate) gpus: u64,
-    pub(crate) free: u64,
-    /// Each offer's price per GPU-hour, micro-credits (sorted).
-    pub(crate) prices: Vec<u64>,
-}
-
-pub(crate) fn depth(hits: &[OfferHit]) -> BTreeMap<String, Depth> {
-    let mut by_model: BTreeMap<String, Depth> = BTreeMap::new();
-    for h in hits {
-        let d = by_model.entry(model(h)).or_insert(Depth {
-            offers: 0,
-            gpus: 0,
-            free: 0,
-            prices: Vec::new(),
-        });
-        d.offers += 1;
-        d.gpus += u64::from(h.gpus);
-        d.free += u64::from(h.free);
-        d.prices.push(h.price_per_gpu_hour.0);
-    }
-    for d in by_model.values_mut() {
-        d.prices.sort_unstable();
-    }
-    by_model
-}
-
 fn depth_table(hits: &[OfferHit]) -> Markup {
     html! {
         table #depth-table {
@@ -431,7 +334,7 @@ fn depth_table(hits: &[OfferHit]) -> Markup {
                 th { "Lowest (credits/GPU-h)" } th { "Median" } th { "Highest" }
             } }
             tbody {
-                @for (name, d) in depth(hits) {
+                @for (name, d) in chart::depth(hits) {
                     tr {
                         td { (name) }
                         td.num { (d.offers) }

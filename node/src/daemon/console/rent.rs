@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use gpux_api::{ApiError, LeaseView, RentRequest, Role};
 use maud::{Markup, html};
 
-use super::pages::{Page, layout};
+use super::layout::{Page, layout};
 use super::{ApiCommand, AppState, Signed, call};
 
 /// What the form sends (text as typed; an unreadable post reads as an empty one).

@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+use gpux_protocol::plane_wire::{FilesError, FilesResponse};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 /// The workload's user and group, owner of what the host creates in a workspace.
@@ -85,6 +86,20 @@ pub(crate) fn check(path: &str) -> Result<(), PathError> {
     } else {
         Err(PathError::Invalid(path.to_string()))
     }
+}
+
+/// The answer to a files request that failed on `e`.
+pub(crate) fn failure(e: &PathError) -> FilesResponse {
+    let code = match e {
+        PathError::Invalid(_) => FilesError::Invalid,
+        PathError::Outside(_) => FilesError::OutsideWorkspace,
+        PathError::NotAFile(_) => FilesError::WrongKind,
+        e if e.is_no_space() => FilesError::NoSpace,
+        e if e.kind() == Some(std::io::ErrorKind::NotFound) => FilesError::NotFound,
+        e if e.kind() == Some(std::io::ErrorKind::NotADirectory) => FilesError::WrongKind,
+        _ => FilesError::Io,
+    };
+    FilesResponse::failed(code, &e.to_string())
 }
 
 /// The longest name a Linux filesystem takes, bytes.

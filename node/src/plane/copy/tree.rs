@@ -1,16 +1,16 @@
 //! The trees of `gpux cp`: what a copy of a file or a directory does on its one files
-//! stream, either way, as `cp -r` would (see [`super::copy`]).
+//! stream, either way, as `cp -r` would.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use gpux_api::CopyReport;
 use gpux_protocol::plane_wire::{EntryKind, FilesError};
 
-use super::confined::is_part_name;
-use gpux_api::CopyReport;
-
-use super::copy::{CopyError, Progress, Session, base_name, join, local};
+use super::error::{CopyError, Progress, base_name, join, local};
 use super::local::{LocalDir, LocalTree, walk_local};
+use super::session::Session;
+use crate::plane::confined::is_part_name;
 
 /// Copies local `from` into the workspace at `to`: into `to` when it is a directory (or
 /// `into`, written with a trailing `/`), as `to` otherwise.
@@ -212,7 +212,7 @@ async fn get_tree(
     report.dirs += 1;
     for entry in entries {
         // The host names what it lists: nothing may lead out of the target.
-        if super::confined::check(&entry.path).is_err() {
+        if crate::plane::confined::check(&entry.path).is_err() {
             return Err(CopyError::Link(format!(
                 "the host listed {:?}, a path that leaves the directory",
                 entry.path.as_str()

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::chunks::hash_prefix;
-use super::confined::{PathError, Root, is_part_name};
-use super::copy::{CopyError, join, local};
+use super::error::{CopyError, join, local};
+use crate::plane::chunks::hash_prefix;
+use crate::plane::confined::{PathError, Root, is_part_name};
 
 /// blake3 of a local file's first `len` bytes, as a hasher that can go on.
 pub(super) async fn hash_local(path: &Path, len: u64) -> Result<blake3::Hasher, CopyError> {

@@ -1,108 +1,28 @@
-//! The renter node's side of `gpux cp` (see `delegate`) and of a resume's mirror: files and
-//! directories in and out of a lease's workspace, over a `/gpux/files/1` stream to the host.
-//!
-//! Every file is verified end to end: the whole file's blake3 is compared on the far side
-//! before it takes its name. An interrupted copy leaves a `.<name>.gpux-part` beside the
-//! target (on the host for a put, here for a get); running the same copy again sends only
-//! what the part lacks. Names are checked on both sides: a listing from the host with a path
-//! that leaves the directory is refused.
+//! One files stream to the host, as the renter's node drives it: stat, mkdir, list, and a
+//! file's put and get with their part files and end-to-end hashes.
 
-use std::path::{Path, PathBuf};
-
+use std::path::Path;
 use std::pin::Pin;
 
 use bytes::Bytes;
 use futures::{Sink, SinkExt, Stream, StreamExt};
-use gpux_api::CopyReport;
 use gpux_protocol::BoundedString;
 use gpux_protocol::plane_wire::{
     self, Entry, EntryKind, FilesError, FilesRequest, FilesResponse, WorkspacePath,
 };
 
-use super::chunks::{Cache, read_chunks, write_chunks};
-use super::confined::{PathError, go_on_from, part_of};
-use super::copy_tree::{download, mirror, upload, upload_tree};
-use super::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
+use super::error::{CopyError, Progress, local};
 use super::local::{LocalDir, hash_local};
-use super::{IDLE, Incoming};
-
-/// What a copy reports as it goes.
-pub trait Progress: Send + Sync {
-    /// The total bytes to copy, once known.
-    fn total(&self, _bytes: u64) {}
-    /// `bytes` more are done (sent, or found in place).
-    fn advance(&self, _bytes: u64) {}
-}
-
-/// No progress shown.
-impl Progress for () {}
-
-/// Why a copy failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CopyError {
-    /// A local file.
-    #[error("{}: {source}", path.display())]
-    Local {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The host refused a request.
-    #[error("{path}: {detail}")]
-    Remote {
-        /// The workspace path.
-        path: String,
-        /// The host's code.
-        code: FilesError,
-        /// Its words.
-        detail: String,
-    },
-    /// The link to the host broke (run the copy again to go on).
-    #[error(
-        "the link to the host broke ({0}); run the same copy again to go on from where it stopped"
-    )]
-    Link(String),
-    /// A directory copy that made its destination `made` stopped: the same copy again
-    /// would copy into it, nested; `again` says how to go on.
-    #[error(
-        "{why}; this copy made /workspace/{made}, and the same command again would copy into it: {again}"
-    )]
-    Made {
-        /// Why it stopped.
-        why: String,
-        /// The directory the copy made.
-        made: String,
-        /// How to go on.
-        again: String,
-    },
-    /// A copy that cannot be done as asked.
-    #[error("{0}")]
-    Usage(String),
-}
-
-pub(super) fn local(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
-    move |source| CopyError::Local {
-        path: path.to_path_buf(),
-        source,
-    }
-}
+use crate::plane::chunks::{Cache, read_chunks, write_chunks};
+use crate::plane::confined::{PathError, go_on_from, part_of};
+use crate::plane::files::{MAX_LISTED, MAX_LISTED_PATH_BYTES};
+use crate::plane::{FramedStream, IDLE, Incoming};
 
 fn wpath(path: &str) -> Result<WorkspacePath, CopyError> {
     BoundedString::new(path).map_err(|e| CopyError::Usage(format!("{path}: {e}")))
 }
 
-pub(super) fn join(a: &str, b: &str) -> String {
-    if a.is_empty() {
-        b.to_string()
-    } else {
-        format!("{a}/{b}")
-    }
-}
-
-/// Where a session's frames go: the node's WebSocket (the CLI), or the host's stream
-/// itself (the node copying on its own account, as a resume does).
+/// Where a session's frames go: the host's `/gpux/files/1` stream.
 type FrameSink = Pin<Box<dyn Sink<Bytes, Error = CopyError> + Send>>;
 /// Where a session's frames come from.
 type FrameSource = Pin<Box<dyn Stream<Item = Result<Bytes, CopyError>> + Send>>;
@@ -119,7 +39,7 @@ fn link(e: impl std::fmt::Display) -> CopyError {
 
 impl Session {
     /// Straight over a `/gpux/files/1` stream to the host, already opened.
-    fn over(stream: super::FramedStream) -> Session {
+    pub(super) fn over(stream: FramedStream) -> Session {
         let (tx, rx) = stream.split();
         Session {
             tx: Box::pin(tx.sink_map_err(link)),
@@ -457,52 +377,4 @@ fn unexpected(path: &str, answer: FilesResponse) -> CopyError {
         },
         other => CopyError::Link(format!("an answer out of turn for {path}: {other:?}")),
     }
-}
-
-pub(super) fn base_name(path: &Path) -> Result<String, CopyError> {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| CopyError::Usage(format!("{} has no name to copy under", path.display())))
-}
-
-/// Copies local `from` into a lease's workspace at `to` over `stream` (a `/gpux/files/1`
-/// stream this node opened to the host).
-pub(crate) async fn upload_over(
-    stream: super::FramedStream,
-    from: &Path,
-    to: &str,
-    into: bool,
-    progress: &dyn Progress,
-) -> Result<CopyReport, CopyError> {
-    upload(&mut Session::over(stream), from, to, into, progress).await
-}
-
-/// Copies `/workspace/{from}` to local `to` over `stream`.
-pub(crate) async fn download_over(
-    stream: super::FramedStream,
-    from: &str,
-    to: &Path,
-    progress: &dyn Progress,
-) -> Result<CopyReport, CopyError> {
-    download(&mut Session::over(stream), from, to, progress).await
-}
-
-/// Makes local `to` a copy of the workspace's directory `from` over `stream`, sending only
-/// what differs and removing what the workspace no longer has (a resume's mirror).
-pub(crate) async fn mirror_over(
-    stream: super::FramedStream,
-    from: &str,
-    to: &Path,
-) -> Result<CopyReport, CopyError> {
-    mirror(&mut Session::over(stream), from, to, &()).await
-}
-
-/// Copies the contents of local `from` into the workspace's directory `to` (`""`: the
-/// workspace itself) over `stream`.
-pub(crate) async fn upload_tree_over(
-    stream: super::FramedStream,
-    from: &Path,
-    to: &str,
-) -> Result<CopyReport, CopyError> {
-    upload_tree(&mut Session::over(stream), from, to, &()).await
 }
