@@ -1,7 +1,7 @@
 //! `gpux cp`: the node copies between a local path and a lease's workspace and reports how
 //! far it got (`GET /v1/leases/{lease}/copy?request=...`, a WebSocket of JSON
 //! [`CopyEvent`]s). No file byte crosses the CLI: the node reads or writes the local file
-//! itself, with its own user's rights (docs/workloads.md).
+//! itself, with its own user's rights (docs/execution.md, "Files in and out").
 
 use std::path::PathBuf;
 

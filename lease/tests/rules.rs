@@ -12,13 +12,13 @@ use gpux_testkit as kit;
 pub(crate) const T0: u64 = 1_700_000_000_000;
 
 pub(crate) fn host() -> Keypair {
-    Keypair::from_seed(&[1; 32])
+    kit::key(1)
 }
 fn renter() -> Keypair {
-    Keypair::from_seed(&[2; 32])
+    kit::key(2)
 }
 pub(crate) fn ledger_key() -> Keypair {
-    Keypair::from_seed(&[9; 32])
+    kit::key(9)
 }
 
 pub(crate) fn offer(t: u64) -> Verified<Offer> {

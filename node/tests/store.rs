@@ -12,7 +12,6 @@ fn record(n: u8) -> (ContentId, HostRecord) {
     let request = kit::sign(
         &renter,
         LeaseRequest {
-            expires_at: Timestamp(31_000),
             duration_s: 60,
             escrow: EscrowId([n; 16]),
             escrow_amount: MicroCredits(60_000),

@@ -149,7 +149,7 @@ pub fn request_to(
         limits: limits(),
         network: false,
         escrow: EscrowId([5; 16]),
-        escrow_amount: money::cost(gpu_seconds, price).unwrap_or(MicroCredits(u64::MAX)),
+        escrow_amount: cost(gpu_seconds, price),
         gpus,
         bid: None,
         ssh_keys: BoundedVec::empty(),
@@ -195,30 +195,17 @@ pub fn receipt(
         seq,
         created_at,
         gpu_seconds,
-        amount_due: money::cost(gpu_seconds, price).unwrap_or(MicroCredits(u64::MAX)),
+        amount_due: cost(gpu_seconds, price),
         usage: UsageSummary::default(),
         ext: Ext::new(),
     }
 }
 
-/// The cumulative receipt number `seq` of `request`'s lease for `gpu_seconds`, made at
-/// `created_at` (see [`receipt`]).
-pub fn receipt_for(
-    request: &Verified<LeaseRequest>,
-    seq: u64,
-    gpu_seconds: u64,
-    created_at: Timestamp,
-) -> UsageReceipt {
-    UsageReceipt {
-        gpus: request.gpus.len() as u16,
-        ..receipt(
-            request.id(),
-            request.escrow,
-            request.price_per_gpu_hour,
-            seq,
-            gpu_seconds,
-            created_at,
-        )
+/// What `gpu_seconds` cost at `price`; panics on an overflow (a fixture's mistake).
+fn cost(gpu_seconds: u64, price: MicroCredits) -> MicroCredits {
+    match money::cost(gpu_seconds, price) {
+        Ok(amount) => amount,
+        Err(e) => panic!("a test fixture's cost overflows: {e}"),
     }
 }
 

@@ -351,7 +351,7 @@ impl Place {
             std::fs::rename(&temp, &path)?;
             Ok(true)
         };
-        rewrite(gpux_node::daemon::api::ADDR_FILE, &self.api)?;
+        rewrite(gpux_api::ADDR_FILE, &self.api)?;
         // `/metrics` binds before the API answers, when it listens at all.
         rewrite(gpux_node::metrics::ADDR_FILE, &self.metrics)?;
         Ok(())

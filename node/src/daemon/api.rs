@@ -17,17 +17,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gpux_api::{
-    ApiError, BidRequest, BlockRequest, ErrorCode, ExecRequest, MintRequest, RentRequest,
+    ADDR_FILE, ApiError, BidRequest, BlockRequest, ErrorCode, ExecRequest, MintRequest,
+    RentRequest, TOKEN_FILE,
 };
 use tokio::sync::mpsc;
 
-use super::command::{ApiCommand, AppState, call};
+use super::command::{ApiCommand, AppState, Reply, call};
 use super::http::same;
 use crate::data_dir::write_private;
 use crate::plane::bridge::{self, Bridge};
-
-pub(crate) use super::command::Reply;
-pub use gpux_api::{ADDR_FILE, TOKEN_FILE};
 
 /// A request that carried the right token.
 struct Authorized;

@@ -113,9 +113,9 @@ pub(crate) enum ApiCommand {
 
 #[derive(Clone)]
 pub(crate) struct AppState {
-    pub(crate) token: String,
-    pub(crate) commands: mpsc::Sender<ApiCommand>,
-    pub(crate) bridge: Bridge,
+    pub(super) token: String,
+    pub(super) commands: mpsc::Sender<ApiCommand>,
+    pub(super) bridge: Bridge,
     /// The web console's sessions.
     pub(crate) console: Console,
     /// Asks the loop for what `/metrics` shows (the console's host view).

@@ -5,8 +5,9 @@
 //!   container runs, bounded in number, idle time and the lease's end.
 //! - `bridge` is the renter node's side: the local API's WebSocket endpoints that the CLI
 //!   talks to, each bridged to one stream to the host.
-//! - [`client`] and [`copy`] are the CLI's side of those endpoints; [`delegate`] has the
-//!   node itself do a copy's file I/O, the CLI only showing progress (what `gpux cp` uses).
+//! - `copy` is the renter node's side of a copy (a session on one files stream, trees as
+//!   `cp -r`); `delegate` runs it for `gpux cp`, the CLI (in `gpux-client`) only showing
+//!   progress.
 //! - `files` serves a lease's workspace from its filesystem on the host, through `confined`
 //!   (every path resolved by `openat2` beneath the workspace, through no link).
 //!
@@ -19,8 +20,8 @@ pub(crate) mod bridge;
 pub(crate) mod challenge;
 mod chunks;
 mod confined;
-pub mod copy;
-pub mod delegate;
+pub(crate) mod copy;
+pub(crate) mod delegate;
 mod files;
 pub(crate) mod host;
 pub mod pull;

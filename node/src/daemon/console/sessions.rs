@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use gpux_api::{ApiError, ConsoleLogin, ErrorCode};
 use tokio::sync::mpsc;
 
-use super::History;
+use super::history::History;
 use crate::daemon::http::same;
 
 /// How long a login link stays usable.

@@ -510,10 +510,7 @@ mod tests {
 
     #[test]
     fn a_slice_costs_its_share_of_the_gpus_compute() {
-        let gpu = |name: &str| GpuFacts {
-            uuid: kit::gpu(1),
-            ..kit::gpu_facts(0, name, 80 << 30, (8, 0))
-        };
+        let gpu = |name: &str| kit::gpu_facts(0, name, 80 << 30, (8, 0));
         let slice = |profile: &str| MigInstance {
             uuid: GpuUuid::Mig([2; 16]),
             profile: BoundedString::new(profile).unwrap(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use gpux_protocol::plane_wire::FilesError;
 
 /// What a copy reports as it goes.
-pub trait Progress: Send + Sync {
+pub(crate) trait Progress: Send + Sync {
     /// The total bytes to copy, once known.
     fn total(&self, _bytes: u64) {}
     /// `bytes` more are done (sent, or found in place).
@@ -18,7 +18,7 @@ impl Progress for () {}
 /// Why a copy failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CopyError {
+pub(crate) enum CopyError {
     /// A local file.
     #[error("{}: {source}", path.display())]
     Local {

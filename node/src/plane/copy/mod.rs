@@ -16,7 +16,7 @@ use std::path::Path;
 
 use gpux_api::CopyReport;
 
-pub use error::{CopyError, Progress};
+pub(crate) use error::{CopyError, Progress};
 use session::Session;
 use tree::{download, mirror, upload, upload_tree};
 
