@@ -42,16 +42,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run the node daemon, or stop it.
-    Node {
-        #[command(subcommand)]
-        action: cmd::node::NodeAction,
-    },
-    /// A whole market on this machine: hosts with fake GPUs, renters, real processes.
-    Testnet {
-        #[command(subcommand)]
-        action: cmd::testnet::TestnetAction,
-    },
+    /// Run the node daemon, or stop it (`gpux-node`).
+    #[command(disable_help_flag = true)]
+    Node(Handed),
+    /// A whole market on this machine: hosts with fake GPUs, renters, real processes
+    /// (`gpux-testnet`).
+    #[command(disable_help_flag = true)]
+    Testnet(Handed),
     /// The running node's status.
     Status {
         /// Print JSON.
@@ -299,17 +296,41 @@ enum Command {
         action: cmd::hosting::HostAction,
     },
     /// Read every GPU through NVML, sign what was read with the node key, and print it
-    /// (creates the node key on first use). `gpux attest verify FILE` checks a report.
-    Attest {
-        #[command(subcommand)]
-        action: Option<AttestAction>,
-        /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
-        #[arg(long, value_name = "PATH")]
-        nvml_lib: Option<PathBuf>,
-        /// Print the signed report as one JSON document (envelope and decoded content).
-        #[arg(long)]
-        json: bool,
-    },
+    /// (creates the node key on first use). `gpux attest verify FILE` checks a report
+    /// (`gpux-node`).
+    #[command(disable_help_flag = true)]
+    Attest(Handed),
+}
+
+/// A command another binary runs (`gpux-node`, `gpux-testnet`, beside this one): its
+/// arguments are handed over as they are, `--help` too.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Handed {
+    /// The command's arguments (`--help` lists them).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<std::ffi::OsString>,
+}
+
+impl Command {
+    /// The binary that runs this command, when it is not `gpux` itself.
+    fn handed_to(&self) -> Option<&'static str> {
+        match self {
+            Command::Node(_)
+            | Command::Attest(_)
+            | Command::Host {
+                action: cmd::hosting::HostAction::Check(_) | cmd::hosting::HostAction::Install(_),
+            }
+            | Command::Ledger {
+                action: LedgerAction::Restore(_),
+            } => Some("gpux-node"),
+            Command::Testnet(_) => Some("gpux-testnet"),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -353,16 +374,10 @@ enum LedgerAction {
     },
     /// Rebuild a damaged ledger database from the ledger's verified copy of its log
     /// (`DATA_DIR/ledger.copy`): the copy is checked against the manifest and replayed
-    /// before anything changes; the damaged database is moved aside, never deleted.
-    Restore {
-        /// Restore from this copy instead (one kept on another disk or machine).
-        #[arg(long, value_name = "FILE")]
-        from: Option<PathBuf>,
-        /// The ledger's release grace in seconds, when it ran with one other than its
-        /// config.toml's (the replay checks releases against it).
-        #[arg(long = "ledger-release-grace", value_name = "SECONDS")]
-        ledger_release_grace_s: Option<u64>,
-    },
+    /// before anything changes; the damaged database is moved aside, never deleted
+    /// (`gpux-node`).
+    #[command(disable_help_flag = true)]
+    Restore(Handed),
 }
 
 #[derive(Debug, Subcommand)]
@@ -411,44 +426,19 @@ enum OffersAction {
     },
 }
 
-#[derive(Debug, Subcommand)]
-enum AttestAction {
-    /// Check a report written by `gpux attest --json`: signature, that the decoded content
-    /// matches the envelope, freshness and plausibility. Exits non-zero on any failure.
-    Verify {
-        /// The report file (`-` for standard input).
-        file: PathBuf,
-        /// Verify as of this time (RFC 3339 or unix milliseconds) instead of now.
-        #[arg(long, value_name = "TIME")]
-        at: Option<String>,
-    },
-    /// Challenge this machine's own GPUs with the CUDA prover, as a renter would (the
-    /// memory fill of the model the driver names, then the INT8 product), and print each
-    /// rate against the model's reference. Needs the NVIDIA driver only. Exits non-zero
-    /// unless every GPU passes.
-    Challenge {
-        /// Only this GPU (its UUID, `GPU-...`); repeat for several [default: every GPU].
-        #[arg(long, value_name = "UUID")]
-        gpu: Vec<String>,
-        /// The product lasts at least this long at the model's reference rate.
-        #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
-        seconds: f64,
-        /// Print one JSON document.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
 fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {
     match &cli.data_dir {
         Some(dir) => Ok(dir.clone()),
-        None => Ok(gpux_node::default_data_dir()?),
+        None => Ok(gpux_api::default_data_dir()?),
     }
 }
 
 /// Runs the command and gives its exit code: `gpux exec` the remote command's, the rest
 /// [`run_command`]'s.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(binary) = cli.command.handed_to() {
+        return Err(hand_to(binary));
+    }
     if let Command::Ssh { lease, command } = &cli.command {
         let dir = data_dir(&cli)?;
         let code = cmd::ssh::ssh(&dir, lease, command)?;
@@ -483,25 +473,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Runs the command: Ok(true) for success, Ok(false) for a check that failed (exit 1).
 fn run_command(cli: Cli) -> anyhow::Result<bool> {
-    if let Command::Attest {
-        action: Some(AttestAction::Verify { file, at }),
-        ..
-    } = &cli.command
-    {
-        return cmd::attest::verify(file, at.as_deref());
-    }
-    if let Command::Attest {
-        action: Some(AttestAction::Challenge { gpu, seconds, json }),
-        ..
-    } = &cli.command
-    {
-        return cmd::attest::challenge(gpu, *seconds, *json);
-    }
     let dir = data_dir(&cli)?;
     match cli.command {
         Command::Init { json } => {
-            let (key, created) = gpux_node::init_key(&dir)?;
-            let path = gpux_node::key_path(&dir);
+            let (key, created) = gpux_api::init_key(&dir)?;
+            let path = gpux_api::key_path(&dir);
             if json {
                 /// `gpux init --json`.
                 #[derive(serde::Serialize)]
@@ -525,7 +501,7 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             cmd::out!("peer id: {}", key.peer_id())?;
         }
         Command::Id { json } => {
-            let key = gpux_node::load_key(&dir)?;
+            let key = gpux_api::load_key(&dir)?;
             if json {
                 /// `gpux id --json`.
                 #[derive(serde::Serialize)]
@@ -543,119 +519,6 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
                 cmd::out!("{}", key.peer_id())?;
             }
         }
-        Command::Node { action } => cmd::node::act(dir, action)?,
-        Command::Testnet {
-            action:
-                cmd::testnet::TestnetAction::Up {
-                    hosts,
-                    renters,
-                    duration,
-                    report,
-                    dir,
-                    ledgers,
-                    isolated,
-                    delay,
-                    jitter,
-                    loss,
-                    rate,
-                    partition,
-                    nat_hosts,
-                    nat_renters,
-                    republish,
-                    shard_renters,
-                },
-        } => {
-            let nat_hosts = match (isolated, nat_hosts) {
-                (false, _) => 0,
-                (true, Some(n)) => n,
-                (true, None) => usize::from(hosts >= 2),
-            };
-            let nat_renters = match (isolated, nat_renters) {
-                (false, _) => 0,
-                (true, Some(n)) => n,
-                (true, None) => usize::from(nat_hosts > 0 && renters >= 2),
-            };
-            let isolated = isolated.then(|| gpux_testnet::netns::Shaping {
-                delay_ms: delay.unwrap_or(0),
-                jitter_ms: jitter.unwrap_or(0),
-                loss_pct: loss.unwrap_or(0.0),
-                rate,
-            });
-            let config = gpux_testnet::TestnetConfig {
-                hosts,
-                renters,
-                duration: std::time::Duration::from_secs(u64::from(duration)),
-                gpux: anyhow::Context::context(std::env::current_exe(), "finding the gpux binary")?,
-                base_dir: dir,
-                ledgers,
-                isolated,
-                partitions: partition.into_iter().flatten().collect(),
-                nat_hosts,
-                nat_renters,
-                republish_s: republish,
-                shard_renters,
-            };
-            return cmd::testnet::up(config, report);
-        }
-        Command::Testnet {
-            action: cmd::testnet::TestnetAction::Preflight,
-        } => cmd::testnet::preflight()?,
-        Command::Testnet {
-            action:
-                cmd::testnet::TestnetAction::Flood {
-                    keys_per_min,
-                    duration,
-                    rounds,
-                    rent,
-                    dir,
-                },
-        } => cmd::testnet::flood(keys_per_min, duration, (rounds, rent), dir)?,
-        Command::Testnet {
-            action:
-                cmd::testnet::TestnetAction::PlaneBench {
-                    bytes,
-                    echo_samples,
-                    rounds,
-                },
-        } => cmd::testnet::plane_bench(bytes, echo_samples, rounds.into())?,
-        Command::Testnet {
-            action:
-                cmd::testnet::TestnetAction::RentBench {
-                    hosts,
-                    gpus,
-                    renters,
-                    ledgers,
-                    burst,
-                    levels,
-                    samples,
-                    restart,
-                    dir,
-                },
-        } => cmd::testnet::rent_bench(
-            (hosts, gpus, renters, ledgers),
-            (burst, restart),
-            levels,
-            (samples, dir),
-        )?,
-        Command::Testnet {
-            action:
-                cmd::testnet::TestnetAction::AccessBench {
-                    image_size,
-                    layers,
-                    samples,
-                    copy,
-                },
-        } => cmd::testnet::access_bench(image_size, layers, samples, copy)?,
-        Command::Testnet {
-            action:
-                cmd::testnet::TestnetAction::ApiBench {
-                    connections,
-                    samples,
-                },
-        } => cmd::testnet::api_bench(connections, samples)?,
-        Command::Testnet {
-            action: cmd::testnet::TestnetAction::StreamSink { into },
-        } => cmd::testnet::stream_sink(into)?,
         Command::Status { json } => cmd::market::status(&dir, json)?,
         Command::Estimate {
             gpu,
@@ -732,13 +595,6 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
         Command::Ledger {
             action: LedgerAction::Readd { peer, json },
         } => cmd::market::ledger_readd(&dir, &peer, json)?,
-        Command::Ledger {
-            action:
-                LedgerAction::Restore {
-                    from,
-                    ledger_release_grace_s,
-                },
-        } => cmd::node::restore_ledger(&dir, from.as_deref(), ledger_release_grace_s)?,
         Command::Mint {
             account,
             amount,
@@ -753,31 +609,40 @@ fn run_command(cli: Cli) -> anyhow::Result<bool> {
             action: ConfigAction::Set { name, value, json },
         } => cmd::console::set(&dir, &name, &value, json)?,
         Command::Host { action } => cmd::hosting::act(&dir, action)?,
-        Command::Attest { nvml_lib, json, .. } => {
-            cmd::attest::attest(&dir, nvml_lib.as_deref(), json)?
-        }
+        // Taken by `run`.
+        Command::Node(_) | Command::Testnet(_) | Command::Attest(_) => return Ok(false),
+        Command::Ledger {
+            action: LedgerAction::Restore(_),
+        } => return Ok(false),
     }
     Ok(true)
 }
 
-/// Whether the error is standard output being closed (`gpux ... | head -1`).
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+/// Runs `binary`, beside this one, in this process (`exec`: the pid stays, so `gpux node
+/// run` under systemd or a testnet is the daemon itself) with this process's arguments, and
+/// `gpux` as its name (its usage reads `gpux node run`). Returns only on failure.
+fn hand_to(binary: &str) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let me = match std::env::current_exe() {
+        Ok(me) => me,
+        Err(e) => return anyhow::Error::new(e).context("finding the gpux binary"),
+    };
+    let path = me.with_file_name(binary);
+    if !path.is_file() {
+        return anyhow::anyhow!(
+            "this command is run by {binary}, which belongs beside gpux and is not at {} (install it there; from source: `cargo build -p {binary}`)",
+            path.display()
+        );
+    }
+    let err = std::process::Command::new(&path)
+        .arg0("gpux")
+        .args(std::env::args_os().skip(1))
+        .exec();
+    anyhow::Error::new(err).context(format!("running {}", path.display()))
 }
 
 /// Exit codes: 0 success, 1 an error (printed as one line), 2 a usage error (from clap).
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(code) => code,
-        // Whoever read our output has stopped reading: nothing more to say.
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    gpux_client::print::finish(run(cli))
 }

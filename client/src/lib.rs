@@ -5,13 +5,15 @@
 //!   through `<data-dir>/api.addr` and authenticates with `<data-dir>/api.token`);
 //! - [`stream`]: `gpux exec`, `gpux forward` and `gpux ssh` over the API's WebSockets, which
 //!   the node bridges to streams to the lease's host;
-//! - [`copy`]: `gpux cp`, which the node carries out and reports on.
+//! - [`copy`]: `gpux cp`, which the node carries out and reports on;
+//! - [`mod@print`]: how the command-line binaries print (lines, JSON, the exit on an error).
 //!
 //! It depends on the API's types and the protocol's wire types only: nothing of the node
 //! (libp2p, sled, Docker) is linked into a client.
 
 pub mod api;
 pub mod copy;
+pub mod print;
 pub mod stream;
 
 pub use api::{ApiClient, ClientError, RENT_WAIT};

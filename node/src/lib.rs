@@ -20,7 +20,6 @@ pub mod config;
 pub mod daemon;
 mod data_dir;
 pub mod executor;
-mod key_file;
 pub mod ledger;
 pub mod machine;
 pub mod metrics;
@@ -29,7 +28,8 @@ pub mod plane;
 pub mod store;
 pub mod validation;
 
-pub use data_dir::{
-    DataDirError, NODE_LOCK_FILE, NodeLock, claim_data_dir, default_data_dir, node_runs_on,
+pub use data_dir::{NODE_LOCK_FILE, NodeLock, claim_data_dir, node_runs_on};
+pub use gpux_api::{
+    DataDirError, KEY_FILE_NAME, KeyFileError, create_key, default_data_dir, init_key, key_path,
+    load_key,
 };
-pub use key_file::{KEY_FILE_NAME, KeyFileError, create_key, init_key, key_path, load_key};

@@ -123,16 +123,21 @@ pub(crate) fn round(
         lease(&renter_api, &rented.lease).is_some_and(|l| l.acked_seq >= 1)
     })?;
     let started = lease(&host_api, &rented.lease).and_then(|l| l.started_at);
-    // The new binary sits in the run's directory (removed with it), not beside the old.
-    let upgraded = host.dir.with_file_name("gpux-upgraded");
-    std::fs::copy(gpux, &upgraded).context("copying the binary for the upgrade")?;
+    // The new binaries (`gpux` and the `gpux-node` it hands `node run` to) sit in the
+    // run's directory (removed with it), not beside the old.
+    let upgraded = host.dir.with_file_name("upgraded");
+    std::fs::create_dir_all(&upgraded).context("a directory for the upgrade")?;
+    for name in ["gpux", "gpux-node"] {
+        std::fs::copy(gpux.with_file_name(name), upgraded.join(name))
+            .with_context(|| format!("copying {name} for the upgrade"))?;
+    }
     let acked = lease(&renter_api, &rented.lease).map_or(0, |l| l.acked_seq);
     let stopped = Instant::now();
     host.terminate();
     if !host.reap(Instant::now() + Duration::from_secs(20)) {
         bail!("{} did not stop within 20 s of SIGTERM", host.name);
     }
-    host.set_binary(upgraded);
+    host.set_binary(upgraded.join("gpux"));
     host.spawn()?;
     wait("a receipt after the restart", 30, || {
         lease(&renter_api, &rented.lease).is_some_and(|l| l.acked_seq > acked)

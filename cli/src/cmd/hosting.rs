@@ -2,7 +2,7 @@
 //! `pause`, `drain`, `resume`: through the node's API, stored by the node, published at
 //! once).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gpux_client::ApiClient;
 
@@ -12,20 +12,15 @@ use super::{out, print_json};
 pub(crate) enum HostAction {
     /// Check what sharing real GPUs needs: the NVIDIA driver (NVML), Docker, the NVIDIA
     /// container runtime, cgroups, free disk, the clock. Each failure says how to fix it;
-    /// the exit status is non-zero while any check fails. Changes nothing.
-    Check {
-        /// The NVML library to load [default: the driver's libnvidia-ml.so.1].
-        #[arg(long, value_name = "PATH")]
-        nvml_lib: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    /// the exit status is non-zero while any check fails. Changes nothing (`gpux-node`).
+    #[command(disable_help_flag = true)]
+    Check(crate::Handed),
     /// Set this machine up as a host: write the node's config.toml (host = true, the
     /// ledger, the price) in the data directory and a systemd unit that runs the node
     /// (gpux-node.service). Starts nothing; prints what to run next. Existing files are kept
-    /// unless --force.
-    Install(super::install::InstallArgs),
+    /// unless --force (`gpux-node`).
+    #[command(disable_help_flag = true)]
+    Install(crate::Handed),
     /// Change a running host's setting: `price CREDITS` (per GPU-hour), `spot-floor
     /// CREDITS` (or `off`), `region TOKEN`, `cancel-fees SCHEDULE` (24h:10%,1h:50%, or
     /// none), `cpus N` and `memory SIZE` (what leases get of the machine, or `all`). The
@@ -89,8 +84,10 @@ pub(crate) enum HostAction {
 /// `gpux host ...`.
 pub(crate) fn act(dir: &Path, action: HostAction) -> anyhow::Result<()> {
     match action {
-        HostAction::Check { nvml_lib, json } => super::host::check(dir, nvml_lib.as_deref(), json),
-        HostAction::Install(args) => super::install::install(dir, &args),
+        // `gpux-node` runs these (`main`'s `hand_to`).
+        HostAction::Check(_) | HostAction::Install(_) => {
+            anyhow::bail!("`gpux host check` and `gpux host install` are run by gpux-node")
+        }
         HostAction::Set { name, value, json } => {
             if name == "paused" {
                 anyhow::bail!("use `gpux host pause` and `gpux host resume`");

@@ -466,7 +466,7 @@ pub(crate) fn mint(
 /// A `FaucetGrant` of `amount` credits to `account`, signed by the key in `faucet` (a data
 /// directory), as an envelope.
 fn grant(faucet: &Path, account: &str, amount: &str) -> anyhow::Result<Vec<u8>> {
-    let key = gpux_node::load_key(faucet)
+    let key = gpux_api::load_key(faucet)
         .with_context(|| format!("the faucet's key in {}", faucet.display()))?;
     let account = account
         .parse::<gpux_protocol::PeerId>()
@@ -475,7 +475,11 @@ fn grant(faucet: &Path, account: &str, amount: &str) -> anyhow::Result<Vec<u8>> 
     let amount = amount
         .parse::<gpux_protocol::MicroCredits>()
         .map_err(|e| anyhow::anyhow!("{amount:?}: {e}"))?;
-    gpux_node::ledger::faucet_grant(&key, account, amount, gpux_node::attest::now())
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?;
+    let now = gpux_protocol::Timestamp(u64::try_from(now.as_millis()).unwrap_or(u64::MAX));
+    gpux_api::faucet_grant(&key, account, amount, now)
         .map_err(|e| anyhow::anyhow!("signing the grant: {e}"))
 }
 

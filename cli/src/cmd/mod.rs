@@ -1,35 +1,20 @@
 //! One module per group of commands; each only calls the libraries (mostly the node's API)
 //! and prints.
 
-pub(crate) mod attest;
 pub(crate) mod console;
 mod docker_login;
 pub(crate) mod earnings;
 pub(crate) mod estimate;
-pub(crate) mod host;
-pub(crate) mod host_measure;
 pub(crate) mod hosting;
-pub(crate) mod install;
 mod jupyter;
 pub(crate) mod lease;
 pub(crate) mod market;
-pub(crate) mod node;
 pub(crate) mod plane;
 pub(crate) mod rent;
 pub(crate) mod ssh;
-pub(crate) mod testnet;
 
-use std::io::Write;
-
-/// Writes a line to standard output, returning the I/O error instead of panicking (a
-/// closed pipe, a full disk): `main` turns a closed pipe into a quiet exit.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*)
-    }};
-}
-pub(crate) use out;
+pub(crate) use gpux_client::out;
+pub(crate) use gpux_client::print::print_json;
 
 /// `--env NAME=VALUE` options as a map.
 pub(crate) fn parse_env(
@@ -46,7 +31,6 @@ pub(crate) fn parse_env(
         .collect()
 }
 
-/// Prints a value as pretty JSON.
 /// Runs `f`, a wait on the node, under a spinner with the time so far on standard error
 /// (drawn only on a terminal: nothing when standard error is piped or redirected).
 pub(crate) fn waiting<T>(what: &str, f: impl FnOnce() -> T) -> T {
@@ -63,56 +47,10 @@ pub(crate) fn waiting<T>(what: &str, f: impl FnOnce() -> T) -> T {
     out
 }
 
-pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.write_all(b"\n")?;
-    Ok(())
-}
-
 /// A lease length on the command line: seconds, or a duration like `30m` or `2h`; more than
 /// zero.
 pub(crate) fn parse_duration(text: &str) -> Result<u32, String> {
     gpux_api::text::duration_s(text)
-}
-
-/// A short time on the command line (`50ms`, `0.2s`, or plain milliseconds), in ms, at
-/// most 10 s.
-pub(crate) fn parse_millis(text: &str) -> Result<u64, String> {
-    let ms = match text.parse::<u64>() {
-        Ok(ms) => ms,
-        Err(_) => humantime::parse_duration(text)
-            .map_err(|_| format!("'{text}': use a time like 50ms or 0.2s"))?
-            .as_millis() as u64,
-    };
-    if ms > 10_000 {
-        return Err(format!("'{text}': at most 10s"));
-    }
-    Ok(ms)
-}
-
-/// A partition scenario on the command line (`all`: every one).
-pub(crate) fn parse_partition(
-    text: &str,
-) -> Result<Vec<gpux_testnet::partitions::Scenario>, String> {
-    match text.trim() {
-        "all" => Ok(gpux_testnet::partitions::Scenario::ALL.to_vec()),
-        one => Ok(vec![one.parse()?]),
-    }
-}
-
-/// A percentage on the command line (`1%` or `1`), from 0 to 100.
-pub(crate) fn parse_percent(text: &str) -> Result<f64, String> {
-    let pct: f64 = text
-        .trim()
-        .trim_end_matches('%')
-        .parse()
-        .map_err(|_| format!("'{text}': use a percentage like 1% or 0.5"))?;
-    if !(0.0..=100.0).contains(&pct) {
-        return Err(format!("'{text}': a percentage from 0 to 100"));
-    }
-    Ok(pct)
 }
 
 /// An amount of credits on the command line: more than zero.

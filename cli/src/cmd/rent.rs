@@ -469,7 +469,7 @@ fn credentials(run: &Run) -> anyhow::Result<Option<RegistryCredentials>> {
             password,
         }));
     }
-    let Ok(reference) = image.parse::<gpux_node::plane::pull::ImageRef>() else {
+    let Ok(reference) = image.parse::<gpux_api::ImageRef>() else {
         return Ok(None);
     };
     Ok(super::docker_login::stored(&reference.auth_server()))

@@ -92,3 +92,25 @@ pub struct ClusterView {
     /// The last log index applied to this member's ledger.
     pub applied: u64,
 }
+
+/// A `FaucetGrant` of `amount` to `account`, signed by the faucet's key, as an envelope (a
+/// random nonce makes each grant its own, however alike).
+pub fn faucet_grant(
+    faucet: &gpux_protocol::Keypair,
+    account: gpux_protocol::PublicKey,
+    amount: gpux_protocol::MicroCredits,
+    now: gpux_protocol::Timestamp,
+) -> Result<Vec<u8>, String> {
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| format!("random: {e}"))?;
+    let grant = gpux_protocol::FaucetGrant {
+        account,
+        amount,
+        nonce: u64::from_le_bytes(nonce),
+        created_at: now,
+        ext: gpux_protocol::Ext::new(),
+    };
+    gpux_protocol::Signed::sign(faucet, grant)
+        .map(|signed| signed.as_bytes().to_vec())
+        .map_err(|e| e.to_string())
+}

@@ -22,11 +22,19 @@ use gpux_protocol::{
 };
 use serde::{Deserialize, Serialize};
 mod copy;
+mod data_dir;
+mod image_ref;
+mod key_file;
 mod ledger;
 mod rent;
 pub mod text;
 pub use copy::{CopyEvent, CopyOrder, CopyReport};
-pub use ledger::{Balance, ClusterView, LedgerTotals, MintRequest, Minted, ReaddRequest, Readded};
+pub use data_dir::{DataDirError, default_data_dir};
+pub use image_ref::ImageRef;
+pub use key_file::{KEY_FILE_NAME, KeyFileError, create_key, init_key, key_path, load_key};
+pub use ledger::{
+    Balance, ClusterView, LedgerTotals, MintRequest, Minted, ReaddRequest, Readded, faucet_grant,
+};
 pub use rent::{
     BidPlaced, BidRequest, BidView, ChallengePassed, GroupPlaced, GroupScale, GroupScaled,
     PulledImage, RegistryCredentials, RentProgress, RentRequest, Rented, Retention, StagedImage,

@@ -76,27 +76,7 @@ pub use manifest::LEDGER_MANIFEST;
 use manifest::Manifest;
 pub use restore::{RestoreError, Restored, restore};
 
-/// A `FaucetGrant` of `amount` to `account`, signed by the faucet's key, as an envelope (a
-/// random nonce makes each grant its own, however alike).
-pub fn faucet_grant(
-    faucet: &Keypair,
-    account: PublicKey,
-    amount: MicroCredits,
-    now: Timestamp,
-) -> Result<Vec<u8>, String> {
-    let mut nonce = [0u8; 8];
-    getrandom::fill(&mut nonce).map_err(|e| format!("random: {e}"))?;
-    let grant = gpux_protocol::FaucetGrant {
-        account,
-        amount,
-        nonce: u64::from_le_bytes(nonce),
-        created_at: now,
-        ext: gpux_protocol::Ext::new(),
-    };
-    gpux_protocol::Signed::sign(faucet, grant)
-        .map(|signed| signed.as_bytes().to_vec())
-        .map_err(|e| e.to_string())
-}
+pub use gpux_api::faucet_grant;
 
 impl<S> std::fmt::Debug for LedgerService<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -675,7 +675,7 @@ fn an_unknown_lease_is_an_error_that_says_so() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("lease id"));
     // A search whose output is cut short (`| head -1`) ends quietly.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpux"))
+    let mut child = std::process::Command::new(gpux_e2e::gpux())
         .arg("--data-dir")
         .arg(&renter.dir)
         .args(["offers", "search", "", "--json"])

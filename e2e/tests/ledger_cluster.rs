@@ -34,7 +34,7 @@ fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
 #[test]
 fn a_wiped_member_does_not_vote_until_readded_then_has_every_balance() {
     let tmp = tempfile::tempdir().unwrap();
-    let gpux = Path::new(env!("CARGO_BIN_EXE_gpux"));
+    let gpux = Path::new(gpux_e2e::gpux());
     let mut ledgers =
         gpux_testnet::ledgers::start(gpux, tmp.path(), 3, "600", None, &|_| {}).unwrap();
     let nodes = &mut ledgers.nodes;

@@ -1,4 +1,4 @@
-//! The `gpux` binary as a user runs it.
+//! The `gpux` binaries as users and hosts run them.
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
 use std::fs;
@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn gpux(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpux"));
+    let mut cmd = Command::new(gpux_e2e::gpux());
     cmd.args(args).env_remove("GPUX_DATA_DIR");
     for (k, v) in env {
         cmd.env(k, v);
@@ -105,7 +105,7 @@ fn the_default_data_dir_follows_xdg() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(tmp.path().join("gpux/node.key").is_file());
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpux"));
+    let mut cmd = Command::new(gpux_e2e::gpux());
     let out = cmd
         .arg("init")
         .env_remove("XDG_DATA_HOME")
@@ -150,7 +150,7 @@ mod attest {
     }
 
     fn run(dir: &Path, config: Option<&str>, args: &[&str]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpux"));
+        let mut cmd = Command::new(gpux_e2e::gpux());
         cmd.args(args)
             .arg("--data-dir")
             .arg(dir.join("node"))
@@ -351,10 +351,10 @@ compute_capability = [8, 6]
         ] {
             assert!(text.contains(want), "{want} not in\n{text}");
         }
-        // The unit runs this very binary for this data directory, and systemd accepts it
-        // (nothing is started: systemd is not PID 1 here).
+        // The unit runs the node's binary, the one beside gpux, for this data directory,
+        // and systemd accepts it (nothing is started: systemd is not PID 1 here).
         let unit_text = std::fs::read_to_string(&unit).unwrap();
-        let binary = std::fs::canonicalize(env!("CARGO_BIN_EXE_gpux")).unwrap();
+        let binary = std::fs::canonicalize(gpux_e2e::bin_dir().join("gpux-node")).unwrap();
         assert!(
             unit_text.contains(&format!(
                 "ExecStart={} node run --data-dir ",
@@ -494,7 +494,7 @@ compute_capability = [8, 6]
         std::fs::write(&config, TWO).unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/gpu-check");
         let out = Command::new(script)
-            .env("GPUX", env!("CARGO_BIN_EXE_gpux"))
+            .env("GPUX", gpux_e2e::gpux())
             .env("GPUX_NVML_LIB", fake_lib())
             .env("GPUX_FAKE_NVML_CONFIG", &config)
             .output()
@@ -592,7 +592,7 @@ mod testnet {
         use gpux_testnet::plane_baselines::libp2p_stream_two_processes;
         let dir = tempfile::tempdir().unwrap();
         let into = dir.path().join("sink.bin");
-        let gpux = std::path::Path::new(env!("CARGO_BIN_EXE_gpux"));
+        let gpux = std::path::Path::new(gpux_e2e::gpux());
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let bytes = (8 << 20) + 5;
         let took = runtime
@@ -630,7 +630,7 @@ mod testnet {
     fn a_testnet_runs_reports_and_leaves_nothing_behind() {
         // The fake driver must sit next to gpux, as `cargo build --workspace` leaves it.
         let lib = super::attest_lib();
-        let gpux = std::path::Path::new(env!("CARGO_BIN_EXE_gpux"));
+        let gpux = std::path::Path::new(gpux_e2e::gpux());
         let canon = |p: &std::path::Path| std::fs::canonicalize(p).unwrap();
         assert_eq!(
             canon(lib.parent().unwrap()),
@@ -977,10 +977,12 @@ mod testnet {
 
     #[test]
     fn a_missing_fake_driver_is_named() {
-        // A copy of gpux in a directory without the fake driver.
+        // A copy of the binaries in a directory without the fake driver.
         let tmp = tempfile::tempdir().unwrap();
+        for name in gpux_e2e::BINARIES {
+            std::fs::copy(gpux_e2e::bin_dir().join(name), tmp.path().join(name)).unwrap();
+        }
         let copy = tmp.path().join("gpux");
-        std::fs::copy(env!("CARGO_BIN_EXE_gpux"), &copy).unwrap();
         let out = Command::new(&copy)
             .args(["testnet", "up", "--duration", "1s"])
             .output()
@@ -1054,7 +1056,7 @@ mod conventions {
         let dir_s = dir.to_str().unwrap();
         assert!(gpux(&["init", "--data-dir", dir_s], &[]).status.success());
         // Like `gpux id | head -0`: the reader is gone before anything is written.
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpux"))
+        let mut child = Command::new(gpux_e2e::gpux())
             .args(["id", "--json", "--data-dir", dir_s])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

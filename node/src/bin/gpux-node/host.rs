@@ -6,7 +6,8 @@ use std::path::Path;
 use anyhow::bail;
 use gpux_node::executor::Executor;
 
-use super::{out, print_json};
+use gpux_client::out;
+use gpux_client::print::print_json;
 
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -67,7 +68,7 @@ pub(crate) fn check(dir: &Path, nvml_lib: Option<&Path>, json: bool) -> anyhow::
     }
     checks.push(clock());
     // What the offer will say, measured.
-    for m in super::host_measure::measure(dir, attestation.as_ref()) {
+    for m in crate::host_measure::measure(dir, attestation.as_ref()) {
         checks.push(match m.warn {
             None => Check::ok(m.what, m.found),
             Some(fix) => Check::not(m.what, Status::Warn, m.found, fix),

@@ -152,7 +152,7 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     assert!(text(&out).1.contains("NVIDIA_"), "{:?}", text(&out));
 
     // A terminal: under `script`, typed lines reach a shell on a pseudo-terminal.
-    let gpux = env!("CARGO_BIN_EXE_gpux");
+    let gpux = gpux_e2e::gpux();
     let inner = format!(
         "{gpux} --data-dir {} exec -it {lease} -- sh",
         renter.dir.display()

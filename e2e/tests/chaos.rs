@@ -67,7 +67,7 @@ enum Victim {
 fn rent(dir: &std::path::Path, image: &str, duration_s: u64) -> Result<String, String> {
     let mut last = String::new();
     for _ in 0..10 {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpux"))
+        let out = std::process::Command::new(gpux_e2e::gpux())
             .arg("--data-dir")
             .arg(dir)
             .args([

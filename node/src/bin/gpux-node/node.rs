@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use gpux_node::config::Options;
 
-use super::out;
+use gpux_client::out;
 
 /// `gpux node run`'s arguments: every setting of the node (the same [`Options`] that
 /// `config.toml` fills), and what to do with them.

@@ -119,7 +119,7 @@ pub struct Market {
 }
 
 pub fn new_node(base: &Path, name: &str, args: Vec<String>, env: Vec<(String, PathBuf)>) -> Node {
-    Node(harness::Node::new(Path::new(env!("CARGO_BIN_EXE_gpux")), base, name, args, env).unwrap())
+    Node(harness::Node::new(Path::new(gpux_e2e::gpux()), base, name, args, env).unwrap())
 }
 
 pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {

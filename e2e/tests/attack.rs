@@ -86,7 +86,7 @@ fn a_sybil_flood_is_cut_off_at_the_relay_honest_offers_still_arrive_and_the_next
     // The short version of `gpux testnet flood` (docs/benchmarks.md has the 5-minute run and
     // ten floods in a row): two floods, each from a fresh rogue, each followed by one rent.
     let config = gpux_testnet::flood::FloodConfig {
-        gpux: std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpux")),
+        gpux: std::path::PathBuf::from(gpux_e2e::gpux()),
         keys_per_min: 5000,
         duration: Duration::from_secs(12),
         base_dir: None,

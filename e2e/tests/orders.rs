@@ -484,7 +484,7 @@ fn concurrent_rents_from_one_renter_and_from_two_all_get_a_gpu_each() {
 fn forty_two_rents_at_once_from_three_renters_on_three_16_gpu_hosts_with_a_replicated_ledger() {
     // The acceptance run of `gpux testnet rent-bench` (docs/benchmarks.md has the levels).
     let config = gpux_testnet::rent_bench::RentBenchConfig {
-        gpux: std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpux")),
+        gpux: std::path::PathBuf::from(gpux_e2e::gpux()),
         hosts: 3,
         gpus_per_host: 16,
         renters: 3,

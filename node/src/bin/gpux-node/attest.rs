@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::Context;
 use gpux_node::attest;
 
-use super::{out, print_json};
+use gpux_client::out;
+use gpux_client::print::print_json;
 
 fn print_attestation(
     att: &gpux_protocol::Verified<gpux_protocol::Attestation>,

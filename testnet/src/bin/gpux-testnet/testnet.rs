@@ -1,13 +1,16 @@
-//! `gpux testnet up`.
+//! `gpux testnet ...`: the runs and benchmarks, each printing its report.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::out;
 use clap::Subcommand;
+use gpux_client::out;
+use gpux_client::print::print_json;
 
-/// Runs a testnet; true when it ran without errors.
+use crate::gpux_binary;
+
+/// `gpux testnet up`: runs a testnet; true when it ran without errors.
 pub(crate) fn up(
     config: gpux_testnet::TestnetConfig,
     report_path: Option<PathBuf>,
@@ -213,7 +216,7 @@ pub(crate) fn flood(
     (rounds, rent): (u32, bool),
     dir: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
-    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let gpux = gpux_binary()?;
     let rent_image = if rent {
         Some(gpux_testnet::build_image().context("building the workload image (Docker)")?)
     } else {
@@ -231,7 +234,7 @@ pub(crate) fn flood(
     let report = gpux_testnet::flood::run(&config, |line| {
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
-    super::print_json(&report)
+    print_json(&report)
 }
 
 /// `gpux testnet rent-bench`: renting at scale; prints its report as JSON.
@@ -242,7 +245,7 @@ pub(crate) fn rent_bench(
     (samples, dir): (usize, Option<std::path::PathBuf>),
 ) -> anyhow::Result<()> {
     let config = gpux_testnet::rent_bench::RentBenchConfig {
-        gpux: std::env::current_exe().context("finding the gpux binary")?,
+        gpux: gpux_binary()?,
         hosts: hosts.into(),
         gpus_per_host: gpus.into(),
         renters: renters.into(),
@@ -257,19 +260,19 @@ pub(crate) fn rent_bench(
     let report = gpux_testnet::rent_bench::run(&config, |line| {
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
-    super::print_json(&report)
+    print_json(&report)
 }
 
 /// `gpux testnet api-bench`: `/v1/status` quiet and under half-open connections; prints
 /// its report as JSON.
 pub(crate) fn api_bench(connections: usize, samples: usize) -> anyhow::Result<()> {
     let config = gpux_testnet::api_bench::ApiBenchConfig {
-        gpux: std::env::current_exe().context("finding the gpux binary")?,
+        gpux: gpux_binary()?,
         connections,
         samples,
     };
     let report = gpux_testnet::api_bench::run(&config, |line| eprintln!("{line}"))?;
-    super::print_json(&report)
+    print_json(&report)
 }
 
 pub(crate) fn stream_sink(into: Option<std::path::PathBuf>) -> anyhow::Result<()> {
@@ -278,7 +281,7 @@ pub(crate) fn stream_sink(into: Option<std::path::PathBuf>) -> anyhow::Result<()
 }
 
 pub(crate) fn plane_bench(bytes: u64, echo_samples: usize, rounds: usize) -> anyhow::Result<()> {
-    let gpux = std::env::current_exe().context("finding the gpux binary")?;
+    let gpux = gpux_binary()?;
     let config = gpux_testnet::plane_bench::PlaneBenchConfig {
         gpux,
         bytes,
@@ -289,7 +292,7 @@ pub(crate) fn plane_bench(bytes: u64, echo_samples: usize, rounds: usize) -> any
     let report = gpux_testnet::plane_bench::run(&config, |line| {
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
-    super::print_json(&report)
+    print_json(&report)
 }
 
 pub(crate) fn access_bench(
@@ -299,7 +302,7 @@ pub(crate) fn access_bench(
     copy_bytes: u64,
 ) -> anyhow::Result<()> {
     let config = gpux_testnet::access_bench::AccessBenchConfig {
-        gpux: std::env::current_exe().context("finding the gpux binary")?,
+        gpux: gpux_binary()?,
         image_bytes,
         layers,
         samples: samples.max(1),
@@ -309,7 +312,7 @@ pub(crate) fn access_bench(
     let report = gpux_testnet::access_bench::run(&config, |line| {
         eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64())
     })?;
-    super::print_json(&report)
+    print_json(&report)
 }
 
 /// `gpux testnet preflight`: what this machine offers an isolated testnet.
@@ -337,7 +340,7 @@ pub(crate) enum TestnetAction {
         #[arg(long, default_value_t = 2)]
         renters: usize,
         /// How long to run once the offers have spread (e.g. 20s, 2m).
-        #[arg(long, default_value = "20s", value_parser = super::parse_duration)]
+        #[arg(long, default_value = "20s", value_parser = gpux_api::text::duration_s)]
         duration: u32,
         /// Write the JSON report here.
         #[arg(long, value_name = "FILE")]
@@ -354,13 +357,13 @@ pub(crate) enum TestnetAction {
         #[arg(long)]
         isolated: bool,
         /// With --isolated: delay added to each direction of each link (e.g. 50ms).
-        #[arg(long, value_name = "TIME", requires = "isolated", value_parser = super::parse_millis)]
+        #[arg(long, value_name = "TIME", requires = "isolated", value_parser = crate::parse_millis)]
         delay: Option<u64>,
         /// With --isolated: each send's delay drawn from delay ± this (e.g. 10ms).
-        #[arg(long, value_name = "TIME", requires = "delay", value_parser = super::parse_millis)]
+        #[arg(long, value_name = "TIME", requires = "delay", value_parser = crate::parse_millis)]
         jitter: Option<u64>,
         /// With --isolated: packets lost on each link, percent (e.g. 1%).
-        #[arg(long, value_name = "PERCENT", requires = "isolated", value_parser = super::parse_percent)]
+        #[arg(long, value_name = "PERCENT", requires = "isolated", value_parser = crate::parse_percent)]
         loss: Option<f64>,
         /// With --isolated: each node's sending rate, as tc reads it (e.g. 100mbit).
         #[arg(long, value_name = "RATE", requires = "isolated")]
@@ -368,7 +371,7 @@ pub(crate) enum TestnetAction {
         /// With --isolated: links to cut during the renting rounds and heal 8 s later, one
         /// after another, each checked: host-renter, ledger-minority, renter-ledger, or all
         /// (docs/testnet.md).
-        #[arg(long, value_name = "SCENARIO,...", requires = "isolated", value_delimiter = ',', value_parser = super::parse_partition)]
+        #[arg(long, value_name = "SCENARIO,...", requires = "isolated", value_delimiter = ',', value_parser = crate::parse_partition)]
         partition: Vec<Vec<gpux_testnet::partitions::Scenario>>,
         /// With --isolated: hosts behind a NAT of their own (the first ones), each rented and used through
         /// a relay or a punched hole (default: 1 when there are 2 hosts or more).
@@ -400,7 +403,7 @@ pub(crate) enum TestnetAction {
         #[arg(long, default_value_t = 5000)]
         keys_per_min: u32,
         /// How long each flood lasts (e.g. 20s, 5m).
-        #[arg(long, default_value = "5m", value_parser = super::parse_duration)]
+        #[arg(long, default_value = "5m", value_parser = gpux_api::text::duration_s)]
         duration: u32,
         /// Floods in a row, each from a fresh rogue identity.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use super::{out, print_json};
+use gpux_client::out;
+use gpux_client::print::print_json;
 
 /// What `gpux host install` is told.
 #[derive(Debug, clap::Args)]
@@ -65,7 +66,7 @@ fn config_text(args: &InstallArgs) -> String {
     text
 }
 
-/// The systemd unit running `gpux` (at `binary`) for `data_dir`.
+/// The systemd unit running `gpux-node` (at `binary`) for `data_dir`.
 pub(crate) fn unit_text(binary: &Path, data_dir: &Path) -> String {
     format!(
         "\
@@ -122,7 +123,7 @@ pub(crate) fn install(dir: &Path, args: &InstallArgs) -> anyhow::Result<()> {
     let dir = std::path::absolute(dir).context("the data directory's absolute path")?;
     let binary = std::env::current_exe()
         .and_then(std::fs::canonicalize)
-        .context("finding the gpux binary")?;
+        .context("finding the gpux-node binary")?;
     let config = dir.join(gpux_node::config::CONFIG_FILE);
     let unit = args.unit_dir.join(UNIT);
     for path in [&config, &unit] {
