@@ -785,7 +785,7 @@ mod testnet {
         assert_eq!(partitions[2]["rented_after_heal"], true, "{report}");
         // A host running a business (host-1, public): repriced live and seen at the new
         // price within a gossip round; stopped with SIGTERM mid-lease and started from a
-        // copy of its binary, its lease's container untouched and the lease ending by its
+        // copy of its binaries, its lease's container untouched and the lease ending by its
         // time; an Xid 79 on a leased GPU ended that lease gpu-failed within two receipt
         // intervals (2 s each), paid at most the time up to the fault, no minimum.
         let hosting = &report["hosting"];

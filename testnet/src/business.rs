@@ -147,7 +147,7 @@ pub(crate) fn round(
     f.container_kept =
         started.is_some() && lease(&host_api, &rented.lease).and_then(|l| l.started_at) == started;
     progress(&format!(
-        "hosting: {} stopped mid-lease and started again from a copy of its binary; receipts \
+        "hosting: {} stopped mid-lease and started again from a copy of its binaries; receipts \
          resumed {} ms after the SIGTERM, the container {}",
         host.name,
         f.restart_gap_ms,
