@@ -5,7 +5,7 @@ use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpux_protocol::plane_wire::{self, ExecOpen, ForwardOpen, Opened, PlaneRefusal};
 use gpux_protocol::{BoundedString, BoundedVec, ContentId};
@@ -177,11 +177,12 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
     assert!(stdout.contains("late-out"), "{stdout:?} {stderr:?}");
     assert_eq!(out.status.code(), Some(4), "{stdout:?} {stderr:?}");
     // A command whose renter goes away ends with it, however quiet it was.
-    let quiet = KillOnDrop(
+    let quiet_err = tempfile::NamedTempFile::new().unwrap();
+    let mut quiet = KillOnDrop(
         renter
             .gpux_command(&["exec", &lease, "--", "sleep", "4321"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(quiet_err.reopen().unwrap()))
             .spawn()
             .unwrap(),
     );
@@ -192,7 +193,24 @@ fn a_renter_execs_and_forwards_into_its_container_and_nobody_else_gets_in() {
             .status
             .success()
     };
-    wait_for("the quiet command to run", 30, sleeping);
+    // Each look is an exec of its own: on a loaded machine (CI runs a testnet beside this)
+    // they take seconds, so the wait is long, and a quiet command that failed says why.
+    let said = || std::fs::read_to_string(quiet_err.path()).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !sleeping() {
+        if let Some(status) = quiet.0.try_wait().unwrap() {
+            panic!(
+                "the quiet command ended ({status}) before it was seen: {}",
+                said()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the quiet command was not seen running within 60 s: {}",
+            said()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     drop(quiet);
     wait_for("the quiet command to end with its renter's CLI", 30, || {
         !sleeping()
