@@ -6,7 +6,12 @@
 //! the ack deadline, the final bill, settlement, recovery), [`RenterLease`] (the renter's
 //! side: receipt checks against its own clock, acknowledgements, its host-silent watchdog,
 //! stopping, settlement after the ledger's grace) and [`LedgerMachine`] (the ledger node:
-//! the lock window, stale locks, retried operations and their records).
+//! the lock window, stale locks, retried operations and their records). The workflows of
+//! many steps around a lease are machines of the same kind: [`GroupPlacement`] (a group
+//! order's two phases), [`RentSearch`] (a rent's search: which host is asked next, what is
+//! claimed and released; it never holds two hosts' GPUs), [`ResumeHop`] (one hop of a
+//! resumed spot lease's chain; a chain never runs two leases at once) and [`StageCheck`]
+//! (a staged image's plan and checks on the host; nothing unverified is loaded).
 //!
 //! Each machine is a plain struct with `handle(now, input) -> effects`, in the style of
 //! iroh-gossip's `proto`: it never reads a clock, sleeps, draws random numbers or does I/O.
@@ -35,7 +40,10 @@ mod book;
 mod group;
 mod host;
 mod ledger;
+mod rent;
 mod renter;
+mod resume;
+mod stage;
 
 pub use book::{Answer, HostBook, NAMED_HOLD_MS, OfferChange, Withheld};
 pub use group::{GroupEffect, GroupInput, GroupOutcome, GroupPlacement, MemberState, Placement};
@@ -46,9 +54,21 @@ pub use host::{
 pub use ledger::{
     LedgerMachine, LedgerOutput, LogAppend, LogEntry, LogOp, MAX_LOCK_AGE_MS, ReplayError,
 };
+pub use rent::{
+    ChallengeResult, RentAnswer, RentCandidate, RentInput, RentNext, RentOutcome, RentPlan,
+    RentSearch, RentSide, RentStep,
+};
 pub use renter::{
     CommitError, LockOutcome, RentReport, RenterEffect, RenterInput, RenterLease, RenterPhase,
     RenterRecord, RenterTimer, StopError,
+};
+pub use resume::{
+    NextLease, ResumeHop, ResumeInput, ResumeNext, ResumeOutcome, ResumePlan, ResumeSide,
+    ResumeStep,
+};
+pub use stage::{
+    LayerOnDisk, LayerStored, StageCheck, StageInput, StageLayerSpec, StageNext, StageSide,
+    StageStep,
 };
 
 use gpux_protocol::ledger_wire::{LedgerResponse, RefusalCode};

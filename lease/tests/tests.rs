@@ -14,6 +14,9 @@ mod group;
 mod mig;
 #[cfg(not(feature = "broken-rule"))]
 mod preemption;
+mod rent;
+mod resume;
 mod rules;
 mod sim;
+mod stage;
 mod withheld;

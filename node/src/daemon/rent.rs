@@ -7,10 +7,14 @@
 //! ([`gpux_lease::RenterLease`]), which locks the escrow through the host and says how the
 //! start came out. A host that cannot be dialled, times out or refuses without a typed reason
 //! is backed off ([`super::reach`]).
+//!
+//! Which host is asked next, what is claimed and released, and how the rent comes out are
+//! the pure [`gpux_lease::RentSearch`]'s rules (a rent never holds two hosts' GPUs);
+//! `search.rs` does what it says.
 
 use std::collections::BTreeSet;
 
-use gpux_api::{ApiError, ErrorCode, RentRequest, Rented, StagedImage};
+use gpux_api::{ApiError, ErrorCode, RentRequest, Rented};
 use gpux_lease::RentReport;
 use gpux_market::{Allocation, BidSpec};
 use gpux_protocol::{
@@ -19,7 +23,7 @@ use gpux_protocol::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Event, report};
+use super::Event;
 use crate::p2p::Client;
 
 /// Candidates probed at once in one round (see [`rank`] for which).
@@ -58,8 +62,8 @@ mod progress;
 mod rank;
 pub(crate) mod rechallenge;
 mod request;
+mod search;
 mod terms;
-use image::PullOutcome;
 pub(crate) use progress::{ProgressBoard, ProgressSlot, valid_name};
 pub(crate) use request::{Resources, carried, parse};
 
@@ -318,7 +322,6 @@ impl RentTask {
     }
 
     pub(crate) async fn run(mut self) -> Result<Rented, ApiError> {
-        let stopping = || ApiError::new(ErrorCode::Unavailable, "the node is shutting down");
         self.resolve_image().await?;
         let prepared = std::time::Instant::now();
         let staging = self.prepare().await?;
@@ -330,239 +333,55 @@ impl RentTask {
                 .map_err(|e| ApiError::bad_input(e.to_string()))?;
             self.spec.query.clauses.extend(stage.clauses);
         }
-        // A registry's image: first the hosts that list it or have it cached (a warm
-        // start), then any host that pulls.
-        let mut phases = self.phases()?.into_iter();
-        let mut phase = phases.next();
-        let mut excluded = BTreeSet::new();
-        let mut refusals = Vec::new();
-        let mut reasons = Vec::new();
-        let mut rounds = 0;
-        while let Some(spec) = phase.clone()
-            && rounds < MAX_ROUNDS
+        self.search(staging.as_ref(), prepare_ms).await
+    }
+
+    /// A rent that no host accepted: why, by what it was refused (none refused: no offer
+    /// fit).
+    fn refused(&self, refusals: &[String], all_taken: bool) -> ApiError {
+        if refusals.is_empty()
+            && let ImageChoice::Host(digest) = &self.image
         {
-            rounds += 1;
-            let (tx, rx) = oneshot::channel();
-            report(
-                &self.events,
-                Event::Rent(RentEvent::Candidates {
-                    spec,
-                    excluded: excluded.clone(),
-                    n: CANDIDATES,
-                    tag: match &self.image {
-                        ImageChoice::Registry { named, .. } => Some(named.clone()),
-                        _ => None,
-                    },
-                    avoid: self.avoid.clone(),
-                    reply: tx,
-                }),
+            ApiError::new(
+                ErrorCode::NoOffer,
+                format!("--image {digest}: no offer that satisfies the request lists this image"),
             )
-            .await;
-            let candidates = rx.await.map_err(|_| stopping())?;
-            if candidates.is_empty() {
-                phase = phases.next();
-                continue;
-            }
-            excluded.extend(candidates.iter().map(|c| c.allocation.offer));
-            // Reach them all at once; ask them one at a time in the round's order, each as
-            // soon as it is reached (a slow probe further down holds nobody up).
-            let probes: Vec<_> = candidates
-                .iter()
-                .map(|c| {
-                    let (net, host) = (self.net.clone(), c.allocation.host);
-                    tokio::spawn(tokio::time::timeout(PROBE_TIMEOUT, reach(net, host)))
-                })
-                .collect();
-            for (candidate, probe) in candidates.into_iter().zip(probes) {
-                let probe = match probe.await {
-                    Ok(probe) => probe,
-                    Err(e) => Ok(Err(e.to_string())),
-                };
-                let Candidate {
-                    allocation,
-                    image: offered_image,
-                    retention,
-                    cancel_fees,
-                    reference,
-                    share,
-                    pulls,
-                } = candidate;
-                let host = allocation.host;
-                let terms = match self.workload.terms_for(retention, &cancel_fees) {
-                    Ok(terms) => terms,
-                    Err(why) => {
-                        refusals.push(format!("{}: {why}", host.peer_id()));
-                        reasons.push(None);
-                        continue;
-                    }
-                };
-                let limits = match self.workload.resources.limits(share, allocation.gpus.len()) {
-                    Ok(limits) => limits,
-                    Err(why) => {
-                        refusals.push(format!("{}: {why}", host.peer_id()));
-                        reasons.push(None);
-                        continue;
-                    }
-                };
-                let outcome = match probe {
-                    Ok(Ok(())) => RentEvent::Reached(host),
-                    Ok(Err(e)) => {
-                        refusals.push(format!("{}: unreachable ({e})", host.peer_id()));
-                        RentEvent::Unreachable(host)
-                    }
-                    Err(_) => {
-                        refusals.push(format!(
-                            "{}: unreachable (no connection in {} s)",
-                            host.peer_id(),
-                            PROBE_TIMEOUT.as_secs()
-                        ));
-                        RentEvent::Unreachable(host)
-                    }
-                };
-                let reached = matches!(outcome, RentEvent::Reached(_));
-                report(&self.events, Event::Rent(outcome)).await;
-                if !reached {
-                    reasons.push(None);
-                    continue;
-                }
-                let mut sent = None;
-                let mut pulled = None;
-                let staged_at = std::time::Instant::now();
-                let image = match (&self.image, &staging) {
-                    // The host lists an image under the name: it runs that one.
-                    (ImageChoice::Registry { .. }, _) if offered_image.is_some() => offered_image,
-                    (ImageChoice::Registry { reference, .. }, _) => {
-                        match self.pull(host, reference, &pulls).await {
-                            Ok(p) => {
-                                let image = p.image;
-                                pulled = Some(p.view);
-                                Some(image)
-                            }
-                            Err(PullOutcome::Next(why)) => {
-                                refusals.push(format!("{}: {why}", host.peer_id()));
-                                reasons.push(None);
-                                continue;
-                            }
-                            Err(PullOutcome::Stop(e)) => return Err(e),
-                        }
-                    }
-                    (_, Some(staging)) => match self.stage(staging, host).await {
-                        Ok(s) => {
-                            sent = Some((s, staged_at.elapsed().as_millis() as u64));
-                            Some(staging.archive.image)
-                        }
-                        Err(why) => {
-                            refusals.push(format!("{}: {why}", host.peer_id()));
-                            reasons.push(None);
-                            continue;
-                        }
-                    },
-                    (ImageChoice::Host(digest), None) => Some(*digest),
-                    // Without an image named, run the first one the offer lists.
-                    _ => offered_image,
-                };
-                let Some(image) = image else {
-                    refusals.push(format!("{} lists no image", host.peer_id()));
-                    reasons.push(None);
-                    continue;
-                };
-                let staged = staging
-                    .as_ref()
-                    .zip(sent)
-                    .map(|(s, (sent, stage_ms))| StagedImage {
-                        layers: s.archive.layers.len(),
-                        image_bytes: s.archive.total_bytes(),
-                        layers_sent: sent.layers,
-                        bytes_sent: sent.bytes,
-                        prepare_ms,
-                        stage_ms,
-                    });
-                self.progress.set(gpux_api::RentProgress {
-                    phase: "requesting".into(),
-                    host: Some(host.peer_id().to_string()),
-                    ..gpux_api::RentProgress::default()
-                });
-                let rented = self
-                    .request_claimed(allocation, image, (staged, pulled), (terms, limits))
-                    .await;
-                let rented = match rented {
-                    Ok(rented) if self.workload.challenge => {
-                        self.challenge_held(rented, host, reference).await
-                    }
-                    other => other,
-                };
-                match rented {
-                    Ok(rented) => return Ok(self.rechallenged(rented, reference).await),
-                    Err(Refusal::Taken(why, _)) => {
-                        refusals.push(why);
-                        reasons.push(Some(RejectReason::GpusUnavailable));
-                    }
-                    Err(Refusal::Refused(why, reason)) => {
-                        if reason.is_none() {
-                            report(&self.events, Event::Rent(RentEvent::Unreachable(host))).await;
-                        }
-                        refusals.push(why);
-                        reasons.push(reason);
-                    }
-                    // Agreed but not started: no other host is asked (the machine has made
-                    // sure this one is not paid, so the renter may simply try again).
-                    Err(Refusal::NotStarted(why)) => {
-                        return Err(ApiError::new(ErrorCode::Unavailable, why)
-                            .with_hint("nothing was charged; try again"));
-                    }
-                }
-            }
-        }
-        Err(
-            if refusals.is_empty()
-                && let ImageChoice::Host(digest) = &self.image
-            {
-                ApiError::new(
-                    ErrorCode::NoOffer,
-                    format!(
-                        "--image {digest}: no offer that satisfies the request lists this image"
-                    ),
-                )
-                .with_hint(
-                    "hosts run the images their offers list, or one you stage: --image NAME, \
+            .with_hint(
+                "hosts run the images their offers list, or one you stage: --image NAME, \
                      --image-archive FILE",
-                )
-            } else if refusals.is_empty()
-                && let ImageChoice::Registry { reference, named } = &self.image
-            {
-                ApiError::new(
-                    ErrorCode::NoOffer,
-                    format!(
-                        "--image {named}: this node's Docker has no such image, and no offer that \
+            )
+        } else if refusals.is_empty()
+            && let ImageChoice::Registry { reference, named } = &self.image
+        {
+            ApiError::new(
+                ErrorCode::NoOffer,
+                format!(
+                    "--image {named}: this node's Docker has no such image, and no offer that \
                          satisfies the request lists it, has it cached or pulls from {}",
-                        reference.registry()
-                    ),
-                )
-                .with_hint(
-                    "build it here to stage it, or `gpux offers search 'pull>0'` for hosts that \
+                    reference.registry()
+                ),
+            )
+            .with_hint(
+                "build it here to stage it, or `gpux offers search 'pull>0'` for hosts that \
                      pull (their offers name the registries)",
-                )
-            } else if refusals.is_empty() {
-                ApiError::new(
-                    ErrorCode::NoOffer,
-                    "no offer in this node's view of the market satisfies the request",
-                )
-                .with_hint(
-                    "`gpux offers search` shows what the market offers; hosts shown unreachable \
+            )
+        } else if refusals.is_empty() {
+            ApiError::new(
+                ErrorCode::NoOffer,
+                "no offer in this node's view of the market satisfies the request",
+            )
+            .with_hint(
+                "`gpux offers search` shows what the market offers; hosts shown unreachable \
                  or blocked are skipped",
-                )
+            )
+        } else {
+            let code = if all_taken {
+                ErrorCode::AllTaken
             } else {
-                let all_taken = reasons
-                    .iter()
-                    .all(|r| *r == Some(RejectReason::GpusUnavailable));
-                let code = if all_taken {
-                    ErrorCode::AllTaken
-                } else {
-                    ErrorCode::Conflict
-                };
-                ApiError::new(code, format!("no host accepted: {}", summary(&refusals)))
-            },
-        )
+                ErrorCode::Conflict
+            };
+            ApiError::new(code, format!("no host accepted: {}", summary(refusals)))
+        }
     }
 }
 

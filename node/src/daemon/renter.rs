@@ -93,7 +93,6 @@ impl RenterRole {
         Ok(role)
     }
 
-    /// The stored record of every rented lease, settled or not.
     /// The request of this node's lease `id`, while it runs.
     pub(crate) fn running_lease(&self, id: &ContentId) -> Option<&LeaseRequest> {
         self.leases
@@ -102,11 +101,17 @@ impl RenterRole {
             .map(|l| &**l.request())
     }
 
+    /// Where one of this node's open leases stands (none: ended, or not here).
+    pub(crate) fn phase(&self, id: &ContentId) -> Option<gpux_lease::RenterPhase> {
+        self.leases.get(id).map(|lease| lease.phase())
+    }
+
     /// The request of one of this node's leases, in any phase.
     pub(crate) fn lease_request(&self, id: &ContentId) -> Option<&LeaseRequest> {
         self.leases.get(id).map(|l| &**l.request())
     }
 
+    /// The stored record of every rented lease, settled or not.
     pub(crate) fn records(&self) -> Vec<(ContentId, gpux_lease::RenterRecord)> {
         self.state.renter_leases().unwrap_or_default()
     }

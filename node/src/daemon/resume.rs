@@ -8,15 +8,22 @@
 //! workspace; and commits, so the workload starts again with its data and checkpoint in
 //! place. Every hop is recorded ([`ResumeRecord`]: `gpux leases` shows the chain and what
 //! moved); the new lease resumes in turn. The mirror goes when the chain ends.
+//!
+//! The hop's rules are the pure [`gpux_lease::ResumeHop`]'s (a chain never runs two leases
+//! at once; a hop that gives up stops the lease it rented; one restarted after a stop of
+//! this node looks at the lease it had rented before renting another); this does what it
+//! says.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpux_api::{ApiError, Committed, RentRequest, Rented};
+use gpux_api::{ApiError, Committed, RentRequest};
+use gpux_lease::{NextLease, RenterPhase, ResumeHop, ResumeInput, ResumeNext, ResumeOutcome};
+use gpux_lease::{ResumePlan, ResumeSide};
 use gpux_protocol::ContentId;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Daemon, Event, report};
+use super::{Daemon, Event, LeaseAct, act, report};
 use crate::attest::now;
 use crate::plane::bridge::Bridge;
 use crate::plane::copy::{CopyError, mirror_over, upload_tree_over};
@@ -52,6 +59,13 @@ pub(crate) enum ResumeEvent {
         moved: Moved,
         reply: oneshot::Sender<Result<Committed, ApiError>>,
     },
+    /// Where this node's lease `lease` stands (none: ended, or not here).
+    Look {
+        lease: ContentId,
+        reply: oneshot::Sender<Option<RenterPhase>>,
+    },
+    /// The chain runs on from `previous` as the lease its record names.
+    Resumed { previous: ContentId },
     /// The resume of `lease` gave up.
     Failed { lease: ContentId, why: String },
     /// One of this node's spot leases ended without a preemption: a chain it ends lets its
@@ -65,6 +79,9 @@ struct ResumeTask {
     events: mpsc::Sender<Event>,
     rent: super::rent::RentContext,
     previous: ContentId,
+    /// The next lease, when the resume was under way before a stop of this node and had
+    /// rented it.
+    rented: Option<ContentId>,
     request: RentRequest,
     /// The chain's copy of what it carries, kept between moves.
     mirror: PathBuf,
@@ -96,51 +113,116 @@ impl ResumeTask {
 
     async fn resume(&self) -> Result<(), String> {
         let dirs = super::rent::carried(&self.request).map_err(|e| e.message)?;
-        let fetched = self.fetch(&dirs).await?;
-        let next = self.rent_again().await?;
-        let next_id: ContentId = next.lease.parse().map_err(|e| format!("{e}"))?;
-        report(
-            &self.events,
-            Event::Resume(ResumeEvent::Rented {
-                previous: self.previous,
-                next: next_id,
-            }),
-        )
-        .await;
-        let sent = self.put(&next.lease, &dirs).await?;
-        let moved = Moved {
-            files: fetched.files,
-            bytes: fetched.bytes,
-            fetched: fetched.transferred,
-            sent: sent.transferred,
-            done_at_ms: 0,
+        let timeout_s = self
+            .request
+            .resume_timeout_s
+            .unwrap_or(DEFAULT_RESUME_TIMEOUT_S);
+        let plan = ResumePlan {
+            timeout_ms: timeout_s.saturating_mul(1000),
+            retry_ms: RETRY.as_millis() as u64,
         };
-        let (reply, answer) = oneshot::channel();
-        report(
-            &self.events,
-            Event::Resume(ResumeEvent::Commit {
-                lease: next_id,
-                moved,
-                reply,
-            }),
-        )
-        .await;
-        let committed = answer
-            .await
-            .map_err(|_| "the node stopped".to_string())?
-            .map_err(|e| format!("committing {}: {}", next.lease, e.message))?;
-        tracing::info!(
-            "lease {}: resumed as {} on {} ({} files, {} bytes moved: {} fetched, {} sent; committed at {})",
-            self.previous.short(),
-            next_id.short(),
-            next.host,
-            moved.files,
-            moved.bytes,
-            moved.fetched,
-            moved.sent,
-            committed.committed_at_ms
-        );
-        Ok(())
+        let (mut hop, mut step) = ResumeHop::new(now(), plan, self.rented);
+        let mut request = self.request.clone();
+        request.hold_s = Some(RESUME_HOLD_S);
+        let (mut fetched, mut sent) = (Copied::default(), Copied::default());
+        loop {
+            for side in step.side {
+                match side {
+                    ResumeSide::Record(next) => {
+                        let previous = self.previous;
+                        let rented = ResumeEvent::Rented { previous, next };
+                        report(&self.events, Event::Resume(rented)).await;
+                    }
+                    ResumeSide::Stop(lease) => {
+                        if let Err(e) = act(&self.events, lease, LeaseAct::Stop).await {
+                            tracing::info!("lease {}: not stopped: {}", lease.short(), e.message);
+                        }
+                    }
+                }
+            }
+            let input = match step.next {
+                ResumeNext::Look(lease) => {
+                    let (reply, answer) = oneshot::channel();
+                    report(
+                        &self.events,
+                        Event::Resume(ResumeEvent::Look { lease, reply }),
+                    )
+                    .await;
+                    let phase = answer.await.map_err(|_| "the node stopped".to_string())?;
+                    ResumeInput::Found(match phase {
+                        Some(RenterPhase::Starting | RenterPhase::Held) => NextLease::Held,
+                        Some(RenterPhase::Running) => NextLease::Running,
+                        Some(RenterPhase::Ended | RenterPhase::Settled) | None => NextLease::Gone,
+                    })
+                }
+                ResumeNext::Fetch => {
+                    ResumeInput::Fetched(self.fetch(&dirs).await.map(|c| fetched = c))
+                }
+                ResumeNext::Rent => ResumeInput::Rented(match self.rent.run(&request).await {
+                    Ok(rented) => rented.lease.parse().map_err(|e| format!("{e}")),
+                    Err(e) => {
+                        tracing::info!(
+                            "lease {}: no new lease yet ({})",
+                            self.previous.short(),
+                            e.message
+                        );
+                        Err(e.message)
+                    }
+                }),
+                ResumeNext::Wait(at) => {
+                    tokio::time::sleep(Duration::from_millis(at.ms_since(now()))).await;
+                    ResumeInput::Timer
+                }
+                ResumeNext::Put(lease) => {
+                    let put = self.put(&lease.to_string(), &dirs).await;
+                    ResumeInput::Put(put.map(|c| sent = c))
+                }
+                ResumeNext::Commit(lease) => {
+                    let moved = Moved {
+                        files: fetched.files,
+                        bytes: fetched.bytes,
+                        fetched: fetched.transferred,
+                        sent: sent.transferred,
+                        done_at_ms: 0,
+                    };
+                    let (reply, answer) = oneshot::channel();
+                    let commit = ResumeEvent::Commit {
+                        lease,
+                        moved,
+                        reply,
+                    };
+                    report(&self.events, Event::Resume(commit)).await;
+                    let committed = answer.await.map_err(|_| "the node stopped".to_string())?;
+                    ResumeInput::Committed(match committed {
+                        Ok(committed) => {
+                            tracing::info!(
+                                "lease {}: resumed as {} ({} files, {} bytes moved: {} fetched, {} sent; committed at {})",
+                                self.previous.short(),
+                                lease.short(),
+                                moved.files,
+                                moved.bytes,
+                                moved.fetched,
+                                moved.sent,
+                                committed.committed_at_ms
+                            );
+                            Ok(())
+                        }
+                        Err(e) => Err(format!("committing {lease}: {}", e.message)),
+                    })
+                }
+                ResumeNext::Done(ResumeOutcome::Resumed(_)) => {
+                    let previous = self.previous;
+                    report(
+                        &self.events,
+                        Event::Resume(ResumeEvent::Resumed { previous }),
+                    )
+                    .await;
+                    return Ok(());
+                }
+                ResumeNext::Done(ResumeOutcome::Failed(why)) => return Err(why),
+            };
+            step = hop.handle(now(), input);
+        }
     }
 
     /// Where the mirror keeps the workspace's directory `dir` (`""`: the whole workspace).
@@ -189,31 +271,6 @@ impl ResumeTask {
             }
         }
         Ok(copied)
-    }
-
-    /// Rents the same work again, held for its commit, until one is found or the timeout.
-    async fn rent_again(&self) -> Result<Rented, String> {
-        let timeout = self
-            .request
-            .resume_timeout_s
-            .unwrap_or(DEFAULT_RESUME_TIMEOUT_S);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
-        let mut request = self.request.clone();
-        request.hold_s = Some(RESUME_HOLD_S);
-        loop {
-            let why = match self.rent.run(&request).await {
-                Ok(rented) => return Ok(rented),
-                Err(e) => e.message,
-            };
-            if tokio::time::Instant::now() + RETRY >= deadline {
-                return Err(format!("no lease within {timeout} s: {why}"));
-            }
-            tracing::info!(
-                "lease {}: no new lease yet ({why}); trying again",
-                self.previous.short()
-            );
-            tokio::time::sleep(RETRY).await;
-        }
     }
 
     /// Copies the mirror into the new lease's workspace, at the same paths.
@@ -306,16 +363,16 @@ impl Daemon {
                     record.moved = Some(moved);
                     self.save_resume(lease, record);
                 }
-                let committed = self.renter.commit(lease);
-                if committed.is_ok()
-                    && let Ok(Some(record)) = self.state.resume(&lease)
-                    && let Some(previous) = record.resumed_from
-                    && let Ok(Some(mut old)) = self.state.resume(&previous)
-                {
+                let _ = reply.send(self.renter.commit(lease));
+            }
+            ResumeEvent::Look { lease, reply } => {
+                let _ = reply.send(self.renter.phase(&lease));
+            }
+            ResumeEvent::Resumed { previous } => {
+                if let Ok(Some(mut old)) = self.state.resume(&previous) {
                     old.status = ResumeStatus::Resumed;
                     self.save_resume(previous, old);
                 }
-                let _ = reply.send(committed);
             }
             ResumeEvent::Failed { lease, why } => {
                 if let Ok(Some(mut record)) = self.state.resume(&lease) {
@@ -357,6 +414,8 @@ impl Daemon {
         // (None after a restart of this node: a private registry's image then fails to pull,
         // saying so.)
         request.registry_auth = self.registry_secrets.get(&lease).cloned();
+        // A resume under way before a stop of this node goes on with the lease it rented.
+        let rented = record.resumed_by;
         record.status = ResumeStatus::Resuming;
         self.save_resume(lease, record);
         tracing::info!("lease {}: preempted; resuming it", lease.short());
@@ -368,6 +427,7 @@ impl Daemon {
             events: self.events_tx.clone(),
             rent: self.rent_context(),
             previous: lease,
+            rented,
             request,
             mirror: self.mirror_of(lease),
         };

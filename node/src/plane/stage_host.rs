@@ -32,6 +32,10 @@ use super::{FramedStream, OPEN_WITHIN, framed, recv, send};
 use crate::attest::now;
 use crate::executor::Executor;
 use crate::p2p::Client;
+use gpux_lease::{
+    LayerOnDisk, LayerStored, StageCheck, StageInput, StageLayerSpec, StageNext, StageSide,
+    StageStep,
+};
 
 /// Stagings served at once, all renters together.
 pub(crate) const MAX_STAGINGS: usize = 4;
@@ -232,39 +236,53 @@ impl StageHost {
         } else {
             self.exec.layer_chains(&BTreeSet::new()).await?
         };
-        let verify: BTreeSet<usize> = (0..chains.len())
-            .filter(|&i| stored.contains(&chains[i]) && !have.contains(&chains[i]))
-            .collect();
         let dir = self
             .root
             .join("parts")
             .join(gpux_protocol::hex(&renter.0))
             .join(gpux_protocol::hex(&image.0));
-        // Layers to load (not in the layer store with their chain), and which of them to
-        // send, from where.
-        let mut load = Vec::new();
-        let mut needs = Vec::new();
-        let mut incoming = u64::from(open.config_bytes);
+        // Where each layer is: in the store (with its chain), and what an earlier staging
+        // left of it on disk.
+        let mut found = Vec::new();
         for (i, layer) in open.layers.iter().enumerate() {
-            if have.contains(&chains[i]) {
-                continue;
-            }
+            let in_store = if have.contains(&chains[i]) {
+                LayerStored::Yes
+            } else if stored.contains(&chains[i]) {
+                LayerStored::Foreign
+            } else {
+                LayerStored::No
+            };
             let name = gpux_protocol::hex(&layer.diff_id);
-            load.push(i);
-            let done = tokio::fs::metadata(dir.join(format!("{name}.tar"))).await;
-            if done.is_ok_and(|m| m.len() == layer.bytes) {
-                continue;
-            }
-            let part = tokio::fs::metadata(dir.join(format!("{name}.part")))
-                .await
-                .map_or(0, |m| m.len());
-            let from = if part <= layer.bytes { part } else { 0 };
-            incoming += layer.bytes - from;
-            needs.push(StageNeed {
-                index: i as u16,
-                from,
-            });
+            let whole = tokio::fs::metadata(dir.join(format!("{name}.tar"))).await;
+            let on_disk = if whole.is_ok_and(|m| m.len() == layer.bytes) {
+                LayerOnDisk::Whole
+            } else {
+                match tokio::fs::metadata(dir.join(format!("{name}.part"))).await {
+                    Ok(m) => LayerOnDisk::Part(m.len()),
+                    Err(_) => LayerOnDisk::Nothing,
+                }
+            };
+            found.push((in_store, on_disk));
         }
+        let specs = open
+            .layers
+            .iter()
+            .map(|l| StageLayerSpec {
+                diff_id: l.diff_id,
+                blake3: l.blake3,
+                bytes: l.bytes,
+            })
+            .collect();
+        let (mut check, _) = StageCheck::new(image.0, specs, &found);
+        let needs: Vec<StageNeed> = check
+            .needs()
+            .into_iter()
+            .map(|(index, from)| StageNeed {
+                index: index as u16,
+                from,
+            })
+            .collect();
+        let incoming = u64::from(open.config_bytes) + check.incoming_bytes();
         let on_disk = self.staged.bytes() + dir_bytes(self.root.join("parts")).await;
         let _reservation = match self.reserve(on_disk, incoming) {
             Ok(reservation) => reservation,
@@ -290,31 +308,17 @@ impl StageHost {
         .await?;
         let mut pace = Pace::new();
         let config = receive_config(framed, open.config_bytes, &mut pace).await?;
-        if image_id(&config) != image {
-            return Err(Failed(
-                "the config is not the image's (its sha256 differs)".into(),
-            ));
-        }
-        if diff_ids(&config)? != declared {
-            return Err(Failed(
-                "the config lists other layers than announced".into(),
-            ));
+        let step = check.handle(StageInput::Config {
+            id: image_id(&config).0,
+            diff_ids: diff_ids(&config)?,
+        });
+        if let StageNext::Done(Err(why)) = step.next {
+            return Err(Failed(why));
         }
         let deadline = DATA_DEADLINE + Duration::from_secs(incoming / MIN_RATE);
         tokio::time::timeout(
             deadline,
-            self.receive_and_load(
-                framed,
-                &mut pace,
-                &dir,
-                &config,
-                open,
-                &Loading {
-                    load,
-                    needs,
-                    verify,
-                },
-            ),
+            self.receive_and_load(framed, &mut pace, &dir, &config, open, (check, step)),
         )
         .await
         .map_err(|_| {
@@ -357,12 +361,13 @@ impl StageHost {
     }
 
     /// `docker load` of a tar written here as the layers arrive, so the transfer and the
-    /// daemon's unpacking overlap: the manifest (no tags), the config, and the layers in
-    /// `load` (the others are in the layer store with their chains already), each either
-    /// from its verified file or, for those in `needs`, from what an earlier staging left
-    /// plus the bytes arriving now. Arriving bytes are also kept in the layer's part file,
-    /// so a broken staging goes on from them; a layer whose blake3 differs aborts the load
-    /// before its tar is complete, so nothing unverified is ever loaded.
+    /// daemon's unpacking overlap: the manifest (no tags), the config, and the layers
+    /// [`StageCheck`] loads (the others are in the layer store with their chains already),
+    /// each either from its verified file or from what an earlier staging left plus the
+    /// bytes arriving now. Arriving bytes are also kept in the layer's part file, so a
+    /// broken staging goes on from them. The machine checks each layer's digests as it is
+    /// written and completes the tar only when every one verified, so nothing unverified
+    /// is ever loaded.
     async fn receive_and_load(
         &self,
         framed: &mut FramedStream,
@@ -370,13 +375,8 @@ impl StageHost {
         dir: &Path,
         config: &[u8],
         open: &StageOpen,
-        plan: &Loading,
+        (mut check, mut step): (StageCheck, StageStep),
     ) -> Result<(), Failed> {
-        let Loading {
-            load,
-            needs,
-            verify,
-        } = plan;
         let names: Vec<String> = open
             .layers
             .iter()
@@ -388,56 +388,82 @@ impl StageHost {
             "Layers": names,
         }]))?;
         let tar = LoadTar::start(&self.exec);
+        let file_of = |i: usize, ext: &str| {
+            dir.join(format!(
+                "{}.{ext}",
+                gpux_protocol::hex(&open.layers[i].diff_id)
+            ))
+        };
         let written = async {
             tar.file("manifest.json", Bytes::from(manifest)).await?;
             tar.file("config.json", Bytes::copy_from_slice(config))
                 .await?;
-            for &i in load.iter() {
-                let layer = open.layers[i];
-                tar.header(&names[i], layer.bytes).await?;
-                let sha = verify.contains(&i).then(Sha256::new);
-                let sha = match needs.iter().find(|n| usize::from(n.index) == i) {
-                    Some(need) => {
-                        receive_layer(framed, pace, dir, &layer, need.from, &tar, sha).await?
+            loop {
+                for side in &step.side {
+                    match *side {
+                        StageSide::Keep(i) => {
+                            tokio::fs::rename(file_of(i, "part"), file_of(i, "tar")).await?
+                        }
+                        StageSide::Drop(i) => {
+                            let _ = tokio::fs::remove_file(file_of(i, "part")).await;
+                        }
                     }
-                    None => {
-                        let hex = gpux_protocol::hex(&layer.diff_id);
-                        tar.copy_file(&dir.join(format!("{hex}.tar")), layer.bytes, sha)
-                            .await?
-                    }
-                };
-                if let Some(sha) = sha
-                    && <[u8; 32]>::from(sha.finalize()) != layer.diff_id
-                {
-                    return Err(Failed(format!(
-                        "layer {i} is not the layer its diff id names (its sha256 differs)"
-                    )));
                 }
-                tar.pad(layer.bytes).await?;
+                let input = match step.next {
+                    StageNext::Layer {
+                        index,
+                        from,
+                        sha256,
+                    } => {
+                        let layer = open.layers[index];
+                        tar.header(&names[index], layer.bytes).await?;
+                        let sha = sha256.then(Sha256::new);
+                        let (blake3, sha) = match from {
+                            Some(from) => {
+                                let part = file_of(index, "part");
+                                let (blake3, sha) = receive_layer(
+                                    framed,
+                                    pace,
+                                    (&part, layer.bytes, from),
+                                    &tar,
+                                    sha,
+                                )
+                                .await?;
+                                (Some(blake3), sha)
+                            }
+                            None => {
+                                let whole = file_of(index, "tar");
+                                (None, tar.copy_file(&whole, layer.bytes, sha).await?)
+                            }
+                        };
+                        tar.pad(layer.bytes).await?;
+                        StageInput::Layer {
+                            blake3,
+                            sha256: sha.map(|sha| sha.finalize().into()),
+                        }
+                    }
+                    StageNext::Finish => return Ok(true),
+                    StageNext::Done(Err(why)) => return Err(Failed(why)),
+                    StageNext::Config | StageNext::Done(Ok(())) => return Ok(false),
+                };
+                step = check.handle(input);
             }
-            Ok::<(), Failed>(())
         }
         .await;
         match written {
-            Ok(()) => tar.finish().await?,
+            Ok(true) => tar.finish().await?,
+            Ok(false) => {
+                return Err(tar.abort(Failed("the staging lost its place".into())).await);
+            }
             Err(why) => return Err(tar.abort(why).await),
         }
-        match self.exec.diff_ids(&open.image).await? {
-            Some(_) => Ok(()),
-            None => Err(Failed(format!(
-                "Docker loaded something, but not image {}",
-                open.image
-            ))),
+        let present = self.exec.diff_ids(&open.image).await?.is_some();
+        match check.handle(StageInput::Loaded(present)).next {
+            StageNext::Done(Ok(())) => Ok(()),
+            StageNext::Done(Err(why)) => Err(Failed(why)),
+            _ => Err(Failed("the staging lost its place".into())),
         }
     }
-}
-
-/// What a load takes: the layers to load (by index), those of them to receive (from where),
-/// and those whose sha256 this host checks itself (the daemon would skip them unread).
-struct Loading {
-    load: Vec<usize>,
-    needs: Vec<StageNeed>,
-    verify: BTreeSet<usize>,
 }
 
 /// The tar `docker load` reads, written as it goes (headers, data, padding), into the
@@ -585,28 +611,24 @@ async fn receive_config(
     Ok(config)
 }
 
-/// Receives a layer from byte `from` into `<dir>/<diff>.part` and on into the load tar
-/// (what an earlier staging left first), checks its blake3 over the whole layer, and
-/// renames the file `<diff>.tar`. Bytes that arrived stay for a retry when the stream
-/// breaks; a layer that does not verify is dropped.
+/// Receives a layer of `bytes` from byte `from` into its part file and on into the load
+/// tar (what an earlier staging left first); returns its blake3 over the whole layer (and
+/// its sha256, when `sha` is given), for [`StageCheck`] to check. Bytes that arrived stay
+/// for a retry when the stream breaks.
 async fn receive_layer(
     framed: &mut FramedStream,
     pace: &mut Pace,
-    dir: &Path,
-    layer: &gpux_protocol::plane_wire::StageLayer,
-    from: u64,
+    (part, bytes, from): (&Path, u64, u64),
     tar: &LoadTar,
     mut sha: Option<Sha256>,
-) -> Result<Option<Sha256>, Failed> {
-    let hex = gpux_protocol::hex(&layer.diff_id);
-    let part = dir.join(format!("{hex}.part"));
+) -> Result<([u8; 32], Option<Sha256>), Failed> {
     let mut hasher = blake3::Hasher::new();
     let mut file = tokio::fs::OpenOptions::new()
         .create(true)
         .read(true)
         .write(true)
         .truncate(false)
-        .open(&part)
+        .open(part)
         .await?;
     file.set_len(from).await?;
     let mut left = from;
@@ -621,7 +643,7 @@ async fn receive_layer(
         tar.push(Bytes::from(chunk)).await?;
     }
     let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
-    let mut left = layer.bytes - from;
+    let mut left = bytes - from;
     let mut result = Ok(());
     while left > 0 {
         let StageData(data) = match pace.recv(framed).await {
@@ -649,14 +671,7 @@ async fn receive_layer(
     }
     file.flush().await?;
     result?;
-    if *hasher.finalize().as_bytes() != layer.blake3 {
-        let _ = tokio::fs::remove_file(&part).await;
-        return Err(Failed(format!(
-            "layer sha256:{hex} arrived damaged (its blake3 differs); it was dropped"
-        )));
-    }
-    tokio::fs::rename(&part, dir.join(format!("{hex}.tar"))).await?;
-    Ok(sha)
+    Ok((*hasher.finalize().as_bytes(), sha))
 }
 
 /// Bytes of the files under `dir`.

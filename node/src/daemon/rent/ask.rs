@@ -1,6 +1,6 @@
-//! Asking one host for a lease: GPUs claimed in this node's book first, the signed
-//! request, the host's answer, and asking the same host again for the GPUs its refusal
-//! names (docs/market.md, "Many rents at once").
+//! Asking one host for a lease: the signed request and the host's answer. Which GPUs are
+//! claimed first, and asking the same host again for those its refusal names, is the rent
+//! search's (`gpux_lease::RentSearch`; docs/market.md, "Many rents at once").
 
 use gpux_api::{Rented, StagedImage};
 use gpux_lease::RentReport;
@@ -12,83 +12,15 @@ use gpux_protocol::{
 use tokio::sync::oneshot;
 
 use super::terms::Terms;
-use super::{RETRIES_ON_HOST, Refusal, RentEvent, RentTask};
+use super::{Refusal, RentEvent, RentTask};
 use crate::attest::now;
 use crate::daemon::{Event, report};
 
 impl RentTask {
-    /// Asks `allocation`'s host for a lease, on GPUs claimed in this node's book first (so
-    /// this node's other rents ask for others); when the host refuses because another
-    /// renter took them, asks it again for the GPUs it names as free, up to
-    /// [`RETRIES_ON_HOST`] times.
-    pub(super) async fn request_claimed(
-        &self,
-        allocation: Allocation,
-        image: ImageDigest,
-        (staged, pulled): (Option<StagedImage>, Option<gpux_api::PulledImage>),
-        (terms, limits): (Terms, ResourceLimits),
-    ) -> Result<Rented, Refusal> {
-        let host = allocation.host.peer_id();
-        // A spot lease that preempts others books what the match found, as it is.
-        if !allocation.preempts.is_empty() {
-            return self
-                .request(&allocation, image, (staged, pulled), (terms, limits), None)
-                .await;
-        }
-        let mut prefer = allocation.gpus.clone();
-        let mut avoid = Vec::new();
-        let mut last = None;
-        let mut previous = None;
-        for _ in 0..=RETRIES_ON_HOST {
-            let (tx, rx) = oneshot::channel();
-            let claim = RentEvent::Claim {
-                allocation: allocation.clone(),
-                spec: self.spec.clone(),
-                release: previous.take(),
-                prefer: std::mem::take(&mut prefer),
-                avoid: avoid.clone(),
-                reply: tx,
-            };
-            report(&self.events, Event::Rent(claim)).await;
-            let Some((claimed, hold)) = rx.await.ok().flatten() else {
-                break;
-            };
-            let result = self
-                .request(
-                    &claimed,
-                    image,
-                    (staged.clone(), pulled.clone()),
-                    (terms.clone(), limits),
-                    Some(hold),
-                )
-                .await;
-            match result {
-                Err(Refusal::Taken(why, free)) => {
-                    // Released with the next claim.
-                    previous = Some(hold);
-                    avoid.extend(claimed.gpus.iter().copied());
-                    prefer = free;
-                    last = Some(why);
-                }
-                Err(other) => {
-                    report(&self.events, Event::Rent(RentEvent::Release(hold))).await;
-                    return Err(other);
-                }
-                ok => return ok,
-            }
-        }
-        if let Some(hold) = previous {
-            report(&self.events, Event::Rent(RentEvent::Release(hold))).await;
-        }
-        Err(Refusal::Taken(
-            last.unwrap_or_else(|| {
-                format!("{host}: its free GPUs are being asked for by this node's other rents")
-            }),
-            Vec::new(),
-        ))
-    }
-
-    async fn request(
+    /// Asks `allocation`'s host for a lease, under `hold`, this node's claim on its GPUs
+    /// (none: a match that preempts spot leases books what it found, as it is). Once the
+    /// host accepts, the lease's machine takes over and says how the start went.
+    pub(super) async fn request(
         &self,
         allocation: &Allocation,
         image: ImageDigest,

@@ -8,9 +8,10 @@
 //! has paid the host (`super::super::proof`).
 
 use gpux_api::{ApiError, ChallengePassed, ErrorCode, Rented};
-use gpux_protocol::{ContentId, PublicKey, RejectReason};
+use gpux_lease::ChallengeResult;
+use gpux_protocol::{ContentId, PublicKey};
 
-use super::{Refusal, RentTask};
+use super::RentTask;
 use crate::daemon::{Daemon, Event, LeaseAct, act, report};
 use crate::plane::challenge::{self, ChallengeFailure, Measured, Reference};
 
@@ -171,23 +172,20 @@ impl Daemon {
 }
 
 impl RentTask {
-    /// Challenges the held lease `rented` on `host` against `reference`: committed
-    /// when it passes (and the renter asked for no hold of its own), ended otherwise.
+    /// Challenges the held lease `rented` on `host` against `reference`: committed when it
+    /// passes (and the renter asked for no hold of its own). One that fails or cannot be
+    /// challenged says so; the rent's search ends it.
     pub(super) async fn challenge_held(
         &self,
         rented: Rented,
         host: PublicKey,
         reference: Option<Reference>,
-    ) -> Result<Rented, Refusal> {
-        let lease: ContentId = rented
-            .lease
-            .parse()
-            .map_err(|e| Refusal::Refused(format!("{e}"), None))?;
+    ) -> Result<Rented, ChallengeResult> {
         let peer = host.peer_id();
-        let refused = |why: String| Refusal::Refused(why, Some(RejectReason::Invalid));
+        let not_run = |why: String| ChallengeResult::Failed { why, failed: false };
+        let lease: ContentId = rented.lease.parse().map_err(|e| not_run(format!("{e}")))?;
         let Some(reference) = reference else {
-            let _ = act(&self.events, lease, LeaseAct::Stop).await;
-            return Err(refused(format!(
+            return Err(not_run(format!(
                 "{peer}: no challenge reference rate is known for its GPU model"
             )));
         };
@@ -214,7 +212,7 @@ impl RentTask {
                 if !self.workload.held_by_renter() {
                     act(&self.events, lease, LeaseAct::Commit)
                         .await
-                        .map_err(|e| Refusal::NotStarted(e.message))?;
+                        .map_err(|e| ChallengeResult::NotCommitted(e.message))?;
                 }
                 Ok(Rented {
                     commit_by_ms: rented
@@ -229,17 +227,16 @@ impl RentTask {
                     "lease {}: {peer} failed the challenge: {why}",
                     lease.short()
                 );
-                let _ = act(&self.events, lease, LeaseAct::FailChallenge).await;
-                Err(refused(format!(
-                    "{peer} failed the performance challenge ({why}); it is paid nothing"
-                )))
+                Err(ChallengeResult::Failed {
+                    why: format!(
+                        "{peer} failed the performance challenge ({why}); it is paid nothing"
+                    ),
+                    failed: true,
+                })
             }
-            Err(ChallengeFailure::NotRun(why)) => {
-                let _ = act(&self.events, lease, LeaseAct::Stop).await;
-                Err(refused(format!(
-                    "{peer}: the challenge did not run ({why})"
-                )))
-            }
+            Err(ChallengeFailure::NotRun(why)) => Err(not_run(format!(
+                "{peer}: the challenge did not run ({why})"
+            ))),
         }
     }
 }
