@@ -649,3 +649,107 @@ fn a_refusal_for_a_taken_gpu_names_free_gpus_of_the_offer_and_they_are_given() {
     assert_eq!(decode_gpus(&[2; 17]), None);
     assert_eq!(decode_gpus(&[0; 16]), None);
 }
+
+/// A host upgraded mid-lease: its store holds a receipt and its acknowledgement signed as
+/// version 1 (the workspace charge in ext key 1). The restored lease redeems them, and the
+/// upgraded ledger pays exactly their amount.
+#[test]
+fn a_host_upgraded_mid_lease_redeems_the_version_1_receipt_its_store_holds() {
+    let (mut lease, r) = accepted();
+    lease.handle(
+        Timestamp(T0 + 10),
+        HostInput::Lock(lock(&r, 3_600_000, T0 + 10)),
+    );
+    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
+    ledger
+        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
+        .unwrap();
+    let verdict = LedgerVerdict::from_response(
+        submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
+        &[ledger_key().public()],
+    );
+    lease.handle(
+        Timestamp(T0 + 20),
+        HostInput::Ledger {
+            call: LedgerCall::Lock,
+            verdict,
+        },
+    );
+    lease.handle(
+        Timestamp(T0 + 500),
+        HostInput::ContainerStarted {
+            started_at: Timestamp(T0 + 500),
+        },
+    );
+    let effects = lease.handle(
+        Timestamp(T0 + 61_000),
+        HostInput::Timer(gpux_lease::HostTimer::ReceiptDue),
+    );
+    let receipt = effects
+        .iter()
+        .find_map(|e| match e {
+            HostEffect::SendReceipt { envelope, .. } => Some(envelope.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let receipt = Signed::<UsageReceipt>::from_bytes(receipt)
+        .unwrap()
+        .verify()
+        .unwrap();
+    // The same receipt as the build before signed it, and the renter's ack of that one.
+    let v1 = older::usage_receipt_v1(&host(), receipt.body());
+    assert_eq!(v1[5], 1);
+    let v1_id = ContentId::of(&v1);
+    let ack = Signed::sign(
+        &renter(),
+        ReceiptAck {
+            receipt: v1_id,
+            lease: receipt.lease,
+            seq: receipt.seq,
+            amount_due: receipt.amount_due,
+            created_at: Timestamp(T0 + 61_100),
+            ext: Ext::new(),
+        },
+    )
+    .unwrap();
+    let mut stored = lease.record().clone();
+    stored.acked = Some(gpux_lease::Voucher {
+        seq: receipt.seq,
+        amount: receipt.amount_due,
+        gpu_seconds: receipt.gpu_seconds,
+        receipt: v1,
+        ack: ack.as_bytes().to_vec(),
+    });
+    // Restarted on the new build, from that record.
+    let (mut restored, _) = HostLease::restore(
+        host(),
+        stored,
+        ContainerState::Running {
+            started_at: Timestamp(T0 + 500),
+        },
+        Timestamp(T0 + 62_000),
+    )
+    .unwrap();
+    let effects = restored.handle(
+        Timestamp(T0 + 62_100),
+        HostInput::Timer(gpux_lease::HostTimer::LedgerRetry),
+    );
+    let redeem = effects
+        .iter()
+        .find_map(|e| match e {
+            HostEffect::Ledger {
+                call: LedgerCall::Redeem { seq },
+                envelope,
+            } => Some((*seq, envelope.clone())),
+            _ => None,
+        })
+        .expect("the restored lease redeems its stored voucher");
+    assert_eq!(redeem.0, receipt.seq);
+    let before = ledger.ledger().balance(&host().public());
+    let answer = submit(&mut ledger, &redeem.1, T0 + 62_200);
+    assert_eq!(answer.refusal(), None, "{answer:?}");
+    assert_eq!(
+        ledger.ledger().balance(&host().public()),
+        before.checked_add(receipt.amount_due).unwrap()
+    );
+}

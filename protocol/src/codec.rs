@@ -482,6 +482,11 @@ impl Ext {
         self.0.get(&key).map(|v| &v[..])
     }
 
+    /// Takes field `key` out, if present.
+    pub fn remove(&mut self, key: u16) -> Option<Vec<u8>> {
+        self.0.remove(&key).map(|v| v.to_vec())
+    }
+
     /// True when no field is set.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

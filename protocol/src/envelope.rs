@@ -66,6 +66,16 @@ pub trait Message: Sized + Clone + fmt::Debug + Encode + Decode<()> + Sealed {
     fn seq(&self) -> Option<u64> {
         None
     }
+
+    /// Decodes a body of an older `version` of this kind that this build still reads
+    /// ([`MessageKind::reads`]) into today's type; the signature stays over the bytes
+    /// received. Kinds that read no older version keep the default, which refuses.
+    fn decode_older(version: u8, body: &[u8]) -> Result<Self, BodyError> {
+        let _ = body;
+        Err(BodyError::Decode(bincode::error::DecodeError::OtherString(
+            format!("{} version {version} has no decoder", Self::KIND),
+        )))
+    }
 }
 
 /// Why an envelope was refused. Each cause is its own variant.
@@ -173,7 +183,7 @@ pub fn peek_kind(bytes: &[u8]) -> Result<MessageKind, VerifyError> {
         return Err(VerifyError::BadMagic);
     }
     let kind = MessageKind::from_code(bytes[4]).ok_or(VerifyError::UnknownKind(bytes[4]))?;
-    if bytes[5] != kind.version() {
+    if !kind.reads(bytes[5]) {
         return Err(VerifyError::UnsupportedVersion {
             kind,
             version: bytes[5],
@@ -276,7 +286,13 @@ impl<T: Message> Signed<T> {
     /// Decodes and structurally checks the body (every byte consumed, canonical form).
     fn decode_body(&self) -> Result<T, VerifyError> {
         let body_bytes = &self.bytes[HEADER_LEN..self.bytes.len() - SIGNATURE_LEN];
-        let body: T = codec::decode_exact(body_bytes).map_err(|source| VerifyError::Body {
+        let version = self.bytes[5];
+        let body: T = if version == T::KIND.version() {
+            codec::decode_exact(body_bytes)
+        } else {
+            T::decode_older(version, body_bytes)
+        }
+        .map_err(|source| VerifyError::Body {
             kind: T::KIND,
             source,
         })?;

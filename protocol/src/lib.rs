@@ -45,6 +45,8 @@ pub mod validate;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+#[cfg(any(test, feature = "test-util"))]
+pub mod older;
 
 pub use codec::{
     BodyError, BoundedBytes, BoundedString, BoundedVec, Ext, FrameError, LimitError,

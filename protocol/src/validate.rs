@@ -620,9 +620,7 @@ pub fn receipt_matches_lease(
         return Err(RuleError::ReceiptMismatch { field: "gpus" });
     }
     // The workspace's retention: at most the fixed sum the terms say.
-    let charge = receipt
-        .workspace_charge()
-        .map_err(|e| RuleError::BadTerm(e.to_string()))?;
+    let charge = receipt.workspace_charge;
     if request
         .retention_charge()
         .map_or(true, |agreed| charge > agreed)

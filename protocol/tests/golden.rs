@@ -52,6 +52,51 @@ fn golden_files_still_verify() {
     }
 }
 
+/// Envelopes of older versions that this build still reads (`tests/golden/older/`): the
+/// bytes a host's store holds for a lease that ran across its upgrade, and what a peer on
+/// the previous build sends. Each verifies, keeps its id, and reads into today's type.
+#[test]
+fn older_versions_still_verify_and_read_into_todays_types() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/older");
+    let read = |name: &str| unhex(std::fs::read_to_string(dir.join(name)).unwrap().trim()).unwrap();
+    // UsageReceipt version 1: its workspace charge was ext key 1.
+    let v1 = read("UsageReceipt.v1.hex");
+    assert_eq!(v1[5], 1);
+    let receipt = Signed::<UsageReceipt>::from_bytes(v1.clone())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(receipt.id(), ContentId::of(&v1));
+    assert_eq!(receipt.workspace_charge, MicroCredits::ZERO);
+    assert_eq!(receipt.seq, 1);
+    // The acknowledgement of it, and the redemption that carries both, as the ledger gets them.
+    let ack = Signed::<ReceiptAck>::from_bytes(read("ReceiptAck.receipt-v1.hex"))
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(ack.receipt, receipt.id());
+    validate::ack_matches_receipt(&ack, &receipt, ack.signer()).unwrap();
+    let redeem = Signed::<Redeem>::from_bytes(read("Redeem.receipt-v1.hex"))
+        .unwrap()
+        .verify()
+        .unwrap();
+    let carried = AnySigned::from_bytes(redeem.receipt.to_vec())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(carried.kind(), MessageKind::UsageReceipt);
+    // Every file there is one this build reads.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let bytes = unhex(
+            std::fs::read_to_string(entry.unwrap().path())
+                .unwrap()
+                .trim(),
+        )
+        .unwrap();
+        AnySigned::from_bytes(bytes).unwrap().verify().unwrap();
+    }
+}
+
 fn round_trip<T: Message + PartialEq + serde::Serialize + serde::de::DeserializeOwned>(
     bytes: &[u8],
 ) {
@@ -191,4 +236,49 @@ fn r011_a_ledger_frame_has_one_spelling() {
         let a = ledger_wire::decode::<LedgerResponse>(&bytes);
         assert!(r.is_ok() || a.is_ok());
     }
+}
+
+/// docs/protocol.md, section 12, names the ids of the samples that others refer to: they
+/// are the golden files' ids.
+#[test]
+fn the_ids_the_protocol_document_names_are_the_golden_files_ids() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol.md"),
+    )
+    .unwrap();
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for line in doc.lines() {
+        // | `Offer.hex` | `c005...` | ... |
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(file), Some(id)) = (cells.get(1), cells.get(2)) else {
+            continue;
+        };
+        let Some(file) = file
+            .strip_prefix('`')
+            .and_then(|f| f.split('`').next())
+            .filter(|f| f.ends_with(".hex"))
+        else {
+            continue;
+        };
+        let Some(id) = id.strip_prefix('`').and_then(|i| i.strip_suffix('`')) else {
+            continue;
+        };
+        if id.len() != 64 {
+            continue;
+        }
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(file);
+        let bytes = unhex(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+        let actual = hex(&ContentId::of(&bytes).0);
+        if actual != id {
+            wrong.push(format!(
+                "{file}: the document says {id}, its id is {actual}"
+            ));
+        }
+        checked += 1;
+    }
+    assert!(wrong.is_empty(), "docs/protocol.md, section 12: {wrong:#?}");
+    assert!(checked >= 5, "only {checked} ids found in docs/protocol.md");
 }

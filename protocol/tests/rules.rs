@@ -861,12 +861,12 @@ fn a_kept_workspace_is_paid_at_the_offers_price_and_receipts_charge_no_more_than
     let started = request.created_at;
     let charging = |charge: u64| {
         let mut r = samples::receipt_for(&request, 1, 60);
-        term(&mut r.ext, EXT_RECEIPT_WORKSPACE_CHARGE, charge);
+        r.workspace_charge = MicroCredits(charge);
         r.amount_due = r.amount_due.checked_add(MicroCredits(charge)).unwrap();
         r
     };
     let fair = Signed::sign(&host, charging(200_000)).unwrap();
-    assert_eq!(fair.workspace_charge(), Ok(MicroCredits(200_000)));
+    assert_eq!(fair.workspace_charge, MicroCredits(200_000));
     assert_eq!(
         validate::receipt_matches_lease(&fair, &request, started),
         Ok(())
@@ -894,7 +894,7 @@ fn a_kept_workspace_is_paid_at_the_offers_price_and_receipts_charge_no_more_than
     // A lease without a kept workspace pays none.
     let (_, _, plain) = chain();
     let mut r = samples::receipt_for(&plain, 1, 60);
-    term(&mut r.ext, EXT_RECEIPT_WORKSPACE_CHARGE, 1);
+    r.workspace_charge = MicroCredits(1);
     r.amount_due = r.amount_due.checked_add(MicroCredits(1)).unwrap();
     assert_eq!(
         validate::receipt_matches_lease(&Signed::sign(&host, r).unwrap(), &plain, plain.created_at),

@@ -232,6 +232,7 @@ pub fn receipt_for(request: &Verified<LeaseRequest>, seq: u64, gpu_seconds: u64)
         created_at: T0.plus_secs(1 + gpu_seconds),
         gpu_seconds,
         amount_due: money::cost(gpu_seconds, request.price_per_gpu_hour).unwrap(),
+        workspace_charge: MicroCredits::ZERO,
         usage: UsageSummary {
             gpu_util_permille: 873,
             gpu_memory_peak_bytes: 40 << 30,

@@ -196,6 +196,7 @@ pub fn receipt(
         created_at,
         gpu_seconds,
         amount_due: cost(gpu_seconds, price),
+        workspace_charge: MicroCredits::ZERO,
         usage: UsageSummary::default(),
         ext: Ext::new(),
     }

@@ -111,15 +111,6 @@ impl HostLease {
     ) -> bool {
         let (gpu_seconds, _) = self.billed_until(until);
         let request = &self.request;
-        let mut ext = Ext::new();
-        let retention = bill::retention(request);
-        if retention > MicroCredits::ZERO {
-            // One 8-byte field: within the ext map's limits.
-            let _ = ext.insert(
-                gpux_protocol::EXT_RECEIPT_WORKSPACE_CHARGE,
-                retention.0.to_le_bytes().to_vec(),
-            );
-        }
         let body = UsageReceipt {
             lease: self.id(),
             escrow: request.escrow,
@@ -129,8 +120,9 @@ impl HostLease {
             created_at: now,
             gpu_seconds,
             amount_due: bill::amount(request, gpu_seconds),
+            workspace_charge: bill::retention(request),
             usage: self.summary(),
-            ext,
+            ext: Ext::new(),
         };
         let Ok(receipt) = Signed::sign(&self.key, body) else {
             return false;

@@ -231,7 +231,7 @@ impl Daemon {
                     gpu_seconds: r.gpu_seconds,
                     amount_due: r.amount_due.amount_text(),
                     amount_due_micro: r.amount_due.0,
-                    workspace_charge_micro: r.workspace_charge().map_or(0, |c| c.0),
+                    workspace_charge_micro: r.workspace_charge.0,
                     memory_peak_bytes: r.usage.memory_peak_bytes,
                     gpu_util_permille: r.usage.gpu_util_permille,
                     gpu_memory_peak_bytes: r.usage.gpu_memory_peak_bytes,

@@ -41,6 +41,8 @@ mod lease;
 mod ledger;
 mod market;
 mod usage;
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) use usage::usage_receipt_v1_body;
 
 pub use attestation::{
     Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MAX_MIG_PROFILE,
@@ -71,15 +73,12 @@ pub use market::{
     MAX_PULL_REGISTRIES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferWithdrawal, Pulls, Share,
     is_image_tag, is_region,
 };
-pub use usage::{
-    EXT_RECEIPT_WORKSPACE_CHARGE, LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck,
-    UsageReceipt, UsageSummary,
-};
+pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
 
 const KIB: usize = 1024;
 
 macro_rules! message_kinds {
-    ($( $ty:ident = $code:literal, version $ver:literal, max $max:expr; )+) => {
+    ($( $ty:ident = $code:literal, version $ver:literal $(reads $($old:literal),+)?, max $max:expr; )+) => {
         /// The kind of a signed message: its code and version in the envelope header.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[non_exhaustive]
@@ -111,6 +110,14 @@ macro_rules! message_kinds {
             pub const fn version(self) -> u8 {
                 match self {
                     $(Self::$ty => $ver,)+
+                }
+            }
+
+            /// Whether this build reads envelopes of this kind at `version`: the one it
+            /// speaks, or an older one still decoded ([`crate::Message::decode_older`]).
+            pub const fn reads(self, version: u8) -> bool {
+                match self {
+                    $(Self::$ty => version == $ver $($(|| version == $old)+)?,)+
                 }
             }
 
@@ -204,7 +211,7 @@ message_kinds! {
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;
     PreemptionNotice = 9, version 2, max 34 * KIB;
-    UsageReceipt = 10, version 1, max KIB;
+    UsageReceipt = 10, version 2 reads 1, max KIB;
     ReceiptAck = 11, version 1, max 512;
     ChallengeRequest = 12, version 3, max 512;
     ChallengeResponse = 13, version 2, max KIB;
