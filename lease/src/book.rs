@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpux_market::{Allocation, BookConfig, OrderBook};
 use gpux_protocol::validate::{RuleError, Rules, lease_request_matches_offer};
 use gpux_protocol::{
-    BoundedString, ContentId, Ext, GpuUuid, Keypair, LeaseAccept, LeaseKind, LeaseReject,
-    LeaseRequest, Offer, RejectReason, Signed, Timestamp, Verified,
+    BoundedString, ContentId, Ext, GpuUuid, Keypair, LeaseKind, LeaseReject, LeaseRequest, Offer,
+    RejectReason, Signed, Timestamp, Verified,
 };
 
 use crate::{HostEffect, HostLease, Timing};
@@ -710,19 +710,8 @@ impl HostBook {
         };
         // The booking's start, when later than now: after the preempted leases' notice, or
         // a reserved window's start.
-        let mut ext = self.timing.to_ext();
-        if booked.start > now {
-            // One 8-byte value more: within the ext map's limits.
-            let _ = ext.insert(crate::EXT_STARTS_AT, booked.start.0.to_le_bytes().to_vec());
-        }
-        let accept = match Signed::sign(
-            &self.key,
-            LeaseAccept {
-                request: id,
-                created_at: now,
-                ext,
-            },
-        ) {
+        let starts_at = (booked.start > now).then_some(booked.start);
+        let accept = match Signed::sign(&self.key, self.timing.accept(id, now, starts_at)) {
             Ok(a) => a,
             Err(e) => {
                 // (Signing does not fail with a valid key; any preempted booking stays cut.)

@@ -83,17 +83,6 @@ pub const MAX_VOUCHER_BYTES: usize = 320;
 /// host announcing more could keep the renter from ever counting it silent.
 pub const MAX_TIMING_MS: u64 = 3_600_000;
 
-/// `LeaseAccept` ext key: the host's receipt interval, ms (u64 little endian).
-pub const EXT_RECEIPT_INTERVAL_MS: u16 = 1;
-/// `LeaseAccept` ext key: the host's acknowledgement grace, ms (u64 little endian).
-pub const EXT_ACK_GRACE_MS: u16 = 2;
-/// `LeaseAccept` ext key: a spot lease's notice period, ms (u64 little endian): how long
-/// before a preemption ends it the host must give notice.
-pub const EXT_SPOT_NOTICE_MS: u16 = 3;
-/// `LeaseAccept` ext key: when the lease's GPUs are booked from, unix ms (u64 little
-/// endian), when later than the acceptance (the spot leases it preempts run out their
-/// notice first). Without it, from the acceptance.
-pub const EXT_STARTS_AT: u16 = 4;
 /// How far ahead a host books a reserved window, ms (30 days).
 pub const MAX_RESERVE_AHEAD_MS: u64 = 30 * 24 * 3_600_000;
 /// The notice period a host gives a spot lease by default, ms (as GCP's 30 s).
@@ -143,52 +132,39 @@ impl Timing {
         self.receipt_interval_ms.saturating_add(self.ack_grace_ms)
     }
 
-    /// The `LeaseAccept` ext fields that announce this timing.
-    pub fn to_ext(&self) -> Ext {
-        let mut ext = Ext::new();
-        // Three 8-byte values: always within the ext map's limits.
-        let _ = ext.insert(
-            EXT_RECEIPT_INTERVAL_MS,
-            self.receipt_interval_ms.to_le_bytes().to_vec(),
-        );
-        let _ = ext.insert(EXT_ACK_GRACE_MS, self.ack_grace_ms.to_le_bytes().to_vec());
-        let _ = ext.insert(
-            EXT_SPOT_NOTICE_MS,
-            self.spot_notice_ms.to_le_bytes().to_vec(),
-        );
-        ext
+    /// The host's signed acceptance of lease `request` at `created_at`, announcing this
+    /// timing, its GPUs booked from `starts_at` (none: from the acceptance).
+    pub fn accept(
+        &self,
+        request: gpux_protocol::ContentId,
+        created_at: Timestamp,
+        starts_at: Option<Timestamp>,
+    ) -> LeaseAccept {
+        LeaseAccept {
+            request,
+            created_at,
+            receipt_interval_ms: self.receipt_interval_ms,
+            ack_grace_ms: self.ack_grace_ms,
+            spot_notice_ms: self.spot_notice_ms,
+            starts_at,
+            ext: Ext::new(),
+        }
     }
 
-    /// The timing a `LeaseAccept` announces, if it announces one, each value kept between
-    /// one second and [`MAX_TIMING_MS`] (a notice period it does not announce is the
-    /// default's).
-    pub fn from_accept(accept: &LeaseAccept) -> Option<Timing> {
-        let read = |key| {
-            accept
-                .ext
-                .get(key)
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map(u64::from_le_bytes)
-        };
-        Some(Timing {
-            receipt_interval_ms: read(EXT_RECEIPT_INTERVAL_MS)?.clamp(1000, MAX_TIMING_MS),
-            ack_grace_ms: read(EXT_ACK_GRACE_MS)?.clamp(1000, MAX_TIMING_MS),
-            spot_notice_ms: read(EXT_SPOT_NOTICE_MS)
-                .unwrap_or(DEFAULT_SPOT_NOTICE_MS)
-                .clamp(1000, MAX_TIMING_MS),
-        })
+    /// The timing a `LeaseAccept` announces, each value held to between one second and
+    /// [`MAX_TIMING_MS`].
+    pub fn from_accept(accept: &LeaseAccept) -> Timing {
+        Timing {
+            receipt_interval_ms: accept.receipt_interval_ms.clamp(1000, MAX_TIMING_MS),
+            ack_grace_ms: accept.ack_grace_ms.clamp(1000, MAX_TIMING_MS),
+            spot_notice_ms: accept.spot_notice_ms.clamp(1000, MAX_TIMING_MS),
+        }
     }
 }
 
-/// When a `LeaseAccept` books the GPUs from, when later than the acceptance
-/// ([`EXT_STARTS_AT`]).
+/// When a `LeaseAccept` books the GPUs from, when later than the acceptance.
 pub fn accept_starts_at(accept: &LeaseAccept) -> Option<Timestamp> {
-    accept
-        .ext
-        .get(EXT_STARTS_AT)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(|b| Timestamp(u64::from_le_bytes(b)))
-        .filter(|t| *t > accept.created_at)
+    accept.starts_at.filter(|t| *t > accept.created_at)
 }
 
 /// Why a lease ended: the wire's [`EndReason`]s and the outcomes only one side can see.

@@ -225,11 +225,7 @@ impl World {
         } else {
             let accept = Signed::sign(
                 &self.members[i].host_key,
-                LeaseAccept {
-                    request: r.id(),
-                    created_at: now,
-                    ext: Timing::default().to_ext(),
-                },
+                Timing::default().accept(r.id(), now, None),
             )
             .unwrap();
             let (host, effects) = HostLease::accepted(

@@ -383,23 +383,12 @@ fn reserved_windows_are_booked_ahead_and_start_at_their_start() {
 
 #[test]
 fn a_host_announcing_endless_timing_is_held_to_an_hour() {
-    let mut ext = Ext::new();
-    ext.insert(
-        gpux_lease::EXT_RECEIPT_INTERVAL_MS,
-        u64::MAX.to_le_bytes().to_vec(),
-    )
-    .unwrap();
-    ext.insert(
-        gpux_lease::EXT_ACK_GRACE_MS,
-        u64::MAX.to_le_bytes().to_vec(),
-    )
-    .unwrap();
     let accept = LeaseAccept {
-        request: ContentId([1; 32]),
-        created_at: Timestamp(T0),
-        ext,
+        receipt_interval_ms: u64::MAX,
+        ack_grace_ms: u64::MAX,
+        ..kit::accept(ContentId([1; 32]), Timestamp(T0))
     };
-    let timing = Timing::from_accept(&accept).unwrap();
+    let timing = Timing::from_accept(&accept);
     assert_eq!(timing.receipt_interval_ms, gpux_lease::MAX_TIMING_MS);
     assert_eq!(timing.ack_grace_ms, gpux_lease::MAX_TIMING_MS);
 }
@@ -752,4 +741,38 @@ fn a_host_upgraded_mid_lease_redeems_the_version_1_receipt_its_store_holds() {
         ledger.ledger().balance(&host().public()),
         before.checked_add(receipt.amount_due).unwrap()
     );
+}
+
+/// A host that still speaks version 1 of `LeaseAccept` (its terms in ext keys 1 to 4), or
+/// the acceptance a renter's store kept from before its upgrade: the renter's machine reads
+/// the same timing and start from it as from today's version, and keeps the bytes as
+/// signed.
+#[test]
+fn a_renter_reads_the_timing_and_start_of_a_version_1_acceptance() {
+    let o = offer(T0);
+    let r = request(&o, T0, LeaseKind::OnDemand);
+    let timing = Timing {
+        receipt_interval_ms: 5_000,
+        ack_grace_ms: 2_000,
+        spot_notice_ms: 10_000,
+    };
+    let today = timing.accept(r.id(), Timestamp(T0 + 5), Some(Timestamp(T0 + 40_000)));
+    let v1 = older::lease_accept_v1(&host(), &today);
+    assert_eq!(v1[5], 1);
+    let accept = Signed::<LeaseAccept>::from_bytes(v1.clone())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(accept.body(), &today);
+    let (lease, _) = gpux_lease::RenterLease::accepted(
+        renter(),
+        r,
+        &accept,
+        ledger_key().public(),
+        Timestamp(T0 + 10),
+    )
+    .unwrap();
+    assert_eq!(lease.record().timing, timing);
+    assert_eq!(lease.record().starts_at, Timestamp(T0 + 40_000));
+    assert_eq!(lease.record().accept, v1);
 }

@@ -18,8 +18,8 @@ use gpux_lease::{
 use gpux_market::LedgerConfig;
 use gpux_protocol::ledger_wire::LedgerResponse;
 use gpux_protocol::{
-    AnySigned, AnyVerified, ContentId, GpuUuid, Keypair, LeaseAccept, LeaseKind, LeaseRequest,
-    MicroCredits, Signed, Timestamp,
+    AnySigned, AnyVerified, ContentId, GpuUuid, Keypair, LeaseKind, LeaseRequest, MicroCredits,
+    Signed, Timestamp,
 };
 use gpux_testkit as kit;
 
@@ -400,20 +400,13 @@ impl World {
         ));
         // The host accepts (a window ahead is booked from its start); the renter sends its
         // lock.
-        let mut ext = timing.to_ext();
-        if let LeaseKind::Reserved { start, .. } = kind
-            && start.0 > t0
-        {
-            ext.insert(gpux_lease::EXT_STARTS_AT, start.0.to_le_bytes().to_vec())
-                .unwrap();
-        }
+        let starts_at = match kind {
+            LeaseKind::Reserved { start, .. } if start.0 > t0 => Some(start),
+            _ => None,
+        };
         let accept = Signed::sign(
             &world.host_key,
-            LeaseAccept {
-                request: world.request.id(),
-                created_at: Timestamp(t0),
-                ext,
-            },
+            timing.accept(world.request.id(), Timestamp(t0), starts_at),
         )
         .unwrap();
         let (host, effects) = HostLease::accepted(

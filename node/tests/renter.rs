@@ -57,15 +57,7 @@ async fn a_renter_refuses_receipts_above_what_it_agreed_and_acknowledges_fair_on
     {
         // The renter agreed this lease and asked the host to start it 10 s ago.
         let state = NodeState::open(&dir).unwrap();
-        let accept = Signed::sign(
-            &host_key,
-            LeaseAccept {
-                request: lease,
-                created_at: t,
-                ext: Timing::default().to_ext(),
-            },
-        )
-        .unwrap();
+        let accept = Signed::sign(&host_key, Timing::default().accept(lease, t, None)).unwrap();
         let ledger = Keypair::from_seed(&[9; 32]).public();
         let (renter, _) = RenterLease::accepted(
             renter_key.clone(),

@@ -4,13 +4,20 @@
 
 use crate::envelope::{MAGIC, Message};
 use crate::key::Keypair;
-use crate::messages::UsageReceipt;
+use crate::messages::{LeaseAccept, UsageReceipt};
 
 /// `receipt` as a version 1 `UsageReceipt` envelope signed by `key`: its workspace charge
 /// in ext key 1 (none when zero), as version 1 carried it.
 pub fn usage_receipt_v1(key: &Keypair, receipt: &UsageReceipt) -> Vec<u8> {
     let body = crate::messages::usage_receipt_v1_body(receipt);
     envelope(key, UsageReceipt::KIND.code(), 1, &body)
+}
+
+/// `accept` as a version 1 `LeaseAccept` envelope signed by `key`: its terms in ext keys 1
+/// to 4 (the start only when it has one), as version 1 carried them.
+pub fn lease_accept_v1(key: &Keypair, accept: &LeaseAccept) -> Vec<u8> {
+    let body = crate::messages::lease_accept_v1_body(accept);
+    envelope(key, LeaseAccept::KIND.code(), 1, &body)
 }
 
 fn envelope(key: &Keypair, kind: u8, version: u8, body: &[u8]) -> Vec<u8> {

@@ -58,12 +58,12 @@ fn framing_errors_are_distinct() {
     unknown[4] = 200;
     assert!(matches!(err(unknown), VerifyError::UnknownKind(200)));
     let mut version = good.clone();
-    version[5] = 2;
+    version[5] = 3;
     assert!(matches!(
         err(version),
         VerifyError::UnsupportedVersion {
-            version: 2,
-            supported: 1,
+            version: 3,
+            supported: 2,
             ..
         }
     ));
@@ -215,11 +215,7 @@ fn batch_verification_agrees_with_single_verification() {
     let host = samples::host();
     let mut items = Vec::new();
     for i in 0..64u64 {
-        let body = LeaseAccept {
-            request: ContentId([i as u8; 32]),
-            created_at: T0.plus_ms(i),
-            ext: Ext::new(),
-        };
+        let body = gpux_testkit::accept(ContentId([i as u8; 32]), T0.plus_ms(i));
         let mut bytes = Signed::sign(&host, body).unwrap().as_bytes().to_vec();
         if i % 16 == 5 {
             let last = bytes.len() - 1;

@@ -85,6 +85,24 @@ fn older_versions_still_verify_and_read_into_todays_types() {
         .verify()
         .unwrap();
     assert_eq!(carried.kind(), MessageKind::UsageReceipt);
+    // LeaseAccept version 1: its terms were ext keys 1 to 4; the sample announced none,
+    // which version 1 meant as a receipt a minute, 30 s of grace and 30 s of notice.
+    let v1 = read("LeaseAccept.v1.hex");
+    assert_eq!(v1[5], 1);
+    let accept = Signed::<LeaseAccept>::from_bytes(v1.clone())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(accept.id(), ContentId::of(&v1));
+    assert_eq!(
+        (
+            accept.receipt_interval_ms,
+            accept.ack_grace_ms,
+            accept.spot_notice_ms,
+            accept.starts_at
+        ),
+        (60_000, 30_000, 30_000, None)
+    );
     // Every file there is one this build reads.
     for entry in std::fs::read_dir(&dir).unwrap() {
         let bytes = unhex(

@@ -37,11 +37,7 @@ fn time_rules() {
     // Kinds without expiry go stale instead: after 10 minutes (attestations: a day).
     let accept = Signed::sign(
         &samples::host(),
-        LeaseAccept {
-            request: ContentId([1; 32]),
-            created_at: T0,
-            ext: Ext::new(),
-        },
+        gpux_testkit::accept(ContentId([1; 32]), T0),
     )
     .unwrap();
     assert_eq!(rules.check_time(&accept, T0.plus_secs(600)), Ok(()));
@@ -483,25 +479,9 @@ fn accept_receipt_and_ack_are_bound_to_the_lease() {
     let (_, _, request) = chain();
     let host = samples::host();
     let renter = samples::renter();
-    let accept = Signed::sign(
-        &host,
-        LeaseAccept {
-            request: request.id(),
-            created_at: T0,
-            ext: Ext::new(),
-        },
-    )
-    .unwrap();
+    let accept = Signed::sign(&host, gpux_testkit::accept(request.id(), T0)).unwrap();
     assert_eq!(validate::accept_matches_request(&accept, &request), Ok(()));
-    let impostor = Signed::sign(
-        &renter,
-        LeaseAccept {
-            request: request.id(),
-            created_at: T0,
-            ext: Ext::new(),
-        },
-    )
-    .unwrap();
+    let impostor = Signed::sign(&renter, gpux_testkit::accept(request.id(), T0)).unwrap();
     assert!(matches!(
         validate::accept_matches_request(&impostor, &request),
         Err(RuleError::SignerMismatch { .. })

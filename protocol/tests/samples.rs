@@ -314,6 +314,10 @@ pub fn all_signed() -> Vec<(MessageKind, Vec<u8>)> {
             LeaseAccept {
                 request: lease,
                 created_at: T0.plus_secs(2),
+                receipt_interval_ms: 60_000,
+                ack_grace_ms: 30_000,
+                spot_notice_ms: 30_000,
+                starts_at: Some(T0.plus_secs(40)),
                 ext: Ext::new(),
             },
         )

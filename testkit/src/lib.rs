@@ -173,6 +173,10 @@ pub fn accept(request: ContentId, created_at: Timestamp) -> LeaseAccept {
     LeaseAccept {
         request,
         created_at,
+        receipt_interval_ms: 60_000,
+        ack_grace_ms: 30_000,
+        spot_notice_ms: 30_000,
+        starts_at: None,
         ext: Ext::new(),
     }
 }

@@ -90,7 +90,7 @@ pub struct HostLease {
 
 impl HostLease {
     /// A lease the host has just accepted (`accept` signed over `request`, booked from the
-    /// acceptance or from the time its [`EXT_STARTS_AT`](crate::EXT_STARTS_AT) says, to be
+    /// acceptance or from the time its `starts_at` says, to be
     /// stored before it is sent), preempting the spot leases `preempts` once its escrow is
     /// locked. Effects: persist, and the lock-wait timer.
     pub fn accepted(

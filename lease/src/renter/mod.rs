@@ -118,7 +118,7 @@ impl RenterLease {
             accept: accept.as_bytes().to_vec(),
             lock: lock.as_bytes().to_vec(),
             ledger,
-            timing: Timing::from_accept(accept).unwrap_or_default(),
+            timing: Timing::from_accept(accept),
             phase: RenterPhase::Starting,
             lock_sent_at: now,
             starts_at: starts_at.unwrap_or(now).max(now),

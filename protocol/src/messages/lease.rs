@@ -526,8 +526,96 @@ pub struct LeaseAccept {
     pub request: ContentId,
     /// When.
     pub created_at: Timestamp,
-    /// Extension fields.
+    /// How often the host signs a cumulative receipt, ms (a renter holds it to between a
+    /// second and an hour).
+    pub receipt_interval_ms: u64,
+    /// How long past an interval the host waits for an acknowledgement before it stops the
+    /// work, ms (likewise held to between a second and an hour).
+    pub ack_grace_ms: u64,
+    /// A spot lease's notice period, ms: a preemption ends it no sooner than this after its
+    /// notice.
+    pub spot_notice_ms: u64,
+    /// When the lease's GPUs are booked from, when later than the acceptance (the spot
+    /// leases it preempts run out their notice first, or a reserved window starts later).
+    pub starts_at: Option<Timestamp>,
+    /// Extension fields: optional extras only.
     pub ext: Ext,
+}
+
+/// Version 1 of [`LeaseAccept`], still read (the lease records hold the acceptance as
+/// signed): its terms were ext keys 1 to 4, each u64 LE.
+#[derive(bincode::Encode, bincode::Decode)]
+struct LeaseAcceptV1 {
+    request: ContentId,
+    created_at: Timestamp,
+    ext: Ext,
+}
+
+/// Version 1's ext keys: the receipt interval, the ack grace, the spot notice (ms) and the
+/// booking's start (unix ms).
+const V1_RECEIPT_INTERVAL_MS: u16 = 1;
+const V1_ACK_GRACE_MS: u16 = 2;
+const V1_SPOT_NOTICE_MS: u16 = 3;
+const V1_STARTS_AT: u16 = 4;
+/// What version 1 meant by a term it left out: a receipt a minute, 30 s of grace, 30 s of
+/// notice.
+const V1_DEFAULTS: [u64; 3] = [60_000, 30_000, 30_000];
+
+impl TryFrom<LeaseAcceptV1> for LeaseAccept {
+    type Error = crate::codec::BodyError;
+
+    fn try_from(v1: LeaseAcceptV1) -> Result<Self, Self::Error> {
+        let mut ext = v1.ext;
+        let mut take = |key: u16| -> Result<Option<u64>, Self::Error> {
+            ext.remove(key)
+                .map(|v| {
+                    <[u8; 8]>::try_from(v).map(u64::from_le_bytes).map_err(|_| {
+                        crate::codec::BodyError::Decode(bincode::error::DecodeError::Other(
+                            "a version 1 LeaseAccept term (ext keys 1 to 4) is 8 bytes, little-endian",
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        let receipt_interval_ms = take(V1_RECEIPT_INTERVAL_MS)?.unwrap_or(V1_DEFAULTS[0]);
+        let ack_grace_ms = take(V1_ACK_GRACE_MS)?.unwrap_or(V1_DEFAULTS[1]);
+        let spot_notice_ms = take(V1_SPOT_NOTICE_MS)?.unwrap_or(V1_DEFAULTS[2]);
+        let starts_at = take(V1_STARTS_AT)?.map(Timestamp);
+        Ok(Self {
+            request: v1.request,
+            created_at: v1.created_at,
+            receipt_interval_ms,
+            ack_grace_ms,
+            spot_notice_ms,
+            starts_at,
+            ext,
+        })
+    }
+}
+
+/// `accept`'s body as version 1 encoded it (for [`crate::older`]).
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) fn lease_accept_v1_body(accept: &LeaseAccept) -> Vec<u8> {
+    let mut ext = accept.ext.clone();
+    // Four 8-byte values: a test's accept is within the ext map's limits.
+    let terms = [
+        (V1_RECEIPT_INTERVAL_MS, Some(accept.receipt_interval_ms)),
+        (V1_ACK_GRACE_MS, Some(accept.ack_grace_ms)),
+        (V1_SPOT_NOTICE_MS, Some(accept.spot_notice_ms)),
+        (V1_STARTS_AT, accept.starts_at.map(|t| t.0)),
+    ];
+    for (key, value) in terms {
+        if let Some(value) = value {
+            let _ = ext.insert(key, value.to_le_bytes().to_vec());
+        }
+    }
+    let v1 = LeaseAcceptV1 {
+        request: accept.request,
+        created_at: accept.created_at,
+        ext,
+    };
+    // Plain data: encoding cannot fail.
+    crate::codec::encode(&v1).unwrap_or_default()
 }
 
 impl Message for LeaseAccept {
@@ -539,6 +627,15 @@ impl Message for LeaseAccept {
 
     fn created_at(&self) -> Timestamp {
         self.created_at
+    }
+
+    fn decode_older(version: u8, body: &[u8]) -> Result<Self, crate::codec::BodyError> {
+        match version {
+            1 => crate::codec::decode_exact::<LeaseAcceptV1>(body)?.try_into(),
+            _ => Err(crate::codec::BodyError::Decode(
+                bincode::error::DecodeError::Other("no such version of LeaseAccept"),
+            )),
+        }
     }
 }
 
@@ -774,5 +871,71 @@ impl Message for PreemptionNotice {
 
     fn created_at(&self) -> Timestamp {
         self.created_at
+    }
+}
+
+#[cfg(test)]
+mod accept_tests {
+    use super::*;
+    use crate::envelope::Signed;
+
+    fn accept(starts_at: Option<Timestamp>) -> LeaseAccept {
+        LeaseAccept {
+            request: ContentId([4; 32]),
+            created_at: Timestamp(1_000),
+            receipt_interval_ms: 5_000,
+            ack_grace_ms: 2_000,
+            spot_notice_ms: 10_000,
+            starts_at,
+            ext: Ext::new(),
+        }
+    }
+
+    #[test]
+    fn a_version_1_acceptance_reads_its_terms_from_ext_keys_1_to_4() {
+        let key = crate::Keypair::from_seed(&[7; 32]);
+        for starts_at in [None, Some(Timestamp(9_000))] {
+            let bytes = crate::older::lease_accept_v1(&key, &accept(starts_at));
+            assert_eq!(bytes[5], 1);
+            let read = Signed::<LeaseAccept>::from_bytes(bytes.clone())
+                .unwrap()
+                .verify()
+                .unwrap();
+            assert_eq!(read.body(), &accept(starts_at));
+            assert_eq!(read.id(), ContentId::of(&bytes));
+        }
+        // The terms version 1 left out are what it meant by leaving them out.
+        let mut bare = LeaseAcceptV1 {
+            request: ContentId([4; 32]),
+            created_at: Timestamp(1_000),
+            ext: Ext::new(),
+        };
+        bare.ext.insert(99, vec![1]).unwrap();
+        let read = LeaseAccept::try_from(bare).unwrap();
+        assert_eq!(
+            (
+                read.receipt_interval_ms,
+                read.ack_grace_ms,
+                read.spot_notice_ms
+            ),
+            (60_000, 30_000, 30_000)
+        );
+        assert_eq!(read.starts_at, None);
+        // An extra it does not know stays in ext, as signed.
+        assert_eq!(read.ext.get(99), Some(&[1u8][..]));
+    }
+
+    #[test]
+    fn a_version_1_term_that_is_not_8_bytes_is_refused() {
+        let mut v1 = LeaseAcceptV1 {
+            request: ContentId([4; 32]),
+            created_at: Timestamp(1_000),
+            ext: Ext::new(),
+        };
+        v1.ext.insert(V1_ACK_GRACE_MS, vec![0; 4]).unwrap();
+        let body = crate::codec::encode(&v1).unwrap();
+        assert!(LeaseAccept::decode_older(1, &body).is_err());
+        // Nor is a version this build never spoke.
+        assert!(LeaseAccept::decode_older(3, &body).is_err());
     }
 }

@@ -42,6 +42,8 @@ mod ledger;
 mod market;
 mod usage;
 #[cfg(any(test, feature = "test-util"))]
+pub(crate) use lease::lease_accept_v1_body;
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) use usage::usage_receipt_v1_body;
 
 pub use attestation::{
@@ -207,7 +209,7 @@ message_kinds! {
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 2, max 4 * KIB;
     LeaseRequest = 5, version 4, max 32 * KIB;
-    LeaseAccept = 6, version 1, max 512;
+    LeaseAccept = 6, version 2 reads 1, max 512;
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;
     PreemptionNotice = 9, version 2, max 34 * KIB;
