@@ -50,3 +50,39 @@ pub fn gpux() -> &'static str {
             .to_string()
     })
 }
+
+/// Puts the built binaries in `dir`, as a user installs them elsewhere: hard links where
+/// the file system allows, else copies. (A copy is open for writing a moment, and a
+/// process another test forks meanwhile holds it open until it execs: running the copy
+/// can then fail with "text file busy", which [`output`] waits out.)
+///
+/// # Panics
+/// When a binary can be neither linked nor copied there.
+pub fn place_binaries(dir: &std::path::Path) {
+    for name in BINARIES {
+        let (from, to) = (bin_dir().join(name), dir.join(name));
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to)
+                .unwrap_or_else(|e| panic!("copying {} to {}: {e}", from.display(), to.display()));
+        }
+    }
+}
+
+/// Runs `command` to its end, trying again for up to two seconds while its file is still
+/// open for writing in a process another test forked (`ETXTBSY`).
+///
+/// # Panics
+/// When it cannot be run for another reason.
+pub fn output(command: &mut std::process::Command) -> std::process::Output {
+    let mut tries = 0;
+    loop {
+        match command.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 200 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("running {command:?}: {e}"),
+            Ok(out) => return out,
+        }
+    }
+}

@@ -979,14 +979,9 @@ mod testnet {
     fn a_missing_fake_driver_is_named() {
         // A copy of the binaries in a directory without the fake driver.
         let tmp = tempfile::tempdir().unwrap();
-        for name in gpux_e2e::BINARIES {
-            std::fs::copy(gpux_e2e::bin_dir().join(name), tmp.path().join(name)).unwrap();
-        }
+        gpux_e2e::place_binaries(tmp.path());
         let copy = tmp.path().join("gpux");
-        let out = Command::new(&copy)
-            .args(["testnet", "up", "--duration", "1s"])
-            .output()
-            .unwrap();
+        let out = gpux_e2e::output(Command::new(&copy).args(["testnet", "up", "--duration", "1s"]));
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
