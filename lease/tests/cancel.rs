@@ -42,12 +42,8 @@ fn window_request(offer: &Verified<Offer>, fees: &CancelFees) -> Verified<LeaseR
     let mut body = request(&spot_renter(), offer, T0, kind, PRICE)
         .body()
         .clone();
-    body.ext
-        .insert(EXT_COMMITTED_S, 300u64.to_le_bytes().to_vec())
-        .unwrap();
-    if !fees.tiers().is_empty() {
-        body.ext.insert(EXT_CANCEL_FEES, fees.to_bytes()).unwrap();
-    }
+    body.terms.committed_s = 300;
+    body.terms.cancel_fees = fees.clone();
     Signed::sign(&spot_renter(), body).unwrap()
 }
 
@@ -121,8 +117,8 @@ fn a_committed_window_carries_its_offers_fee_schedule_unchanged() {
     assert!(accept(&mut book, &window_request(&offer, &fees()), T0).is_ok());
     // A schedule without a committed minimum is no term at all.
     let mut body = window_request(&offer, &fees()).body().clone();
-    body.ext = Ext::new();
-    body.ext.insert(EXT_CANCEL_FEES, fees().to_bytes()).unwrap();
+    body.terms.committed_s = 0;
+    body.terms.cancel_fees = fees();
     assert!(Signed::sign(&spot_renter(), body).is_err());
 }
 

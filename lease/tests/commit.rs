@@ -24,9 +24,7 @@ fn held_request(who: &Keypair, offer: &Verified<Offer>, t: u64) -> Verified<Leas
     let mut body = request(who, offer, t, LeaseKind::OnDemand, PRICE)
         .body()
         .clone();
-    body.ext
-        .insert(EXT_COMMIT_WAIT_MS, WAIT_MS.to_le_bytes().to_vec())
-        .unwrap();
+    body.terms.commit_wait_ms = Some(WAIT_MS);
     Signed::sign(who, body).unwrap()
 }
 
@@ -95,12 +93,7 @@ fn held_and_locked() -> Held {
 fn a_commit_wait_is_a_bounded_term() {
     let (_, o) = spot_market();
     let mut body = held_request(&spot_renter(), &o, T0).body().clone();
-    body.ext
-        .insert(
-            EXT_COMMIT_WAIT_MS,
-            (MAX_COMMIT_WAIT_MS + 1).to_le_bytes().to_vec(),
-        )
-        .unwrap();
+    body.terms.commit_wait_ms = Some(MAX_COMMIT_WAIT_MS + 1);
     assert!(matches!(
         body.check(),
         Err(InvalidMessage::AboveLimit {
@@ -108,7 +101,7 @@ fn a_commit_wait_is_a_bounded_term() {
             ..
         })
     ));
-    body.ext.insert(EXT_COMMIT_WAIT_MS, vec![1, 2]).unwrap();
+    body.terms.commit_wait_ms = Some(0);
     assert!(body.check().is_err());
 }
 
@@ -346,9 +339,7 @@ fn committed_window() -> (
         end: start.plus_secs(600),
     };
     let mut body = request(&spot_renter(), &o, T0, kind, PRICE).body().clone();
-    body.ext
-        .insert(EXT_COMMITTED_S, 300u64.to_le_bytes().to_vec())
-        .unwrap();
+    body.terms.committed_s = 300;
     let r = Signed::sign(&spot_renter(), body).unwrap();
     assert_eq!(gpux_lease::bill::committed_gpu_seconds(&r), 300);
     let (mut window, renter) = agree_and_lock(&mut book, &r, &mut ledger);

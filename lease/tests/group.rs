@@ -115,7 +115,10 @@ fn request(renter: &Keypair, host: &Keypair, n: u8) -> Verified<LeaseRequest> {
             duration_s: 30,
             escrow: EscrowId([n; 16]),
             escrow_amount: MicroCredits(60_000),
-            ext: kit::ext_u64([(EXT_COMMIT_WAIT_MS, WAIT_MS)]),
+            terms: LeaseTerms {
+                commit_wait_ms: Some(WAIT_MS),
+                ..LeaseTerms::default()
+            },
             ..kit::request_to(
                 host.public(),
                 ContentId([n; 32]),

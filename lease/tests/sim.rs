@@ -216,11 +216,12 @@ fn request(
 ) -> gpux_protocol::Verified<LeaseRequest> {
     let price = MicroCredits(PER_GPU_SECOND * 3600);
     // 1 GiB kept 600 s at 0.036 credits per GiB-hour: 6,000 micro-credits.
-    let kept = [
-        (gpux_protocol::EXT_WORKSPACE_BYTES, 1u64 << 30),
-        (gpux_protocol::EXT_RETAIN_S, 600),
-        (gpux_protocol::EXT_WORKSPACE_PRICE, RETENTION_PRICE),
-    ];
+    let kept = gpux_protocol::LeaseTerms {
+        workspace_bytes: Some(1 << 30),
+        retain_s: Some(600),
+        workspace_price: MicroCredits(RETENTION_PRICE),
+        ..gpux_protocol::LeaseTerms::default()
+    };
     let escrow_amount =
         gpux_protocol::money::cost(u64::from(gpus) * u64::from(duration_s).max(60), price)
             .unwrap()
@@ -232,7 +233,11 @@ fn request(
             duration_s,
             kind,
             escrow_amount,
-            ext: kit::ext_u64(kept.into_iter().filter(|_| kept_workspace)),
+            terms: if kept_workspace {
+                kept
+            } else {
+                gpux_protocol::LeaseTerms::default()
+            },
             ..kit::request_to(
                 host.public(),
                 ContentId([3; 32]),
@@ -341,18 +346,10 @@ impl World {
             (None, None) => request,
             (wait, committed) => {
                 let mut body = request.body().clone();
-                for (key, value) in [
-                    (gpux_protocol::EXT_COMMIT_WAIT_MS, wait),
-                    (gpux_protocol::EXT_COMMITTED_S, committed),
-                ] {
-                    if let Some(v) = value {
-                        body.ext.insert(key, v.to_le_bytes().to_vec()).unwrap();
-                    }
-                }
+                body.terms.commit_wait_ms = wait;
+                body.terms.committed_s = committed.unwrap_or(0);
                 if let Some(fees) = &fees {
-                    body.ext
-                        .insert(gpux_protocol::EXT_CANCEL_FEES, fees.to_bytes())
-                        .unwrap();
+                    body.terms.cancel_fees = fees.clone();
                 }
                 Signed::sign(&renter_key, body).unwrap()
             }

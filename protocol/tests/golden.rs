@@ -103,6 +103,17 @@ fn older_versions_still_verify_and_read_into_todays_types() {
         ),
         (60_000, 30_000, 30_000, None)
     );
+    // LeaseRequest version 4: its terms were ext keys 1 to 8; the sample had none.
+    let v4 = read("LeaseRequest.v4.hex");
+    assert_eq!(v4[5], 4);
+    let request = Signed::<LeaseRequest>::from_bytes(v4.clone())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(request.id(), ContentId::of(&v4));
+    assert_eq!(request.terms, LeaseTerms::default());
+    // The lease it names is the one the older receipt bills.
+    assert_eq!(receipt.lease, request.id());
     // Every file there is one this build reads.
     for entry in std::fs::read_dir(&dir).unwrap() {
         let bytes = unhex(

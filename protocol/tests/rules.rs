@@ -769,13 +769,9 @@ fn a_kept_workspace_is_paid_at_the_offers_price_and_receipts_charge_no_more_than
     let renter = samples::renter();
     let asking = |price: Option<u64>, retain: Option<u64>| {
         let mut r = samples::lease_request_for(&offer);
-        term(&mut r.ext, EXT_WORKSPACE_BYTES, 4 << 30);
-        if let Some(retain) = retain {
-            term(&mut r.ext, EXT_RETAIN_S, retain);
-        }
-        if let Some(price) = price {
-            term(&mut r.ext, EXT_WORKSPACE_PRICE, price);
-        }
+        r.terms.workspace_bytes = Some(4 << 30);
+        r.terms.retain_s = retain;
+        r.terms.workspace_price = MicroCredits(price.unwrap_or(0));
         r
     };
     // 4 GiB for half an hour at 0.10: 0.20 credits, owed whatever the work does.

@@ -218,6 +218,18 @@ pub fn lease_request_for(offer: &Verified<Offer>) -> LeaseRequest {
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHx8w3Dq7V2kzq9mYlQbq1oGm0ZfS1x9hQ3s4h0rZs9b renter@laptop",
         )])
         .unwrap(),
+        // Terms that cost nothing more, so the sample's escrow covers them: a workspace kept
+        // free of charge, a commit wait and a group.
+        terms: LeaseTerms {
+            workspace_bytes: Some(10 << 30),
+            retain_s: Some(600),
+            cache_image: false,
+            workspace_price: MicroCredits::ZERO,
+            commit_wait_ms: Some(60_000),
+            group: Some([0x6e; 16]),
+            committed_s: 0,
+            cancel_fees: CancelFees::default(),
+        },
         ext: Ext::new(),
     }
 }

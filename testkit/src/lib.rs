@@ -153,6 +153,7 @@ pub fn request_to(
         gpus,
         bid: None,
         ssh_keys: BoundedVec::empty(),
+        terms: LeaseTerms::default(),
         ext: Ext::new(),
     }
 }

@@ -18,7 +18,7 @@ use gpux_api::{ApiError, ErrorCode, RentRequest, Rented};
 use gpux_lease::RentReport;
 use gpux_market::{Allocation, BidSpec};
 use gpux_protocol::{
-    BoundedString, EnvVar, Ext, ImageDigest, Keypair, LeaseAccept, LeaseRequest, MicroCredits,
+    BoundedString, EnvVar, ImageDigest, Keypair, LeaseAccept, LeaseRequest, MicroCredits,
     RejectReason, Verified,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -163,8 +163,9 @@ pub(crate) struct Workload {
     ssh_keys: Vec<BoundedString<{ gpux_protocol::MAX_SSH_KEY_BYTES }>>,
     env: Vec<EnvVar>,
     network: bool,
-    /// The lease terms carried as `LeaseRequest` ext keys (the workspace's size).
-    terms: Ext,
+    /// The lease terms the renter asked for (the workspace's size, its retention, the
+    /// hold, the group, a window's committed minimum): each offer's own are added to them.
+    terms: gpux_protocol::LeaseTerms,
     /// Challenge the GPUs before the work starts (the lease is held for it).
     challenge: bool,
     /// Challenge them again while the work runs, about this often.

@@ -18,7 +18,7 @@ use crate::p2p::{InboundId, NetworkEvent, PeerId, Proto, topics};
 /// A request from a peer, typed.
 pub(crate) enum Inbound {
     /// `/gpux/lease/1`: a renter asks for a lease (for the host role).
-    LeaseRequest(Verified<LeaseRequest>),
+    LeaseRequest(Box<Verified<LeaseRequest>>),
     /// `/gpux/lease/1`: a renter locks the escrow of an accepted lease (host role).
     EscrowLock(Verified<EscrowLock>),
     /// `/gpux/lease/1`: a renter ends a lease (host role).
@@ -54,7 +54,7 @@ impl Inbound {
             Err(e) => return Inbound::Unexpected(e.to_string()),
         };
         match (proto, verified) {
-            (Proto::Lease, AnyVerified::LeaseRequest(r)) => Inbound::LeaseRequest(r),
+            (Proto::Lease, AnyVerified::LeaseRequest(r)) => Inbound::LeaseRequest(Box::new(r)),
             (Proto::Lease, AnyVerified::EscrowLock(l)) => Inbound::EscrowLock(l),
             (Proto::Lease, AnyVerified::LeaseEnd(e)) => Inbound::RenterEnd(e),
             (Proto::Lease, AnyVerified::LeaseCommit(c)) => Inbound::Commit(c),
@@ -207,7 +207,7 @@ impl Daemon {
             }
             Inbound::LeaseRequest(request) => match self.host.as_mut() {
                 Some(host) => {
-                    let (answer, accepted) = host.on_lease_request(request, now());
+                    let (answer, accepted) = host.on_lease_request(*request, now());
                     if accepted {
                         // Preempted spot leases' GPUs stay offered; the new lease's do not.
                         // The leased GPUs leave the published offers at the next (paced)

@@ -1,9 +1,9 @@
 //! A reserved window's cancellation fee schedule: what a renter that cancels the window
 //! before its start pays, as a share of the window's committed minimum
-//! ([`EXT_COMMITTED_S`](crate::EXT_COMMITTED_S)). The host publishes it in its offers
-//! ([`EXT_OFFER_CANCEL_FEES`](crate::EXT_OFFER_CANCEL_FEES)) and the renter signs it into
-//! the request ([`EXT_CANCEL_FEES`](crate::EXT_CANCEL_FEES)), so neither can change it
-//! later.
+//! ([`LeaseTerms::committed_s`](crate::LeaseTerms::committed_s)). The host publishes it in
+//! its offers ([`EXT_OFFER_CANCEL_FEES`](crate::EXT_OFFER_CANCEL_FEES)) and the renter signs
+//! it into the request ([`LeaseTerms::cancel_fees`](crate::LeaseTerms::cancel_fees)), so
+//! neither can change it later.
 //!
 //! Text form, as hosts configure it: `24h:10%,1h:50%,10m:100%` (cancelled less than 24 h
 //! before the start: 10% of the committed minimum; less than 1 h: 50%; less than 10 min:
@@ -195,6 +195,53 @@ impl FromStr for CancelFees {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Self::new(tiers).map_err(|e| e.to_string())
+    }
+}
+
+/// On the wire, a schedule is its bytes ([`CancelFees::to_bytes`]) as a length-prefixed
+/// byte string; a schedule that breaks its rules does not decode.
+impl bincode::Encode for CancelFees {
+    fn encode<E: bincode::enc::Encoder>(
+        &self,
+        encoder: &mut E,
+    ) -> Result<(), bincode::error::EncodeError> {
+        crate::BoundedBytes::<{ MAX_FEE_TIERS * TIER_BYTES }>::new(self.to_bytes())
+            .map_err(|e| bincode::error::EncodeError::OtherString(e.to_string()))?
+            .encode(encoder)
+    }
+}
+
+impl<Ctx> bincode::Decode<Ctx> for CancelFees {
+    fn decode<D: bincode::de::Decoder<Context = Ctx>>(
+        decoder: &mut D,
+    ) -> Result<Self, bincode::error::DecodeError> {
+        let bytes: crate::BoundedBytes<{ MAX_FEE_TIERS * TIER_BYTES }> =
+            bincode::Decode::decode(decoder)?;
+        Self::from_bytes(&bytes).map_err(|_| {
+            bincode::error::DecodeError::Other("a cancellation fee schedule that breaks its rules")
+        })
+    }
+}
+
+impl<'de, Ctx> bincode::BorrowDecode<'de, Ctx> for CancelFees {
+    fn borrow_decode<D: bincode::de::BorrowDecoder<'de, Context = Ctx>>(
+        decoder: &mut D,
+    ) -> Result<Self, bincode::error::DecodeError> {
+        bincode::Decode::decode(decoder)
+    }
+}
+
+/// In JSON (the local API), a schedule is its text (`1h:50%,10m:100%`, or `none`).
+impl serde::Serialize for CancelFees {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CancelFees {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -201,8 +201,221 @@ pub struct LeaseRequest {
     /// The renter's SSH public keys, OpenSSH's one-line form (`ssh-ed25519 AAAA... me@laptop`):
     /// the keys that may log in to the lease over `/gpux/ssh/1` (none: no SSH).
     pub ssh_keys: BoundedVec<BoundedString<MAX_SSH_KEY_BYTES>, MAX_SSH_KEYS>,
-    /// Extension fields.
+    /// The lease's terms beyond its GPUs, price and time: its workspace and what keeping it
+    /// costs, its commit wait, its group, a reserved window's committed minimum and
+    /// cancellation fees.
+    pub terms: LeaseTerms,
+    /// Extension fields: optional extras only.
     pub ext: Ext,
+}
+
+/// A lease's terms beyond its GPUs, price and time (`LeaseRequest` version 5; version 4
+/// carried them in ext keys 1 to 8). The default is a lease with none of them.
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LeaseTerms {
+    /// The lease's `/workspace` size, bytes (none: no workspace).
+    pub workspace_bytes: Option<u64>,
+    /// How long the host keeps the workspace after the workload ends, seconds (none: the
+    /// host's default, [`DEFAULT_RETAIN_S`]).
+    pub retain_s: Option<u64>,
+    /// The host keeps the renter's staged image for the same renter's later leases, up to
+    /// 24 h after this one ends, instead of erasing it.
+    pub cache_image: bool,
+    /// What the renter pays for the workspace's retention, per GiB-hour (at least the
+    /// offer's price; zero: free).
+    pub workspace_price: MicroCredits,
+    /// The work starts only on the renter's signed [`LeaseCommit`], which must come within
+    /// this many ms of the booking's start (at most [`MAX_COMMIT_WAIT_MS`]); the GPUs are
+    /// booked for the wait and the duration, and a lease not committed in time ends unpaid
+    /// (none: the work starts once the escrow is locked).
+    pub commit_wait_ms: Option<u64>,
+    /// The group order the lease belongs to: the leases of one group share it (the host
+    /// only shows it).
+    pub group: Option<[u8; 16]>,
+    /// A reserved window's committed minimum, seconds of each GPU (at most the window; 0:
+    /// none): what the renter pays, at the least, when it stops the window early.
+    pub committed_s: u64,
+    /// A reserved window's cancellation fees, copied from the offer: a renter that stops
+    /// the window before its start pays that share of the committed minimum (only with a
+    /// committed minimum; empty: cancelling is free).
+    pub cancel_fees: crate::CancelFees,
+}
+
+/// Version 4 of [`LeaseRequest`], still read (the lease records hold the request as
+/// signed): its terms were ext keys 1 to 8.
+#[derive(bincode::Encode, bincode::Decode)]
+struct LeaseRequestV4 {
+    created_at: Timestamp,
+    expires_at: Timestamp,
+    offer: ContentId,
+    host: PublicKey,
+    gpus: BoundedVec<GpuUuid, MAX_OFFER_GPUS>,
+    price_per_gpu_hour: MicroCredits,
+    duration_s: u32,
+    kind: LeaseKind,
+    image: ImageDigest,
+    command: BoundedVec<BoundedString<1024>, MAX_LEASE_ARGS>,
+    env: BoundedVec<EnvVar, MAX_LEASE_ENV>,
+    limits: ResourceLimits,
+    network: bool,
+    escrow: EscrowId,
+    escrow_amount: MicroCredits,
+    bid: Option<ContentId>,
+    ssh_keys: BoundedVec<BoundedString<MAX_SSH_KEY_BYTES>, MAX_SSH_KEYS>,
+    ext: Ext,
+}
+
+/// Version 4's ext keys of the terms, in [`LeaseTerms`]' order of meaning: the workspace
+/// size (u64 LE), the retention (u64 LE s), the cached image (the one byte 1), the
+/// retention's price (u64 LE), the commit wait (u64 LE ms), the group (16 bytes), the
+/// committed minimum (u64 LE s), the cancellation fees (their bytes).
+mod v4 {
+    pub(super) const WORKSPACE_BYTES: u16 = 1;
+    pub(super) const RETAIN_S: u16 = 2;
+    pub(super) const CACHE_IMAGE: u16 = 3;
+    pub(super) const WORKSPACE_PRICE: u16 = 4;
+    pub(super) const COMMIT_WAIT_MS: u16 = 5;
+    pub(super) const GROUP: u16 = 6;
+    pub(super) const COMMITTED_S: u16 = 7;
+    pub(super) const CANCEL_FEES: u16 = 8;
+}
+
+fn v4_term(why: &'static str) -> crate::codec::BodyError {
+    crate::codec::BodyError::Decode(bincode::error::DecodeError::Other(why))
+}
+
+impl TryFrom<LeaseRequestV4> for LeaseRequest {
+    type Error = crate::codec::BodyError;
+
+    fn try_from(v4: LeaseRequestV4) -> Result<Self, Self::Error> {
+        let mut ext = v4.ext;
+        let mut u64_of = |key: u16| -> Result<Option<u64>, Self::Error> {
+            ext.remove(key)
+                .map(|v| {
+                    <[u8; 8]>::try_from(v)
+                        .map(u64::from_le_bytes)
+                        .map_err(|_| v4_term("a version 4 lease term is 8 bytes, little-endian"))
+                })
+                .transpose()
+        };
+        let workspace_bytes = u64_of(v4::WORKSPACE_BYTES)?;
+        let retain_s = u64_of(v4::RETAIN_S)?;
+        let workspace_price = MicroCredits(u64_of(v4::WORKSPACE_PRICE)?.unwrap_or(0));
+        let commit_wait_ms = u64_of(v4::COMMIT_WAIT_MS)?;
+        let committed_s = u64_of(v4::COMMITTED_S)?.unwrap_or(0);
+        let cache_image = match ext.remove(v4::CACHE_IMAGE).as_deref() {
+            None => false,
+            Some([1]) => true,
+            Some(_) => return Err(v4_term("the cache-image term is the one byte 1")),
+        };
+        let group = ext
+            .remove(v4::GROUP)
+            .map(|v| <[u8; 16]>::try_from(v).map_err(|_| v4_term("a group id is 16 bytes")))
+            .transpose()?;
+        let cancel_fees = ext
+            .remove(v4::CANCEL_FEES)
+            .map(|v| {
+                crate::CancelFees::from_bytes(&v)
+                    .map_err(|_| v4_term("a cancellation fee schedule that breaks its rules"))
+            })
+            .transpose()?
+            .unwrap_or_default();
+        Ok(Self {
+            created_at: v4.created_at,
+            expires_at: v4.expires_at,
+            offer: v4.offer,
+            host: v4.host,
+            gpus: v4.gpus,
+            price_per_gpu_hour: v4.price_per_gpu_hour,
+            duration_s: v4.duration_s,
+            kind: v4.kind,
+            image: v4.image,
+            command: v4.command,
+            env: v4.env,
+            limits: v4.limits,
+            network: v4.network,
+            escrow: v4.escrow,
+            escrow_amount: v4.escrow_amount,
+            bid: v4.bid,
+            ssh_keys: v4.ssh_keys,
+            terms: LeaseTerms {
+                workspace_bytes,
+                retain_s,
+                cache_image,
+                workspace_price,
+                commit_wait_ms,
+                group,
+                committed_s,
+                cancel_fees,
+            },
+            ext,
+        })
+    }
+}
+
+/// `request`'s body as version 4 encoded it (for [`crate::older`]).
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) fn lease_request_v4_body(request: &LeaseRequest) -> Vec<u8> {
+    let t = &request.terms;
+    let mut ext = request.ext.clone();
+    let u64s = [
+        (v4::WORKSPACE_BYTES, t.workspace_bytes),
+        (v4::RETAIN_S, t.retain_s),
+        (
+            v4::WORKSPACE_PRICE,
+            Some(t.workspace_price.0).filter(|p| *p > 0),
+        ),
+        (v4::COMMIT_WAIT_MS, t.commit_wait_ms),
+        (v4::COMMITTED_S, Some(t.committed_s).filter(|c| *c > 0)),
+    ];
+    // At most eight short values: a test's request is within the ext map's limits.
+    for (key, value) in u64s {
+        if let Some(value) = value {
+            let _ = ext.insert(key, value.to_le_bytes().to_vec());
+        }
+    }
+    if t.cache_image {
+        let _ = ext.insert(v4::CACHE_IMAGE, vec![1]);
+    }
+    if let Some(group) = t.group {
+        let _ = ext.insert(v4::GROUP, group.to_vec());
+    }
+    if !t.cancel_fees.tiers().is_empty() {
+        let _ = ext.insert(v4::CANCEL_FEES, t.cancel_fees.to_bytes());
+    }
+    let r = request.clone();
+    let v4 = LeaseRequestV4 {
+        created_at: r.created_at,
+        expires_at: r.expires_at,
+        offer: r.offer,
+        host: r.host,
+        gpus: r.gpus,
+        price_per_gpu_hour: r.price_per_gpu_hour,
+        duration_s: r.duration_s,
+        kind: r.kind,
+        image: r.image,
+        command: r.command,
+        env: r.env,
+        limits: r.limits,
+        network: r.network,
+        escrow: r.escrow,
+        escrow_amount: r.escrow_amount,
+        bid: r.bid,
+        ssh_keys: r.ssh_keys,
+        ext,
+    };
+    // Plain data: encoding cannot fail.
+    crate::codec::encode(&v4).unwrap_or_default()
 }
 
 /// The most SSH keys a lease names.
@@ -277,142 +490,74 @@ pub fn reject_free_gpus(reject: &LeaseReject) -> Option<Vec<GpuUuid>> {
     decode_gpus(reject.ext.get(EXT_REJECT_FREE_GPUS)?).filter(|g| !g.is_empty())
 }
 
-/// `LeaseRequest` ext key: the lease's `/workspace` size, bytes (u64 little-endian). Without
-/// it the lease has no workspace.
-pub const EXT_WORKSPACE_BYTES: u16 = 1;
-/// `LeaseRequest` ext key: how long the host keeps the workspace after the workload ends,
-/// seconds (u64 little-endian).
-pub const EXT_RETAIN_S: u16 = 2;
-/// `LeaseRequest` ext key: the host keeps the renter's staged image (one byte, 1) for the
-/// same renter's later leases, up to 24 h after this one ends, instead of erasing it.
-pub const EXT_CACHE_IMAGE: u16 = 3;
-/// `LeaseRequest` ext key: what the renter pays for the workspace's retention, micro-credits
-/// per GiB-hour (u64 little-endian; at least the offer's
-/// [`EXT_OFFER_WORKSPACE_PRICE`](crate::EXT_OFFER_WORKSPACE_PRICE)). Without it the
-/// retention is free.
-pub const EXT_WORKSPACE_PRICE: u16 = 4;
-/// `LeaseRequest` ext key: the work starts only on the renter's signed [`LeaseCommit`],
-/// which must come within this many ms of the booking's start (u64 little-endian, at most
-/// [`MAX_COMMIT_WAIT_MS`]). The GPUs are booked for the wait and the duration; a lease not
-/// committed in time ends unpaid. Without it the work starts once the escrow is locked.
-pub const EXT_COMMIT_WAIT_MS: u16 = 5;
-/// `LeaseRequest` ext key: the group order the lease belongs to, 16 bytes (the renter's
-/// group id): the leases of one group share it. The host only shows it.
-pub const EXT_GROUP: u16 = 6;
-/// `LeaseRequest` ext key: a reserved window's committed minimum, seconds of each GPU (u64
-/// little-endian, at most the window): what the renter pays, at the least, when it stops the
-/// window early, since the host turned others away for it. It replaces the 60-second
-/// minimum only then; a window the host ends early pays its runtime.
-pub const EXT_COMMITTED_S: u16 = 7;
-/// `LeaseRequest` ext key: the reserved window's cancellation fee schedule
-/// ([`CancelFees`](crate::CancelFees)' bytes), copied from the offer's
-/// [`EXT_OFFER_CANCEL_FEES`](crate::EXT_OFFER_CANCEL_FEES): a renter that stops the window
-/// before its start pays that share of the committed minimum. Only with a committed
-/// minimum; without it, cancelling is free.
-pub const EXT_CANCEL_FEES: u16 = 8;
 /// The longest a lease may wait for its commit, ms (its GPUs are held, unpaid, meanwhile).
 pub const MAX_COMMIT_WAIT_MS: u64 = 300_000;
 /// How long a workspace outlives its workload when the request does not say, seconds.
 pub const DEFAULT_RETAIN_S: u64 = 600;
 
 impl LeaseRequest {
-    fn ext_u64(&self, key: u16) -> Result<Option<u64>, InvalidMessage> {
-        match self.ext.get(key) {
-            None => Ok(None),
-            Some(v) => <[u8; 8]>::try_from(v)
-                .map(|b| Some(u64::from_le_bytes(b)))
-                .map_err(|_| InvalidMessage::Malformed {
-                    field: "ext",
-                    reason: "a lease term is 8 bytes, little-endian",
-                }),
-        }
-    }
-
-    /// The workspace size the renter asked for, bytes (`None`: no workspace). A value that
-    /// is not 8 bytes is an invalid term.
+    /// The workspace size the renter asked for, bytes (`None`: no workspace).
     pub fn workspace_bytes(&self) -> Result<Option<u64>, InvalidMessage> {
-        self.ext_u64(EXT_WORKSPACE_BYTES)
+        Ok(self.terms.workspace_bytes)
     }
 
     /// How long the workspace outlives the workload, seconds (`None`: the host's default).
     pub fn retain_s(&self) -> Result<Option<u64>, InvalidMessage> {
-        self.ext_u64(EXT_RETAIN_S)
+        Ok(self.terms.retain_s)
     }
 
     /// The agreed price of the workspace's retention per GiB-hour (zero: free).
     pub fn workspace_price(&self) -> Result<MicroCredits, InvalidMessage> {
-        Ok(MicroCredits(
-            self.ext_u64(EXT_WORKSPACE_PRICE)?.unwrap_or(0),
-        ))
+        Ok(self.terms.workspace_price)
     }
 
     /// How long the host keeps the workspace after the workload ends, seconds: the term, or
     /// [`DEFAULT_RETAIN_S`] without one; 0 for a lease without a workspace.
     pub fn retention_s(&self) -> Result<u64, InvalidMessage> {
-        if self.workspace_bytes()?.is_none() {
+        if self.terms.workspace_bytes.is_none() {
             return Ok(0);
         }
-        Ok(self.retain_s()?.unwrap_or(DEFAULT_RETAIN_S))
+        Ok(self.terms.retain_s.unwrap_or(DEFAULT_RETAIN_S))
     }
 
     /// What the retention costs: the workspace's size for [`Self::retention_s`] at
     /// [`Self::workspace_price`], a fixed sum the renter owes from the first receipt on (the
     /// host sets the disk aside from the acceptance, like the 60-second minimum).
     pub fn retention_charge(&self) -> Result<MicroCredits, InvalidMessage> {
-        let Some(bytes) = self.workspace_bytes()? else {
+        let Some(bytes) = self.terms.workspace_bytes else {
             return Ok(MicroCredits::ZERO);
         };
         Ok(storage_cost(
             bytes,
             self.retention_s()?,
-            self.workspace_price()?,
+            self.terms.workspace_price,
         )?)
     }
 
     /// How long the lease waits for the renter's [`LeaseCommit`] before its work starts, ms
     /// (`None`: it starts once the escrow is locked).
     pub fn commit_wait_ms(&self) -> Result<Option<u64>, InvalidMessage> {
-        self.ext_u64(EXT_COMMIT_WAIT_MS)
+        Ok(self.terms.commit_wait_ms)
     }
 
     /// A reserved window's committed minimum, seconds of each GPU (0: none).
     pub fn committed_s(&self) -> Result<u64, InvalidMessage> {
-        Ok(self.ext_u64(EXT_COMMITTED_S)?.unwrap_or(0))
+        Ok(self.terms.committed_s)
     }
 
     /// The reserved window's cancellation fee schedule (empty: cancelling is free).
     pub fn cancel_fees(&self) -> Result<crate::CancelFees, InvalidMessage> {
-        self.ext.get(EXT_CANCEL_FEES).map_or(
-            Ok(crate::CancelFees::default()),
-            crate::CancelFees::from_bytes,
-        )
+        Ok(self.terms.cancel_fees.clone())
     }
 
-    /// The group order the lease belongs to (`None`: none). A value that is not 16 bytes is
-    /// an invalid term.
+    /// The group order the lease belongs to (`None`: none).
     pub fn group(&self) -> Result<Option<[u8; 16]>, InvalidMessage> {
-        match self.ext.get(EXT_GROUP) {
-            None => Ok(None),
-            Some(v) => <[u8; 16]>::try_from(v)
-                .map(Some)
-                .map_err(|_| InvalidMessage::Malformed {
-                    field: "ext",
-                    reason: "a group id is 16 bytes",
-                }),
-        }
+        Ok(self.terms.group)
     }
 
-    /// Whether the renter asked the host to keep its staged image after the lease. Any
-    /// value but the one byte 1 is an invalid term.
+    /// Whether the renter asked the host to keep its staged image after the lease.
     pub fn cache_image(&self) -> Result<bool, InvalidMessage> {
-        match self.ext.get(EXT_CACHE_IMAGE) {
-            None => Ok(false),
-            Some([1]) => Ok(true),
-            Some(_) => Err(InvalidMessage::Malformed {
-                field: "ext",
-                reason: "the cache-image term is the one byte 1",
-            }),
-        }
+        Ok(self.terms.cache_image)
     }
 }
 
@@ -460,24 +605,23 @@ impl Message for LeaseRequest {
                 });
             }
         }
-        self.group()?;
-        let committed = self.committed_s()?;
+        let committed = self.terms.committed_s;
         if committed > 0 {
             if !matches!(self.kind, LeaseKind::Reserved { .. }) {
                 return Err(InvalidMessage::Inconsistent {
-                    field: "ext",
+                    field: "terms.committed_s",
                     reason: "only a reserved window has a committed minimum",
                 });
             }
             ensure_at_most("committed minimum", committed, self.duration_s.into())?;
         }
-        if !self.cancel_fees()?.tiers().is_empty() && committed == 0 {
+        if !self.terms.cancel_fees.tiers().is_empty() && committed == 0 {
             return Err(InvalidMessage::Inconsistent {
-                field: "ext",
+                field: "terms.cancel_fees",
                 reason: "a cancellation fee is a share of a reserved window's committed minimum",
             });
         }
-        if let Some(wait) = self.commit_wait_ms()? {
+        if let Some(wait) = self.terms.commit_wait_ms {
             ensure_nonzero("commit wait", wait)?;
             if wait > MAX_COMMIT_WAIT_MS {
                 return Err(InvalidMessage::AboveLimit {
@@ -506,6 +650,13 @@ impl Message for LeaseRequest {
 
     fn expires_at(&self) -> Option<Timestamp> {
         Some(self.expires_at)
+    }
+
+    fn decode_older(version: u8, body: &[u8]) -> Result<Self, crate::codec::BodyError> {
+        match version {
+            4 => crate::codec::decode_exact::<LeaseRequestV4>(body)?.try_into(),
+            _ => Err(v4_term("no such version of LeaseRequest")),
+        }
     }
 }
 
@@ -797,7 +948,7 @@ impl Message for LeaseEnd {
 }
 
 /// The renter's go-ahead for a lease whose request asks for one
-/// ([`EXT_COMMIT_WAIT_MS`]): the escrow is locked and the GPUs held, and the work starts now.
+/// ([`LeaseTerms::commit_wait_ms`]): the escrow is locked and the GPUs held, and the work starts now.
 /// Until it comes the host runs nothing and serves only the lease's workspace (so files go
 /// in before the GPU clock runs); a group's renter commits every member once all hold.
 #[derive(
@@ -937,5 +1088,95 @@ mod accept_tests {
         assert!(LeaseAccept::decode_older(1, &body).is_err());
         // Nor is a version this build never spoke.
         assert!(LeaseAccept::decode_older(3, &body).is_err());
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+    use crate::envelope::Signed;
+
+    fn request() -> LeaseRequest {
+        let price = MicroCredits(3_600_000);
+        LeaseRequest {
+            created_at: Timestamp(1_000),
+            expires_at: Timestamp(31_000),
+            offer: ContentId([1; 32]),
+            host: crate::Keypair::from_seed(&[7; 32]).public(),
+            gpus: BoundedVec::new(vec![GpuUuid::Gpu([2; 16])]).unwrap(),
+            price_per_gpu_hour: price,
+            duration_s: 600,
+            kind: LeaseKind::Reserved {
+                start: Timestamp(100_000),
+                end: Timestamp(700_000),
+            },
+            image: ImageDigest([3; 32]),
+            command: BoundedVec::empty(),
+            env: BoundedVec::empty(),
+            limits: ResourceLimits {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1000,
+                pids: 64,
+                scratch_bytes: 1 << 20,
+                shm_bytes: 1 << 20,
+            },
+            network: false,
+            escrow: EscrowId([4; 16]),
+            escrow_amount: MicroCredits(2_000_000),
+            bid: None,
+            ssh_keys: BoundedVec::empty(),
+            terms: LeaseTerms {
+                workspace_bytes: Some(4 << 30),
+                retain_s: Some(1800),
+                cache_image: true,
+                workspace_price: MicroCredits(100_000),
+                commit_wait_ms: Some(60_000),
+                group: Some([9; 16]),
+                committed_s: 300,
+                cancel_fees: "1h:50%,10m:100%".parse().unwrap(),
+            },
+            ext: Ext::new(),
+        }
+    }
+
+    #[test]
+    fn a_version_4_request_reads_its_eight_terms_from_ext_into_the_typed_terms() {
+        let key = crate::Keypair::from_seed(&[8; 32]);
+        let bytes = crate::older::lease_request_v4(&key, &request());
+        assert_eq!(bytes[5], 4);
+        let read = Signed::<LeaseRequest>::from_bytes(bytes.clone())
+            .unwrap()
+            .verify()
+            .unwrap();
+        assert_eq!(read.body(), &request());
+        assert!(read.ext.is_empty());
+        assert_eq!(read.id(), ContentId::of(&bytes));
+        assert_eq!(read.retention_charge(), Ok(MicroCredits(200_000)));
+        // Today's version of the same request is another envelope, another lease id.
+        let v5 = Signed::sign(&key, request()).unwrap();
+        assert_eq!(v5.as_bytes()[5], 5);
+        assert_ne!(v5.id(), read.id());
+    }
+
+    #[test]
+    fn a_version_4_term_of_the_wrong_shape_is_refused() {
+        let key = crate::Keypair::from_seed(&[8; 32]);
+        for (term, value) in [
+            (v4::WORKSPACE_BYTES, vec![1, 2, 3]),
+            (v4::CACHE_IMAGE, vec![2]),
+            (v4::GROUP, vec![1; 15]),
+            (v4::CANCEL_FEES, vec![1, 2, 3, 4]),
+        ] {
+            let mut odd = request();
+            odd.terms = LeaseTerms::default();
+            odd.kind = LeaseKind::OnDemand;
+            odd.ext.insert(term, value).unwrap();
+            let bytes = crate::older::lease_request_v4(&key, &odd);
+            let refused = Signed::<LeaseRequest>::from_bytes(bytes).unwrap().verify();
+            assert!(
+                matches!(refused, Err(crate::VerifyError::Body { .. })),
+                "key {term}: {refused:?}"
+            );
+        }
     }
 }

@@ -461,7 +461,7 @@ pub const EXT_OFFER_BOOKED: u16 = 6;
 pub const EXT_OFFER_MIG_PROFILE: u16 = 7;
 /// `Offer` ext key: the host's cancellation fee schedule for reserved windows
 /// ([`CancelFees`](crate::CancelFees)' bytes). A reserved request with a committed minimum
-/// carries it unchanged ([`EXT_CANCEL_FEES`](crate::EXT_CANCEL_FEES)). Without it,
+/// carries it unchanged ([`LeaseTerms::cancel_fees`](crate::LeaseTerms::cancel_fees)). Without it,
 /// cancelling a window before its start is free.
 pub const EXT_OFFER_CANCEL_FEES: u16 = 8;
 /// The most booked windows an offer lists.

@@ -42,7 +42,7 @@ mod ledger;
 mod market;
 mod usage;
 #[cfg(any(test, feature = "test-util"))]
-pub(crate) use lease::lease_accept_v1_body;
+pub(crate) use lease::{lease_accept_v1_body, lease_request_v4_body};
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use usage::usage_receipt_v1_body;
 
@@ -56,12 +56,11 @@ pub use challenge::{
     MAX_CHALLENGE_M, MAX_CHALLENGE_N, MAX_FILL_BLOCKS, MAX_FILL_LANES, MAX_RESULT_RESPONSE,
 };
 pub use lease::{
-    DEFAULT_RETAIN_S, EXT_CACHE_IMAGE, EXT_CANCEL_FEES, EXT_COMMIT_WAIT_MS, EXT_COMMITTED_S,
-    EXT_GROUP, EXT_REJECT_FREE_GPUS, EXT_RETAIN_S, EXT_WORKSPACE_BYTES, EXT_WORKSPACE_PRICE,
-    EndReason, EnvVar, LeaseAccept, LeaseCommit, LeaseEnd, LeaseKind, LeaseReject, LeaseRequest,
-    MAX_COMMIT_WAIT_MS, MAX_LEASE_ARGS, MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES,
-    MAX_SSH_KEY_BYTES, MAX_SSH_KEYS, PreemptionNotice, RejectReason, ResourceLimits, SSH_KEY_TYPES,
-    decode_gpus, encode_gpus, is_ssh_public_key, reject_free_gpus,
+    DEFAULT_RETAIN_S, EXT_REJECT_FREE_GPUS, EndReason, EnvVar, LeaseAccept, LeaseCommit, LeaseEnd,
+    LeaseKind, LeaseReject, LeaseRequest, LeaseTerms, MAX_COMMIT_WAIT_MS, MAX_LEASE_ARGS,
+    MAX_LEASE_ENV, MAX_LEASE_PIDS, MAX_PREEMPTOR_BYTES, MAX_SSH_KEY_BYTES, MAX_SSH_KEYS,
+    PreemptionNotice, RejectReason, ResourceLimits, SSH_KEY_TYPES, decode_gpus, encode_gpus,
+    is_ssh_public_key, reject_free_gpus,
 };
 pub use ledger::{
     EXT_LOCK_HOLD_UNTIL, EXT_RECORD_VOUCHER_PAID, EXT_RELEASE_ACK, EXT_RELEASE_END, EscrowLock,
@@ -208,7 +207,7 @@ message_kinds! {
     Offer = 2, version 4, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 2, max 4 * KIB;
-    LeaseRequest = 5, version 4, max 32 * KIB;
+    LeaseRequest = 5, version 5 reads 4, max 32 * KIB;
     LeaseAccept = 6, version 2 reads 1, max 512;
     LeaseReject = 7, version 1, max KIB;
     LeaseEnd = 8, version 1, max KIB;

@@ -561,6 +561,7 @@ impl Market {
                 escrow_amount: amount,
                 bid: None,
                 ssh_keys: gpux_protocol::BoundedVec::empty(),
+                terms: gpux_protocol::LeaseTerms::default(),
                 ext: Ext::new(),
             },
         )?)

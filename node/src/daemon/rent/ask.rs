@@ -59,7 +59,8 @@ impl RentTask {
             bid: None,
             ssh_keys: BoundedVec::new(self.workload.ssh_keys.clone())
                 .map_err(|e| refused(e.to_string()))?,
-            ext: terms.ext,
+            terms: terms.terms,
+            ext: gpux_protocol::Ext::new(),
         };
         let request = Signed::sign(&self.key, body).map_err(|e| refused(e.to_string()))?;
         let host = allocation.host.peer_id();

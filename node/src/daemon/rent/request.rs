@@ -4,7 +4,7 @@
 use gpux_api::{ApiError, RentRequest};
 use gpux_market::BidSpec;
 use gpux_market::query::Query;
-use gpux_protocol::{BoundedString, EnvVar, Ext, ImageDigest, LeaseKind, MicroCredits};
+use gpux_protocol::{BoundedString, EnvVar, ImageDigest, LeaseKind, LeaseTerms, MicroCredits};
 
 use super::{ImageChoice, Workload};
 
@@ -178,7 +178,7 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
         kind,
         allow_spread: false,
     };
-    let mut terms = Ext::new();
+    let mut terms = LeaseTerms::default();
     if let Some(bytes) = request.disk_bytes {
         if bytes < crate::executor::MIN_WORKSPACE_BYTES {
             return Err(bad("--disk")(format!(
@@ -186,20 +186,13 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
                 crate::executor::MIN_WORKSPACE_BYTES >> 20
             )));
         }
-        terms
-            .insert(
-                gpux_protocol::EXT_WORKSPACE_BYTES,
-                bytes.to_le_bytes().to_vec(),
-            )
-            .map_err(|e| bad("--disk")(e.to_string()))?;
+        terms.workspace_bytes = Some(bytes);
     }
     if let Some(retain) = request.retain_s {
         if request.disk_bytes.is_none() {
             return Err(bad("--retain")("keeps a workspace: give --disk too".into()));
         }
-        terms
-            .insert(gpux_protocol::EXT_RETAIN_S, retain.to_le_bytes().to_vec())
-            .map_err(|e| bad("--retain")(e.to_string()))?;
+        terms.retain_s = Some(retain);
     }
     // A challenge runs on a held lease: held a minute unless the renter asked longer.
     let hold = match (request.hold_s, request.challenge) {
@@ -213,12 +206,7 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
                 "a lease holds its GPUs for 1 to {max_s} s before its commit"
             )));
         }
-        terms
-            .insert(
-                gpux_protocol::EXT_COMMIT_WAIT_MS,
-                (hold * 1000).to_le_bytes().to_vec(),
-            )
-            .map_err(|e| bad("--hold")(e.to_string()))?;
+        terms.commit_wait_ms = Some(hold * 1000);
     }
     if request.resume {
         if !request.spot {
@@ -248,26 +236,17 @@ pub(crate) fn parse(request: &RentRequest) -> Result<(BidSpec, ImageChoice, Work
                 "{committed} s is longer than the window ({duration_s} s)"
             )));
         }
-        terms
-            .insert(
-                gpux_protocol::EXT_COMMITTED_S,
-                committed.to_le_bytes().to_vec(),
-            )
-            .map_err(|e| bad("--committed")(e.to_string()))?;
+        terms.committed_s = committed;
     }
     if let Some(group) = &request.group {
         let id = gpux_protocol::unhex(group)
             .ok()
             .and_then(|b| <[u8; 16]>::try_from(b).ok())
             .ok_or_else(|| bad("group")(format!("'{group}' is not 32 hex digits")))?;
-        terms
-            .insert(gpux_protocol::EXT_GROUP, id.to_vec())
-            .map_err(|e| bad("group")(e.to_string()))?;
+        terms.group = Some(id);
     }
     if request.cache_image {
-        terms
-            .insert(gpux_protocol::EXT_CACHE_IMAGE, vec![1])
-            .map_err(|e| bad("--cache-image")(e.to_string()))?;
+        terms.cache_image = true;
     }
     if request.ssh_keys.len() > gpux_protocol::MAX_SSH_KEYS {
         return Err(bad("--ssh")(format!(
@@ -426,11 +405,7 @@ mod tests {
             ..spot(None)
         };
         let (_, _, workload) = parse(&held(120)).unwrap();
-        let term = workload
-            .terms
-            .get(gpux_protocol::EXT_COMMIT_WAIT_MS)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-        assert_eq!(term, Some(120_000));
+        assert_eq!(workload.terms.commit_wait_ms, Some(120_000));
         assert!(refusal(&held(0)).contains("--hold"));
         assert!(refusal(&held(301)).contains("--hold"));
     }
@@ -448,11 +423,7 @@ mod tests {
             ..window(committed)
         };
         let (_, _, workload) = parse(&reserved(300)).unwrap();
-        let term = workload
-            .terms
-            .get(gpux_protocol::EXT_COMMITTED_S)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-        assert_eq!(term, Some(300));
+        assert_eq!(workload.terms.committed_s, 300);
         assert!(refusal(&reserved(601)).contains("longer than the window"));
         let on_demand = RentRequest {
             window: None,

@@ -3,22 +3,16 @@
 //! offer's price; and, for a reserved window with a committed minimum, the offer's
 //! cancellation fees.
 
-use gpux_protocol::{CancelFees, Ext, MicroCredits, money};
+use gpux_protocol::{CancelFees, LeaseTerms, MicroCredits, money};
 
 use super::Workload;
 
-/// A candidate's lease terms: the ext fields to sign, and what the kept workspace costs.
+/// A candidate's lease terms: those to sign, and what the kept workspace costs.
 #[derive(Clone)]
 pub(super) struct Terms {
-    pub(super) ext: Ext,
+    pub(super) terms: LeaseTerms,
     pub(super) charge: MicroCredits,
     pub(super) retention: Option<gpux_api::Retention>,
-}
-
-fn term_u64(ext: &Ext, key: u16) -> Option<u64> {
-    ext.get(key)
-        .and_then(|v| <[u8; 8]>::try_from(v).ok())
-        .map(u64::from_le_bytes)
 }
 
 impl Workload {
@@ -31,22 +25,19 @@ impl Workload {
         (price, max_retain_s): (MicroCredits, Option<u64>),
         cancel_fees: &CancelFees,
     ) -> Result<Terms, String> {
-        let mut ext = self.terms.clone();
+        let mut terms = self.terms.clone();
         // A window the renter commits to signs the offer's cancellation fees, unchanged.
-        if term_u64(&ext, gpux_protocol::EXT_COMMITTED_S).is_some_and(|c| c > 0)
-            && !cancel_fees.tiers().is_empty()
-        {
-            ext.insert(gpux_protocol::EXT_CANCEL_FEES, cancel_fees.to_bytes())
-                .map_err(|e| e.to_string())?;
+        if terms.committed_s > 0 {
+            terms.cancel_fees = cancel_fees.clone();
         }
-        let Some(bytes) = term_u64(&ext, gpux_protocol::EXT_WORKSPACE_BYTES) else {
+        let Some(bytes) = terms.workspace_bytes else {
             return Ok(Terms {
-                ext,
+                terms,
                 charge: MicroCredits::ZERO,
                 retention: None,
             });
         };
-        let retain_s = match (term_u64(&ext, gpux_protocol::EXT_RETAIN_S), max_retain_s) {
+        let retain_s = match (terms.retain_s, max_retain_s) {
             (Some(asked), Some(max)) if asked > max => {
                 return Err(format!(
                     "keeps a workspace at most {max} s after the workload (--retain asks {asked} s)"
@@ -56,17 +47,10 @@ impl Workload {
             (None, max) => gpux_protocol::DEFAULT_RETAIN_S.min(max.unwrap_or(u64::MAX)),
         };
         let charge = money::storage_cost(bytes, retain_s, price).map_err(|e| e.to_string())?;
-        ext.insert(gpux_protocol::EXT_RETAIN_S, retain_s.to_le_bytes().to_vec())
-            .map_err(|e| e.to_string())?;
-        if price > MicroCredits::ZERO {
-            ext.insert(
-                gpux_protocol::EXT_WORKSPACE_PRICE,
-                price.0.to_le_bytes().to_vec(),
-            )
-            .map_err(|e| e.to_string())?;
-        }
+        terms.retain_s = Some(retain_s);
+        terms.workspace_price = price;
         Ok(Terms {
-            ext,
+            terms,
             charge,
             retention: Some(gpux_api::Retention {
                 retain_s,
@@ -82,17 +66,12 @@ mod tests {
     use super::*;
 
     fn workload(disk: Option<u64>, retain: Option<u64>) -> Workload {
-        let mut terms = Ext::new();
-        for (key, value) in [
-            (gpux_protocol::EXT_WORKSPACE_BYTES, disk),
-            (gpux_protocol::EXT_RETAIN_S, retain),
-        ] {
-            if let Some(v) = value {
-                terms.insert(key, v.to_le_bytes().to_vec()).unwrap();
-            }
-        }
         Workload {
-            terms,
+            terms: LeaseTerms {
+                workspace_bytes: disk,
+                retain_s: retain,
+                ..LeaseTerms::default()
+            },
             ..Workload::default()
         }
     }
@@ -105,16 +84,13 @@ mod tests {
             .terms_for((price, Some(60)), &CancelFees::default())
             .unwrap();
         assert_eq!((none.charge, none.retention), (MicroCredits::ZERO, None));
-        assert!(none.ext.get(gpux_protocol::EXT_RETAIN_S).is_none());
+        assert_eq!(none.terms.retain_s, None);
         // The default 10 minutes, shortened to the offer's 5, and stated.
         let short = workload(Some(4 << 30), None)
             .terms_for((price, Some(300)), &CancelFees::default())
             .unwrap();
-        assert_eq!(term_u64(&short.ext, gpux_protocol::EXT_RETAIN_S), Some(300));
-        assert_eq!(
-            term_u64(&short.ext, gpux_protocol::EXT_WORKSPACE_PRICE),
-            Some(100_000)
-        );
+        assert_eq!(short.terms.retain_s, Some(300));
+        assert_eq!(short.terms.workspace_price, MicroCredits(100_000));
         // 4 GiB for 5 minutes at 0.10 credits per GiB-hour.
         assert_eq!(short.charge, MicroCredits(33_333));
         assert_eq!(short.retention.unwrap().charge, "0.033333");
@@ -132,7 +108,7 @@ mod tests {
         let free = workload(Some(4 << 30), Some(60))
             .terms_for((MicroCredits::ZERO, None), &CancelFees::default())
             .unwrap();
-        assert!(free.ext.get(gpux_protocol::EXT_WORKSPACE_PRICE).is_none());
+        assert_eq!(free.terms.workspace_price, MicroCredits::ZERO);
         assert_eq!(free.charge, MicroCredits::ZERO);
     }
 
@@ -140,24 +116,15 @@ mod tests {
     fn a_committed_window_signs_the_offers_cancellation_fees_and_only_then() {
         let fees: CancelFees = "1h:50%,10m:100%".parse().unwrap();
         let mut committed = workload(None, None);
-        committed
-            .terms
-            .insert(
-                gpux_protocol::EXT_COMMITTED_S,
-                600u64.to_le_bytes().to_vec(),
-            )
-            .unwrap();
+        committed.terms.committed_s = 600;
         let terms = committed
             .terms_for((MicroCredits::ZERO, None), &fees)
             .unwrap();
-        assert_eq!(
-            terms.ext.get(gpux_protocol::EXT_CANCEL_FEES),
-            Some(fees.to_bytes().as_slice())
-        );
+        assert_eq!(terms.terms.cancel_fees, fees);
         // Without a committed minimum there is nothing to take a share of.
         let plain = workload(None, None)
             .terms_for((MicroCredits::ZERO, None), &fees)
             .unwrap();
-        assert!(plain.ext.get(gpux_protocol::EXT_CANCEL_FEES).is_none());
+        assert!(plain.terms.cancel_fees.tiers().is_empty());
     }
 }
