@@ -24,9 +24,7 @@ fn fees() -> CancelFees {
 fn market() -> (gpux_lease::HostBook, Verified<Offer>) {
     let (_, plain) = crate::preemption::spot_market();
     let mut body = plain.body().clone();
-    body.ext
-        .insert(EXT_OFFER_CANCEL_FEES, fees().to_bytes())
-        .unwrap();
+    body.terms.cancel_fees = fees();
     let offer = Signed::sign(&host(), body).unwrap();
     let mut book = gpux_lease::HostBook::new(host(), gpux_lease::Timing::default());
     book.add_offer(offer.clone(), Timestamp(T0));

@@ -12,18 +12,16 @@ const SLICE_A: GpuUuid = GpuUuid::Mig([0xa1; 16]);
 const SLICE_B: GpuUuid = GpuUuid::Mig([0xa2; 16]);
 
 fn offer(slot: u16, gpus: &[GpuUuid], profile: Option<&str>) -> Verified<Offer> {
-    let mut ext = Ext::new();
-    if let Some(p) = profile {
-        ext.insert(EXT_OFFER_MIG_PROFILE, p.as_bytes().to_vec())
-            .unwrap();
-    }
     kit::sign(
         &host(),
         Offer {
             seq: u64::from(slot) + 1,
             slot,
             spot_floor_per_gpu_hour: Some(MicroCredits(1_000_000)),
-            ext,
+            terms: OfferTerms {
+                mig_profile: profile.map(|p| BoundedString::new(p).unwrap()),
+                ..OfferTerms::default()
+            },
             ..kit::offer(Timestamp(T0), gpus.iter().map(|&uuid| kit::a100(uuid)))
         },
     )

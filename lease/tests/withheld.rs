@@ -47,9 +47,7 @@ fn run(seed: u64) -> Result<usize, String> {
             .collect(),
     )
     .unwrap();
-    body.ext
-        .insert(EXT_OFFER_MIG_PROFILE, b"1g.10gb".to_vec())
-        .unwrap();
+    body.terms.mig_profile = Some(BoundedString::new("1g.10gb").unwrap());
     let slices = Signed::sign(&host(), body).unwrap();
     let mut book = HostBook::new(host(), Timing::default());
     book.set_mig_layout([(gpu(0), slice(0)), (gpu(0), slice(1))]);

@@ -590,9 +590,7 @@ fn windows_a_host_booked_ahead_are_left_alone_by_other_renters() {
     };
     let mut body = o.sign().body().clone();
     let window = (0u8, T0.plus_secs(7200), T0.plus_secs(10_800));
-    body.ext
-        .insert(EXT_OFFER_BOOKED, Offer::booked_value(&[window]))
-        .unwrap();
+    body.terms.booked = Offer::booked_windows(&[window]);
     let offer = Signed::sign(&key(o.host), body).unwrap();
     assert_eq!(offer.booked().unwrap(), vec![window]);
     let mut book = OrderBook::new(BookConfig::default());
@@ -633,9 +631,7 @@ fn windows_a_host_booked_ahead_are_left_alone_by_other_renters() {
         (0u8, T0.plus_secs(2), T0.plus_secs(1)),
     ] {
         let mut body = o.sign().body().clone();
-        body.ext
-            .insert(EXT_OFFER_BOOKED, Offer::booked_value(&[bad]))
-            .unwrap();
+        body.terms.booked = Offer::booked_windows(&[bad]);
         assert!(body.check().is_err(), "{bad:?}");
     }
 }

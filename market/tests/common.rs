@@ -126,28 +126,13 @@ impl O {
                 )
             },
             pulls: self.pulls.clone(),
-            ext: {
-                let mut ext = Ext::new();
-                if self.disk_bytes > 0 {
-                    ext.insert(
-                        EXT_OFFER_WORKSPACE_BYTES,
-                        self.disk_bytes.to_le_bytes().to_vec(),
-                    )
-                    .unwrap();
-                }
-                if let Some(p) = self.mig_profile {
-                    ext.insert(EXT_OFFER_MIG_PROFILE, p.as_bytes().to_vec())
-                        .unwrap();
-                }
-                if self.disk_price > 0 {
-                    ext.insert(
-                        gpux_protocol::EXT_OFFER_WORKSPACE_PRICE,
-                        self.disk_price.to_le_bytes().to_vec(),
-                    )
-                    .unwrap();
-                }
-                ext
+            terms: gpux_protocol::OfferTerms {
+                workspace_bytes: self.disk_bytes,
+                mig_profile: self.mig_profile.map(|p| BoundedString::new(p).unwrap()),
+                workspace_price: MicroCredits(self.disk_price),
+                ..gpux_protocol::OfferTerms::default()
             },
+            ext: Ext::new(),
         };
         Signed::sign(&key(self.host), offer).unwrap()
     }

@@ -53,6 +53,7 @@ fn make_offers(hosts: usize) -> Vec<Vec<u8>> {
             images: BoundedVec::new(vec![ImageDigest([0xd1; 32])]).unwrap(),
             machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             pulls: gpux_protocol::Pulls::default(),
+            terms: gpux_protocol::OfferTerms::default(),
             ext: Ext::new(),
         };
         out.push(Signed::sign(&host, offer).unwrap().as_bytes().to_vec());

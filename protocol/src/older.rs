@@ -4,7 +4,7 @@
 
 use crate::envelope::{MAGIC, Message};
 use crate::key::Keypair;
-use crate::messages::{LeaseAccept, LeaseRequest, UsageReceipt};
+use crate::messages::{LeaseAccept, LeaseRequest, Offer, UsageReceipt};
 
 /// `receipt` as a version 1 `UsageReceipt` envelope signed by `key`: its workspace charge
 /// in ext key 1 (none when zero), as version 1 carried it.
@@ -25,6 +25,13 @@ pub fn lease_accept_v1(key: &Keypair, accept: &LeaseAccept) -> Vec<u8> {
 pub fn lease_request_v4(key: &Keypair, request: &LeaseRequest) -> Vec<u8> {
     let body = crate::messages::lease_request_v4_body(request);
     envelope(key, LeaseRequest::KIND.code(), 4, &body)
+}
+
+/// `offer` as a version 4 `Offer` envelope signed by `key`: its terms in ext keys 1 to 8
+/// (each only when set), as version 4 carried them.
+pub fn offer_v4(key: &Keypair, offer: &Offer) -> Vec<u8> {
+    let body = crate::messages::offer_v4_body(offer);
+    envelope(key, Offer::KIND.code(), 4, &body)
 }
 
 fn envelope(key: &Keypair, kind: u8, version: u8, body: &[u8]) -> Vec<u8> {

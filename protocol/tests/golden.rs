@@ -114,6 +114,16 @@ fn older_versions_still_verify_and_read_into_todays_types() {
     assert_eq!(request.terms, LeaseTerms::default());
     // The lease it names is the one the older receipt bills.
     assert_eq!(receipt.lease, request.id());
+    // Offer version 4: its terms were ext keys 1 to 8; the sample had none. It is the offer
+    // the older request matched.
+    let v4 = read("Offer.v4.hex");
+    assert_eq!(v4[5], 4);
+    let offer = Signed::<Offer>::from_bytes(v4.clone())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert_eq!(offer.terms, OfferTerms::default());
+    assert_eq!(request.offer, offer.id());
     // Every file there is one this build reads.
     for entry in std::fs::read_dir(&dir).unwrap() {
         let bytes = unhex(

@@ -281,12 +281,7 @@ fn an_offer_of_mig_slices_names_attested_slices_of_one_profile() {
     let offer_of = |gpus: Vec<OfferGpu>, profile: Option<&str>| {
         let mut offer = samples::offer_for(&att, 5);
         offer.gpus = BoundedVec::new(gpus).unwrap();
-        if let Some(p) = profile {
-            offer
-                .ext
-                .insert(EXT_OFFER_MIG_PROFILE, p.as_bytes().to_vec())
-                .unwrap();
-        }
+        offer.terms.mig_profile = profile.map(|p| BoundedString::new(p).unwrap());
         Signed::sign(&samples::host(), offer)
     };
     // The sample's second GPU has MIG on with a 1g.10gb slice (0xa1) and a 3g.40gb (0xa2).
@@ -421,13 +416,7 @@ fn lease_request_must_fit_its_offer() {
     );
     let offer = own_only;
     let mut staging = offer.body().clone();
-    staging
-        .ext
-        .insert(
-            gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
-            (1u64 << 30).to_le_bytes().to_vec(),
-        )
-        .unwrap();
+    staging.terms.max_image_bytes = 1 << 30;
     staging.images = BoundedVec::new(Vec::new()).unwrap();
     let staging = Signed::sign(&samples::host(), staging).unwrap();
     let mut staged = samples::lease_request_for(&staging);
@@ -583,24 +572,24 @@ fn structural_rules_refuse_inconsistent_messages() {
     let mut staging = samples::offer_for(&att, 9);
     staging.pulls = Pulls::default();
     staging.images = BoundedVec::empty();
-    staging
-        .ext
-        .insert(
-            gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
-            (1u64 << 30).to_le_bytes().to_vec(),
-        )
-        .unwrap();
+    staging.terms.max_image_bytes = 1 << 30;
     assert!(Signed::sign(&samples::host(), staging).is_ok());
 
-    // Image tags: one line of valid tags per listed image, read back with their digests.
-    let mut tagged = samples::offer_for(&att, 9);
-    tagged
-        .ext
-        .insert(
-            gpux_protocol::EXT_OFFER_IMAGE_TAGS,
-            b"pytorch:2.4 pytorch:latest".to_vec(),
+    // Image tags: valid tags for the listed images, read back with their digests.
+    let tags = |lines: &[&[&str]]| {
+        BoundedVec::new(
+            lines
+                .iter()
+                .map(|l| {
+                    BoundedVec::new(l.iter().map(|t| BoundedString::new(*t).unwrap()).collect())
+                        .unwrap()
+                })
+                .collect(),
         )
-        .unwrap();
+        .unwrap()
+    };
+    let mut tagged = samples::offer_for(&att, 9);
+    tagged.terms.image_tags = tags(&[&["pytorch:2.4", "pytorch:latest"]]);
     let image = tagged.images[0];
     let signed = Signed::sign(&samples::host(), tagged.clone()).unwrap();
     assert_eq!(
@@ -610,16 +599,11 @@ fn structural_rules_refuse_inconsistent_messages() {
             (image, "pytorch:latest".to_string())
         ]
     );
-    for bad in [&b"a\nb\nc\nd\ne\nf\ng\nh\ni"[..], b"py torch*", b"\xff"] {
+    // More tag lists than images, or a tag that is not one, are refused.
+    for bad in [tags(&[&["a"], &["b"]]), tags(&[&["py torch*"]])] {
         let mut t = tagged.clone();
-        t.ext
-            .insert(gpux_protocol::EXT_OFFER_IMAGE_TAGS, bad.to_vec())
-            .unwrap();
-        assert!(
-            Signed::sign(&samples::host(), t).is_err(),
-            "{}",
-            String::from_utf8_lossy(bad)
-        );
+        t.terms.image_tags = bad.clone();
+        assert!(Signed::sign(&samples::host(), t).is_err(), "{bad:?}");
     }
 
     let mut broke = samples::lease_request_for(&offer);
@@ -757,13 +741,12 @@ fn a_challenge_result_holds_only_with_the_trusted_ledgers_proof_of_a_paid_lease(
 
 #[test]
 fn a_kept_workspace_is_paid_at_the_offers_price_and_receipts_charge_no_more_than_agreed() {
-    let term = |ext: &mut Ext, key: u16, v: u64| ext.insert(key, v.to_le_bytes().to_vec()).unwrap();
     let (att, _, _) = chain();
     let mut body = samples::offer_for(&att, 1);
-    term(&mut body.ext, EXT_OFFER_WORKSPACE_BYTES, 10 << 30);
-    term(&mut body.ext, EXT_OFFER_MAX_RETAIN_S, 3600);
+    body.terms.workspace_bytes = 10 << 30;
+    body.terms.max_retain_s = Some(3600);
     // 0.10 credits per GiB-hour.
-    term(&mut body.ext, EXT_OFFER_WORKSPACE_PRICE, 100_000);
+    body.terms.workspace_price = MicroCredits(100_000);
     let offer = Signed::sign(&samples::host(), body).unwrap();
     assert_eq!(offer.workspace_price(), MicroCredits(100_000));
     let renter = samples::renter();

@@ -130,6 +130,23 @@ pub fn offer_for(att: &Verified<Attestation>, seq: u64) -> Offer {
         images: BoundedVec::new(vec![image()]).unwrap(),
         machine: machine(),
         pulls: pulls(),
+        // Terms that leave the sample request valid against it: free workspaces, a window
+        // booked two days ahead, a cancellation schedule (tags: `protocol` unit tests).
+        terms: OfferTerms {
+            workspace_bytes: 100 << 30,
+            max_retain_s: Some(3600),
+            max_image_bytes: 0,
+            workspace_price: MicroCredits::ZERO,
+            image_tags: BoundedVec::empty(),
+            booked: BoundedVec::new(vec![BookedWindow {
+                gpu: 0,
+                start: T0.plus_secs(2 * 86_400),
+                end: T0.plus_secs(2 * 86_400 + 3600),
+            }])
+            .unwrap(),
+            mig_profile: None,
+            cancel_fees: "1h:50%,10m:100%".parse().unwrap(),
+        },
         ext: Ext::new(),
     }
 }

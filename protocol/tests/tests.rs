@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
 mod envelope;
+mod ext_keys;
 mod golden;
 mod peer_id;
 mod props;

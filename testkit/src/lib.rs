@@ -106,6 +106,7 @@ pub fn offer(created_at: Timestamp, gpus: impl IntoIterator<Item = OfferGpu>) ->
         images: list([IMAGE]),
         machine: Machine::split_evenly("test CPU", 16, 64 << 30, 16),
         pulls: Pulls::default(),
+        terms: OfferTerms::default(),
         ext: Ext::new(),
     }
 }

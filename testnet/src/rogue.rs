@@ -317,6 +317,7 @@ pub fn fake_host(
             images: BoundedVec::new(vec![image])?,
             machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
             pulls: gpux_protocol::Pulls::default(),
+            terms: gpux_protocol::OfferTerms::default(),
             ext: Ext::new(),
         },
     )?;

@@ -195,6 +195,7 @@ fn make_offer(rng: &mut Rng, host: u64, slot: u16, now: Timestamp) -> Offer {
             )
             .unwrap(),
         },
+        terms: gpux_protocol::OfferTerms::default(),
         ext: Ext::new(),
     }
 }

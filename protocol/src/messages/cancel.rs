@@ -1,7 +1,7 @@
 //! A reserved window's cancellation fee schedule: what a renter that cancels the window
 //! before its start pays, as a share of the window's committed minimum
 //! ([`LeaseTerms::committed_s`](crate::LeaseTerms::committed_s)). The host publishes it in
-//! its offers ([`EXT_OFFER_CANCEL_FEES`](crate::EXT_OFFER_CANCEL_FEES)) and the renter signs
+//! its offers ([`OfferTerms::cancel_fees`](crate::OfferTerms::cancel_fees)) and the renter signs
 //! it into the request ([`LeaseTerms::cancel_fees`](crate::LeaseTerms::cancel_fees)), so
 //! neither can change it later.
 //!

@@ -74,8 +74,82 @@ pub struct Offer {
     pub machine: Machine,
     /// Which images the host pulls from registries for a lease, and which it has cached.
     pub pulls: Pulls,
-    /// Extension fields.
+    /// The host's terms beyond price and duration: workspaces and what keeping one costs,
+    /// renters' images it stages, its images' tags, windows booked ahead, the MIG profile
+    /// of the instances it lists, and a reserved window's cancellation fees.
+    pub terms: OfferTerms,
+    /// Extension fields: optional extras only.
     pub ext: Ext,
+}
+
+/// The most tags an offer lists for one image.
+pub const MAX_IMAGE_TAGS: usize = 16;
+
+/// One window booked ahead on an offer's GPU (a reserved lease that has not begun).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct BookedWindow {
+    /// The GPU's index in the offer's `gpus`.
+    pub gpu: u8,
+    /// When the window starts.
+    pub start: Timestamp,
+    /// When it ends (after its start).
+    pub end: Timestamp,
+}
+
+/// An offer's terms beyond price and duration (`Offer` version 5; version 4 carried them in
+/// ext keys 1 to 8). The default is an offer with none of them.
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct OfferTerms {
+    /// The largest workspace (`/workspace`) the host gives a lease now, bytes (0: none).
+    pub workspace_bytes: u64,
+    /// The longest the host keeps a workspace after its lease, seconds (none: not said).
+    pub max_retain_s: Option<u64>,
+    /// The largest renter image the host stages over `/gpux/stage/1`, bytes (0: it runs
+    /// only the images it lists, or pulls).
+    pub max_image_bytes: u64,
+    /// What keeping a workspace after its workload costs, per GiB-hour (zero: free).
+    pub workspace_price: MicroCredits,
+    /// The tags of the images the offer lists, in `images`' order (`pytorch:2.4`; see
+    /// [`is_image_tag`]); fewer entries than images leave the rest untagged. A lease still
+    /// names the digest.
+    pub image_tags: BoundedVec<
+        BoundedVec<BoundedString<MAX_IMAGE_TAG_BYTES>, MAX_IMAGE_TAGS>,
+        MAX_OFFER_IMAGES,
+    >,
+    /// Windows already booked ahead on the offer's GPUs, so renters do not ask for them (a
+    /// lease that would overlap one is refused anyway).
+    pub booked: BoundedVec<BookedWindow, MAX_OFFER_BOOKED>,
+    /// The MIG profile of every device the offer lists (`1g.10gb`), when they are MIG
+    /// instances: required then, absent for whole GPUs.
+    pub mig_profile: Option<BoundedString<{ crate::MAX_MIG_PROFILE }>>,
+    /// The host's cancellation fee schedule for reserved windows (empty: cancelling a window
+    /// before its start is free); a reserved request with a committed minimum carries it
+    /// unchanged ([`LeaseTerms::cancel_fees`](crate::LeaseTerms::cancel_fees)).
+    pub cancel_fees: crate::CancelFees,
 }
 
 /// The most registries a host's pull policy names.
@@ -336,33 +410,29 @@ impl Message for Offer {
                 reason: "an offer lists whole GPUs or MIG instances, not both",
             });
         }
-        match (slices != 0, self.ext.get(EXT_OFFER_MIG_PROFILE)) {
+        match (slices != 0, &self.terms.mig_profile) {
             (true, Some(profile)) => {
-                let profile = std::str::from_utf8(profile).unwrap_or("");
-                if profile.len() > crate::MAX_MIG_PROFILE
-                    || crate::mig_compute_slices(profile).is_none()
-                {
+                if crate::mig_compute_slices(profile).is_none() {
                     return Err(InvalidMessage::Malformed {
-                        field: "ext",
-                        reason: "MIG profile: expected a profile such as 1g.10gb",
+                        field: "terms.mig_profile",
+                        reason: "expected a profile such as 1g.10gb",
                     });
                 }
             }
             (true, None) => {
                 return Err(InvalidMessage::Inconsistent {
-                    field: "ext",
+                    field: "terms.mig_profile",
                     reason: "an offer of MIG instances names their profile",
                 });
             }
             (false, Some(_)) => {
                 return Err(InvalidMessage::Inconsistent {
-                    field: "ext",
+                    field: "terms.mig_profile",
                     reason: "a MIG profile on an offer of whole GPUs",
                 });
             }
             (false, None) => {}
         }
-        self.cancel_fees()?;
         for gpu in self.gpus.iter() {
             ensure_token("gpus.family", &gpu.family)?;
             ensure_nonzero("gpus.memory_bytes", gpu.memory_bytes)?;
@@ -394,21 +464,30 @@ impl Message for Offer {
             });
         }
         ensure_token("region", &self.region)?;
-        if let Some(text) = self.ext.get(EXT_OFFER_IMAGE_TAGS) {
-            let text = std::str::from_utf8(text).map_err(|_| InvalidMessage::Malformed {
-                field: "ext",
-                reason: "image tags are UTF-8 text",
-            })?;
-            if text.lines().count() > self.images.len()
-                || !text.split_whitespace().all(is_image_tag)
-            {
-                return Err(InvalidMessage::Malformed {
-                    field: "ext",
-                    reason: "image tags: one line of valid tags per listed image",
-                });
-            }
+        if self.terms.image_tags.len() > self.images.len()
+            || !self
+                .terms
+                .image_tags
+                .iter()
+                .flat_map(|tags| tags.iter())
+                .all(|t| is_image_tag(t))
+        {
+            return Err(InvalidMessage::Malformed {
+                field: "terms.image_tags",
+                reason: "valid tags, for the listed images only",
+            });
         }
-        self.booked()?;
+        if self
+            .terms
+            .booked
+            .iter()
+            .any(|w| usize::from(w.gpu) >= self.gpus.len() || w.start >= w.end)
+        {
+            return Err(InvalidMessage::Malformed {
+                field: "terms.booked",
+                reason: "booked windows: a GPU of the offer, start before end",
+            });
+        }
         // An offer without images can be leased only with an image the renter stages, or
         // one the host pulls.
         if self.max_image_bytes() == 0 && self.pulls.max_bytes == 0 {
@@ -430,40 +509,252 @@ impl Message for Offer {
     fn seq(&self) -> Option<u64> {
         Some(self.seq)
     }
+
+    fn decode_older(version: u8, body: &[u8]) -> Result<Self, crate::codec::BodyError> {
+        match version {
+            4 => crate::codec::decode_exact::<OfferV4>(body)?.try_into(),
+            _ => Err(v4_term("no such version of Offer")),
+        }
+    }
 }
 
-/// `Offer` ext key: the largest workspace (`/workspace`) the host gives a lease now, bytes
-/// (u64 little-endian). Without it the host offers none.
-pub const EXT_OFFER_WORKSPACE_BYTES: u16 = 1;
-/// `Offer` ext key: the longest the host keeps a workspace after its lease, seconds (u64
-/// little-endian).
-pub const EXT_OFFER_MAX_RETAIN_S: u16 = 2;
-/// `Offer` ext key: the host stages renters' own images up to this size, bytes (u64
-/// little-endian; the layers it lacks are sent over `/gpux/stage/1`). Without it the host
-/// runs only the images it lists.
-pub const EXT_OFFER_MAX_IMAGE_BYTES: u16 = 3;
-/// `Offer` ext key: the tags of the images the offer lists, as text: one line per image,
-/// in `images`' order, each a space-separated list of its tags (`pytorch:2.4`; see
-/// [`is_image_tag`]); fewer lines than images leave the rest untagged. A lease still names
-/// the digest.
-pub const EXT_OFFER_IMAGE_TAGS: u16 = 4;
-/// `Offer` ext key: what keeping a workspace after its workload costs, micro-credits per
-/// GiB-hour (u64 little-endian). Without it the retention is free.
-pub const EXT_OFFER_WORKSPACE_PRICE: u16 = 5;
-/// `Offer` ext key: windows already booked ahead on the offer's GPUs (reserved leases that
-/// have not begun), so renters do not ask for them: up to [`MAX_OFFER_BOOKED`] records of 17
-/// bytes, each the GPU's index in `gpus` (u8) and the window's start and end (unix ms, u64
-/// little-endian each). A lease that would overlap one is refused anyway.
-pub const EXT_OFFER_BOOKED: u16 = 6;
-/// `Offer` ext key: the MIG profile of every device the offer lists (UTF-8, `1g.10gb`), when
-/// they are MIG instances (`MIG-...`). An offer lists whole GPUs or MIG instances of one
-/// profile, never both; with MIG instances this key is required, with whole GPUs absent.
-pub const EXT_OFFER_MIG_PROFILE: u16 = 7;
-/// `Offer` ext key: the host's cancellation fee schedule for reserved windows
-/// ([`CancelFees`](crate::CancelFees)' bytes). A reserved request with a committed minimum
-/// carries it unchanged ([`LeaseTerms::cancel_fees`](crate::LeaseTerms::cancel_fees)). Without it,
-/// cancelling a window before its start is free.
-pub const EXT_OFFER_CANCEL_FEES: u16 = 8;
+/// Version 4 of [`Offer`], still read: its terms were ext keys 1 to 8.
+#[derive(bincode::Encode, bincode::Decode)]
+struct OfferV4 {
+    seq: u64,
+    slot: u16,
+    created_at: Timestamp,
+    expires_at: Timestamp,
+    attestation: ContentId,
+    gpus: BoundedVec<OfferGpu, MAX_OFFER_GPUS>,
+    price_per_gpu_hour: MicroCredits,
+    spot_floor_per_gpu_hour: Option<MicroCredits>,
+    min_duration_s: u32,
+    max_duration_s: u32,
+    region: BoundedString<32>,
+    tier: EvidenceTier,
+    driver: Version,
+    cuda: Version,
+    images: BoundedVec<ImageDigest, MAX_OFFER_IMAGES>,
+    machine: Machine,
+    pulls: Pulls,
+    ext: Ext,
+}
+
+/// Version 4's ext keys of the terms: the workspace size (u64 LE), the longest retention
+/// (u64 LE s), the largest staged image (u64 LE), the images' tags (text, one line of
+/// space-separated tags per image), the retention's price (u64 LE), the booked windows
+/// (17-byte records: the GPU's index, the start and end, u64 LE), the MIG profile (UTF-8),
+/// the cancellation fees (their bytes).
+mod v4 {
+    pub(super) const WORKSPACE_BYTES: u16 = 1;
+    pub(super) const MAX_RETAIN_S: u16 = 2;
+    pub(super) const MAX_IMAGE_BYTES: u16 = 3;
+    pub(super) const IMAGE_TAGS: u16 = 4;
+    pub(super) const WORKSPACE_PRICE: u16 = 5;
+    pub(super) const BOOKED: u16 = 6;
+    pub(super) const MIG_PROFILE: u16 = 7;
+    pub(super) const CANCEL_FEES: u16 = 8;
+}
+
+fn v4_term(why: &'static str) -> crate::codec::BodyError {
+    crate::codec::BodyError::Decode(bincode::error::DecodeError::Other(why))
+}
+
+impl TryFrom<OfferV4> for Offer {
+    type Error = crate::codec::BodyError;
+
+    fn try_from(v4: OfferV4) -> Result<Self, Self::Error> {
+        let mut ext = v4.ext;
+        let mut u64_of = |key: u16| -> Result<Option<u64>, Self::Error> {
+            ext.remove(key)
+                .map(|v| {
+                    <[u8; 8]>::try_from(v)
+                        .map(u64::from_le_bytes)
+                        .map_err(|_| v4_term("a version 4 offer term is 8 bytes, little-endian"))
+                })
+                .transpose()
+        };
+        let workspace_bytes = u64_of(v4::WORKSPACE_BYTES)?.unwrap_or(0);
+        let max_retain_s = u64_of(v4::MAX_RETAIN_S)?;
+        let max_image_bytes = u64_of(v4::MAX_IMAGE_BYTES)?.unwrap_or(0);
+        let workspace_price = MicroCredits(u64_of(v4::WORKSPACE_PRICE)?.unwrap_or(0));
+        let bad_tags = || v4_term("version 4 image tags: one line of valid tags per listed image");
+        let image_tags = match ext.remove(v4::IMAGE_TAGS) {
+            None => BoundedVec::empty(),
+            Some(text) => {
+                let text = String::from_utf8(text).map_err(|_| bad_tags())?;
+                let lines = text
+                    .lines()
+                    .map(|line| {
+                        let tags = line
+                            .split_whitespace()
+                            .map(|t| BoundedString::new(t).map_err(|_| bad_tags()))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        BoundedVec::new(tags).map_err(|_| bad_tags())
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                BoundedVec::new(lines).map_err(|_| bad_tags())?
+            }
+        };
+        let booked = match ext.remove(v4::BOOKED) {
+            None => BoundedVec::empty(),
+            Some(bytes) => {
+                if bytes.len() % 17 != 0 {
+                    return Err(v4_term("version 4 booked windows: records of 17 bytes"));
+                }
+                let windows = bytes
+                    .chunks_exact(17)
+                    .map(|r| {
+                        let word = |at: usize| {
+                            let mut w = [0u8; 8];
+                            w.copy_from_slice(&r[at..at + 8]);
+                            Timestamp(u64::from_le_bytes(w))
+                        };
+                        BookedWindow {
+                            gpu: r[0],
+                            start: word(1),
+                            end: word(9),
+                        }
+                    })
+                    .collect();
+                BoundedVec::new(windows)
+                    .map_err(|_| v4_term("version 4 booked windows: at most 8"))?
+            }
+        };
+        let mig_profile = ext
+            .remove(v4::MIG_PROFILE)
+            .map(|p| {
+                String::from_utf8(p)
+                    .ok()
+                    .and_then(|p| BoundedString::new(p).ok())
+                    .ok_or_else(|| v4_term("a version 4 MIG profile is short UTF-8 text"))
+            })
+            .transpose()?;
+        let cancel_fees = ext
+            .remove(v4::CANCEL_FEES)
+            .map(|v| {
+                crate::CancelFees::from_bytes(&v)
+                    .map_err(|_| v4_term("a cancellation fee schedule that breaks its rules"))
+            })
+            .transpose()?
+            .unwrap_or_default();
+        Ok(Self {
+            seq: v4.seq,
+            slot: v4.slot,
+            created_at: v4.created_at,
+            expires_at: v4.expires_at,
+            attestation: v4.attestation,
+            gpus: v4.gpus,
+            price_per_gpu_hour: v4.price_per_gpu_hour,
+            spot_floor_per_gpu_hour: v4.spot_floor_per_gpu_hour,
+            min_duration_s: v4.min_duration_s,
+            max_duration_s: v4.max_duration_s,
+            region: v4.region,
+            tier: v4.tier,
+            driver: v4.driver,
+            cuda: v4.cuda,
+            images: v4.images,
+            machine: v4.machine,
+            pulls: v4.pulls,
+            terms: OfferTerms {
+                workspace_bytes,
+                max_retain_s,
+                max_image_bytes,
+                workspace_price,
+                image_tags,
+                booked,
+                mig_profile,
+                cancel_fees,
+            },
+            ext,
+        })
+    }
+}
+
+/// `offer`'s body as version 4 encoded it (for [`crate::older`]).
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) fn offer_v4_body(offer: &Offer) -> Vec<u8> {
+    let t = &offer.terms;
+    let mut ext = offer.ext.clone();
+    // Short values: a test's offer is within the ext map's limits.
+    let u64s = [
+        (
+            v4::WORKSPACE_BYTES,
+            Some(t.workspace_bytes).filter(|b| *b > 0),
+        ),
+        (v4::MAX_RETAIN_S, t.max_retain_s),
+        (
+            v4::MAX_IMAGE_BYTES,
+            Some(t.max_image_bytes).filter(|b| *b > 0),
+        ),
+        (
+            v4::WORKSPACE_PRICE,
+            Some(t.workspace_price.0).filter(|p| *p > 0),
+        ),
+    ];
+    for (key, value) in u64s {
+        if let Some(value) = value {
+            let _ = ext.insert(key, value.to_le_bytes().to_vec());
+        }
+    }
+    if !t.image_tags.is_empty() {
+        let lines: Vec<String> = t
+            .image_tags
+            .iter()
+            .map(|tags| {
+                tags.iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let _ = ext.insert(v4::IMAGE_TAGS, lines.join("\n").into_bytes());
+    }
+    if !t.booked.is_empty() {
+        let records = t
+            .booked
+            .iter()
+            .flat_map(|w| {
+                let mut r = vec![w.gpu];
+                r.extend(w.start.0.to_le_bytes());
+                r.extend(w.end.0.to_le_bytes());
+                r
+            })
+            .collect();
+        let _ = ext.insert(v4::BOOKED, records);
+    }
+    if let Some(profile) = &t.mig_profile {
+        let _ = ext.insert(v4::MIG_PROFILE, profile.as_bytes().to_vec());
+    }
+    if !t.cancel_fees.tiers().is_empty() {
+        let _ = ext.insert(v4::CANCEL_FEES, t.cancel_fees.to_bytes());
+    }
+    let o = offer.clone();
+    let v4 = OfferV4 {
+        seq: o.seq,
+        slot: o.slot,
+        created_at: o.created_at,
+        expires_at: o.expires_at,
+        attestation: o.attestation,
+        gpus: o.gpus,
+        price_per_gpu_hour: o.price_per_gpu_hour,
+        spot_floor_per_gpu_hour: o.spot_floor_per_gpu_hour,
+        min_duration_s: o.min_duration_s,
+        max_duration_s: o.max_duration_s,
+        region: o.region,
+        tier: o.tier,
+        driver: o.driver,
+        cuda: o.cuda,
+        images: o.images,
+        machine: o.machine,
+        pulls: o.pulls,
+        ext,
+    };
+    // Plain data: encoding cannot fail.
+    crate::codec::encode(&v4).unwrap_or_default()
+}
+
 /// The most booked windows an offer lists.
 pub const MAX_OFFER_BOOKED: usize = 8;
 /// The longest image tag an offer lists, bytes.
@@ -486,111 +777,68 @@ pub fn is_image_tag(tag: &str) -> bool {
 }
 
 impl Offer {
-    fn ext_u64(&self, key: u16) -> Option<u64> {
-        self.ext
-            .get(key)
-            .and_then(|v| <[u8; 8]>::try_from(v).ok())
-            .map(u64::from_le_bytes)
-    }
-
-    /// The largest workspace the host gives a lease now, bytes (0: none, or not said).
+    /// The largest workspace the host gives a lease now, bytes (0: none).
     pub fn workspace_bytes(&self) -> u64 {
-        self.ext_u64(EXT_OFFER_WORKSPACE_BYTES).unwrap_or(0)
+        self.terms.workspace_bytes
     }
 
     /// The longest the host keeps a workspace after its lease, seconds, if it says.
     pub fn max_retain_s(&self) -> Option<u64> {
-        self.ext_u64(EXT_OFFER_MAX_RETAIN_S)
+        self.terms.max_retain_s
     }
 
     /// What keeping a workspace after its workload costs per GiB-hour (zero: free).
     pub fn workspace_price(&self) -> MicroCredits {
-        MicroCredits(self.ext_u64(EXT_OFFER_WORKSPACE_PRICE).unwrap_or(0))
+        self.terms.workspace_price
     }
 
     /// The tags the host lists for its images, each with the image's digest.
     pub fn image_tags(&self) -> Vec<(ImageDigest, String)> {
-        let Some(text) = self.ext.get(EXT_OFFER_IMAGE_TAGS) else {
-            return Vec::new();
-        };
-        let text = String::from_utf8_lossy(text);
-        text.lines()
+        self.terms
+            .image_tags
+            .iter()
             .zip(self.images.iter())
-            .flat_map(|(line, image)| {
-                line.split_whitespace()
-                    .filter(|t| is_image_tag(t))
-                    .map(|t| (*image, t.to_string()))
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|(tags, image)| tags.iter().map(|t| (*image, t.to_string())))
             .collect()
     }
 
     /// The MIG profile of the instances this offer lists (`None` for whole GPUs); checked
     /// with the offer.
     pub fn mig_profile(&self) -> Option<&str> {
-        self.ext
-            .get(EXT_OFFER_MIG_PROFILE)
-            .and_then(|p| std::str::from_utf8(p).ok())
+        self.terms.mig_profile.as_deref()
     }
 
-    /// The host's cancellation fee schedule for reserved windows (empty: free); checked
-    /// with the offer.
+    /// The host's cancellation fee schedule for reserved windows (empty: free).
     pub fn cancel_fees(&self) -> Result<crate::CancelFees, InvalidMessage> {
-        self.ext.get(EXT_OFFER_CANCEL_FEES).map_or(
-            Ok(crate::CancelFees::default()),
-            crate::CancelFees::from_bytes,
-        )
+        Ok(self.terms.cancel_fees.clone())
     }
 
-    /// The windows booked ahead on the offer's GPUs: (index in `gpus`, start, end). A value
-    /// that is not whole 17-byte records, lists too many, names no GPU of the offer or an
-    /// empty window is invalid.
+    /// The windows booked ahead on the offer's GPUs: (index in `gpus`, start, end); checked
+    /// with the offer.
     pub fn booked(&self) -> Result<Vec<(u8, Timestamp, Timestamp)>, InvalidMessage> {
-        let Some(bytes) = self.ext.get(EXT_OFFER_BOOKED) else {
-            return Ok(Vec::new());
-        };
-        let bad = |reason| InvalidMessage::Malformed {
-            field: "ext",
-            reason,
-        };
-        if bytes.len() % 17 != 0 || bytes.len() / 17 > MAX_OFFER_BOOKED {
-            return Err(bad("booked windows: at most 8 records of 17 bytes"));
-        }
-        bytes
-            .chunks_exact(17)
-            .map(|r| {
-                let word = |at: usize| {
-                    let mut w = [0u8; 8];
-                    w.copy_from_slice(&r[at..at + 8]);
-                    Timestamp(u64::from_le_bytes(w))
-                };
-                let (gpu, start, end) = (r[0], word(1), word(9));
-                if usize::from(gpu) >= self.gpus.len() || start >= end {
-                    return Err(bad("booked windows: a GPU of the offer, start before end"));
-                }
-                Ok((gpu, start, end))
-            })
-            .collect()
+        Ok(self
+            .terms
+            .booked
+            .iter()
+            .map(|w| (w.gpu, w.start, w.end))
+            .collect())
     }
 
-    /// The ext value listing `windows` as [`EXT_OFFER_BOOKED`] does (the first
-    /// [`MAX_OFFER_BOOKED`]).
-    pub fn booked_value(windows: &[(u8, Timestamp, Timestamp)]) -> Vec<u8> {
-        windows
+    /// `windows` as an offer lists them: the first [`MAX_OFFER_BOOKED`].
+    pub fn booked_windows(
+        windows: &[(u8, Timestamp, Timestamp)],
+    ) -> BoundedVec<BookedWindow, MAX_OFFER_BOOKED> {
+        let windows = windows
             .iter()
             .take(MAX_OFFER_BOOKED)
-            .flat_map(|(gpu, start, end)| {
-                let mut r = vec![*gpu];
-                r.extend(start.0.to_le_bytes());
-                r.extend(end.0.to_le_bytes());
-                r
-            })
-            .collect()
+            .map(|&(gpu, start, end)| BookedWindow { gpu, start, end })
+            .collect();
+        BoundedVec::new(windows).unwrap_or_default()
     }
 
     /// The largest renter image the host stages, bytes (0: it stages none).
     pub fn max_image_bytes(&self) -> u64 {
-        self.ext_u64(EXT_OFFER_MAX_IMAGE_BYTES).unwrap_or(0)
+        self.terms.max_image_bytes
     }
 
     /// The family key the offer is published under: that of its first GPU.
@@ -746,5 +994,103 @@ impl Message for Bid {
 
     fn seq(&self) -> Option<u64> {
         Some(self.seq)
+    }
+}
+
+#[cfg(test)]
+mod offer_tests {
+    use super::*;
+    use crate::envelope::Signed;
+
+    fn offer() -> Offer {
+        let gpu = |n: u8| OfferGpu {
+            uuid: crate::GpuUuid::Mig([n; 16]),
+            family: BoundedString::new("a100").unwrap(),
+            memory_bytes: 10 << 30,
+            compute_capability: crate::ComputeCapability::new(8, 0),
+            pcie_gen: 4,
+        };
+        let tags = |t: &[&str]| {
+            BoundedVec::new(t.iter().map(|t| BoundedString::new(*t).unwrap()).collect()).unwrap()
+        };
+        Offer {
+            seq: 1,
+            slot: 0,
+            created_at: Timestamp(1_000),
+            expires_at: Timestamp(601_000),
+            attestation: ContentId([7; 32]),
+            gpus: BoundedVec::new(vec![gpu(1), gpu(2)]).unwrap(),
+            price_per_gpu_hour: MicroCredits(3_600_000),
+            spot_floor_per_gpu_hour: None,
+            min_duration_s: 60,
+            max_duration_s: 86_400,
+            region: BoundedString::new("eu").unwrap(),
+            tier: EvidenceTier::SelfReported,
+            driver: Version::default(),
+            cuda: Version::default(),
+            images: BoundedVec::new(vec![ImageDigest([4; 32]), ImageDigest([5; 32])]).unwrap(),
+            machine: Machine::split_evenly("test CPU", 16, 64 << 30, 2),
+            pulls: Pulls::default(),
+            terms: OfferTerms {
+                workspace_bytes: 100 << 30,
+                max_retain_s: Some(3600),
+                max_image_bytes: 20 << 30,
+                workspace_price: MicroCredits(50_000),
+                image_tags: BoundedVec::new(vec![
+                    tags(&["pytorch:2.4", "pytorch:latest"]),
+                    tags(&["cuda:12"]),
+                ])
+                .unwrap(),
+                booked: BoundedVec::new(vec![BookedWindow {
+                    gpu: 1,
+                    start: Timestamp(90_000),
+                    end: Timestamp(180_000),
+                }])
+                .unwrap(),
+                mig_profile: Some(BoundedString::new("1g.10gb").unwrap()),
+                cancel_fees: "1h:50%,10m:100%".parse().unwrap(),
+            },
+            ext: Ext::new(),
+        }
+    }
+
+    #[test]
+    fn a_version_4_offer_reads_its_eight_terms_from_ext_into_the_typed_terms() {
+        let key = crate::Keypair::from_seed(&[7; 32]);
+        let bytes = crate::older::offer_v4(&key, &offer());
+        assert_eq!(bytes[5], 4);
+        let read = Signed::<Offer>::from_bytes(bytes.clone())
+            .unwrap()
+            .verify()
+            .unwrap();
+        assert_eq!(read.body(), &offer());
+        assert!(read.ext.is_empty());
+        assert_eq!(read.id(), ContentId::of(&bytes));
+        assert_eq!(read.image_tags().len(), 3);
+        assert_eq!(read.mig_profile(), Some("1g.10gb"));
+    }
+
+    #[test]
+    fn a_version_4_term_of_the_wrong_shape_is_refused() {
+        let key = crate::Keypair::from_seed(&[7; 32]);
+        for (term, value) in [
+            (v4::WORKSPACE_BYTES, vec![1, 2, 3]),
+            (v4::IMAGE_TAGS, vec![0xff]),
+            (v4::BOOKED, vec![0; 16]),
+            (v4::CANCEL_FEES, vec![1, 2, 3]),
+        ] {
+            let mut odd = offer();
+            odd.terms = OfferTerms {
+                mig_profile: odd.terms.mig_profile,
+                ..OfferTerms::default()
+            };
+            odd.ext.insert(term, value).unwrap();
+            let bytes = crate::older::offer_v4(&key, &odd);
+            let refused = Signed::<Offer>::from_bytes(bytes).unwrap().verify();
+            assert!(
+                matches!(refused, Err(crate::VerifyError::Body { .. })),
+                "key {term}: {refused:?}"
+            );
+        }
     }
 }

@@ -44,6 +44,8 @@ mod usage;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use lease::{lease_accept_v1_body, lease_request_v4_body};
 #[cfg(any(test, feature = "test-util"))]
+pub(crate) use market::offer_v4_body;
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) use usage::usage_receipt_v1_body;
 
 pub use attestation::{
@@ -67,12 +69,10 @@ pub use ledger::{
     FaucetGrant, LeaseOutcome, LedgerEntry, LedgerRecord, Redeem, Release,
 };
 pub use market::{
-    Bid, BidWithdrawal, EXT_OFFER_BOOKED, EXT_OFFER_CANCEL_FEES, EXT_OFFER_IMAGE_TAGS,
-    EXT_OFFER_MAX_IMAGE_BYTES, EXT_OFFER_MAX_RETAIN_S, EXT_OFFER_MIG_PROFILE,
-    EXT_OFFER_WORKSPACE_BYTES, EXT_OFFER_WORKSPACE_PRICE, MAX_BID_GPUS, MAX_BID_SLOTS,
-    MAX_CACHED_IMAGES, MAX_IMAGE_TAG_BYTES, MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES,
-    MAX_PULL_REGISTRIES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferWithdrawal, Pulls, Share,
-    is_image_tag, is_region,
+    Bid, BidWithdrawal, BookedWindow, MAX_BID_GPUS, MAX_BID_SLOTS, MAX_CACHED_IMAGES,
+    MAX_IMAGE_TAG_BYTES, MAX_IMAGE_TAGS, MAX_OFFER_BOOKED, MAX_OFFER_GPUS, MAX_OFFER_IMAGES,
+    MAX_PULL_REGISTRIES, MAX_QUERY_BYTES, Machine, Offer, OfferGpu, OfferTerms, OfferWithdrawal,
+    Pulls, Share, is_image_tag, is_region,
 };
 pub use usage::{LogChunk, LogStream, MAX_LOG_CHUNK_BYTES, ReceiptAck, UsageReceipt, UsageSummary};
 
@@ -204,7 +204,7 @@ macro_rules! message_kinds {
 
 message_kinds! {
     Attestation = 1, version 2, max 64 * KIB;
-    Offer = 2, version 4, max 4 * KIB;
+    Offer = 2, version 5 reads 4, max 4 * KIB;
     OfferWithdrawal = 3, version 1, max 512;
     Bid = 4, version 2, max 4 * KIB;
     LeaseRequest = 5, version 5 reads 4, max 32 * KIB;

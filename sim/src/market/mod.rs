@@ -627,6 +627,7 @@ fn offer_body(gpus: &[GpuUuid], family: usize, duration_ms: u64) -> anyhow::Resu
         images: BoundedVec::new(vec![ImageDigest([4; 32])])?,
         machine: gpux_protocol::Machine::split_evenly("test CPU", 16, 64 << 30, 16),
         pulls: gpux_protocol::Pulls::default(),
+        terms: gpux_protocol::OfferTerms::default(),
         ext: Ext::new(),
     })
 }

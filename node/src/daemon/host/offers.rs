@@ -6,8 +6,8 @@ use anyhow::Context;
 use gpux_lease::HostBook;
 use gpux_protocol::{
     Attestation, BoundedString, BoundedVec, ContentId, EvidenceTier, Ext, GpuFacts, GpuFamily,
-    GpuUuid, Keypair, MicroCredits, MigInstance, Offer, OfferGpu, OfferWithdrawal, Signed,
-    Timestamp, Verified,
+    GpuUuid, Keypair, MicroCredits, MigInstance, Offer, OfferGpu, OfferTerms, OfferWithdrawal,
+    Signed, Timestamp, Verified,
 };
 
 use crate::daemon::HostOptions;
@@ -76,7 +76,7 @@ pub(crate) fn sign(
     att: &mut Verified<Attestation>,
     book: &mut HostBook,
     options: &HostOptions,
-    (policy, challenged): (Ext, &std::collections::BTreeSet<GpuUuid>),
+    (policy, challenged): (OfferTerms, &std::collections::BTreeSet<GpuUuid>),
     t: Timestamp,
 ) -> anyhow::Result<Published> {
     // What the host keeps off the market (`gpux host pause|drain`, failed GPUs).
@@ -179,24 +179,15 @@ pub(crate) fn sign(
             })
             .collect();
         booked.sort_by_key(|&(i, start, _)| (start, i));
-        let mut ext = policy.clone();
+        let mut terms = policy.clone();
         // Slices are priced by their share of the GPU's compute.
         let (mut price, mut spot_floor) = (options.price, options.spot_floor);
         if let Some(slice) = group[0].slice {
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_MIG_PROFILE,
-                slice.profile.as_bytes().to_vec(),
-            );
+            terms.mig_profile = BoundedString::new(slice.profile.clone()).ok();
             price = slice_price(price, group[0]);
             spot_floor = spot_floor.map(|p| slice_price(p, group[0]));
         }
-        if !booked.is_empty() {
-            // At most 8 records of 17 bytes: within the ext map's limits.
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_BOOKED,
-                Offer::booked_value(&booked),
-            );
-        }
+        terms.booked = Offer::booked_windows(&booked);
         let offer = Offer {
             // Unix milliseconds plus the slot: grows across restarts without a counter.
             seq: t.0 * 64 + slot as u64,
@@ -226,7 +217,8 @@ pub(crate) fn sign(
                 group[0].slice.map(|s| s.profile.as_str()),
             ),
             pulls: options.pulls.clone(),
-            ext,
+            terms,
+            ext: Ext::new(),
         };
         let signed = sign_with_tags(key, offer, options)?;
         let change = book.add_offer(signed.clone(), t);
@@ -287,7 +279,7 @@ fn slice_price(price: MicroCredits, unit: &Unit<'_>) -> MicroCredits {
 /// Offers stay under this many bytes, signed: image tags that would not fit are left out.
 pub(crate) const MAX_OFFER_BYTES: usize = 1024;
 
-/// Signs `offer` with the tags of its images (`Offer` ext key 4), as many as fit in
+/// Signs `offer` with the tags of its images (`OfferTerms::image_tags`), as many as fit in
 /// [`MAX_OFFER_BYTES`], the last ones left out first; then, when even without tags it does
 /// not fit, with fewer of its cached images (the least recently used left out first).
 fn sign_with_tags(
@@ -305,22 +297,22 @@ fn sign_with_tags(
         while lines.last().is_some_and(Vec::is_empty) {
             lines.pop();
         }
-        let mut ext = offer.ext.clone();
-        if !lines.is_empty() {
-            let text: Vec<String> = lines.iter().map(|l| l.join(" ")).collect();
-            if ext
-                .insert(
-                    gpux_protocol::EXT_OFFER_IMAGE_TAGS,
-                    text.join("\n").into_bytes(),
-                )
-                .is_err()
-            {
-                drop_last_tag(&mut lines);
-                continue;
-            }
-        }
+        let tags = lines
+            .iter()
+            .map(|l| {
+                let tags = l
+                    .iter()
+                    .filter_map(|t| BoundedString::new(t.clone()).ok())
+                    .take(gpux_protocol::MAX_IMAGE_TAGS)
+                    .collect();
+                BoundedVec::new(tags).unwrap_or_default()
+            })
+            .collect();
         let body = Offer {
-            ext,
+            terms: OfferTerms {
+                image_tags: BoundedVec::new(tags).unwrap_or_default(),
+                ..offer.terms.clone()
+            },
             pulls: gpux_protocol::Pulls {
                 cached: BoundedVec::new(cached.clone()).map_err(|e| anyhow::anyhow!("{e}"))?,
                 ..offer.pulls.clone()
@@ -350,43 +342,21 @@ impl super::HostRole {
     /// longest it keeps one after its lease; nothing when it offers none), of renters'
     /// images (the largest it stages; nothing when it stages none) and of cancelling a
     /// reserved window (its fee schedule).
-    fn offer_policy(&self) -> Ext {
-        let mut ext = Ext::new();
-        if !self.options.cancel_fees.tiers().is_empty() {
-            // At most 40 bytes: within the ext map's limits.
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_CANCEL_FEES,
-                self.options.cancel_fees.to_bytes(),
-            );
-        }
-        let max_image = self
-            .options
-            .max_image_bytes
-            .min(self.options.stage_quota_bytes);
-        if max_image > 0 {
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_MAX_IMAGE_BYTES,
-                max_image.to_le_bytes().to_vec(),
-            );
-        }
+    fn offer_policy(&self) -> OfferTerms {
+        let mut terms = OfferTerms {
+            cancel_fees: self.options.cancel_fees.clone(),
+            max_image_bytes: self
+                .options
+                .max_image_bytes
+                .min(self.options.stage_quota_bytes),
+            ..OfferTerms::default()
+        };
         if self.options.disk_quota_bytes > 0 {
-            // Three 8-byte values: within the ext map's limits.
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_WORKSPACE_BYTES,
-                self.workspace_free().to_le_bytes().to_vec(),
-            );
-            let _ = ext.insert(
-                gpux_protocol::EXT_OFFER_MAX_RETAIN_S,
-                self.options.max_retain_s.to_le_bytes().to_vec(),
-            );
-            if self.options.disk_price > MicroCredits::ZERO {
-                let _ = ext.insert(
-                    gpux_protocol::EXT_OFFER_WORKSPACE_PRICE,
-                    self.options.disk_price.0.to_le_bytes().to_vec(),
-                );
-            }
+            terms.workspace_bytes = self.workspace_free();
+            terms.max_retain_s = Some(self.options.max_retain_s);
+            terms.workspace_price = self.options.disk_price;
         }
-        ext
+        terms
     }
 
     /// The families of the GPUs this host shares (from its attestation).
