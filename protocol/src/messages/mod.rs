@@ -40,13 +40,14 @@ mod challenge;
 mod lease;
 mod ledger;
 mod market;
+mod older;
 mod usage;
 #[cfg(any(test, feature = "test-util"))]
-pub(crate) use lease::{lease_accept_v1_body, lease_request_v4_body};
+pub(crate) use older::lease::{lease_accept_v1_body, lease_request_v4_body};
 #[cfg(any(test, feature = "test-util"))]
-pub(crate) use market::offer_v4_body;
+pub(crate) use older::market::offer_v4_body;
 #[cfg(any(test, feature = "test-util"))]
-pub(crate) use usage::usage_receipt_v1_body;
+pub(crate) use older::usage::usage_receipt_v1_body;
 
 pub use attestation::{
     Attestation, EccFacts, GpuFacts, MAX_ATTESTED_GPUS, MAX_MIG_INSTANCES, MAX_MIG_PROFILE,
