@@ -72,15 +72,7 @@ impl TryFrom<LeaseRequestV4> for LeaseRequest {
 
     fn try_from(v4: LeaseRequestV4) -> Result<Self, Self::Error> {
         let mut ext = v4.ext;
-        let mut u64_of = |key: u16| -> Result<Option<u64>, Self::Error> {
-            ext.remove(key)
-                .map(|v| {
-                    <[u8; 8]>::try_from(v)
-                        .map(u64::from_le_bytes)
-                        .map_err(|_| unread("a version 4 lease term is 8 bytes, little-endian"))
-                })
-                .transpose()
-        };
+        let mut u64_of = |key: u16| super::take_u64(&mut ext, key);
         let workspace_bytes = u64_of(v4::WORKSPACE_BYTES)?;
         let retain_s = u64_of(v4::RETAIN_S)?;
         let workspace_price = MicroCredits(u64_of(v4::WORKSPACE_PRICE)?.unwrap_or(0));
@@ -95,14 +87,7 @@ impl TryFrom<LeaseRequestV4> for LeaseRequest {
             .remove(v4::GROUP)
             .map(|v| <[u8; 16]>::try_from(v).map_err(|_| unread("a group id is 16 bytes")))
             .transpose()?;
-        let cancel_fees = ext
-            .remove(v4::CANCEL_FEES)
-            .map(|v| {
-                crate::CancelFees::from_bytes(&v)
-                    .map_err(|_| unread("a cancellation fee schedule that breaks its rules"))
-            })
-            .transpose()?
-            .unwrap_or_default();
+        let cancel_fees = super::take_fees(&mut ext, v4::CANCEL_FEES)?;
         Ok(Self {
             created_at: v4.created_at,
             expires_at: v4.expires_at,
@@ -215,17 +200,7 @@ impl TryFrom<LeaseAcceptV1> for LeaseAccept {
 
     fn try_from(v1: LeaseAcceptV1) -> Result<Self, Self::Error> {
         let mut ext = v1.ext;
-        let mut take = |key: u16| -> Result<Option<u64>, Self::Error> {
-            ext.remove(key)
-                .map(|v| {
-                    <[u8; 8]>::try_from(v).map(u64::from_le_bytes).map_err(|_| {
-                        BodyError::Decode(bincode::error::DecodeError::Other(
-                            "a version 1 LeaseAccept term (ext keys 1 to 4) is 8 bytes, little-endian",
-                        ))
-                    })
-                })
-                .transpose()
-        };
+        let mut take = |key: u16| super::take_u64(&mut ext, key);
         let receipt_interval_ms = take(V1_RECEIPT_INTERVAL_MS)?.unwrap_or(V1_DEFAULTS[0]);
         let ack_grace_ms = take(V1_ACK_GRACE_MS)?.unwrap_or(V1_DEFAULTS[1]);
         let spot_notice_ms = take(V1_SPOT_NOTICE_MS)?.unwrap_or(V1_DEFAULTS[2]);

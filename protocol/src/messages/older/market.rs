@@ -61,15 +61,7 @@ impl TryFrom<OfferV4> for Offer {
 
     fn try_from(v4: OfferV4) -> Result<Self, Self::Error> {
         let mut ext = v4.ext;
-        let mut u64_of = |key: u16| -> Result<Option<u64>, Self::Error> {
-            ext.remove(key)
-                .map(|v| {
-                    <[u8; 8]>::try_from(v)
-                        .map(u64::from_le_bytes)
-                        .map_err(|_| unread("a version 4 offer term is 8 bytes, little-endian"))
-                })
-                .transpose()
-        };
+        let mut u64_of = |key: u16| super::take_u64(&mut ext, key);
         let workspace_bytes = u64_of(v4::WORKSPACE_BYTES)?.unwrap_or(0);
         let max_retain_s = u64_of(v4::MAX_RETAIN_S)?;
         let max_image_bytes = u64_of(v4::MAX_IMAGE_BYTES)?.unwrap_or(0);
@@ -126,14 +118,7 @@ impl TryFrom<OfferV4> for Offer {
                     .ok_or_else(|| unread("a version 4 MIG profile is short UTF-8 text"))
             })
             .transpose()?;
-        let cancel_fees = ext
-            .remove(v4::CANCEL_FEES)
-            .map(|v| {
-                crate::CancelFees::from_bytes(&v)
-                    .map_err(|_| unread("a cancellation fee schedule that breaks its rules"))
-            })
-            .transpose()?
-            .unwrap_or_default();
+        let cancel_fees = super::take_fees(&mut ext, v4::CANCEL_FEES)?;
         Ok(Self {
             seq: v4.seq,
             slot: v4.slot,

@@ -66,16 +66,8 @@ impl TryFrom<UsageReceiptV1> for UsageReceipt {
 
     fn try_from(v1: UsageReceiptV1) -> Result<Self, BodyError> {
         let mut ext = v1.ext;
-        let workspace_charge = match ext.remove(V1_WORKSPACE_CHARGE) {
-            None => MicroCredits::ZERO,
-            Some(v) => <[u8; 8]>::try_from(v)
-                .map(|b| MicroCredits(u64::from_le_bytes(b)))
-                .map_err(|_| {
-                    BodyError::Decode(bincode::error::DecodeError::Other(
-                        "the workspace charge (version 1, ext key 1) is 8 bytes, little-endian",
-                    ))
-                })?,
-        };
+        let workspace_charge =
+            MicroCredits(super::take_u64(&mut ext, V1_WORKSPACE_CHARGE)?.unwrap_or(0));
         Ok(Self {
             lease: v1.lease,
             escrow: v1.escrow,
