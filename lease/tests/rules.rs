@@ -393,8 +393,9 @@ fn a_host_announcing_endless_timing_is_held_to_an_hour() {
     assert_eq!(timing.ack_grace_ms, gpux_lease::MAX_TIMING_MS);
 }
 
-#[test]
-fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
+/// A lease running since `T0 + 500`, its escrow locked at a ledger that minted the renter a
+/// credit, and the first receipt it signed at `T0 + 61 s`.
+fn running_with_a_receipt() -> (HostLease, LedgerMachine, Verified<UsageReceipt>) {
     let (mut lease, r) = accepted();
     lease.handle(
         Timestamp(T0 + 10),
@@ -425,10 +426,10 @@ fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
         Timestamp(T0 + 61_000),
         HostInput::Timer(gpux_lease::HostTimer::ReceiptDue),
     );
-    let (seq, receipt) = effects
+    let receipt = effects
         .iter()
         .find_map(|e| match e {
-            HostEffect::SendReceipt { seq, envelope } => Some((*seq, envelope.clone())),
+            HostEffect::SendReceipt { envelope, .. } => Some(envelope.clone()),
             _ => None,
         })
         .unwrap();
@@ -436,6 +437,13 @@ fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
         .unwrap()
         .verify()
         .unwrap();
+    (lease, ledger, receipt)
+}
+
+#[test]
+fn an_ack_too_large_to_be_a_voucher_is_no_ack() {
+    let (mut lease, _, receipt) = running_with_a_receipt();
+    let seq = receipt.seq;
     let mut padding = Ext::new();
     padding.insert(99, vec![0; 300]).unwrap();
     let ack = Signed::sign(
@@ -644,47 +652,7 @@ fn a_refusal_for_a_taken_gpu_names_free_gpus_of_the_offer_and_they_are_given() {
 /// upgraded ledger pays exactly their amount.
 #[test]
 fn a_host_upgraded_mid_lease_redeems_the_version_1_receipt_its_store_holds() {
-    let (mut lease, r) = accepted();
-    lease.handle(
-        Timestamp(T0 + 10),
-        HostInput::Lock(lock(&r, 3_600_000, T0 + 10)),
-    );
-    let mut ledger = LedgerMachine::new(ledger_key(), LedgerConfig::default());
-    ledger
-        .mint(Timestamp(T0), renter().public(), MicroCredits(1_000_000))
-        .unwrap();
-    let verdict = LedgerVerdict::from_response(
-        submit(&mut ledger, &lease.record().lock.clone().unwrap(), T0 + 20),
-        &[ledger_key().public()],
-    );
-    lease.handle(
-        Timestamp(T0 + 20),
-        HostInput::Ledger {
-            call: LedgerCall::Lock,
-            verdict,
-        },
-    );
-    lease.handle(
-        Timestamp(T0 + 500),
-        HostInput::ContainerStarted {
-            started_at: Timestamp(T0 + 500),
-        },
-    );
-    let effects = lease.handle(
-        Timestamp(T0 + 61_000),
-        HostInput::Timer(gpux_lease::HostTimer::ReceiptDue),
-    );
-    let receipt = effects
-        .iter()
-        .find_map(|e| match e {
-            HostEffect::SendReceipt { envelope, .. } => Some(envelope.clone()),
-            _ => None,
-        })
-        .unwrap();
-    let receipt = Signed::<UsageReceipt>::from_bytes(receipt)
-        .unwrap()
-        .verify()
-        .unwrap();
+    let (lease, mut ledger, receipt) = running_with_a_receipt();
     // The same receipt as the build before signed it, and the renter's ack of that one.
     let v1 = older::usage_receipt_v1(&host(), receipt.body());
     assert_eq!(v1[5], 1);
