@@ -267,34 +267,11 @@ fn run(seed: u64, counts: &mut Counts) -> Result<(), (String, Vec<String>)> {
     result.map_err(|why| (why, world.trace))
 }
 
-fn run_all(seeds: std::ops::Range<u64>) -> (Vec<(u64, String, Vec<String>)>, Counts) {
-    let mut counts = Counts::default();
-    let mut failures = Vec::new();
-    for seed in seeds {
-        if let Err((why, trace)) = run(seed, &mut counts) {
-            failures.push((seed, why, trace));
-        }
-    }
-    (failures, counts)
-}
-
 #[cfg(not(feature = "broken-rule"))]
 #[test]
 fn a_rent_never_holds_two_hosts_gpus() {
-    let (failures, counts) = run_all(0..20_000);
-    println!(
-        "rent simulator: 20000 schedules: {counts:?}; {} failed",
-        failures.len()
-    );
-    if let Some((seed, why, trace)) = failures.first() {
-        for line in trace {
-            println!("  {line}");
-        }
-        panic!(
-            "schedule {seed} broke the rent's rule: {why} ({} failed)",
-            failures.len()
-        );
-    }
+    let (failures, counts) = crate::schedules::run_all(0..20_000, run);
+    crate::schedules::none_failed("rent", 20000, &failures, &counts);
     // The schedules reach every way a rent comes out, and the paths that let GPUs go.
     assert!(
         counts.rented > 0 && counts.refused > 0 && counts.not_started > 0,
@@ -311,7 +288,7 @@ fn a_rent_never_holds_two_hosts_gpus() {
 #[cfg(feature = "broken-rule")]
 #[test]
 fn the_simulator_catches_a_rent_that_keeps_a_refused_hosts_claim() {
-    let (failures, _) = run_all(0..2000);
+    let (failures, _) = crate::schedules::run_all(0..2000, run);
     assert!(
         failures
             .iter()

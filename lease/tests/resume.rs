@@ -264,34 +264,11 @@ fn run(seed: u64, counts: &mut Counts) -> Result<(), (String, Vec<String>)> {
     result.map_err(|why| (why, world.trace))
 }
 
-fn run_all(seeds: std::ops::Range<u64>) -> (Vec<(u64, String, Vec<String>)>, Counts) {
-    let mut counts = Counts::default();
-    let mut failures = Vec::new();
-    for seed in seeds {
-        if let Err((why, trace)) = run(seed, &mut counts) {
-            failures.push((seed, why, trace));
-        }
-    }
-    (failures, counts)
-}
-
 #[cfg(not(feature = "broken-rule"))]
 #[test]
 fn a_chain_never_runs_two_leases_at_once() {
-    let (failures, counts) = run_all(0..10_000);
-    println!(
-        "resume simulator: 10000 chains: {counts:?}; {} failed",
-        failures.len()
-    );
-    if let Some((seed, why, trace)) = failures.first() {
-        for line in trace {
-            println!("  {line}");
-        }
-        panic!(
-            "chain {seed} broke the resume's rule: {why} ({} failed)",
-            failures.len()
-        );
-    }
+    let (failures, counts) = crate::schedules::run_all(0..10_000, run);
+    crate::schedules::none_failed("resume", 10000, &failures, &counts);
     assert!(
         counts.resumed > 0 && counts.failed > 0 && counts.restarts > 0,
         "{counts:?}"
@@ -307,7 +284,7 @@ fn a_chain_never_runs_two_leases_at_once() {
 #[cfg(feature = "broken-rule")]
 #[test]
 fn the_simulator_catches_a_restarted_resume_that_rents_a_second_lease() {
-    let (failures, _) = run_all(0..2000);
+    let (failures, _) = crate::schedules::run_all(0..2000, run);
     assert!(
         failures
             .iter()

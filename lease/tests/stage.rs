@@ -170,34 +170,11 @@ fn run(seed: u64, counts: &mut Counts) -> Result<(), (String, Vec<String>)> {
     result.map_err(|why| (why, trace))
 }
 
-fn run_all(seeds: std::ops::Range<u64>) -> (Vec<(u64, String, Vec<String>)>, Counts) {
-    let mut counts = Counts::default();
-    let mut failures = Vec::new();
-    for seed in seeds {
-        if let Err((why, trace)) = run(seed, &mut counts) {
-            failures.push((seed, why, trace));
-        }
-    }
-    (failures, counts)
-}
-
 #[cfg(not(feature = "broken-rule"))]
 #[test]
 fn a_staged_image_is_never_used_before_it_is_verified() {
-    let (failures, counts) = run_all(0..20_000);
-    println!(
-        "staging simulator: 20000 stagings: {counts:?}; {} failed",
-        failures.len()
-    );
-    if let Some((seed, why, trace)) = failures.first() {
-        for line in trace {
-            println!("  {line}");
-        }
-        panic!(
-            "staging {seed} broke the rule: {why} ({} failed)",
-            failures.len()
-        );
-    }
+    let (failures, counts) = crate::schedules::run_all(0..20_000, run);
+    crate::schedules::none_failed("staging", 20000, &failures, &counts);
     assert!(
         counts.held > 0 && counts.lies_caught > 0 && counts.damage_caught > 0,
         "{counts:?}"
@@ -209,7 +186,7 @@ fn a_staged_image_is_never_used_before_it_is_verified() {
 #[cfg(feature = "broken-rule")]
 #[test]
 fn the_simulator_catches_a_host_that_takes_a_foreign_layer_unchecked() {
-    let (failures, _) = run_all(0..2000);
+    let (failures, _) = crate::schedules::run_all(0..2000, run);
     assert!(
         failures
             .iter()

@@ -17,6 +17,7 @@ mod preemption;
 mod rent;
 mod resume;
 mod rules;
+mod schedules;
 mod sim;
 mod stage;
 mod withheld;
